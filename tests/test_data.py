@@ -1,0 +1,45 @@
+"Loaders on the real dataset samples in shared/data (see its README)."
+import json
+import pytest
+from mascot.data import DataFormatError, ED_VALENCE, load_contexts, few_shot_examples, shared_data_dir
+
+DATA = shared_data_dir()
+
+
+def test_ed_sample():
+    ctxs = load_contexts("ED", "train", DATA / "empathetic_dialogues")
+    assert len(ctxs) == 40
+    assert all(c.valence in ("positive", "negative", "neutral") and c.valence == ED_VALENCE[c.emotion] for c in ctxs)
+    assert all(c.opening and "_comma_" not in c.prompt_text() for c in ctxs)
+
+
+def test_esconv_sample_splits():
+    splits = {s: load_contexts("ESConv", s, DATA / "esconv") for s in ("train", "valid", "test")}
+    ids = [c.context_id for cs in splits.values() for c in cs]
+    assert len(ids) == len(set(ids)) == 28
+    assert {len(cs) for cs in splits.values()} == {20, 4}  # 70/15/15 of 28
+    assert all(c.opening and c.reference and c.initial_intensity in range(1, 6) for cs in splits.values() for c in cs)
+
+
+def test_qmsum_sample_domains():
+    ctxs = load_contexts("QMSum", "test", DATA / "qmsum")
+    assert {c.meeting: c.domain for c in ctxs} == {"Bed016": "Academic", "education_17": "Committee", "IS1003a": "Product", "ES2011a": "Product"}
+    assert all(c.transcript and c.query and c.reference for c in ctxs)
+
+
+def test_seeded_sampling_and_few_shot():
+    a = load_contexts("ED", "train", DATA / "empathetic_dialogues", num_samples=7, seed=3)
+    assert [c.context_id for c in a] == [c.context_id for c in load_contexts("ED", "train", DATA / "empathetic_dialogues", num_samples=7, seed=3)]
+    shots = few_shot_examples("ESConv", DATA / "esconv", k=3, seed=0, exclude_ids=[c.context_id for c in a])
+    assert len(shots) == 3 and all(s.split == "train" and s.reference for s in shots)
+
+
+def test_malformed_files_name_file_line_and_field(tmp_path):
+    (tmp_path / "train.csv").write_text("conv_id,utterance_idx,context,prompt,speaker_idx,utterance,selfeval,tags\nhit:0_conv:1,1,sad,p,1\n")
+    with pytest.raises(DataFormatError, match=r"train\.csv:2: missing field 'utterance'"):
+        load_contexts("ED", "train", tmp_path)
+    recs = json.loads((DATA / "esconv" / "ESConv.json").read_text())[:4]
+    recs[3]["dialog"] = None
+    (tmp_path / "ESConv.json").write_text(json.dumps(recs))
+    with pytest.raises(DataFormatError, match=r"ESConv\.json\[3\]: field 'dialog'"):
+        load_contexts("ESConv", "test", tmp_path)
