@@ -13,6 +13,7 @@ __all__ = ['COMMANDS', 'main']
 COMMANDS: dict[str, tuple[str, str]] = {
     "chat": ("mascot.llm", "one director -> speaker exchange on the configured backends (smoke test of the LLM layer)"),
     "episode": ("mascot.episodes", "directed multi-agent conversations (and baselines/ablations) on ED, ESConv or QMSum"),
+    "metrics": ("mascot.auto_metrics", "NLI contradiction, Self-BLEU and echo score of conversations"),
 }
 
 def main(argv: list[str] | None = None) -> int:
