@@ -11,7 +11,7 @@ export OMP_WAIT_POLICY := PASSIVE
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup test test-slow demo chat bench clean-venv docs
+.PHONY: setup test test-slow demo chat site bench clean-venv
 
 setup: $(STAMP)
 
@@ -33,13 +33,22 @@ test-slow: setup
 	$(BIN)/nbdev_test --n_workers 1 --flags slow
 	$(BIN)/python -m pytest -q tests
 
+# the main job: every stage, candidates to figures, on the embedded model and the shipped demo contexts
 demo: setup
+	# --resume: a finished run is kept (delete runs/smoke to start afresh); an interrupted one continues
+	$(BIN)/mascot run configs/smoke.yaml --resume
+	$(BIN)/mascot site runs/smoke --output-dir _site
+	@echo "report: _site/index.html (run folder: runs/smoke)"
+
+chat: setup
 	$(BIN)/mascot chat
 
-chat: demo
+site: setup
+	$(BIN)/mascot site --output-dir _site
 
 bench: setup
 	$(BIN)/python bench/llm_throughput.py
+	$(BIN)/python bench/episodes_throughput.py
 
 clean-venv:
 	rm -rf $(VENV)
