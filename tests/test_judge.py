@@ -157,3 +157,13 @@ def test_real_embedded_smollm2_judge_through_the_cli(tmp_path):
     assert failures < 3  # observed: 3 of 3 here; 17 of 17 on 5 real `mascot episode` records
     for l in read_jsonl(tmp_path / "scores_persona_one_ED.jsonl"):
         assert all(0 <= v <= 100 for it in l["items"] if "scores" in it for v in it["scores"].values())
+
+def test_openai_compatible_judge_without_logprobs(openai_server, tmp_path):
+    "`transformers serve` ignores logprobs: the judge falls back to the integers it wrote (or counts a failure) and the run completes."
+    path = tmp_path / "srv_ED.jsonl"
+    path.write_text(json.dumps(conversation("srv", "I failed my exam.", ["The Anchor"], valence="negative")) + "\n")
+    paths = evaluate(JudgeConfig(input_file=str(path), provider="vllm", judge_server_url=openai_server["url"], judge=openai_server["model"],
+                                 rubric="collective", progress=False))
+    m = load(paths["collective"])
+    assert m["judge"] == openai_server["model"] and m["num_scored"] + m["num_annotation_failures"] == 1
+    for l in read_jsonl(tmp_path / "scores_collective_srv_ED.jsonl"): assert l["items"][0]["weighted"] is False

@@ -1,0 +1,52 @@
+"""Stage 1 learning signal on the embedded model (not part of the default tests).
+
+Candidates judged by the embedded judge on real ESConv contexts -> preference pairs -> persona reward model (held-out pairwise accuracy before
+and after, on contexts never trained on) -> speaker GRPO (held-out mean reward-model score of the base vs the trained policy).
+Writes bench/results/stage1_learning.json.
+
+    python bench/stage1_learning.py [--num-samples 20] [--num-candidates 4] [--grpo-steps 30] [--score-margin 0.2]
+"""
+import argparse, asyncio, json, os, tempfile, time
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+from pathlib import Path
+from mascot.data import shared_data_dir
+from mascot.llm import EmbeddedBackend
+from mascot.candidates import CandidatesConfig, generate_individual_async, load_pairs
+from mascot.reward_model import RewardModelConfig, train_reward_model
+from mascot.speaker_grpo import SpeakerGRPOConfig, train_speaker
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--num-samples", type=int, default=20); ap.add_argument("--num-candidates", type=int, default=4)
+    ap.add_argument("--score-margin", type=float, default=0.2); ap.add_argument("--grpo-steps", type=int, default=30)
+    ap.add_argument("--rm-epochs", type=float, default=3); ap.add_argument("--work-dir", default=None)
+    ap.add_argument("--out", default="bench/results/stage1_learning.json")
+    a = ap.parse_args()
+    work = Path(a.work_dir or tempfile.mkdtemp(prefix="stage1_"))
+    res, t = {"settings": vars(a), "work_dir": str(work)}, time.time()
+    folder = asyncio.run(generate_individual_async(CandidatesConfig(
+        dataset="ESConv", data_path=str(shared_data_dir() / "esconv"), split="train", num_samples=a.num_samples, num_candidates=a.num_candidates,
+        score_margin=a.score_margin, max_tokens=48, output_dir=str(work / "rl"), resume=(work / "rl").exists()), embedded=EmbeddedBackend()))
+    summ = json.loads(sorted((folder / "runs").glob("*/run_summary.json"))[-1].read_text())
+    res["data"] = {k: summ[k] for k in ("num_queries", "num_pairs", "max_pairs", "num_annotation_failures")}
+    res["data"]["seconds"] = round(time.time() - t, 1); print(res["data"], flush=True)
+    t = time.time()
+    rm = train_reward_model(RewardModelConfig(dataset="ESConv", data_path=str(folder), output_dir=str(work / "rm"), num_train_epochs=a.rm_epochs,
+                                              lora_r=16, max_length=512, holdout_fraction=0.25))
+    m = json.loads((rm / "mascot_metadata.json").read_text())
+    res["reward_model"] = {k: m[k] for k in ("heldout_accuracy_before", "heldout_accuracy_after", "num_train_pairs", "num_heldout_pairs", "steps", "train_loss")}
+    res["reward_model"]["heldout_contexts"] = len(m["heldout_contexts"]); res["reward_model"]["seconds"] = round(time.time() - t, 1)
+    print(res["reward_model"], flush=True)
+    t = time.time()
+    sp = train_speaker(SpeakerGRPOConfig(dataset="ESConv", data_path=str(folder), reward_model_path=str(rm), output_dir=str(work / "llm"),
+                                         max_steps=a.grpo_steps, num_generations=4, per_device_train_batch_size=4, max_completion_length=40,
+                                         eval_max_tokens=40, learning_rate=5e-5, holdout_fraction=0.25))
+    m = json.loads((sp / "mascot_metadata.json").read_text())
+    res["speaker_grpo"] = {k: m[k] for k in ("base_mean_rm", "trained_mean_rm", "steps", "max_weight_change", "num_heldout_prompts")}
+    res["speaker_grpo"]["seconds"] = round(time.time() - t, 1)
+    res["speaker_grpo"]["reward_log_first_last"] = [m["reward_log"][0], m["reward_log"][-2] if len(m["reward_log"]) > 1 else None]
+    print(res["speaker_grpo"], flush=True)
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True); Path(a.out).write_text(json.dumps(res, indent=2))
+    print(f"wrote {a.out}")
+
+if __name__ == "__main__": main()

@@ -1,0 +1,63 @@
+"""Stage 2 learning signal on the embedded model (not part of the default tests).
+
+Independent episodes -> group reward model; branching states -> director GRPO (online rollouts) and director DPO. Then, on held-out states
+(contexts no director trained on), the group reward of rollouts directed by: random order (MASCOT-C), the untrained director, the GRPO director,
+the DPO director — same states, speakers and random streams. Writes bench/results/stage2_learning.json.
+
+    python bench/stage2_learning.py [--num-samples 12] [--grpo-steps 20]
+"""
+import argparse, asyncio, json, os, tempfile, time
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+from pathlib import Path
+from mascot.core import read_jsonl
+from mascot.data import shared_data_dir
+from mascot.llm import EmbeddedBackend
+from mascot.group_data import GroupDataConfig, generate_group_async
+from mascot.group_reward_model import GroupRewardModelConfig, train_group_reward_model, GroupRewardModel
+from mascot.director_grpo import DirectorGRPOConfig, train_director_grpo, director_group_reward, director_prompts
+from mascot.director_dpo import DirectorDPOConfig, train_director_dpo
+from mascot.reward_model import split_by_context
+from mascot.episodes import EpisodeRunner
+from mascot.llm import LLMClient
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--num-samples", type=int, default=12); ap.add_argument("--grpo-steps", type=int, default=20)
+    ap.add_argument("--num-turns", type=int, default=3); ap.add_argument("--score-margin", type=float, default=0.1)
+    ap.add_argument("--work-dir", default=None); ap.add_argument("--out", default="bench/results/stage2_learning.json")
+    a = ap.parse_args()
+    work = Path(a.work_dir or tempfile.mkdtemp(prefix="stage2_"))
+    emb = EmbeddedBackend()
+    base = dict(dataset="ESConv", data_path=str(shared_data_dir() / "esconv"), split="train", num_samples=a.num_samples, num_turns=a.num_turns,
+                output_dir=str(work / "rl"), progress=True, speaker_max_tokens=40, user_max_tokens=28, score_margin=a.score_margin)
+    res, t = {"settings": vars(a), "work_dir": str(work)}, time.time()
+    grp = asyncio.run(generate_group_async(GroupDataConfig(**base, num_episodes=3, resume=(work / "rl").exists()), embedded=emb))
+    br = asyncio.run(generate_group_async(GroupDataConfig(**base, generation_mode="branching", num_candidates=4, resume=(work / "rl").exists()), embedded=emb))
+    res["data_seconds"] = round(time.time() - t, 1)
+    grm_dir = train_group_reward_model(GroupRewardModelConfig(data_path=str(grp), output_dir=str(work / "rm"), num_train_epochs=3, holdout_fraction=0.25))
+    m = json.loads((grm_dir / "mascot_metadata.json").read_text())
+    res["group_reward_model"] = {k: m[k] for k in ("heldout_accuracy_before", "heldout_accuracy_after", "num_train_pairs", "num_heldout_pairs")}
+    print(res["group_reward_model"], flush=True)
+    gcfg = DirectorGRPOConfig(episode_dataset_path=str(br), group_reward_model_path=str(grm_dir), output_dir=str(work / "llm"), max_steps=a.grpo_steps,
+                              num_generations=4, per_device_train_batch_size=4, max_completion_length=48, num_turns=a.num_turns, horizon=1,
+                              speaker_max_tokens=32, user_max_tokens=24, holdout_fraction=0.25)
+    t = time.time(); grpo = train_director_grpo(gcfg, embedded=emb); res["grpo_seconds"] = round(time.time() - t, 1)
+    dpo = train_director_dpo(DirectorDPOConfig(episode_dataset_path=str(br), output_dir=str(work / "llm"), num_train_epochs=2, holdout_fraction=0.25))
+    # held-out states: the same context split the GRPO run used
+    prompts = director_prompts(br)
+    _, held, held_ids = split_by_context(prompts, gcfg.holdout_fraction, gcfg.seed)
+    states = [json.loads(s) for s in held["state"]]
+    emb.load_adapter("grpo-director", grpo); emb.load_adapter("dpo-director", dpo)
+    ecfg = gcfg.episode_config()
+    runner = EpisodeRunner(ecfg, LLMClient(ecfg, embedded=emb))
+    grm = GroupRewardModel.load(grm_dir)
+    async def compare():
+        return [await director_group_reward(runner, grm, states, d, gcfg.horizon, gcfg.num_turns, 48, seed=1)
+                for d in ("random", None, "grpo-director", "dpo-director")]
+    rows = asyncio.run(compare())
+    res["heldout"] = {"contexts": held_ids, "states": len(states), "directors": rows}
+    for r in rows: print(f"{r['director']:>14}: mean group reward {r['mean_group_reward']:.4f} ± {r['std']:.4f}  (parse rate {r['parse_rate']:.2f}, n={r['n']})")
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True); Path(a.out).write_text(json.dumps(res, indent=2))
+    print(f"wrote {a.out}")
+
+if __name__ == "__main__": main()
