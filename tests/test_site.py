@@ -35,6 +35,22 @@ def test_smoke_run_has_every_stage_and_figure(smoke_run):
     sel = scores[(scores.kind == "persona") & (scores.system == row.system) & (scores.criterion == row.criterion) & (scores.group == row.group)]
     assert abs(sel.score.mean() - row["mean"]) < 1e-6 and len(sel) == row["n"]
 
+def test_smoke_run_trained_and_served_the_adapters(smoke_run):
+    "The training stages moved their adapters' weights, and the evaluation served them by alias (the role trace proves which id each role called)."
+    for stage in ("12_speaker_grpo", "13_sft", "22_director_grpo", "23_director_dpo"):
+        path = Path(json.loads((smoke_run / stage / "outputs.json").read_text())["path"])
+        meta = json.loads((path / "mascot_metadata.json").read_text())
+        assert meta["max_weight_change"] > 0 and meta["steps"] >= 1, stage
+        assert (path / "adapter_model.safetensors").exists(), stage
+    for stage in ("11_reward_model", "21_group_reward_model"):
+        meta = json.loads((Path(json.loads((smoke_run / stage / "outputs.json").read_text())["path"]) / "mascot_metadata.json").read_text())
+        assert 0 <= meta["heldout_accuracy_after"] <= 1 and meta["heldout_contexts"], stage
+    files = json.loads((smoke_run / "30_evaluate" / "outputs.json").read_text())["files"]
+    assert set(files) == {"mascot", "mascot-g", "mascot-i", "mascot-c", "mascot-p", "zero-shot", "few-shot", "sft"}
+    rec = json.loads(open(files["mascot"]).readline())
+    assert rec["metadata"]["director_model"] == "mascot-director" and set(rec["metadata"]["adapters"]) == {"director", "speaker"}
+    assert json.loads(open(files["sft"]).readline())["metadata"]["speaker_model"] == "mascot-sft"
+
 def chromium() -> str:
     exe = shutil.which("chromium") or shutil.which("chromium-browser")
     if not exe: pytest.fail("headless Chromium is needed for the site test: apt-get install chromium (make test does it)")
