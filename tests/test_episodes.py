@@ -72,3 +72,13 @@ def test_sigkill_then_resume_writes_each_conversation_once(shared_data_dir, tmp_
     assert len(ids) == 5 and len(set(ids)) == 5 and ids[: len(first)] == first
     assert summary_of(out)["num_already_done"] == len(first)
     assert list(tmp_path.glob("killed.jsonl.torn-*"))
+
+def test_remaining_baselines_run_on_real_contexts(shared_data_dir, tmp_path):
+    "few-shot-cot, self-consistency and multiagent-esc (the systems the smoke pipeline leaves out) end to end on ESConv."
+    for system in ("few-shot-cot", "self-consistency", "multiagent-esc"):
+        r = run_cli("--dataset", "ESConv", "--data-path", str(shared_data_dir / "esconv"), "--split", "test", "--num-samples", "1", "--num-turns", "1",
+                    "--system", system, "--speaker-max-tokens", "24", "--self-consistency-k", "2", "--output-dir", str(tmp_path))
+        assert r.returncode == 0, (system, r.stderr[-3000:])
+        rec = next(read_jsonl(Path(r.stdout.split()[-1])))
+        validate_episode(rec)
+        assert rec["metadata"]["system"] == system and rec["agents_spoken"] == {"Supporter": 1} and rec["metadata"]["director_model"] is None
