@@ -10,8 +10,10 @@ def mascot(*args, **kw):
     return subprocess.run([sys.executable, "-m", "mascot.pipeline", *args], capture_output=True, text=True, cwd=kw.pop("cwd", ROOT), **kw)
 
 TINY = {"run_name": "tiny", "dataset": "ED", "data_path": "demo:empathetic_dialogues", "seed": 0,
-        "stages": {"candidates": {"split": "train", "num_samples": 3, "num_candidates": 3, "personas": ["The Anchor"], "max_tokens": 24},
-                   "reward_model": {"num_train_epochs": 1, "lora_r": 4, "max_length": 256, "holdout_fraction": 0.34}}}
+        # score_margin 0: the tiny judge's scores sit close together, and the test is about the pipeline, not the data
+        "stages": {"candidates": {"split": "train", "num_samples": 4, "num_candidates": 3, "personas": ["The Anchor"], "max_tokens": 24,
+                                  "score_margin": 0.0, "judge_examples": 1, "judge_max_tokens": 100},
+                   "reward_model": {"num_train_epochs": 1, "lora_r": 4, "max_length": 640, "holdout_fraction": 0.34}}}
 
 def write_cfg(tmp_path, cfg, name="c.yaml"):
     p = tmp_path / name; p.write_text(yaml.safe_dump(cfg)); return p

@@ -35,7 +35,7 @@ def test_reward_trainer_accepts_the_pairs(stage1, tmp_path):
     if len(set(load_pairs(stage1)["context_id"])) < 2:  # the tiny judge may tie; margin 0 keeps the test about the trainer
         save_pairs(pairs_from_records(read_jsonl(stage1 / "candidates.jsonl"), 0.0), stage1)
     r = cli("train-reward-model", "--dataset", "ESConv", "--data-path", str(stage1), "--output-dir", str(tmp_path), "--num-train-epochs", "1",
-            "--lora-r", "4", "--max-length", "384", "--holdout-fraction", "0.34")
+            "--lora-r", "4", "--max-length", "768", "--holdout-fraction", "0.34")
     assert r.returncode == 0, r.stderr[-3000:]
     out = tmp_path / "Individual_ESConv_smollm2-135m-instruct"
     meta = json.loads((out / "mascot_metadata.json").read_text())
