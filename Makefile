@@ -32,11 +32,11 @@ chromium:
 
 test: setup chromium
 	$(BIN)/nbdev_test --n_workers 2
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q --durations=12 tests
 
 test-slow: setup
 	$(BIN)/nbdev_test --n_workers 1 --flags slow
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q --durations=12 tests
 
 # the main job: every stage, candidates to figures, on the embedded model and the shipped demo contexts
 demo: setup

@@ -4,7 +4,7 @@ Candidates judged by the embedded judge on real ESConv contexts -> preference pa
 and after, on contexts never trained on) -> speaker GRPO (held-out mean reward-model score of the base vs the trained policy).
 Writes bench/results/stage1_learning.json.
 
-    python bench/stage1_learning.py [--num-samples 20] [--num-candidates 4] [--grpo-steps 30] [--score-margin 0.2]
+    python bench/stage1_learning.py [--num-samples 20] [--num-candidates 4] [--grpo-steps 30] [--grpo-lr 2e-4] [--score-margin 0.2] [--work-dir DIR]
 """
 import argparse, asyncio, json, os, tempfile, time
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -19,7 +19,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--num-samples", type=int, default=20); ap.add_argument("--num-candidates", type=int, default=4)
     ap.add_argument("--score-margin", type=float, default=0.2); ap.add_argument("--grpo-steps", type=int, default=30)
-    ap.add_argument("--rm-epochs", type=float, default=3); ap.add_argument("--work-dir", default=None)
+    ap.add_argument("--rm-epochs", type=float, default=3); ap.add_argument("--grpo-lr", type=float, default=2e-4); ap.add_argument("--work-dir", default=None)
     ap.add_argument("--out", default="bench/results/stage1_learning.json")
     a = ap.parse_args()
     work = Path(a.work_dir or tempfile.mkdtemp(prefix="stage1_"))
@@ -40,7 +40,7 @@ def main():
     t = time.time()
     sp = train_speaker(SpeakerGRPOConfig(dataset="ESConv", data_path=str(folder), reward_model_path=str(rm), output_dir=str(work / "llm"),
                                          max_steps=a.grpo_steps, num_generations=4, per_device_train_batch_size=4, max_completion_length=40,
-                                         eval_max_tokens=40, learning_rate=5e-5, holdout_fraction=0.25))
+                                         eval_max_tokens=40, learning_rate=a.grpo_lr, holdout_fraction=0.25))
     m = json.loads((sp / "mascot_metadata.json").read_text())
     res["speaker_grpo"] = {k: m[k] for k in ("base_mean_rm", "trained_mean_rm", "steps", "max_weight_change", "num_heldout_prompts")}
     res["speaker_grpo"]["seconds"] = round(time.time() - t, 1)

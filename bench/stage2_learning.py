@@ -4,9 +4,9 @@ Independent episodes -> group reward model; branching states -> director GRPO (o
 (contexts no director trained on), the group reward of rollouts directed by: random order (MASCOT-C), the untrained director, the GRPO director,
 the DPO director — same states, speakers and random streams. Writes bench/results/stage2_learning.json.
 
-    python bench/stage2_learning.py [--num-samples 12] [--grpo-steps 20]
+    python bench/stage2_learning.py [--num-samples 12] [--grpo-steps 20] [--eval-seeds 3] [--work-dir DIR]
 """
-import argparse, asyncio, json, os, tempfile, time
+import argparse, asyncio, json, os, statistics, tempfile, time
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 from pathlib import Path
 from mascot.core import read_jsonl
@@ -24,6 +24,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--num-samples", type=int, default=12); ap.add_argument("--grpo-steps", type=int, default=20)
     ap.add_argument("--num-turns", type=int, default=3); ap.add_argument("--score-margin", type=float, default=0.1)
+    ap.add_argument("--grpo-lr", type=float, default=2e-4)
+    ap.add_argument("--eval-seeds", type=int, default=3, help="held-out rollouts per state and director (paired across directors)")
     ap.add_argument("--work-dir", default=None); ap.add_argument("--out", default="bench/results/stage2_learning.json")
     a = ap.parse_args()
     work = Path(a.work_dir or tempfile.mkdtemp(prefix="stage2_"))
@@ -40,7 +42,7 @@ def main():
     print(res["group_reward_model"], flush=True)
     gcfg = DirectorGRPOConfig(episode_dataset_path=str(br), group_reward_model_path=str(grm_dir), output_dir=str(work / "llm"), max_steps=a.grpo_steps,
                               num_generations=4, per_device_train_batch_size=4, max_completion_length=48, num_turns=a.num_turns, horizon=1,
-                              speaker_max_tokens=32, user_max_tokens=24, holdout_fraction=0.25)
+                              speaker_max_tokens=32, user_max_tokens=24, holdout_fraction=0.25, learning_rate=a.grpo_lr)
     t = time.time(); grpo = train_director_grpo(gcfg, embedded=emb); res["grpo_seconds"] = round(time.time() - t, 1)
     dpo = train_director_dpo(DirectorDPOConfig(episode_dataset_path=str(br), output_dir=str(work / "llm"), num_train_epochs=2, holdout_fraction=0.25))
     # held-out states: the same context split the GRPO run used
@@ -51,12 +53,24 @@ def main():
     ecfg = gcfg.episode_config()
     runner = EpisodeRunner(ecfg, LLMClient(ecfg, embedded=emb))
     grm = GroupRewardModel.load(grm_dir)
-    async def compare():
-        return [await director_group_reward(runner, grm, states, d, gcfg.horizon, gcfg.num_turns, 48, seed=1)
-                for d in ("random", None, "grpo-director", "dpo-director")]
-    rows = asyncio.run(compare())
-    res["heldout"] = {"contexts": held_ids, "states": len(states), "directors": rows}
+    directors = ("random", None, "grpo-director", "dpo-director")
+    async def compare(seed):
+        return [await director_group_reward(runner, grm, states, d, gcfg.horizon, gcfg.num_turns, 48, seed=seed) for d in directors]
+    # every director is rolled out from the same states with the same random streams, once per evaluation seed: paired comparisons
+    per_seed = [asyncio.run(compare(s)) for s in range(1, a.eval_seeds + 1)]
+    rows = []
+    for j, d in enumerate(directors):
+        scores = [x for seed_rows in per_seed for x in seed_rows[j]["scores"]]
+        rows.append({"director": per_seed[0][j]["director"], "mean_group_reward": statistics.fmean(scores), "std": statistics.pstdev(scores),
+                     "parse_rate": statistics.fmean(r[j]["parse_rate"] for r in per_seed), "n": len(scores)})
+    def paired(j, k):  # mean per-rollout difference director j - director k, with its standard error
+        diffs = [x - y for r in per_seed for x, y in zip(r[j]["scores"], r[k]["scores"])]
+        return {"mean_diff": statistics.fmean(diffs), "stderr": statistics.pstdev(diffs) / len(diffs) ** 0.5, "n": len(diffs),
+                "wins": sum(d > 0 for d in diffs), "losses": sum(d < 0 for d in diffs)}
+    res["heldout"] = {"contexts": held_ids, "states": len(states), "eval_seeds": a.eval_seeds, "directors": rows,
+                      "grpo_minus_random": paired(2, 0), "grpo_minus_untrained": paired(2, 1), "dpo_minus_untrained": paired(3, 1)}
     for r in rows: print(f"{r['director']:>14}: mean group reward {r['mean_group_reward']:.4f} ± {r['std']:.4f}  (parse rate {r['parse_rate']:.2f}, n={r['n']})")
+    for k in ("grpo_minus_random", "grpo_minus_untrained", "dpo_minus_untrained"): print(k, res["heldout"][k])
     Path(a.out).parent.mkdir(parents=True, exist_ok=True); Path(a.out).write_text(json.dumps(res, indent=2))
     print(f"wrote {a.out}")
 

@@ -25,6 +25,7 @@ def test_smoke_run_has_every_stage_and_figure(smoke_run):
         assert json.loads((sdir / "run_summary.json").read_text())["status"] == "completed", st.key
         meta = json.loads((sdir / "meta.json").read_text())
         assert meta["start"] and meta["end"] and meta["versions"]["torch"]
+        assert meta["seconds"] > 0 and 100 < meta["peak_rss_mb"] < 64_000, (st.key, meta.get("peak_rss_mb"))  # the kernel's own peak memory
     figs = sorted((smoke_run / "figures").glob("*/*.png"))
     assert {p.parent.name for p in figs} >= {"f01_persona_table_ed", "f02_collective_table_ed", "f04_ablation", "f06_big_five_heatmap"}
     # the persona table's numbers are the judge table's means
