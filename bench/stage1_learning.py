@@ -9,17 +9,28 @@ Writes bench/results/stage1_learning.json.
 import argparse, asyncio, json, os, tempfile, time
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 from pathlib import Path
+from mascot.core import read_jsonl
 from mascot.data import shared_data_dir
 from mascot.llm import EmbeddedBackend
 from mascot.candidates import CandidatesConfig, generate_individual_async, load_pairs
 from mascot.reward_model import RewardModelConfig, train_reward_model
 from mascot.speaker_grpo import SpeakerGRPOConfig, train_speaker
 
+def data_summary(folder: Path) -> dict:
+    "Counted from the store itself, so a resumed run reports the whole dataset (run summaries count only their own run)."
+    recs = list(read_jsonl(folder / "candidates.jsonl"))
+    cands = [c for r in recs for c in r["candidates"]]
+    summ = json.loads(sorted((folder / "runs").glob("*/run_summary.json"))[-1].read_text())
+    return {"num_queries": len(recs), "num_contexts": len({r["context_id"] for r in recs}), "num_candidates": len(cands),
+            "num_unscored_candidates": sum(c.get("overall") is None for c in cands), "num_pairs": summ["num_pairs"], "max_pairs": summ["max_pairs"],
+            "generation_runs": len(list((folder / "runs").glob("*/run_summary.json")))}
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--num-samples", type=int, default=20); ap.add_argument("--num-candidates", type=int, default=4)
     ap.add_argument("--score-margin", type=float, default=0.2); ap.add_argument("--grpo-steps", type=int, default=30)
     ap.add_argument("--rm-epochs", type=float, default=3); ap.add_argument("--grpo-lr", type=float, default=2e-4); ap.add_argument("--work-dir", default=None)
+    ap.add_argument("--reuse-rm", action="store_true", help="keep the reward model already trained in --work-dir")
     ap.add_argument("--out", default="bench/results/stage1_learning.json")
     a = ap.parse_args()
     work = Path(a.work_dir or tempfile.mkdtemp(prefix="stage1_"))
@@ -27,15 +38,16 @@ def main():
     folder = asyncio.run(generate_individual_async(CandidatesConfig(
         dataset="ESConv", data_path=str(shared_data_dir() / "esconv"), split="train", num_samples=a.num_samples, num_candidates=a.num_candidates,
         score_margin=a.score_margin, max_tokens=48, output_dir=str(work / "rl"), resume=(work / "rl").exists()), embedded=EmbeddedBackend()))
-    summ = json.loads(sorted((folder / "runs").glob("*/run_summary.json"))[-1].read_text())
-    res["data"] = {k: summ[k] for k in ("num_queries", "num_pairs", "max_pairs", "num_annotation_failures")}
-    res["data"]["seconds"] = round(time.time() - t, 1); print(res["data"], flush=True)
+    res["data"] = data_summary(folder); res["data"]["seconds_this_run"] = round(time.time() - t, 1); print(res["data"], flush=True)
     t = time.time()
-    rm = train_reward_model(RewardModelConfig(dataset="ESConv", data_path=str(folder), output_dir=str(work / "rm"), num_train_epochs=a.rm_epochs,
-                                              lora_r=16, max_length=512, holdout_fraction=0.25))
+    rm, reused = work / "rm" / "Individual_ESConv_smollm2-135m-instruct", a.reuse_rm
+    if not (reused and (rm / "mascot_metadata.json").exists()):  # --reuse-rm: train the speaker again against the reward model already there
+        reused = False
+        rm = train_reward_model(RewardModelConfig(dataset="ESConv", data_path=str(folder), output_dir=str(work / "rm"), num_train_epochs=a.rm_epochs,
+                                                  lora_r=16, max_length=512, holdout_fraction=0.25))
     m = json.loads((rm / "mascot_metadata.json").read_text())
     res["reward_model"] = {k: m[k] for k in ("heldout_accuracy_before", "heldout_accuracy_after", "num_train_pairs", "num_heldout_pairs", "steps", "train_loss")}
-    res["reward_model"]["heldout_contexts"] = len(m["heldout_contexts"]); res["reward_model"]["seconds"] = round(time.time() - t, 1)
+    res["reward_model"].update(heldout_contexts=len(m["heldout_contexts"]), reused=reused, seconds=None if reused else round(time.time() - t, 1))
     print(res["reward_model"], flush=True)
     t = time.time()
     sp = train_speaker(SpeakerGRPOConfig(dataset="ESConv", data_path=str(folder), reward_model_path=str(rm), output_dir=str(work / "llm"),
