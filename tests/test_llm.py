@@ -60,7 +60,7 @@ def test_roles_mix_server_and_embedded_with_trace(openai_server, tmp_path):
     assert trace["director"]["model"] == EMBEDDED_DEFAULT
 
 def test_embedded_batched_equals_unbatched_greedy():
-    emb = EmbeddedBackend()
+    emb = EmbeddedBackend(dtype="float32")  # exact in fp32; bf16 rounding may depend on the batch's padding
     asks = [[{"role": "user", "content": q}] for q in ("Tell me about rain.", "What helps when I'm anxious?", "One word for joy?",
                                                          "Describe a quiet morning.", "Why do people argue?", "Give me a tip for sleep.")]
     async def go():
