@@ -34,8 +34,8 @@ def test_missing_input_path_stops_before_any_work(tmp_path):
 
 def test_interrupt_then_resume_skips_completed_stages(tmp_path):
     cfg = write_cfg(tmp_path, TINY)
-    runs = tmp_path / "runs"
-    p = subprocess.Popen([sys.executable, "-m", "mascot.pipeline", str(cfg), "--runs-dir", str(runs)], cwd=ROOT,
+    runs = tmp_path / "runs"  # given as the relative "runs", as `make demo` does: every stage must still write inside it
+    p = subprocess.Popen([sys.executable, "-m", "mascot.pipeline", str(cfg), "--runs-dir", "runs"], cwd=tmp_path,
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     rm_summary, deadline = runs / "tiny" / "11_reward_model" / "run_summary.json", time.time() + 900
     while time.time() < deadline and not rm_summary.exists() and p.poll() is None: time.sleep(0.5)
@@ -46,13 +46,14 @@ def test_interrupt_then_resume_skips_completed_stages(tmp_path):
     assert json.loads((cand / "run_summary.json").read_text())["status"] == "completed"
     assert json.loads(rm_summary.read_text())["status"] == "running"  # killed mid-stage
     before = (cand / "executed.ipynb").stat().st_mtime_ns
-    r = mascot(str(cfg), "--runs-dir", str(runs), "--resume", timeout=900)
+    r = mascot(str(cfg), "--runs-dir", "runs", "--resume", timeout=900, cwd=tmp_path)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "[candidates] completed earlier: skipped" in r.stdout
     assert (cand / "executed.ipynb").stat().st_mtime_ns == before  # not redone
     assert json.loads(rm_summary.read_text())["status"] == "completed"
     out = json.loads((runs / "tiny" / "11_reward_model" / "outputs.json").read_text())
     assert Path(out["path"], "mascot_metadata.json").exists()
+    assert Path(out["path"]).is_relative_to(runs / "tiny" / "11_reward_model" / "out"), out["path"]  # not nested under the stage's working dir
     # a run folder with stages is not clobbered without --resume
     r = mascot(str(cfg), "--runs-dir", str(runs))
     assert r.returncode != 0 and "--resume" in r.stderr
