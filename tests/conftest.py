@@ -5,6 +5,7 @@ import pytest
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 ROOT = Path(__file__).resolve().parents[1]
+ARTIFACTS = ROOT / "test-artifacts"
 
 def shared_data() -> Path:
     for c in (os.environ.get("MASCOT_SHARED_DATA"), ROOT.parent / "shared" / "data", ROOT / "shared" / "data"):
@@ -47,3 +48,17 @@ def openai_server(smol_path, tmp_path_factory):
     proc.terminate()
     try: proc.wait(20)
     except subprocess.TimeoutExpired: proc.kill()
+
+@pytest.fixture(scope="session")
+def smoke_run(tmp_path_factory):
+    "The main job, `mascot run configs/smoke.yaml`, once per session; every suite that needs trained adapters or a finished run shares it."
+    # MASCOT_SMOKE_RUN=<runs/smoke folder> reuses a finished run (for a developer's loop; CI always runs it afresh)
+    if os.environ.get("MASCOT_SMOKE_RUN"): return Path(os.environ["MASCOT_SMOKE_RUN"])
+    runs = tmp_path_factory.mktemp("runs")
+    t0 = time.time()
+    r = subprocess.run([sys.executable, "-m", "mascot.pipeline", "configs/smoke.yaml", "--runs-dir", str(runs)], cwd=ROOT,
+                       capture_output=True, text=True, timeout=3600)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+    ARTIFACTS.mkdir(exist_ok=True)
+    (ARTIFACTS / "smoke_run.log").write_text(r.stdout + f"\nwall time {time.time() - t0:.0f} s\n")
+    return runs / "smoke"

@@ -6,17 +6,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "test-artifacts"
 
-@pytest.fixture(scope="session")
-def smoke_run(tmp_path_factory):
-    runs = tmp_path_factory.mktemp("runs")
-    t0 = time.time()
-    r = subprocess.run([sys.executable, "-m", "mascot.pipeline", "configs/smoke.yaml", "--runs-dir", str(runs)], cwd=ROOT,
-                       capture_output=True, text=True, timeout=3600)
-    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
-    ARTIFACTS.mkdir(exist_ok=True)
-    (ARTIFACTS / "smoke_run.log").write_text(r.stdout + f"\nwall time {time.time() - t0:.0f} s\n")
-    return runs / "smoke"
-
 def test_smoke_run_has_every_stage_and_figure(smoke_run):
     from mascot.pipeline import STAGES
     for st in STAGES:
