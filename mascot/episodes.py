@@ -8,24 +8,23 @@ from .core import *
 from .llm import *
 from .data import Context, load_contexts, few_shot_examples
 from .personas import *
+from .systems import System, SYSTEM_REGISTRY, SYSTEMS, get_system, check_episode_models
 import asyncio, copy, hashlib, json, random, re, sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 # %% auto #0
-__all__ = ['SYSTEMS', 'DIRECTED', 'MULTI_AGENT', 'ESC_STRATEGIES', 'EpisodeConfig', 'StrictModeError', 'EpisodeState',
-           'episode_rng', 'call_seed', 'EpisodeRunner', 'clean_reply', 'baseline_name', 'baseline_messages',
-           'extract_response', 'most_agreed', 'new_state', 'episode_record', 'run_episode', 'run_episodes_async',
+__all__ = ['DIRECTED', 'MULTI_AGENT', 'ESC_STRATEGIES', 'EpisodeConfig', 'StrictModeError', 'EpisodeState', 'episode_rng',
+           'call_seed', 'EpisodeRunner', 'clean_reply', 'baseline_name', 'baseline_messages', 'extract_response',
+           'most_agreed', 'new_state', 'role_identities', 'episode_record', 'run_episode', 'run_episodes_async',
            'run_episodes', 'main']
 
 # %% ../nbs/04_episodes.ipynb #ba3cac90
-# `mascot-g` (trained director, base speakers) and `mascot-i` (trained speakers, untrained director) differ from `mascot` only in the models
-# the evaluation puts behind the roles; `sft` is the single-agent loop on a speaker fine-tuned on the best stage-1 candidates.
-SYSTEMS = ("mascot", "mascot-g", "mascot-i", "mascot-c", "mascot-p", "zero-shot", "zero-shot-cot", "few-shot", "few-shot-cot", "self-consistency",
-           "multiagent-esc", "sft")
-DIRECTED = ("mascot", "mascot-g", "mascot-i", "mascot-p")  # a director chooses speaker, action and tone
-MULTI_AGENT = DIRECTED + ("mascot-c",)  # the persona roster speaks
+# What each system does (director or not, which roles are trained, how the reply is produced) is its entry in `mascot.systems`;
+# these two lists are derived from it for callers that want names.
+DIRECTED = tuple(n for n, s in SYSTEM_REGISTRY.items() if s.directed)  # a director chooses speaker, action and tone
+MULTI_AGENT = tuple(n for n, s in SYSTEM_REGISTRY.items() if s.multi_agent)  # the persona roster speaks
 
 class EpisodeConfig(EndpointConfig):
     "Flags of `mascot episode`."
@@ -62,7 +61,10 @@ class EpisodeConfig(EndpointConfig):
         if not 0 <= self.user_response_probability <= 1: raise ConfigError("--user-response-probability must be within [0, 1]")
         if self.user_big_five_profile and not self.enable_big_five: raise ConfigError("--user-big-five-profile needs --enable-big-five")
         if self.user_big_five_profile: get_big_five(self.user_big_five_profile)  # a clear error now, not mid-run
+        check_episode_models(self.system, self)  # e.g. an ablation's base speakers given the trained alias
 
+    @property
+    def spec(self) -> System: return get_system(self.system)
     @property
     def name(self) -> str: return self.output_name or f"{self.system}_{self.dataset}_{self.split}"
 
@@ -101,6 +103,7 @@ def call_seed(state: EpisodeState, role: str) -> int:
 class EpisodeRunner:
     def __init__(self, cfg: EpisodeConfig, client: LLMClient, run: RunDir | None = None, roster: Roster | None = None):
         self.cfg, self.client, self.run = cfg, client, run
+        self.system = cfg.spec
         self.roster = roster or (load_roster(cfg.roster_path) if cfg.roster_path else roster_for_dataset(cfg.dataset))
         self.counters = run.counters if run else {k: 0 for k in COUNTERS}
         self._few_shot: list[Context] | None = None
@@ -111,7 +114,7 @@ class EpisodeRunner:
 
     async def directive(self, state: EpisodeState) -> tuple[Directive, str | None]:
         "The director's directive (parsed) and its raw text; a random speaker when the output does not parse."
-        if self.cfg.system == "mascot-c":  # ablation: random speaking order, no director
+        if not self.system.directed:  # MASCOT-C: random speaking order, no director
             p = state.rng.choice(self.roster.personas)
             return Directive(p.name, DEFAULT_ACTION, p.tone), None
         r = await self.client.chat("director", director_messages(state.situation, state.turns, self.roster), temperature=self.cfg.director_temperature,
@@ -127,7 +130,7 @@ class EpisodeRunner:
     async def speak(self, state: EpisodeState, directive: Directive, directive_output: str | None) -> Turn:
         "The chosen speaker answers in persona (retried once if empty)."
         persona = self.roster.find(directive.agent_name)
-        msgs = speaker_messages(persona, directive, state.situation, state.turns, self.roster, persona_prompting=self.cfg.system != "mascot-p")
+        msgs = speaker_messages(persona, directive, state.situation, state.turns, self.roster, persona_prompting=self.system.persona_prompting)
         text = ""
         for attempt in range(2):
             r = await self.client.chat("speaker", msgs, temperature=self.cfg.speaker_temperature, max_tokens=self.cfg.speaker_max_tokens,
@@ -150,7 +153,7 @@ class EpisodeRunner:
 
     async def step(self, state: EpisodeState, directive: Directive | None = None, raw: str | None = None) -> None:
         "One director -> speaker exchange (a given directive skips the director), then the user may reply, which closes the round."
-        if self.cfg.system in MULTI_AGENT:
+        if self.system.multi_agent:
             if directive is None: directive, raw = await self.directive(state)
             await self.speak(state, directive, raw)
         else:
@@ -204,22 +207,22 @@ def most_agreed(candidates: list[str]) -> int:
 
 # %% ../nbs/04_episodes.ipynb #03f6afd9
 async def _baseline_reply(self: EpisodeRunner, state: EpisodeState) -> Turn:
-    cfg, roster, sysname = self.cfg, self.roster, self.cfg.system
+    cfg, roster, sysname, reply = self.cfg, self.roster, self.cfg.system, self.system.reply
     chat = lambda msgs, **kw: self.client.chat("speaker", msgs, **{"temperature": cfg.speaker_temperature, "max_tokens": cfg.speaker_max_tokens,
                                                                      "seed": call_seed(state, "speaker"), **kw})
     examples = []
-    if sysname.startswith("few-shot"):
+    if reply.startswith("few-shot"):
         if self._few_shot is None:
             self._few_shot = few_shot_examples(cfg.dataset, cfg.data_path, k=cfg.few_shot_k + 1, seed=cfg.seed, exclude_ids=())
         examples = [e for e in self._few_shot if e.context_id != state.context.context_id][: cfg.few_shot_k]
-    if sysname in ("zero-shot", "zero-shot-cot", "few-shot", "few-shot-cot", "sft"):
-        text = extract_response((await chat(baseline_messages("zero-shot" if sysname == "sft" else sysname, state.situation, state.turns, roster, examples),
-                                            max_tokens=cfg.speaker_max_tokens * (2 if sysname.endswith("cot") else 1))).text)
-    elif sysname == "self-consistency":
+    if reply in ("zero-shot", "zero-shot-cot", "few-shot", "few-shot-cot"):
+        text = extract_response((await chat(baseline_messages(reply, state.situation, state.turns, roster, examples),
+                                            max_tokens=cfg.speaker_max_tokens * (2 if reply.endswith("cot") else 1))).text)
+    elif reply == "self-consistency":
         r = await chat(baseline_messages("zero-shot", state.situation, state.turns, roster), n=cfg.self_consistency_k, temperature=max(cfg.speaker_temperature, 0.7))
         cands = [clean_reply(t, roster) for t in r.texts]
         text = cands[most_agreed(cands)]
-    else:  # multiagent-esc: analysis -> strategy deliberation -> candidates -> selection
+    elif reply == "multiagent-esc":  # analysis -> strategy deliberation -> candidates -> selection
         hist = render_history(state.turns, roster) or "(none)"
         analysis = (await chat([{"role": "system", "content": "Analyse the conversation: the person's emotion, its cause and what they need, in two sentences."},
                                 {"role": "user", "content": f"Situation:\n{state.situation}\n\nConversation:\n{hist}"}], temperature=0.0)).text
@@ -231,6 +234,7 @@ async def _baseline_reply(self: EpisodeRunner, state: EpisodeState) -> Turn:
         r = await chat(msgs, n=cfg.self_consistency_k, temperature=max(cfg.speaker_temperature, 0.7))
         cands = [clean_reply(t, roster) for t in r.texts]
         text = cands[most_agreed(cands)]
+    else: raise ValueError(f"system {sysname!r}: reply mode {reply!r} is not a single-agent baseline")
     text = clean_reply(text, roster)
     if not text: self.count("num_empty_responses", f"baseline {sysname}")
     return state.add(baseline_name(roster), text, directive=None, directive_output=None)
@@ -249,17 +253,21 @@ def new_state(runner: EpisodeRunner, ctx: Context) -> EpisodeState:
     for line in ctx.opening: st.add(runner.roster.user_label, line, turn_type="user")
     return st
 
-def _model_of(runner: EpisodeRunner, role: str) -> str: return runner.client.routes[role].model
+def _model_of(runner: EpisodeRunner, role: str) -> str: return runner.client.identity(role)["model"]
+
+def role_identities(runner: EpisodeRunner) -> dict[str, dict]:
+    "Model, base, adapter (alias and folder) and backend of every role this system's episodes call."
+    used = {"director": runner.system.directed, "speaker": True, "user": runner.cfg.enable_user_simulation}
+    return {r: runner.client.identity(r) for r, u in used.items() if u}
 
 def episode_record(runner: EpisodeRunner, st: EpisodeState) -> Episode:
     cfg, ctx = runner.cfg, st.context
-    roles = {"director": cfg.system in DIRECTED, "speaker": True, "user": cfg.enable_user_simulation}
-    adapters = {r: f"{_model_of(runner, r)}={runner.client.adapters[_model_of(runner, r)]}" for r, used in roles.items()
-                if used and _model_of(runner, r) in runner.client.adapters}
+    roles = role_identities(runner)
+    adapters = {r: f"{i['adapter']}={i['adapter_path']}" if i["adapter_path"] else i["adapter"] for r, i in roles.items() if i["adapter"]}
     meta = EpisodeMetadata(system=cfg.system, dataset=ctx.dataset, persona_set="big5" if cfg.enable_big_five else "default",
-                           director_model=_model_of(runner, "director") if roles["director"] else None, speaker_model=_model_of(runner, "speaker"),
-                           user_model=_model_of(runner, "user") if roles["user"] else None, adapters=adapters or None,
-                           extra={"split": ctx.split, "seed": cfg.seed, "num_turns": cfg.num_turns,
+                           director_model=roles["director"]["model"] if "director" in roles else None, speaker_model=roles["speaker"]["model"],
+                           user_model=roles["user"]["model"] if "user" in roles else None, adapters=adapters or None,
+                           extra={"roles": roles, "split": ctx.split, "seed": cfg.seed, "num_turns": cfg.num_turns,
                                   **({"valence": ctx.valence} if ctx.valence else {}), **({"domain": ctx.domain} if ctx.domain else {})})
     if ctx.dataset in MEETING_DATASETS:
         return Episode(ctx.context_id, st.turns, meta, start_idx=ctx.start_idx or 0, meeting=ctx.meeting)
