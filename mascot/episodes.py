@@ -61,7 +61,11 @@ class EpisodeConfig(EndpointConfig):
         if not 0 <= self.user_response_probability <= 1: raise ConfigError("--user-response-probability must be within [0, 1]")
         if self.user_big_five_profile and not self.enable_big_five: raise ConfigError("--user-big-five-profile needs --enable-big-five")
         if self.user_big_five_profile: get_big_five(self.user_big_five_profile)  # a clear error now, not mid-run
-        check_episode_models(self.system, self)  # e.g. an ablation's base speakers given the trained alias
+        self.check_models()
+
+    def check_models(self):
+        "One system's roles: refuse a trained alias on a role the system runs on the base model (`mascot eval` maps them instead)."
+        check_episode_models(self.system, self)
 
     @property
     def spec(self) -> System: return get_system(self.system)

@@ -6,18 +6,16 @@
 from __future__ import annotations
 from .core import *
 from .llm import *
-from .episodes import EpisodeConfig, run_episodes_async, SYSTEMS, DIRECTED
+from .episodes import EpisodeConfig, run_episodes_async
+from .systems import SYSTEMS, SYSTEM_REGISTRY, DIRECTOR_ALIAS, SPEAKER_ALIAS, SFT_ALIAS, get_system, assign_models, check_model_flags
 from .candidates import model_slug
 import asyncio, json, sys
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['ROLE_ALIASES', 'EvalConfig', 'system_config', 'evaluate_async', 'evaluate', 'main']
+__all__ = ['EvalConfig', 'system_config', 'evaluate_async', 'evaluate', 'main']
 
 # %% ../nbs/30_evaluate.ipynb #b88339c5
-ROLE_ALIASES = {"mascot": ("mascot-director", "mascot-speaker"), "mascot-g": ("mascot-director", None), "mascot-i": (None, "mascot-speaker"),
-                "sft": (None, "mascot-sft")}
-
 class EvalConfig(EpisodeConfig):
     "Flags of `mascot eval`: `mascot episode`'s, plus where the trained adapters are."
     split: str = "test"
@@ -27,25 +25,19 @@ class EvalConfig(EpisodeConfig):
     sft_adapter: str | None = None
     output_dir: str = "outputs"
 
+    def check_models(self): pass  # the model flags are mapped per system (`system_config`), not checked against one --system
+
+    def adapter_paths(self) -> dict[str, str | None]:
+        return {DIRECTOR_ALIAS: self.director_adapter, SPEAKER_ALIAS: self.speaker_adapter, SFT_ALIAS: self.sft_adapter}
+
 def system_config(cfg: EvalConfig, system: str) -> EpisodeConfig:
-    "The episode config of one system: role models and LoRA modules from the table above."
-    director, speaker = ROLE_ALIASES.get(system, (None, None))
-    paths = {"mascot-director": cfg.director_adapter, "mascot-speaker": cfg.speaker_adapter, "mascot-sft": cfg.sft_adapter}
-    mods = list(cfg.lora_modules)
-    upd: dict = {"system": system}
-    for role, alias in (("directive_model", director), ("agent_model", speaker)):
-        if alias is None: continue
-        given = {m.split("=", 1)[0] for m in cfg.lora_modules}
-        if alias not in given and getattr(cfg, role) != alias:
-            if not paths[alias]:
-                flag = {"mascot-director": "--director-adapter", "mascot-speaker": "--speaker-adapter", "mascot-sft": "--sft-adapter"}[alias]
-                raise ConfigError(f"system {system!r} needs the {alias} adapter: pass {flag} PATH (or --lora-modules {alias}=PATH, or a served model id)")
-            mods.append(f"{alias}={paths[alias]}")
-        upd[role] = getattr(cfg, role) if getattr(cfg, role) not in (None, cfg.model_name) else alias
-    model = upd.get("agent_model") or cfg.agent_model or cfg.model_name
+    "The episode config of one system: its role models and LoRA modules from the registry (`assign_models`)."
+    m = assign_models(system, cfg, cfg.adapter_paths())
     out = Path(cfg.output_dir) / "mascot_eval" / cfg.dataset / cfg.split
     fields = {k: v for k, v in cfg.model_dump().items() if k in EpisodeConfig.model_fields}
-    return EpisodeConfig(**{**fields, **upd, "lora_modules": mods, "output_dir": str(out), "output_name": f"{system}_{model_slug(cfg.model_name)}"})
+    roles = {"directive_model": m.director, "agent_model": m.speaker, "user_model": m.user}
+    return EpisodeConfig(**{**fields, **roles, "system": system, "lora_modules": m.lora_modules, "output_dir": str(out),
+                            "output_name": f"{system}_{model_slug(cfg.model_name)}"})
 
 # %% ../nbs/30_evaluate.ipynb #607d1ea6
 async def evaluate_async(cfg: EvalConfig, embedded: EmbeddedBackend | None = None) -> dict[str, Path]:
@@ -53,6 +45,7 @@ async def evaluate_async(cfg: EvalConfig, embedded: EmbeddedBackend | None = Non
     systems = cfg.systems or [cfg.system]
     bad = [s for s in systems if s not in SYSTEMS]
     if bad: raise ConfigError(f"--systems: unknown {bad}; known: {', '.join(SYSTEMS)}")
+    check_model_flags(systems, cfg)  # a trained-model flag no chosen system runs would be silently dropped
     cfgs = {s: system_config(cfg, s) for s in systems}  # every adapter problem is reported before any work
     contexts = load_contexts(cfg.dataset, split=cfg.split, data_path=cfg.data_path, num_samples=cfg.num_samples, seed=cfg.seed,
                              max_transcript_tokens=cfg.max_transcript_tokens)
