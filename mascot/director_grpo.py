@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 # %% auto #0
-__all__ = ['DirectorGRPOConfig', 'make_directive_format_reward', 'rollout_states', 'make_rollout_reward', 'director_group_reward',
-           'director_prompts', 'train_director_grpo', 'main', 'train_group_main']
+__all__ = ['DirectorGRPOConfig', 'make_directive_format_reward', 'rollout_states', 'make_rollout_reward',
+           'heldout_director_backend', 'director_group_reward', 'director_prompts', 'train_director_grpo', 'main',
+           'train_group_main']
 
 # %% ../nbs/22_director_grpo.ipynb #ac38dd7a
 class DirectorGRPOConfig(EndpointConfig, GRPOTrainingConfig):
@@ -74,16 +75,27 @@ def make_rollout_reward(runner: EpisodeRunner, grm: GroupRewardModel, horizon: i
     return group_rm_reward
 
 # %% ../nbs/22_director_grpo.ipynb #f206e703
+def heldout_director_backend(client: LLMClient, base: str, adapter_dir: str | Path) -> ChatBackend:
+    """Where the held-out check runs the untrained and the just-trained director: the run's embedded director backend, or, when the director
+    is served over HTTP (no server holds an adapter trained a moment ago), an embedded backend of the base model. Both directors run on the
+    same backend, so the comparison is like for like; the speakers and the user stay where the run routes them."""
+    if client.routes["director"].backend == "embedded": backend = client.backend("director")
+    else:
+        import torch
+        backend = EmbeddedBackend(base, device="cuda" if torch.cuda.is_available() else "cpu")
+    backend.load_adapter("trained-director", adapter_dir)
+    return backend
+
 async def director_group_reward(runner: EpisodeRunner, grm: GroupRewardModel, states: list[dict], director: str | None, horizon: int, num_turns: int,
-                                max_tokens: int = 48, seed: int = 0) -> dict:
-    "Mean group-RM score of rollouts directed by `director` (a model id or adapter alias, None = base, or 'random')."
+                                max_tokens: int = 48, seed: int = 0, backend: ChatBackend | None = None) -> dict:
+    "Mean group-RM score of rollouts directed by `director` (a model id or adapter alias on `backend`, None = base, or 'random')."
     sts = [state_from_dict(s, runner.roster, seed=f"eval:{seed}:{i}") for i, s in enumerate(states)]
     if director == "random":
         texts = []
         for st in sts:
             p = st.rng.choice(runner.roster.personas); texts.append(json.dumps(Directive(p.name, DEFAULT_ACTION, p.tone).to_dict()))
     else:
-        emb = runner.client.backend("director")
+        emb = backend or runner.client.backend("director")
         rs = await asyncio.gather(*[emb.chat(ChatRequest(director_messages(st.situation, st.turns, runner.roster), model=director, max_tokens=max_tokens))
                                     for st in sts])
         texts = [r.text for r in rs]
@@ -133,11 +145,11 @@ def train_director_grpo(cfg: DirectorGRPOConfig, embedded: EmbeddedBackend | Non
         trainer.save_model(str(out)); tok.save_pretrained(out)
         log = [{k: v for k, v in h.items() if k.startswith(("reward", "rewards/", "loss", "step", "kl"))} for h in trainer.state.log_history]
         # held-out: untrained vs trained director, same states and speakers
-        emb = client.backend("director")
-        emb.load_adapter("trained-director", out)
+        director_backend = heldout_director_backend(client, cfg.model_name, out)
         held_states = [json.loads(s) for s in held["state"]]
         async def evaluate():
-            return [await director_group_reward(runner, grm, held_states, d, cfg.horizon, cfg.num_turns, cfg.max_completion_length, cfg.seed)
+            return [await director_group_reward(runner, grm, held_states, d, cfg.horizon, cfg.num_turns, cfg.max_completion_length, cfg.seed,
+                                                backend=director_backend)
                     for d in (None, "trained-director")]
         untrained, trained = run_sync(evaluate())
         meta = {"kind": "director", "algorithm": "grpo", "base_model": cfg.model_name, "group_reward_model_path": cfg.group_reward_model_path,
