@@ -2,8 +2,11 @@
 
 Embedded backend at concurrency 1, 8, 16 vs raw batched `model.generate` at the same batch size; the OpenAI backend against a
 real `transformers serve` on 127.0.0.1, sequential vs concurrent. Writes bench/results/llm_throughput.json.
+With --vllm: embedded backend vs a vLLM server (`mascot serve`, .venv-vllm from `make vllm`) at concurrency 1 and 16, on the base model
+and on a LoRA alias (the same random adapter on both), both in fp32, in one run; writes bench/results/llm_throughput_vllm.json.
 
     python bench/llm_throughput.py [--new-tokens 64] [--requests 16] [--no-server]
+    python bench/llm_throughput.py --vllm [--requests 32] [--new-tokens 64]
 """
 import argparse, asyncio, json, os, platform, socket, subprocess, sys, time, shutil
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -61,11 +64,71 @@ def start_server(path):
         except Exception: time.sleep(1)
     proc.kill(); raise RuntimeError("server did not start")
 
+async def rate(backend, model, concurrency, n_requests, new_tokens):
+    "Aggregate completion tokens/s of `n_requests` greedy requests on `model`, at most `concurrency` in flight."
+    sem = asyncio.Semaphore(concurrency)
+    async def one(i):
+        async with sem: return await backend.chat(ChatRequest(msgs(i), model=model, max_tokens=new_tokens))
+    t = time.perf_counter(); rs = await asyncio.gather(*[one(i) for i in range(n_requests)]); dt = time.perf_counter() - t
+    return sum(r.completion_tokens for r in rs) / dt
+
+def start_vllm(adapter, port):
+    "`mascot serve` of the embedded alias with one LoRA alias, fp32; returns the process and the URL once /v1/models answers."
+    log = open(Path("bench/results") / "llm_throughput_vllm.serve.log", "w")
+    cmd = [sys.executable, "-m", "mascot.serve", "--model", "smollm2-135m-instruct", "--port", str(port), "--dtype", "float32",
+           "--max-model-len", "2048", "--cpu-kvcache-space", "1", "--lora-modules", f"bench-lora={adapter}"]
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    import urllib.request
+    for _ in range(900):
+        if proc.poll() is not None: raise RuntimeError(f"mascot serve exited; see {log.name}")
+        try: urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=2); return proc, f"http://127.0.0.1:{port}/v1"
+        except Exception: time.sleep(1)
+    proc.terminate(); raise RuntimeError("vLLM did not start in 900 s")
+
+def vllm_bench(a):
+    "Embedded vs vLLM, base and LoRA alias, concurrency 1 and 16, in one run (the same prompts, greedy, fp32)."
+    import tempfile
+    from mascot.llm import make_random_lora, EMBEDDED_DEFAULT
+    from mascot.serve import vllm_python
+    if vllm_python() is None: raise SystemExit("--vllm needs .venv-vllm: run `make vllm`")
+    adapter = make_random_lora(EMBEDDED_DEFAULT, Path(tempfile.mkdtemp()) / "bench_lora", r=8, seed=0, scale=0.05)
+    with socket.socket() as s: s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
+    res = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__,
+                       "load_avg_at_start": os.getloadavg()}, "new_tokens": a.new_tokens, "requests": {"1": a.requests // 4, "16": a.requests},
+           "dtype": "float32", "note": "one run on a shared 2-core machine: compare ratios within this file only", "tok_per_s": {}}
+    async def measure(name, backend):
+        base = None if name == "embedded" else EMBEDDED_DEFAULT
+        await rate(backend, base, 4, 4, 8); await rate(backend, "bench-lora", 4, 4, 8)  # warm-up
+        for model, label in ((base, "base"), ("bench-lora", "lora")):
+            for c in (1, 16):
+                n = a.requests // 4 if c == 1 else a.requests
+                r = round(await rate(backend, model, c, n, a.new_tokens), 2)
+                res["tok_per_s"][f"{name}/{label}/c{c}"] = r
+                print(f"{name:>8} {label:>4} concurrency {c:>2}: {r:7.1f} tok/s", flush=True)
+    emb = EmbeddedBackend(dtype="float32", adapters={"bench-lora": str(adapter)}).load()
+    asyncio.run(measure("embedded", emb))
+    del emb
+    proc, url = start_vllm(adapter, port)
+    async def served():
+        b = OpenAIBackend(url, max_concurrency=16)
+        try: await measure("vllm", b)
+        finally: await b.aclose()
+    try: asyncio.run(served())
+    finally:
+        proc.terminate(); proc.wait(120)
+    t = res["tok_per_s"]
+    res["ratio_vllm_vs_embedded"] = {k.split("/", 1)[1]: round(t[k] / t["embedded/" + k.split("/", 1)[1]], 3) for k in t if k.startswith("vllm/")}
+    res["machine"]["load_avg_at_end"] = os.getloadavg()
+    out = Path("bench/results/llm_throughput_vllm.json"); out.write_text(json.dumps(res, indent=2))
+    print(json.dumps(res["ratio_vllm_vs_embedded"], indent=1))
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--new-tokens", type=int, default=64); ap.add_argument("--requests", type=int, default=16)
     ap.add_argument("--no-server", action="store_true"); ap.add_argument("--out", default="bench/results/llm_throughput.json")
+    ap.add_argument("--vllm", action="store_true", help="embedded vs vLLM (base and LoRA alias, concurrency 1 and 16) instead")
     a = ap.parse_args()
+    if a.vllm: return vllm_bench(a)
     emb = EmbeddedBackend().load()
     asyncio.run(embedded_rate(emb, 4, 4, 8))  # warm-up
     res = {"machine": {"cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(), "python": platform.python_version(), "torch": torch.__version__},
