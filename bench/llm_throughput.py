@@ -96,24 +96,25 @@ def vllm_bench(a):
     res = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__,
                        "load_avg_at_start": os.getloadavg()}, "new_tokens": a.new_tokens, "requests": {"1": a.requests // 4, "16": a.requests},
            "dtype": "float32", "note": "one run on a shared 2-core machine: compare ratios within this file only", "tok_per_s": {}}
-    async def measure(name, backend):
-        base = None if name == "embedded" else EMBEDDED_DEFAULT
-        await rate(backend, base, 4, 4, 8); await rate(backend, "bench-lora", 4, 4, 8)  # warm-up
-        for model, label in ((base, "base"), ("bench-lora", "lora")):
-            for c in (1, 16):
-                n = a.requests // 4 if c == 1 else a.requests
-                r = round(await rate(backend, model, c, n, a.new_tokens), 2)
-                res["tok_per_s"][f"{name}/{label}/c{c}"] = r
-                print(f"{name:>8} {label:>4} concurrency {c:>2}: {r:7.1f} tok/s", flush=True)
-    emb = EmbeddedBackend(dtype="float32", adapters={"bench-lora": str(adapter)}).load()
-    asyncio.run(measure("embedded", emb))
-    del emb
+    # embedded and vLLM measured back to back per cell (both loaded, one idle while the other runs), so the machine's drifting load
+    # biases neither side
     proc, url = start_vllm(adapter, port)
-    async def served():
+    emb = EmbeddedBackend(dtype="float32", adapters={"bench-lora": str(adapter)}).load()
+    async def interleaved():
         b = OpenAIBackend(url, max_concurrency=16)
-        try: await measure("vllm", b)
+        sides = {"embedded": (emb, None), "vllm": (b, EMBEDDED_DEFAULT)}
+        try:
+            for backend, base in sides.values():  # warm-up
+                await rate(backend, base, 4, 4, 8); await rate(backend, "bench-lora", 4, 4, 8)
+            for label in ("base", "lora"):
+                for c in (1, 16):
+                    n = a.requests // 4 if c == 1 else a.requests
+                    for name, (backend, base) in sides.items():
+                        r = round(await rate(backend, base if label == "base" else "bench-lora", c, n, a.new_tokens), 2)
+                        res["tok_per_s"][f"{name}/{label}/c{c}"] = r
+                        print(f"{name:>8} {label:>4} concurrency {c:>2}: {r:7.1f} tok/s   (load {os.getloadavg()[0]:.1f})", flush=True)
         finally: await b.aclose()
-    try: asyncio.run(served())
+    try: asyncio.run(interleaved())
     finally:
         proc.terminate(); proc.wait(120)
     t = res["tok_per_s"]

@@ -56,12 +56,14 @@ def serve_device(cfg: ServeConfig) -> str:
     except (OSError, subprocess.TimeoutExpired): return "cpu"
 
 def vllm_python(cfg: ServeConfig | None = None) -> str | None:
-    "The python of the vLLM environment: --vllm-python, $MASCOT_VLLM_PYTHON, or .venv-vllm beside this checkout or beside the running .venv."
+    """The python of the vLLM environment: --vllm-python, $MASCOT_VLLM_PYTHON, .venv-vllm beside this checkout or beside the running .venv,
+    else this python if it imports vllm itself (`pip install -e ".[serve]" -c constraints/vllm.txt`)."""
     given = (cfg.vllm_python if cfg else None) or os.environ.get("MASCOT_VLLM_PYTHON")
     if given: return given
     for root in (Path(__file__).resolve().parents[1], Path(sys.prefix).parent):
         if (root / ".venv-vllm" / "bin" / "python").exists(): return str(root / ".venv-vllm" / "bin" / "python")
-    return None
+    import importlib.util
+    return sys.executable if importlib.util.find_spec("vllm") else None
 
 def vllm_command(cfg: ServeConfig, device: str = "cuda", python: str = "python") -> tuple[list[str], dict[str, str]]:
     "The vLLM OpenAI-server argv and the environment additions."
