@@ -15,9 +15,12 @@ def test_openai_backend_chat_and_models(openai_server):
         r = await b.chat(ChatRequest(HELLO, max_tokens=16, seed=0))
         assert r.text.strip() and r.completion_tokens > 0 and r.prompt_tokens > 0
         assert r.backend == f"openai:{openai_server['url']}" and r.latency_s > 0
-        # the server ignores n: the backend asks for the missing samples itself
-        r3 = await b.chat(ChatRequest(HELLO, max_tokens=8, n=3, seed=1))
+        # the server ignores n: the backend asks for the missing samples itself (sampled; greedy samples are asked for once)
+        r3 = await b.chat(ChatRequest(HELLO, max_tokens=8, n=3, seed=1, temperature=0.7))
         assert len(r3.texts) == 3
+        greedy = await b.chat(ChatRequest(HELLO, max_tokens=8, n=2))
+        assert len(greedy.texts) == 2 and greedy.texts[0] == greedy.texts[1]
+        assert (await b.describe_model(openai_server["model"]))["adapter"] is None  # no parent listed: the id is its own base
         await b.aclose()
     asyncio.run(go())
 
