@@ -46,7 +46,8 @@ demo: setup
 	@echo "report: _site/index.html (run folder: runs/smoke)"
 
 chat: setup
-	$(BIN)/mascot chat
+	# the untrained base model in every role; pass adapters (mascot chat --help) to talk to a trained group
+	$(BIN)/mascot chat --share-model
 
 site: setup
 	$(BIN)/mascot site --output-dir _site
