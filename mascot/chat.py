@@ -130,7 +130,7 @@ class ChatSession:
     def record(self) -> dict:
         "The conversation in the episode schema."
         ep = episode_record(self.runner, self.state)
-        ep.metadata.extra.update(user="human", source="mascot chat", session_id=self.session_id,
+        ep.metadata.extra.update(user="human", source="mascot chat", session_id=self.session_id, num_turns=self.state.steps,
                                  **({"untrained": True} if self.cfg.share_model and self.cfg.system in ROLE_ALIASES else {}))
         d = ep.to_dict()
         if self.context.split == "chat": d["situation"] = self.context.situation
@@ -185,6 +185,7 @@ async def chat_terminal(session: ChatSession, stdin=None, out=None) -> Path:
             if text == "/directive":
                 show = not show; say(f"(directives {'shown' if show else 'hidden'})"); continue
             if text.startswith("/"): say(f"unknown command {text!r}; {HELP}"); continue
+            if not getattr(stdin, "isatty", lambda: False)(): say(f"you: {text}")  # piped: the transcript shows what was sent
             for t in (await session.send(text))[1:]: say(format_turn(roster, t, show))
     finally:
         if session.started: session.save()

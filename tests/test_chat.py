@@ -42,6 +42,22 @@ def test_piped_lines_become_a_saved_episode(tmp_path, shared_data_dir):
     assert report["overall"]["num_conversations"] == 1 and report["conversations"][0]["num_agent_turns"] == 2
     assert report["conversations"][0]["conv_id"] == rec["conv_id"]
 
+def test_chat_on_a_served_model(openai_server, tmp_path):
+    "The same session on an OpenAI-compatible server (`transformers serve` of the same model): every role's calls go there."
+    import asyncio, io
+    from mascot.chat import ChatConfig, ChatSession, chat_terminal
+    cfg = ChatConfig(dataset="ESConv", situation="I moved abroad and I know nobody here.", vllm_server_url=openai_server["url"],
+                     model_name=openai_server["model"], share_model=True, agent_turns=1, max_rounds=1, director_max_tokens=40,
+                     speaker_max_tokens=20, output_dir=str(tmp_path))
+    session = ChatSession(cfg)
+    out = io.StringIO()
+    path = asyncio.run(chat_terminal(session, io.StringIO("Where do I even start?\nnot read: --max-rounds 1\n"), out))
+    (rec,) = read_jsonl(path)
+    validate_episode(rec)
+    assert [t.get("turn_type", "agent") for t in rec["turns"]] == ["user", "agent"] and rec["situation"].startswith("I moved abroad")
+    assert rec["metadata"]["director_model"] == rec["metadata"]["speaker_model"] == openai_server["model"]
+    assert session.client.routes["speaker"].url == openai_server["url"] and "not read" not in out.getvalue()
+
 def test_bad_flags_are_one_line(tmp_path):
     r = mascot("chat", "--dataset", "ED", "--system", "mascot", "--output-dir", str(tmp_path), input="", timeout=120)
     assert r.returncode != 0 and r.stderr.strip().count("\n") == 0, r.stderr
