@@ -305,16 +305,19 @@ async def judge_arena(arena: Arena, cfg: EndpointConfig, path: str | Path, embed
     rubric, roster = get_rubric("collective", arena.dataset), roster_for_dataset(arena.dataset)
     a, b = arena.systems
     text = lambda s, p: render_history([Turn.from_dict(t) for t in arena.records[s][p]["turns"]], roster)
-    try:
-        await client.check()
-        for p in arena.pair_ids:
-            if p in store: continue
+    sem = asyncio.Semaphore(cfg.max_concurrency)
+
+    async def one(p: str):  # pairs in flight together share the embedded model's batches; each result is stored as it comes
+        async with sem:
             try:
                 pref = await judge_pair(client, rubric, record_situation(arena.records[a][p]), text(a, p), text(b, p))
                 winner, raw = {"A": a, "B": b, "tie": "tie"}[pref], None
             except JudgeParseError as e: winner, raw = None, e.raw[:300]
-            store.append({"pair_id": p, "study": arena.study, "systems": sorted(arena.systems), "judge": client.routes["judge"].model,
-                          "winner": winner, **({"unparsed": raw} if raw is not None else {})})
+        store.append({"pair_id": p, "study": arena.study, "systems": sorted(arena.systems), "judge": client.routes["judge"].model,
+                      "winner": winner, **({"unparsed": raw} if raw is not None else {})})
+    try:
+        await client.check()
+        await asyncio.gather(*[one(p) for p in arena.pair_ids if p not in store])
     finally: await client.aclose()
     return load_judge_file(path, arena.study)
 
