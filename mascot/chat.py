@@ -8,7 +8,7 @@ from .core import *
 from .llm import *
 from .data import Context, load_contexts, canonical_dataset
 from .personas import *
-from .episodes import EpisodeConfig, EpisodeRunner, EpisodeState, new_state, episode_record, baseline_name, MULTI_AGENT
+from .episodes import EpisodeConfig, EpisodeRunner, EpisodeState, new_state, episode_record, baseline_name, MULTI_AGENT, SYSTEMS
 from .evaluate import EvalConfig, system_config, ROLE_ALIASES
 import asyncio, datetime, json, os, sys, uuid
 from pathlib import Path
@@ -22,25 +22,38 @@ __all__ = ['DEMO_FOLDERS', 'HELP', 'CHAT_HTML', 'ChatConfig', 'chat_episode_conf
 # %% ../nbs/43_chat.ipynb #1d1e359f
 DEMO_FOLDERS = {"ED": "empathetic_dialogues", "ESConv": "esconv", "QMSum": "qmsum"}
 
-class ChatConfig(EvalConfig):
-    "Flags of `mascot chat`: `mascot eval`'s (system, adapters, servers), plus the starting context and the display."
+class ChatConfig(EndpointConfig):
+    "Flags of `mascot chat`: where the conversation starts, which system answers (routed as in `mascot eval`), and how it is shown."
     dataset: str = Field("ED", description="ED, ESConv or QMSum: the roster (support or meeting) and where contexts come from")
     data_path: str | None = Field(None, description="the dataset's original files; default: the shipped demo contexts (demo:<folder>)")
+    split: str = Field("test", description="the split the context is taken from")
     context_id: str | None = Field(None, description="start from this context (conv_id, or the QMSum id)")
     context_index: int = Field(0, description="else start from the context at this index of the split")
     situation: str | None = Field(None, description="a free situation instead of a dataset context")
+    max_transcript_tokens: int = Field(768, description="QMSum: the transcript window the group sees")
+    system: str = Field("mascot", description="the system that answers: " + ", ".join(SYSTEMS))
+    roster_path: str | None = Field(None, description="a roster YAML instead of the dataset's built-in roster")
+    director_adapter: str | None = Field(None, description="the trained director's LoRA adapter (mascot, mascot-g)")
+    speaker_adapter: str | None = Field(None, description="the trained speaker's LoRA adapter (mascot, mascot-i)")
+    sft_adapter: str | None = Field(None, description="the SFT baseline's adapter (sft)")
     agent_turns: int = Field(2, description="director -> speaker steps after each of your messages")
     max_rounds: int = Field(50, description="the conversation ends (and is saved) after this many of your messages")
+    seed: int = Field(0, description="seed of the random choices (mascot-c's speaking order, fallbacks) and of the requests")
+    director_temperature: float = Field(0.0, description="director sampling temperature")
+    speaker_temperature: float = Field(0.7, description="speaker sampling temperature")
+    director_max_tokens: int = Field(64, description="longest directive, in tokens")
+    speaker_max_tokens: int = Field(80, description="longest reply, in tokens")
+    few_shot_k: int = Field(2, description="few-shot baselines: examples in the prompt")
+    self_consistency_k: int = Field(3, description="self-consistency / multiagent-esc: candidates per reply")
     show_directives: bool = Field(False, description="print the director's directive before each reply (toggle with /directive)")
     output_dir: str = Field("outputs/chat", description="where the conversation is saved")
     web: bool = Field(False, description="serve the chat as a local web page instead of the terminal")
     host: str = Field("127.0.0.1", description="--web: address to bind (loopback by default)")
     port: int = Field(8765, description="--web: port")
-    progress: bool = False
 
     def model_post_init(self, _):
-        super().model_post_init(_)
         self.dataset = canonical_dataset(self.dataset)
+        if self.system not in SYSTEMS: raise ConfigError(f"--system {self.system!r} is not one of {', '.join(SYSTEMS)}")
         if self.agent_turns < 1: raise ConfigError("--agent-turns must be at least 1")
         if self.max_rounds < 1: raise ConfigError("--max-rounds must be at least 1")
         if self.situation is not None and not self.situation.strip(): raise ConfigError("--situation is empty")
@@ -48,11 +61,11 @@ class ChatConfig(EvalConfig):
 # %% ../nbs/43_chat.ipynb #b86058f5
 def chat_episode_config(cfg: ChatConfig) -> EpisodeConfig:
     "The `EpisodeConfig` the chat's rounds run with."
+    ev = EvalConfig(**{k: v for k, v in cfg.model_dump().items() if k in EvalConfig.model_fields})
     if cfg.share_model and cfg.system in ROLE_ALIASES:  # untrained: every role on the base model
-        fields = {k: v for k, v in cfg.model_dump().items() if k in EpisodeConfig.model_fields}
-        ecfg = EpisodeConfig(**fields)
+        ecfg = EpisodeConfig(**{k: v for k, v in ev.model_dump().items() if k in EpisodeConfig.model_fields})
     else:
-        try: ecfg = system_config(cfg, cfg.system)
+        try: ecfg = system_config(ev, cfg.system)
         except ConfigError as e: raise ConfigError(f"{e}; or pass --share-model to talk to the untrained base model") from None
     return ecfg.model_copy(update={"enable_user_simulation": False, "output_dir": cfg.output_dir, "progress": False})
 
@@ -265,7 +278,9 @@ def chat_app(session: ChatSession):
     @app.get("/api/state")
     async def state():
         async with lock:
-            if not session.started: await session.start()
+            try:
+                if not session.started: await session.start()
+            except (ModelNotFound, BackendUnavailable) as e: raise HTTPException(503, str(e)) from None
         return session_view(session)
 
     @app.post("/api/message")
