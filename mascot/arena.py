@@ -364,7 +364,9 @@ def main(argv: list[str] | None = None):
     a = store.arena
     print(f"mascot arena: study {a.study} ({len(a.pair_ids)} pairs, {len(store.votes)} votes so far) at http://{cfg.host}:{cfg.port}/ "
           f"(votes: {store.path}; Ctrl-C to stop)", flush=True)
-    uvicorn.run(arena_app(store, cfg.annotator), host=cfg.host, port=cfg.port, log_level="warning")
+    try: uvicorn.run(arena_app(store, cfg.annotator), host=cfg.host, port=cfg.port, log_level="warning")
+    except KeyboardInterrupt: pass  # every vote is on disk already
+    print(f"mascot arena: {len(store.votes)} votes in {store.path}", flush=True)
 
 # %% ../nbs/44_arena.ipynb #d45a873c
 def summary_lines(rep: dict) -> list[str]:

@@ -173,9 +173,17 @@ def format_turn(roster: Roster, t: Turn, show_directive: bool = False) -> str:
     return "\n".join(lines)
 
 # %% ../nbs/43_chat.ipynb #76e75fa6
+def _read_lines(stdin, loop: asyncio.AbstractEventLoop, queue: asyncio.Queue):
+    "A daemon thread's loop: every line of `stdin` into `queue`, then '' at the end (a thread stuck in readline never holds up Ctrl-C)."
+    for line in iter(stdin.readline, ""): loop.call_soon_threadsafe(queue.put_nowait, line)
+    loop.call_soon_threadsafe(queue.put_nowait, "")
+
 async def chat_terminal(session: ChatSession, stdin=None, out=None) -> Path:
     "The terminal loop; returns the saved conversation's path."
+    import threading
     stdin, out = stdin or sys.stdin, out or sys.stdout
+    lines: asyncio.Queue = asyncio.Queue()
+    threading.Thread(target=_read_lines, args=(stdin, asyncio.get_running_loop(), lines), daemon=True).start()
     say = lambda s: print(s, file=out, flush=True)
     show = session.cfg.show_directives
     ctx, roster = session.context, session.roster
@@ -189,7 +197,7 @@ async def chat_terminal(session: ChatSession, stdin=None, out=None) -> Path:
         for t in await session.start(): say(format_turn(roster, t, show))
         while session.rounds < session.cfg.max_rounds:
             if getattr(stdin, "isatty", lambda: False)(): print("you> ", end="", file=out, flush=True)
-            line = await asyncio.to_thread(stdin.readline)
+            line = await lines.get()
             if not line: break  # end of input
             text = line.strip()
             if not text: continue
@@ -223,7 +231,7 @@ def session_view(session: ChatSession) -> dict:
 # %% ../nbs/43_chat.ipynb #22a3e872
 CHAT_HTML = """<!doctype html><html><head><meta charset="utf-8"><title>mascot chat</title><style>
 body{font-family:system-ui,sans-serif;max-width:860px;margin:1.5em auto;padding:0 1em;color:#222}
-#situation{background:#f5f5f0;padding:.6em .9em;border-radius:6px}#roster span{display:inline-block;margin:.2em .6em .2em 0;font-size:.9em}
+#situation{background:#f5f5f0;padding:.6em .9em;border-radius:6px}#roster span{display:inline-block;margin:.2em 1.2em .2em 0;font-size:.9em}
 .turn{margin:.7em 0;padding:.5em .8em;border-radius:8px;background:#eef3fb}.turn.user{background:#eaf6ea;margin-left:15%}
 .name{font-weight:600}.persona{color:#666;font-size:.85em;margin-left:.4em}.directive{color:#7a5b00;font-size:.85em;display:none}
 body.show-directives .directive{display:block}#form{display:flex;gap:.5em;margin-top:1em}#msg{flex:1;padding:.5em}#status{color:#777;font-size:.9em}
@@ -248,7 +256,7 @@ async function load(){
   if(!r.ok){$("status").textContent="error: "+s.detail; return}
   $("meta").textContent="system "+s.system+" · "+s.dataset+" context "+s.context_id;
   $("situation").textContent=s.situation+(s.query?" — query: "+s.query:"");
-  for(const p of s.roster){const x=el("span"); x.appendChild(el("b",null,p.name)); x.appendChild(document.createTextNode(" "+p.role+" · ")); $("roster").appendChild(x)}
+  for(const p of s.roster){const x=el("span"); x.appendChild(el("b",null,p.name)); x.appendChild(document.createTextNode(" — "+p.role)); $("roster").appendChild(x)}
   if(s.show_directives){$("show-directives").checked=true; document.body.classList.add("show-directives")}
   $("saved").textContent="saved after every round to "+s.saved;
   s.turns.forEach(addTurn); ready(true); document.body.dataset.ready="1";
@@ -312,9 +320,11 @@ def main(argv: list[str] | None = None):
         cfg = ChatConfig.from_cli(argv, prog="mascot chat")
         session = ChatSession(cfg)
     except (ConfigError, FileNotFoundError, ValueError) as e: raise SystemExit(f"mascot chat: {e}") from None
-    if cfg.web: serve_chat(session)
-    else:
-        try: asyncio.run(chat_terminal(session))
-        except (ModelNotFound, BackendUnavailable) as e: raise SystemExit(f"mascot chat: {e}") from None
+    try:
+        if cfg.web: serve_chat(session)
+        else: asyncio.run(chat_terminal(session))
+    except (ModelNotFound, BackendUnavailable) as e: raise SystemExit(f"mascot chat: {e}") from None
+    except KeyboardInterrupt:  # Ctrl-C: the conversation was saved on the way out
+        print(f"\nsaved: {session.path}" if session.path.exists() else "", file=sys.stderr)
 
 if __name__ == "__main__" and "IPython" not in sys.modules: main()  # `python -m mascot.chat`; never inside a notebook
