@@ -16,9 +16,10 @@ from pydantic import BaseModel, Field
 
 # %% auto #0
 __all__ = ['CHOICES', 'ANNOTATOR_RE', 'ARENA_HTML', 'ArenaError', 'load_side', 'Arena', 'study_id', 'load_arena', 'demo_record',
-           'demo_files', 'pair_order', 'pair_sides', 'VoteStore', 'pair_view', 'VoteIn', 'arena_app', 'bootstrap_ci',
-           'majority', 'annotator_agreement', 'judge_agreement', 'arena_report', 'judge_arena', 'load_judge_file',
-           'ArenaConfig', 'ArenaReportConfig', 'main', 'summary_lines', 'report', 'report_main', 'demo_votes']
+           'demo_files', 'pair_order', 'pair_sides', 'VoteStore', 'speaker_labels', 'pair_view', 'VoteIn', 'arena_app',
+           'bootstrap_ci', 'majority', 'annotator_agreement', 'judge_agreement', 'arena_report', 'judge_arena',
+           'load_judge_file', 'ArenaConfig', 'ArenaReportConfig', 'main', 'summary_lines', 'report', 'report_main',
+           'demo_votes']
 
 # %% ../nbs/44_arena.ipynb #ff116323
 class ArenaError(Exception):
@@ -108,8 +109,8 @@ ANNOTATOR_RE = re.compile(r"^[\w.@+-]{1,64}$")
 
 class VoteStore:
     "The votes of one study, durably appended."
-    def __init__(self, path: str | Path, arena: Arena, seed: int = 0):
-        self.arena, self.seed = arena, seed
+    def __init__(self, path: str | Path, arena: Arena, seed: int = 0, anonymous: bool = False):
+        self.arena, self.seed, self.anonymous = arena, seed, anonymous  # anonymous: speakers shown as Speaker 1, 2 ...
         self.store = JsonlStore(path, resume=True, id_key="vote_id")
         self.path = self.store.path
         self.votes: list[dict] = list(self.store) if self.path.exists() else []
@@ -134,15 +135,27 @@ class VoteStore:
         v = {"vote_id": f"{annotator}/{pair_id}", "study": self.arena.study, "pair_id": pair_id, "annotator": annotator, "dataset": self.arena.dataset,
              "systems": sorted(self.arena.systems), "left": left, "right": right, "choice": choice,
              "winner": {"A": left, "B": right, "tie": "tie"}[choice], "reason": (reason or "").strip()[:2000],
+             "speakers": "anonymous" if self.anonymous else "named",
              "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
         self.store.append(v)
         self.votes.append(v)
         return v
 
 # %% ../nbs/44_arena.ipynb #3328dd94
-def pair_view(arena: Arena, annotator: str, pair_id: str, seed: int = 0) -> dict:
+def speaker_labels(turns: list[dict], anonymous: bool = False) -> list[str]:
+    "Each turn's shown name: the speaker's, or with `anonymous` 'Speaker 1', 'Speaker 2' ... in order of first appearance (the user keeps theirs)."
+    seen: dict[str, str] = {}
+    out = []
+    for t in turns:
+        if t.get("turn_type") == "user" or not anonymous: out.append(t["agent_name"]); continue
+        out.append(seen.setdefault(t["agent_name"], f"Speaker {len(seen) + 1}"))
+    return out
+
+def pair_view(arena: Arena, annotator: str, pair_id: str, seed: int = 0, anonymous: bool = False) -> dict:
     left, right = pair_sides(arena, annotator, pair_id, seed)
-    side = lambda s: [{"name": t["agent_name"], "user": t.get("turn_type") == "user", "text": t["response"]} for t in arena.records[s][pair_id]["turns"]]
+    def side(s):
+        turns = arena.records[s][pair_id]["turns"]
+        return [{"name": n, "user": t.get("turn_type") == "user", "text": t["response"]} for t, n in zip(turns, speaker_labels(turns, anonymous))]
     rec = arena.records[left][pair_id]
     return {"pair_id": pair_id, "situation": record_situation(rec), "A": side(left), "B": side(right)}
 
@@ -196,7 +209,7 @@ def arena_app(store: VoteStore, annotator: str | None = None):
 
     def progress(a: str) -> dict:
         nxt = store.next_pair(a)
-        return {"done": len(store.done(a)), "total": len(arena.pair_ids), "pair": pair_view(arena, a, nxt, seed) if nxt else None}
+        return {"done": len(store.done(a)), "total": len(arena.pair_ids), "pair": pair_view(arena, a, nxt, seed, store.anonymous) if nxt else None}
 
     @app.get("/", response_class=HTMLResponse)
     async def index(): return ARENA_HTML
@@ -339,6 +352,7 @@ class ArenaConfig(Config):
     study: str | None = Field(None, description="the study's id; default: the two systems and a digest of the contexts")
     annotator: str | None = Field(None, description="the annotator id filled in on the page (each annotator can also type theirs)")
     seed: int = Field(0, description="seed of the pair order and the left/right sides")
+    anonymous_speakers: bool = Field(False, description="show 'Speaker 1', 'Speaker 2' ... instead of persona names")
     host: str = Field("127.0.0.1", description="address to bind (loopback by default)")
     port: int = Field(8766, description="port")
 
@@ -358,7 +372,7 @@ def _fail(prog: str, e: Exception): raise SystemExit(f"{prog}: {e}") from None
 def main(argv: list[str] | None = None):
     try:
         cfg = ArenaConfig.from_cli(argv, prog="mascot arena")
-        store = VoteStore(cfg.votes, load_arena(cfg.files, cfg.study), cfg.seed)
+        store = VoteStore(cfg.votes, load_arena(cfg.files, cfg.study), cfg.seed, cfg.anonymous_speakers)
     except (ArenaError, ConfigError, CorruptRecordError) as e: _fail("mascot arena", e)
     import uvicorn
     a = store.arena
