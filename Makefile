@@ -48,10 +48,11 @@ $(VLLM_STAMP): constraints/vllm.txt
 	$(VLLM_VENV)/bin/python -c "import vllm.entrypoints.openai.api_server, vllm; print('vllm', vllm.__version__)"
 	touch $@
 
-# headless Chromium for the results-site test (Debian's package; root installs it, others are told how)
+# headless Chromium (and its chromedriver, which Selenium drives) for the browser tests (Debian's packages; root installs them, others are told how)
 chromium:
-	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null); } \
-	  || echo "chromium is missing: apt-get install chromium (the site test needs it)"
+	@{ command -v chromium && command -v chromedriver; } >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && (apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null); } \
+	  || echo "chromium or chromedriver is missing: apt-get install chromium chromium-driver (the browser tests need them)"
 
 test: setup chromium
 	$(BIN)/nbdev_test --n_workers 2
@@ -69,7 +70,8 @@ demo: setup
 	@echo "report: _site/index.html (run folder: runs/smoke)"
 
 chat: setup
-	$(BIN)/mascot chat
+	# the untrained base model in every role; pass adapters (mascot chat --help) to talk to a trained group
+	$(BIN)/mascot chat --share-model
 
 site: setup
 	$(BIN)/mascot site --output-dir _site

@@ -24,7 +24,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "metrics": ("mascot.auto_metrics", "NLI contradiction, Self-BLEU and echo score of conversations"),
     "serve": ("mascot.serve", "vLLM OpenAI server for a base model with LoRA adapters by alias (--dry-run prints it)"),
     "merge-lora": ("mascot.serve:merge_main", "merge a LoRA adapter into full weights"),
-    "chat": ("mascot.llm", "one director -> speaker exchange on the configured backends (smoke test of the LLM layer)"),
+    "chat": ("mascot.chat", "talk to the companion group as the user, in the terminal or the browser (--web); saved as an episode"),
+    "arena": ("mascot.arena", "blind side-by-side human preference study of two systems' conversations (votes to JSONL)"),
+    "arena-report": ("mascot.arena:report_main", "win rates with bootstrap 95% CIs, ties, annotator and LLM-judge agreement of a study"),
     "run": ("mascot.pipeline", "run the pipeline's stage notebooks through papermill into runs/<run>/"),
     "site": ("mascot.site", "build the static results site from runs/ (no Quarto needed)"),
 }

@@ -1,11 +1,12 @@
-"The figures stage end to end: a hand-made judge table and auto-metrics file, all six figure notebooks really executed by papermill."
+"The figures stage end to end: a hand-made judge table and auto-metrics file, every figure notebook really executed by papermill."
 import json
 from pathlib import Path
 import pandas as pd
 import pytest
 from mascot.figures import FiguresConfig, run_figures, figures_nbs, SCORE_COLUMNS
 
-NAMES = ["f01_persona_table_ed", "f02_collective_table_ed", "f03_qmsum_collective", "f04_ablation", "f05_sensitivity", "f06_big_five_heatmap"]
+NAMES = ["f01_persona_table_ed", "f02_collective_table_ed", "f03_qmsum_collective", "f04_ablation", "f05_sensitivity", "f06_big_five_heatmap",
+         "f07_arena"]
 PERSONA = ["Emotion", "Empathy", "Consistency", "Relevance", "Contribution"]
 COLLECTIVE = ["Fidelity", "Originality", "Relevance", "Engagement", "Coherence"]
 
@@ -95,3 +96,9 @@ def test_f03_with_qmsum(tmp_path):
     row = csv[(csv.group == "Committee") & (csv.system == "mascot") & (csv.criterion == "Coherence")].iloc[0]
     assert (row["mean"], row["n"]) == (pytest.approx(82.0), 2) and row["std"] == pytest.approx(pd.Series([80.0, 84.0]).std())
     assert (out / "f03_qmsum_collective.png").stat().st_size > 10_000
+
+def test_f07_without_votes_says_no_human_study(stage):
+    "A pipeline run has no human votes: the arena figure says so instead of drawing a demo."
+    tmp, _ = stage
+    out = pd.read_csv(tmp / "out/f07_arena/f07_arena.csv")
+    assert out.empty and list(out.columns) == ["system", "wins", "losses", "ties", "n", "win_rate", "ci_low", "ci_high", "decisive_win_rate"]
