@@ -9,7 +9,8 @@ from .llm import *
 from .data import Context, load_contexts, canonical_dataset
 from .personas import *
 from .episodes import EpisodeConfig, EpisodeRunner, EpisodeState, new_state, episode_record, baseline_name, MULTI_AGENT, SYSTEMS
-from .evaluate import EvalConfig, system_config, ROLE_ALIASES
+from .evaluate import EvalConfig, system_config
+from .systems import get_system
 import asyncio, datetime, json, os, sys, uuid
 from pathlib import Path
 from pydantic import BaseModel, Field
@@ -62,7 +63,7 @@ class ChatConfig(EndpointConfig):
 def chat_episode_config(cfg: ChatConfig) -> EpisodeConfig:
     "The `EpisodeConfig` the chat's rounds run with."
     ev = EvalConfig(**{k: v for k, v in cfg.model_dump().items() if k in EvalConfig.model_fields})
-    if cfg.share_model and cfg.system in ROLE_ALIASES:  # untrained: every role on the base model
+    if cfg.share_model and get_system(cfg.system).trained_roles:  # untrained: every role on the base model
         ecfg = EpisodeConfig(**{k: v for k, v in ev.model_dump().items() if k in EpisodeConfig.model_fields})
     else:
         try: ecfg = system_config(ev, cfg.system)
@@ -144,7 +145,7 @@ class ChatSession:
         "The conversation in the episode schema."
         ep = episode_record(self.runner, self.state)
         ep.metadata.extra.update(user="human", source="mascot chat", session_id=self.session_id, num_turns=self.state.steps,
-                                 **({"untrained": True} if self.cfg.share_model and self.cfg.system in ROLE_ALIASES else {}))
+                                 **({"untrained": True} if self.cfg.share_model and get_system(self.cfg.system).trained_roles else {}))
         d = ep.to_dict()
         if self.context.split == "chat": d["situation"] = self.context.situation
         return d
