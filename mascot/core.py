@@ -253,7 +253,7 @@ class JsonlStore:
         "At the end of a completed run: an --overwrite that wrote nothing still replaces the old output (by an empty file)."
         if self.replacing: self._replace_with("")
 
-    def __iter__(self) -> Iterator[dict]: return iter(()) if self.replacing else read_jsonl(self.path)
+    def __iter__(self) -> Iterator[dict]: return iter(()) if self.replacing or not self.path.exists() else read_jsonl(self.path)
 
 def read_jsonl(path: str | Path) -> Iterator[dict]:
     "Read records, naming file and line of any that is not JSON."
