@@ -127,7 +127,7 @@ async def branching_context(runner: EpisodeRunner, cfg: GroupDataConfig, ctx: Co
         async def play(i, text):
             d = parse_directive(text, runner.roster)
             if d is None:
-                runner.counters["num_directive_parse_failures"] += 1
+                runner.count("num_directive_parse_failures", f"raw director output: {text!r}")  # fatal under --strict, as in episodes
                 return {"text": text, "directive": None, "overall": UNPARSED_SCORE, "scores": None}, None
             first, end = await roll_forward(runner, st, d, text, cfg.horizon, cfg.num_turns)
             overall, scores = await score_trajectory(runner, end)

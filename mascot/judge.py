@@ -571,7 +571,9 @@ async def evaluate_async(cfg: JudgeConfig, embedded: ChatBackend | None = None) 
     records = list(read_jsonl(inp))
     # refuse existing output before work; --overwrite replaces it only once the first new record is written
     stores = {k: JsonlStore(out_dir / f"scores_{k}_{inp.stem}.jsonl", resume=cfg.resume, overwrite=cfg.overwrite) for k in kinds}
-    async with Job(cfg, stores, out_dir / f"judge_{inp.stem}.runs", desc="judging", failure_counter="num_annotation_failures") as job:
+    # --rubric only picks which stores to fill (one per kind), so a resume may judge fewer or more kinds than the first run
+    async with Job(cfg, stores, out_dir / f"judge_{inp.stem}.runs", desc="judging", failure_counter="num_annotation_failures",
+                   fingerprint=record_fingerprint(cfg, exclude=("rubric",))) as job:
         run = job.run
         clients = await judge_clients(cfg, run, embedded)
         for c in clients.values(): job.closing(c)
