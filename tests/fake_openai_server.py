@@ -47,6 +47,11 @@ def answer(role: str, messages: list[dict], k: int, salt: int) -> str:
     return f"That sounds really hard; I am here with you, and we can take it one step at a time ({k}, {salt % 97})."
 
 
+class _QuietServer(ThreadingHTTPServer):
+    daemon_threads = True
+    def handle_error(self, request, client_address): pass  # a client that gave up mid-reply (its deadline) is expected, not news
+
+
 class FakeOpenAIServer:
     "`with FakeOpenAIServer(faults={'error_500': 0.3}, seed=1) as srv: ... srv.url ...`; `srv.stats` counts (role, fault) per request."
 
@@ -116,7 +121,8 @@ class FakeOpenAIServer:
                     self.close_connection = True
                     self.connection.shutdown(socket.SHUT_RDWR)  # the server is gone: no reply at all
                     return
-                req = json.loads(body)
+                try: req = json.loads(body)
+                except json.JSONDecodeError: return self._send(400, b'{"error": {"message": "request body is not JSON"}}')
                 if req.get("model") != srv.model:
                     return self._send(404, json.dumps({"error": {"message": f"model {req.get('model')!r} does not exist"}}).encode())
                 role = role_of(req["messages"])
@@ -136,7 +142,7 @@ class FakeOpenAIServer:
                 try: self._send(200, payload, drip=srv.drip_s if fault == "drip" else 0.0)
                 except (BrokenPipeError, ConnectionResetError): pass  # the client gave up (its deadline): expected
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self._httpd = _QuietServer(("127.0.0.1", port), Handler)
         self._httpd.daemon_threads = True
         threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
         return self
