@@ -9,6 +9,7 @@ from .llm import *
 from .data import Context, load_contexts
 from .personas import *
 from .judge import get_rubric, judge_reply, JudgeParseError
+from .jobs import Job
 import asyncio, itertools, json, os, re, shutil, sys
 from pathlib import Path
 
@@ -76,14 +77,16 @@ async def score_query(client: LLMClient, cfg: CandidatesConfig, ctx: Context, pe
     rubric = get_rubric("persona", ctx.dataset)
     history = [Turn(i, 0, roster.user_label, line, turn_type="user") for i, line in enumerate(ctx.opening)]
     async def judge(text):
-        if not text.strip():
+        if not text.strip():  # empty even after the client's retry
             counters["num_empty_responses"] += 1
+            if cfg.strict: raise StrictModeError(f"--strict: num_empty_responses: an empty candidate for {ctx.context_id}/{persona.name}")
             return None
         try: return await judge_reply(client, rubric, persona, ctx.prompt_text(), history, text, examples=cfg.judge_examples,
                                       max_tokens=cfg.judge_max_tokens)
-        except JudgeParseError as e:
+        except ModelNotFound: raise
+        except (JudgeParseError, LLMError) as e:  # unparsable, or the judge server failed after its retries: this candidate is unscored
             counters["num_annotation_failures"] += 1
-            if cfg.strict: raise
+            if cfg.strict: raise StrictModeError(f"--strict: num_annotation_failures at {ctx.context_id}/{persona.name}: {' '.join(str(e).split())[:300]}") from None
             return None
     judgements = await asyncio.gather(*[judge(t) for t in r.texts])
     cands = [{"text": t, "overall": j.overall if j else None, "scores": j.to_100() if j else None, "weighted": j.weighted if j else None}
@@ -127,6 +130,7 @@ def load_pairs(data_path: str | Path):
 # %% ../nbs/10_candidates.ipynb #01543ec6
 async def generate_individual_async(cfg: CandidatesConfig, contexts: list[Context] | None = None, embedded: EmbeddedBackend | None = None) -> Path:
     folder = individual_dir(cfg); folder.mkdir(parents=True, exist_ok=True)
+    # refuses existing output before any work; --overwrite replaces it only once the first new record is written
     store = JsonlStore(folder / "candidates.jsonl", resume=cfg.resume, overwrite=cfg.overwrite, id_key="query_id")
     roster = load_roster(cfg.roster_path) if cfg.roster_path else roster_for_dataset(cfg.dataset)
     personas = [roster.find(n) or (_ for _ in ()).throw(ConfigError(f"--personas: {n!r} is not in roster {roster.name} ({', '.join(roster.names)})"))
@@ -134,35 +138,16 @@ async def generate_individual_async(cfg: CandidatesConfig, contexts: list[Contex
     if contexts is None:
         contexts = load_contexts(cfg.dataset, split=cfg.split, data_path=cfg.data_path, num_samples=cfg.num_samples, seed=cfg.seed,
                                  max_transcript_tokens=cfg.max_transcript_tokens)
-    run = RunDir(folder / "runs" / new_run_id(), cfg)
-    client = LLMClient(cfg, run=run, embedded=embedded)
-    try:
-        run.extra["routes"] = client.describe()
+    async with Job(cfg, store, folder / "runs", desc="stage-1 candidates", concurrency=cfg.max_concurrency // cfg.num_candidates) as job:
+        client = job.closing(LLMClient(cfg, run=job.run, embedded=embedded))
+        job.run.extra["routes"] = client.describe()
         await client.check()
         todo = [(c, p) for c in contexts for p in personas if f"{c.context_id}::{p.name}" not in store]
-        from tqdm.auto import tqdm
-        bar = tqdm(total=len(todo), desc="stage-1 candidates", disable=not cfg.progress, file=sys.stderr)
-        sem = asyncio.Semaphore(max(1, cfg.max_concurrency // cfg.num_candidates))
-        async def one(ctx, persona):
-            async with sem:
-                try: rec = await score_query(client, cfg, ctx, persona, roster, run.counters)
-                except (JudgeParseError, ModelNotFound, BackendUnavailable): raise
-                except Exception as e:
-                    if cfg.strict: raise
-                    run.count("num_generation_failures"); run.count("num_skipped_samples")
-                    run.extra.setdefault("errors", []).append(f"{ctx.context_id}/{persona.name}: {e.__class__.__name__}: {e}")
-                    return
-            store.append(rec); bar.update(1); run.write_summary()
-        await asyncio.gather(*[one(c, p) for c, p in todo])
-        bar.close()
-        rows = pairs_from_records(read_jsonl(store.path), cfg.score_margin)
+        await job.map(todo, lambda cp: score_query(client, cfg, cp[0], cp[1], roster, job.run.counters), name=lambda cp: f"{cp[0].context_id}/{cp[1].name}")
+        rows = pairs_from_records(store, cfg.score_margin)  # the store's records: none of the old ones when --overwrite has written nothing yet
         save_pairs(rows, folder)
         n_q = len(store)
-        run.extra.update(num_queries=n_q, num_pairs=len(rows), max_pairs=n_q * cfg.num_candidates * (cfg.num_candidates - 1) // 2)
-        run.finish("completed")
-    except BaseException as e:
-        run.finish("failed", f"{e.__class__.__name__}: {e}"); raise
-    finally: await client.aclose()
+        job.run.extra.update(num_queries=n_q, num_pairs=len(rows), max_pairs=n_q * cfg.num_candidates * (cfg.num_candidates - 1) // 2)
     return folder
 
 def generate_individual(cfg: CandidatesConfig, **kw) -> Path: return run_sync(generate_individual_async(cfg, **kw))

@@ -4,10 +4,10 @@
 
 # %% ../nbs/09_cli.ipynb #dca4a6f2
 from __future__ import annotations
-import importlib, sys
+import importlib, os, sys
 
 # %% auto #0
-__all__ = ['COMMANDS', 'main']
+__all__ = ['COMMANDS', 'main', 'exit_code']
 
 # %% ../nbs/09_cli.ipynb #64ab20d1
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -44,7 +44,30 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mascot: unknown command {name!r}" + (f" (did you mean {close[0]!r}?)" if close else "") + "; see mascot --help", file=sys.stderr)
         return 2
     mod, _, fn = COMMANDS[name][0].partition(":")
-    getattr(importlib.import_module(mod), fn or "main")(argv)
+    try: getattr(importlib.import_module(mod), fn or "main")(argv)
+    except Exception as e:
+        code = exit_code(e)
+        if code is None or os.environ.get("MASCOT_DEBUG") == "1": raise  # a real bug keeps its traceback
+        print(f"mascot {name}: {' '.join(str(e).split())}", file=sys.stderr)
+        return code
+    except KeyboardInterrupt:
+        if os.environ.get("MASCOT_DEBUG") == "1": raise
+        print(f"mascot {name}: interrupted", file=sys.stderr)
+        return 130
     return 0
+
+def _user_errors() -> tuple[type, ...]:
+    "The package's own errors: bad input or an environment problem, each already worded as one line naming the file, field or flag."
+    from mascot.core import ConfigError, OutputExistsError, CorruptRecordError, SchemaError, StrictModeError
+    from mascot.llm import LLMError
+    from mascot.data import DataFormatError, DatasetUnavailableError
+    return (ConfigError, OutputExistsError, CorruptRecordError, SchemaError, StrictModeError, LLMError, DataFormatError,
+            DatasetUnavailableError, FileNotFoundError)
+
+def exit_code(e: BaseException) -> int | None:
+    "2 for the package's own errors, 128 + signal for an interrupted run, None (a traceback) for anything else."
+    from mascot.core import RunInterrupted
+    if isinstance(e, RunInterrupted): return 128 + getattr(e, "signum", 2)
+    return 2 if isinstance(e, _user_errors()) else None
 
 if __name__ == "__main__" and "IPython" not in sys.modules: raise SystemExit(main())

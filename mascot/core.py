@@ -7,18 +7,20 @@ from __future__ import annotations
 import os
 # On CPU VMs OpenMP's busy-waiting threads stall torch 5-30x at random; set it before torch is ever imported.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-import json, re, random, time, uuid, difflib, datetime, argparse, typing, types
+import json, re, random, socket, time, uuid, difflib, datetime, argparse, typing, types
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Literal, get_args, get_origin
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 # %% auto #0
-__all__ = ['SCHEMA_VERSION', 'RUBRIC_VERSION', 'MEETING_DATASETS', 'SECRET_KEY', 'COUNTERS', 'Directive', 'Turn', 'Persona',
-           'EpisodeMetadata', 'Episode', 'SchemaError', 'validate_episode', 'OutputExistsError', 'CorruptRecordError',
-           'record_id', 'JsonlStore', 'read_jsonl', 'ConfigError', 'Config', 'redact', 'new_run_id', 'RunDir',
-           'seed_everything', 'cache_dir', 'run_sync', 'write_stage_outputs']
+__all__ = ['SCHEMA_VERSION', 'RUBRIC_VERSION', 'MEETING_DATASETS', 'SECRET_KEY', 'COUNTERS', 'NOT_FINGERPRINTED',
+           'FINGERPRINT_FILE', 'Directive', 'Turn', 'Persona', 'EpisodeMetadata', 'Episode', 'SchemaError',
+           'validate_episode', 'OutputExistsError', 'CorruptRecordError', 'StrictModeError', 'RunInterrupted',
+           'record_id', 'JsonlStore', 'read_jsonl', 'ConfigError', 'Config', 'numeric_problem', 'redact', 'new_run_id',
+           'RunDir', 'mark_stale_runs', 'record_fingerprint', 'fingerprint_changes', 'check_fingerprint',
+           'write_fingerprint', 'seed_everything', 'cache_dir', 'run_sync', 'write_stage_outputs']
 
 # %% ../nbs/00_core.ipynb #3f3e15c2
 SCHEMA_VERSION = "1.0"
@@ -179,6 +181,8 @@ def validate_episode(d: dict, where: str = "record") -> dict:
 # %% ../nbs/00_core.ipynb #510d95fd
 class OutputExistsError(FileExistsError): pass
 class CorruptRecordError(ValueError): pass
+class StrictModeError(RuntimeError): "Raised under --strict at the first counted failure."
+class RunInterrupted(RuntimeError): "A run stopped by SIGTERM or SIGINT (its status says `interrupted`)."
 
 def record_id(rec: dict, id_key: str | tuple[str, ...] = ("conv_id", "id")) -> str:
     "The id of a record: the first of `id_key` present."
@@ -194,8 +198,9 @@ class JsonlStore:
         self.path, self.id_key = Path(path), id_key
         self.ids: set[str] = set()
         self.repaired: Path | None = None
+        self.replacing = False  # --overwrite: the old file stays until the first new record is durably written beside it
         if self.path.exists() and self.path.stat().st_size > 0:
-            if overwrite: self.path.unlink()
+            if overwrite: self.replacing = True
             elif resume: self._scan()
             else: raise OutputExistsError(f"{self.path} already exists: pass --resume to continue it or --overwrite to start afresh")
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -230,11 +235,25 @@ class JsonlStore:
         rid = record_id(rec, self.id_key)
         if rid in self.ids: raise ValueError(f"{self.path}: record id {rid!r} is already written")
         line = json.dumps(rec, ensure_ascii=False) + "\n"
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(line); f.flush(); os.fsync(f.fileno())
+        if self.replacing: self._replace_with(line)
+        else:
+            with open(self.path, "a", encoding="utf-8") as f:
+                f.write(line); f.flush(); os.fsync(f.fileno())
         self.ids.add(rid)
 
-    def __iter__(self) -> Iterator[dict]: return read_jsonl(self.path)
+    def _replace_with(self, text: str):
+        "Write `text` beside the old output, then rename it over the old one: the old records go only once the new are on disk."
+        new = self.path.with_name(self.path.name + ".new")
+        with open(new, "w", encoding="utf-8") as f:
+            f.write(text); f.flush(); os.fsync(f.fileno())
+        os.replace(new, self.path)
+        self.replacing = False
+
+    def commit(self) -> None:
+        "At the end of a completed run: an --overwrite that wrote nothing still replaces the old output (by an empty file)."
+        if self.replacing: self._replace_with("")
+
+    def __iter__(self) -> Iterator[dict]: return iter(()) if self.replacing or not self.path.exists() else read_jsonl(self.path)
 
 def read_jsonl(path: str | Path) -> Iterator[dict]:
     "Read records, naming file and line of any that is not JSON."
@@ -314,6 +333,22 @@ class Config(BaseModel):
         "The configuration as written to run_config.json: every field, secrets removed."
         return redact(self.model_dump(mode="json"))
 
+    @model_validator(mode="after")
+    def _check_numbers(self):
+        "Numeric flags that would hang or silently misbehave are refused, naming the flag (ValueError: pydantic adds the source)."
+        problems = [p for name in type(self).model_fields if (p := numeric_problem(name, getattr(self, name, None)))]
+        if problems: raise ValueError("; ".join(problems))
+        return self
+
+def numeric_problem(name: str, value) -> str | None:
+    "What is wrong with a numeric setting, by the naming rules every config follows, or None."
+    if value is None or isinstance(value, bool) or not isinstance(value, (int, float)): return None
+    if name in ("max_concurrency", "num_turns") and value < 1: return f"{_flag(name)} must be >= 1 (got {value})"
+    if name.endswith("timeout") and not value > 0: return f"{_flag(name)} must be > 0 seconds (got {value})"
+    if name.endswith("_probability") and not 0 <= value <= 1: return f"{_flag(name)} must be within [0, 1] (got {value})"
+    if name == "max_retries" and value < 0: return f"{_flag(name)} must be >= 0 (got {value})"
+    return None
+
 # %% ../nbs/00_core.ipynb #7df7fad3
 # Names that hold secrets (OPENAI_API_KEY, HF_TOKEN, api_key ...), but not counters like `completion_tokens`.
 SECRET_KEY = re.compile(r"(?:^|[_-])(?:api[_-]?key|token|secret|password|passwd|authorization|access[_-]?key)$", re.I)
@@ -352,6 +387,7 @@ class RunDir:
         self.roles: dict[str, dict[str, float]] = {}
         self.extra: dict[str, Any] = {}
         self.status, self.started, self._t0, self.ended, self.error = "running", _now(), time.time(), None, None
+        self.pid, self.host = os.getpid(), socket.gethostname()  # lets a later resume tell a killed run from a live one
         self.write_summary()
 
     def count(self, name: str, k: int = 1):
@@ -363,7 +399,7 @@ class RunDir:
         r["calls"] += 1; r["prompt_tokens"] += prompt_tokens; r["completion_tokens"] += completion_tokens; r["latency_s"] += latency_s
 
     def summary(self) -> dict:
-        return {"status": self.status, "started": self.started, "ended": self.ended,
+        return {"status": self.status, "started": self.started, "ended": self.ended, "pid": self.pid, "host": self.host,
                 "elapsed_s": round((time.time() - self._t0), 3), **self.counters,
                 "roles": self.roles, **self.extra, **({"error": self.error} if self.error else {})}
 
@@ -377,8 +413,63 @@ class RunDir:
 
     def __enter__(self): return self
     def __exit__(self, et, ev, tb):
-        self.finish("failed" if et else "completed", f"{et.__name__}: {ev}" if et else None)
+        if et is None: self.finish("completed")
+        else: self.finish("interrupted" if _is_interruption(et) else "failed", f"{et.__name__}: {ev}")
         return False
+
+def _is_interruption(et) -> bool:
+    import asyncio
+    return issubclass(et, (KeyboardInterrupt, asyncio.CancelledError, RunInterrupted))
+
+def _alive(pid) -> bool:
+    try: os.kill(int(pid), 0)
+    except ProcessLookupError: return False
+    except (PermissionError, TypeError, ValueError): return True  # someone else's process, or no pid recorded: leave it alone
+    return True
+
+def mark_stale_runs(runs_root: str | Path) -> list[Path]:
+    "Runs under `runs_root` still saying `running` whose process is gone (SIGKILL, power loss): marked `interrupted`."
+    marked = []
+    for p in sorted(Path(runs_root).glob("*/run_summary.json")):
+        try: d = json.loads(p.read_text())
+        except (OSError, json.JSONDecodeError): continue
+        if d.get("status") != "running": continue
+        if d.get("host") == socket.gethostname() and _alive(d.get("pid")): continue
+        d.update(status="interrupted", error="the process ended without closing the run (killed); found by a later --resume",
+                 marked_interrupted=_now())
+        tmp = p.with_suffix(".json.tmp"); tmp.write_text(json.dumps(d, indent=2)); os.replace(tmp, p)
+        marked.append(p.parent)
+    return marked
+
+# Settings that never change what a record says: where it goes, how fast, how it is shown, which server answers.
+NOT_FINGERPRINTED = ("resume", "overwrite", "strict", "progress", "max_concurrency", "request_timeout", "max_retries", "num_samples",
+                     "output_dir", "output_name", "data_path", "input_file", "trace_role_calls", "vllm_server_url", "director_server_url",
+                     "speaker_server_url", "user_server_url", "judge_server_url", "config")
+FINGERPRINT_FILE = "fingerprint.json"
+
+def record_fingerprint(cfg: Config | dict, exclude: Iterable[str] = ()) -> dict:
+    "The settings that shape a record (dataset, split, system, num_turns, models, seed ...), as compared on --resume."
+    d = cfg.resolved() if isinstance(cfg, Config) else redact(dict(cfg))
+    drop = set(NOT_FINGERPRINTED) | set(exclude)
+    return {k: v for k, v in sorted(d.items()) if k not in drop}
+
+def fingerprint_changes(old: dict, new: dict) -> list[str]:
+    "`key: old -> new` for every setting that differs."
+    return [f"{k}: {old.get(k, '<unset>')!r} -> {new.get(k, '<unset>')!r}" for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
+
+def check_fingerprint(folder: str | Path, fingerprint: dict, output: str | Path) -> None:
+    "Refuse to continue `output` under other settings than those that made its records (a ConfigError listing what changed)."
+    p = Path(folder) / FINGERPRINT_FILE
+    if not p.exists(): return  # output from before fingerprints: nothing to compare with
+    changed = fingerprint_changes(json.loads(p.read_text()), fingerprint)
+    if changed:
+        raise ConfigError(f"--resume: {output} was made with other settings ({'; '.join(changed)}); "
+                          "use the same settings, another --output-dir/--output-name, or --overwrite")
+
+def write_fingerprint(folder: str | Path, fingerprint: dict) -> Path:
+    p = Path(folder) / FINGERPRINT_FILE; p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_suffix(".json.tmp"); tmp.write_text(json.dumps(fingerprint, indent=2, default=str)); os.replace(tmp, p)
+    return p
 
 # %% ../nbs/00_core.ipynb #6cc36d33
 def seed_everything(seed: int) -> None:
@@ -400,7 +491,10 @@ def run_sync(coro):
     "Run a coroutine to completion, whether or not an event loop is running in this thread."
     import asyncio, concurrent.futures
     try: asyncio.get_running_loop()
-    except RuntimeError: return asyncio.run(coro)
+    except RuntimeError: running = False
+    else: running = True
+    # asyncio.run outside the except block: its errors must not arrive chained to "no running event loop"
+    if not running: return asyncio.run(coro)
     with concurrent.futures.ThreadPoolExecutor(1) as ex: return ex.submit(asyncio.run, coro).result()
 
 def write_stage_outputs(stage_dir: str | Path, **outputs) -> dict:

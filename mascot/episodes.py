@@ -9,16 +9,17 @@ from .llm import *
 from .data import Context, load_contexts, few_shot_examples
 from .personas import *
 from .systems import System, SYSTEM_REGISTRY, SYSTEMS, get_system, check_episode_models
+from .jobs import Job
 import asyncio, copy, hashlib, json, random, re, sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 # %% auto #0
-__all__ = ['DIRECTED', 'MULTI_AGENT', 'ESC_STRATEGIES', 'EpisodeConfig', 'StrictModeError', 'EpisodeState', 'episode_rng',
-           'call_seed', 'EpisodeRunner', 'clean_reply', 'baseline_name', 'baseline_messages', 'extract_response',
-           'most_agreed', 'new_state', 'role_identities', 'episode_record', 'run_episode', 'run_episodes_async',
-           'run_episodes', 'main']
+__all__ = ['DIRECTED', 'MULTI_AGENT', 'ESC_STRATEGIES', 'EpisodeConfig', 'EpisodeState', 'episode_rng', 'call_seed',
+           'EpisodeRunner', 'clean_reply', 'baseline_name', 'baseline_messages', 'extract_response', 'most_agreed',
+           'new_state', 'role_identities', 'episode_record', 'run_episode', 'run_episodes_async', 'run_episodes',
+           'main']
 
 # %% ../nbs/04_episodes.ipynb #ba3cac90
 # What each system does (director or not, which roles are trained, how the reply is produced) is its entry in `mascot.systems`;
@@ -73,8 +74,7 @@ class EpisodeConfig(EndpointConfig):
     def name(self) -> str: return self.output_name or f"{self.system}_{self.dataset}_{self.split}"
 
 # %% ../nbs/04_episodes.ipynb #dad61176
-class StrictModeError(RuntimeError): "Raised under --strict at the first counted failure."
-
+# StrictModeError (raised under --strict at the first counted failure) lives in mascot.core, beside the job scaffold that stops on it.
 @dataclass
 class EpisodeState:
     context: Context
@@ -151,6 +151,7 @@ class EpisodeRunner:
                                                          emotion=state.emotion_trajectory[-1] if state.emotion_trajectory else None),
                                    temperature=self.cfg.user_temperature, max_tokens=self.cfg.user_max_tokens, seed=call_seed(state, "user"))
         reply, emotion = parse_user_reply(r.text)
+        if not reply.strip(): self.count("num_empty_responses", "simulated user")  # empty even after the client's retry
         if self.roster.domain == "support":
             state.emotion_trajectory.append(emotion or (state.emotion_trajectory[-1] if state.emotion_trajectory else "unknown"))
         return state.add(self.roster.user_label, reply, turn_type="user")
@@ -287,43 +288,20 @@ async def run_episode(runner: EpisodeRunner, ctx: Context) -> Episode:
 # %% ../nbs/04_episodes.ipynb #07ae6a44
 async def run_episodes_async(cfg: EpisodeConfig, contexts: list[Context] | None = None, embedded: EmbeddedBackend | None = None) -> Path:
     out = Path(cfg.output_dir) / f"{cfg.name}.jsonl"
-    store = JsonlStore(out, resume=cfg.resume, overwrite=cfg.overwrite)  # refuses existing output before any work
+    # refuses existing output before any work; --overwrite replaces it only once the first new record is written
+    store = JsonlStore(out, resume=cfg.resume, overwrite=cfg.overwrite)
     if contexts is None:
         contexts = load_contexts(cfg.dataset, split=cfg.split, data_path=cfg.data_path, num_samples=cfg.num_samples, seed=cfg.seed,
                                  max_transcript_tokens=cfg.max_transcript_tokens)
-    run = RunDir(out.with_name(out.name + ".runs") / new_run_id(), cfg)
-    client = LLMClient(cfg, run=run, embedded=embedded)
-    try:
-        run.extra["routes"] = client.describe()
+    async with Job(cfg, store, out.with_name(out.name + ".runs"), desc=f"{cfg.system} episodes") as job:
+        client = job.closing(LLMClient(cfg, run=job.run, embedded=embedded))
+        job.run.extra["routes"] = client.describe()
         await client.check()
-        runner = EpisodeRunner(cfg, client, run)
+        runner = EpisodeRunner(cfg, client, job.run)
         todo = [c for c in contexts if c.context_id not in store]
-        run.extra.update(num_contexts=len(contexts), num_already_done=len(contexts) - len(todo), num_written=0)
-        sem = asyncio.Semaphore(cfg.max_concurrency)
-        from tqdm.auto import tqdm
-        bar = tqdm(total=len(todo), desc=f"{cfg.system} episodes", disable=not cfg.progress, file=sys.stderr)
-        async def one(ctx):
-            async with sem:
-                try: ep = await run_episode(runner, ctx)
-                except (StrictModeError, ModelNotFound, BackendUnavailable): raise
-                except Exception as e:
-                    if cfg.strict: raise
-                    run.count("num_generation_failures"); run.count("num_skipped_samples")
-                    run.extra.setdefault("errors", []).append(f"{ctx.context_id}: {e.__class__.__name__}: {e}")
-                    return
-            store.append(ep.to_dict()); run.extra["num_written"] += 1
-            bar.update(1); run.write_summary()
-        tasks = [asyncio.create_task(one(c)) for c in todo]
-        try: await asyncio.gather(*tasks)
-        except BaseException:
-            for t in tasks: t.cancel()
-            raise
-        bar.close()
-        run.finish("completed")
-    except BaseException as e:
-        run.finish("failed", f"{e.__class__.__name__}: {e}"); raise
-    finally:
-        await client.aclose()
+        job.run.extra.update(num_contexts=len(contexts), num_already_done=len(contexts) - len(todo))
+        async def episode(ctx: Context) -> dict: return (await run_episode(runner, ctx)).to_dict()
+        await job.map(todo, episode, name=lambda c: c.context_id)
     return out
 
 def run_episodes(cfg: EpisodeConfig, **kw) -> Path:

@@ -11,6 +11,7 @@ from .personas import *
 from .episodes import (EpisodeConfig, EpisodeRunner, EpisodeState, new_state, episode_record, episode_rng, StrictModeError)
 from .judge import get_rubric, judge_conversation, JudgeParseError
 from .candidates import preference_pairs, save_pairs, model_slug
+from .jobs import Job
 import asyncio, json, random, sys
 from pathlib import Path
 from typing import Literal
@@ -65,9 +66,10 @@ async def score_trajectory(runner: EpisodeRunner, st: EpisodeState) -> tuple[flo
     cfg = runner.cfg
     try: j = await judge_conversation(runner.client, get_rubric("collective", st.context.dataset), rec, examples=getattr(cfg, "judge_examples", 2),
                                       max_tokens=getattr(cfg, "judge_max_tokens", 200))
-    except JudgeParseError as e:
+    except ModelNotFound: raise
+    except (JudgeParseError, LLMError) as e:  # unparsable, or the judge server failed after its retries: the trajectory is unscored
         runner.counters["num_annotation_failures"] += 1
-        if runner.cfg.strict: raise StrictModeError(f"--strict: num_annotation_failures: {e}") from None
+        if runner.cfg.strict: raise StrictModeError(f"--strict: num_annotation_failures: {' '.join(str(e).split())[:300]}") from None
         return None, None
     return j.overall, j.to_100()
 
@@ -125,7 +127,7 @@ async def branching_context(runner: EpisodeRunner, cfg: GroupDataConfig, ctx: Co
         async def play(i, text):
             d = parse_directive(text, runner.roster)
             if d is None:
-                runner.counters["num_directive_parse_failures"] += 1
+                runner.count("num_directive_parse_failures", f"raw director output: {text!r}")  # fatal under --strict, as in episodes
                 return {"text": text, "directive": None, "overall": UNPARSED_SCORE, "scores": None}, None
             first, end = await roll_forward(runner, st, d, text, cfg.horizon, cfg.num_turns)
             overall, scores = await score_trajectory(runner, end)
@@ -156,43 +158,25 @@ async def generate_group_async(cfg: GroupDataConfig, contexts: list[Context] | N
     folder = group_dir(cfg); folder.mkdir(parents=True, exist_ok=True)
     independent = cfg.generation_mode == "independent"
     id_key = "episode_id" if independent else "state_id"
+    # refuses existing output before any work; --overwrite replaces it only once the first new record is written
     store = JsonlStore(folder / ("episodes.jsonl" if independent else "states.jsonl"), resume=cfg.resume, overwrite=cfg.overwrite, id_key=id_key)
     if contexts is None:
         contexts = load_contexts(cfg.dataset, split=cfg.split, data_path=cfg.data_path, num_samples=cfg.num_samples, seed=cfg.seed,
                                  max_transcript_tokens=cfg.max_transcript_tokens)
-    run = RunDir(folder / "runs" / new_run_id(), cfg)
-    client = LLMClient(cfg, run=run, embedded=embedded)
-    try:
-        run.extra["routes"] = client.describe()
+    per_context = cfg.num_episodes if independent else cfg.num_candidates
+    async with Job(cfg, store, folder / "runs", desc=f"stage-2 {cfg.generation_mode}", concurrency=cfg.max_concurrency // per_context) as job:
+        client = job.closing(LLMClient(cfg, run=job.run, embedded=embedded))
+        job.run.extra["routes"] = client.describe()
         await client.check()
-        runner = EpisodeRunner(cfg, client, run)
+        runner = EpisodeRunner(cfg, client, job.run)
         done_ctx = {i.split("::")[0] for i in store.ids}
         todo = [c for c in contexts if c.context_id not in done_ctx]
-        from tqdm.auto import tqdm
-        bar = tqdm(total=len(todo), desc=f"stage-2 {cfg.generation_mode}", disable=not cfg.progress, file=sys.stderr)
-        sem = asyncio.Semaphore(max(1, cfg.max_concurrency // (cfg.num_episodes if independent else cfg.num_candidates)))
-        async def one(ctx):
-            async with sem:
-                try: recs = await (independent_context if independent else branching_context)(runner, cfg, ctx)
-                except (StrictModeError, ModelNotFound, BackendUnavailable): raise
-                except Exception as e:
-                    if cfg.strict: raise
-                    run.count("num_generation_failures"); run.count("num_skipped_samples")
-                    run.extra.setdefault("errors", []).append(f"{ctx.context_id}: {e.__class__.__name__}: {e}")
-                    return
-            for rec in recs:  # a context's records are written together, so a resumed run never holds half a context
-                store.append(rec)
-            bar.update(1); run.write_summary()
-        await asyncio.gather(*[one(c) for c in todo])
-        bar.close()
-        recs = list(read_jsonl(store.path))
+        # a context's records are written together, so a resumed run never holds half a context
+        await job.map(todo, lambda ctx: (independent_context if independent else branching_context)(runner, cfg, ctx), name=lambda c: c.context_id)
+        recs = list(store)
         rows = trajectory_pairs(recs, cfg.score_margin, runner.roster) if independent else directive_pairs(recs, cfg.score_margin)
         save_pairs(rows, folder)
-        run.extra.update(num_records=len(recs), num_pairs=len(rows))
-        run.finish("completed")
-    except BaseException as e:
-        run.finish("failed", f"{e.__class__.__name__}: {e}"); raise
-    finally: await client.aclose()
+        job.run.extra.update(num_records=len(recs), num_pairs=len(rows))
     return folder
 
 def generate_group(cfg: GroupDataConfig, **kw) -> Path: return run_sync(generate_group_async(cfg, **kw))

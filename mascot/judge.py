@@ -7,6 +7,7 @@ from __future__ import annotations
 from .core import *
 from .llm import *
 from .personas import ROSTERS, Roster, roster_for_dataset, render_history
+from .jobs import Job
 import asyncio, json, logging, math, os, re, statistics, sys, time, weakref
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +21,7 @@ __all__ = ['RUBRICS', 'JUDGE_LINE', 'SCORE_RANGE', 'JUDGE_EXAMPLES', 'SCORE_VALU
            'judge_conversation', 'record_situation', 'pair_messages', 'parse_preference', 'judge_pair',
            'krippendorff_alpha', 'cohen_kappa', 'JudgeConfig', 'AnthropicBackend', 'GeminiBackend', 'judge_clients',
            'JudgeItem', 'record_domain', 'persona_for', 'record_items', 'judged_scores', 'record_groups', 'mean_std',
-           'criterion_stats', 'build_metrics', 'evaluate_async', 'evaluate', 'main']
+           'criterion_stats', 'build_metrics', 'evaluate_async', 'StrictJudgeParseError', 'evaluate', 'main']
 
 # %% ../nbs/05_judge.ipynb #d21658e8
 @dataclass(frozen=True)
@@ -568,68 +569,66 @@ async def evaluate_async(cfg: JudgeConfig, embedded: ChatBackend | None = None) 
     out_dir = Path(cfg.output_dir) if cfg.output_dir else inp.parent
     kinds = ["persona", "collective"] if cfg.rubric == "auto" else [cfg.rubric]
     records = list(read_jsonl(inp))
-    stores = {k: JsonlStore(out_dir / f"scores_{k}_{inp.stem}.jsonl", resume=cfg.resume, overwrite=cfg.overwrite) for k in kinds}  # refuse before work
-    run = RunDir(out_dir / f"judge_{inp.stem}.runs" / new_run_id(), cfg)
-    clients: dict[str, LLMClient] = {}
-    unwritten_failures = {k: 0 for k in kinds}
-    try:
+    # refuse existing output before work; --overwrite replaces it only once the first new record is written
+    stores = {k: JsonlStore(out_dir / f"scores_{k}_{inp.stem}.jsonl", resume=cfg.resume, overwrite=cfg.overwrite) for k in kinds}
+    # --rubric only picks which stores to fill (one per kind), so a resume may judge fewer or more kinds than the first run
+    async with Job(cfg, stores, out_dir / f"judge_{inp.stem}.runs", desc="judging", failure_counter="num_annotation_failures",
+                   fingerprint=record_fingerprint(cfg, exclude=("rubric",))) as job:
+        run = job.run
         clients = await judge_clients(cfg, run, embedded)
+        for c in clients.values(): job.closing(c)
         run.extra.update(judges=list(clients), provider=cfg.provider or ("vllm" if cfg.judge_server_url else "embedded"),
                          routes={m: c.describe()["judge"] for m, c in clients.items()}, num_records=len(records))
         sem = asyncio.Semaphore(cfg.max_concurrency)
+        unwritten_failures = {k: 0 for k in kinds}
 
         async def judged(model: str, rid: str, kind: str, item: JudgeItem) -> Judgement | None:
             async with sem:
                 try: return await judge_call(clients[model], item.rubric, item.messages, cfg.judge_max_tokens, cfg.top_logprobs)
-                except JudgeParseError as e:
+                except ModelNotFound: raise
+                except (JudgeParseError, LLMError) as e:  # unparsable, or the judge server failed after its retries
                     where = f"{rid} ({kind}{'' if item.turn_idx is None else f', turn {item.turn_idx}'}, judge {model})"
-                    if cfg.strict: raise JudgeParseError(f"--strict: {where}: {str(e).split('; raw judge output')[0]}", e.raw) from None
+                    raw = getattr(e, "raw", None)
+                    if cfg.strict:
+                        reason = str(e).split('; raw judge output')[0] if raw is not None else " ".join(str(e).split())[:300]
+                        raise StrictJudgeParseError(f"--strict: {where}: {reason}", raw if raw is not None else "") from None
                     run.count("num_annotation_failures")
-                    run.extra.setdefault("annotation_failures", []).append({"where": where, "raw": e.raw[:500]})
+                    run.extra.setdefault("annotation_failures", []).append({"where": where, "raw": (raw if raw is not None else str(e))[:500]})
                     return None
 
-        async def one(rec: dict, kind: str, domain: str):
+        async def one(task: tuple[dict, str, str]) -> dict | None:
+            rec, kind, domain = task
             rid = record_id(rec)
             try: items = record_items(rec, kind, domain, cfg.judge_examples)
             except (KeyError, TypeError, ValueError) as e:  # a malformed record: skipped, or fatal under --strict
-                if cfg.strict: raise
-                run.count("num_skipped_samples"); run.extra.setdefault("errors", []).append(f"{rid} ({kind}): {e.__class__.__name__}: {e}"); return
+                if cfg.strict: raise StrictModeError(f"--strict: num_skipped_samples at {rid} ({kind}): malformed record: {e.__class__.__name__}: {e}") from None
+                run.count("num_skipped_samples"); run.extra.setdefault("errors", []).append(f"{rid} ({kind}): {e.__class__.__name__}: {e}"); return None
             by_model = dict(zip(clients, await asyncio.gather(*[asyncio.gather(*[judged(m, rid, kind, it) for it in items]) for m in clients])))
             parts = {m: judged_scores(items, res) for m, res in by_model.items()}
             if not any(p["scores"] for p in parts.values()):  # nothing parsed: not written, so --resume tries it again
-                unwritten_failures[kind] += sum(p["num_failures"] for p in parts.values()); run.count("num_skipped_samples"); return
+                unwritten_failures[kind] += sum(p["num_failures"] for p in parts.values()); run.count("num_skipped_samples"); return None
             meta = rec.get("metadata") or {}
             primary, *others = clients
-            stores[kind].append({"conv_id": rid, "kind": kind, "rubric": items[0].rubric.name, "rubric_version": items[0].rubric.version,
-                                 "dataset": meta.get("dataset"), "system": meta.get("system"), "groups": record_groups(rec), "judge": primary,
-                                 **parts[primary], **({"by_judge": {m: parts[m] for m in others}} if others else {})})
-            bar.update(1)
+            return {"conv_id": rid, "kind": kind, "rubric": items[0].rubric.name, "rubric_version": items[0].rubric.version,
+                    "dataset": meta.get("dataset"), "system": meta.get("system"), "groups": record_groups(rec), "judge": primary,
+                    **parts[primary], **({"by_judge": {m: parts[m] for m in others}} if others else {})}
 
-        from tqdm.auto import tqdm
         domains = [record_domain(rec, inp) for rec in records]
         todo = [(rec, k, d) for k in kinds for rec, d in zip(records, domains) if record_id(rec) not in stores[k]]
         run.extra["num_already_done"] = len(records) * len(kinds) - len(todo)
-        bar = tqdm(total=len(todo), desc="judging", disable=not cfg.progress, file=sys.stderr)
-        tasks = [asyncio.create_task(one(*t)) for t in todo]
-        try: await asyncio.gather(*tasks)
-        except BaseException:
-            for t in tasks: t.cancel()
-            raise
-        bar.close()
+        await job.map(todo, one, name=lambda t: f"{record_id(t[0])} ({t[1]})", store=lambda t: stores[t[1]])
         out = {}
         for k in kinds:
-            metrics = build_metrics(list(read_jsonl(stores[k].path)), k, list(clients), unwritten_failures[k])
+            metrics = build_metrics(list(stores[k]), k, list(clients), unwritten_failures[k])
             metrics.update(input_file=str(inp), scores_file=str(stores[k].path), num_input_records=len(records))
             out[k] = out_dir / f"metrics_{k}_{inp.stem}.json"
             out[k].write_text(json.dumps(metrics, indent=2))
             run.extra.setdefault("overall", {})[k] = metrics["overall"].get("Overall")
         run.extra["metrics_files"] = {k: str(p) for k, p in out.items()}
-        run.finish("completed")
-        return out
-    except BaseException as e:
-        run.finish("failed", f"{e.__class__.__name__}: {e}"); raise
-    finally:
-        for c in clients.values(): await c.aclose()
+    return out
+
+class StrictJudgeParseError(JudgeParseError, StrictModeError):
+    "A judgement that failed under --strict: a `JudgeParseError` (with `.raw`) that stops the run like every strict failure."
 
 def evaluate(cfg: JudgeConfig, **kw) -> dict[str, Path]:
     "Synchronous entry point (CLI, scripts); in a notebook `await evaluate_async(cfg)`."

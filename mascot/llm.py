@@ -12,9 +12,9 @@ from typing import Any, Literal
 
 # %% auto #0
 __all__ = ['EMBEDDED_DEFAULT', 'GEN_ROLES', 'ROLES', 'ChatRequest', 'TokenLogprob', 'ChatResponse', 'LLMError',
-           'BackendUnavailable', 'ModelNotFound', 'ChatBackend', 'OpenAIBackend', 'smollm2_gguf', 'convert_smollm2',
-           'embedded_dtype', 'resolve_model_path', 'EmbeddedBackend', 'make_random_lora', 'EndpointConfig', 'RoleRoute',
-           'route_roles', 'parse_lora_modules', 'LLMClient', 'chat_demo', 'main']
+           'BackendUnavailable', 'ModelNotFound', 'MalformedResponse', 'ChatBackend', 'OpenAIBackend', 'smollm2_gguf',
+           'convert_smollm2', 'embedded_dtype', 'resolve_model_path', 'EmbeddedBackend', 'make_random_lora',
+           'EndpointConfig', 'RoleRoute', 'route_roles', 'parse_lora_modules', 'LLMClient', 'chat_demo', 'main']
 
 # %% ../nbs/01_llm.ipynb #b15fcbfb
 @dataclass
@@ -62,6 +62,7 @@ class ChatResponse:
 class LLMError(RuntimeError): pass
 class BackendUnavailable(LLMError): "A server could not be reached (after retries)."
 class ModelNotFound(LLMError): "A model id is neither served by the backend nor loadable locally."
+class MalformedResponse(LLMError): "A server's reply that is not a usable chat completion (retried like a 5xx)."
 
 class ChatBackend:
     "What every backend provides."
@@ -78,28 +79,56 @@ def _api_key(url: str) -> str:
     # Secrets only from the environment; local servers accept any key.
     return os.environ.get("MASCOT_API_KEY") or os.environ.get("OPENAI_API_KEY") or os.environ.get("VLLM_API_KEY") or "EMPTY"
 
+def _completion(r):
+    "The chat completion itself, or `MalformedResponse` when the body is not one (not JSON, no choices, a choice without a message)."
+    choices = getattr(r, "choices", None)
+    if not isinstance(choices, list) or not choices: raise MalformedResponse(f"no choices in the reply ({str(r)[:80]!r})")
+    for c in choices:
+        msg = getattr(c, "message", None)
+        if msg is None or not hasattr(msg, "content"): raise MalformedResponse("a choice without a message")
+        if not isinstance(msg.content, (str, type(None))): raise MalformedResponse(f"a choice's content is {type(msg.content).__name__}")
+    return r
+
+def _model_page(r):
+    if not isinstance(getattr(r, "data", None), list): raise MalformedResponse(f"no model list in the reply ({str(r)[:80]!r})")
+    return r
+
 class OpenAIBackend(ChatBackend):
     kind = "openai"
-    def __init__(self, base_url: str, max_concurrency: int = 16, timeout: float = 120.0, max_retries: int = 3):
+    def __init__(self, base_url: str, max_concurrency: int = 16, timeout: float = 120.0, max_retries: int = 3, backoff_s: float = 0.5):
         import openai
-        self.base_url, self.max_retries = base_url.rstrip("/"), max_retries
-        self.client = openai.AsyncOpenAI(base_url=self.base_url, api_key=_api_key(base_url), timeout=timeout, max_retries=max_retries)
+        if max_concurrency < 1: raise ValueError(f"max_concurrency must be >= 1 (got {max_concurrency})")
+        if not timeout > 0: raise ValueError(f"timeout must be > 0 seconds (got {timeout})")
+        self.base_url, self.max_retries, self.timeout, self.backoff_s = base_url.rstrip("/"), max_retries, float(timeout), backoff_s
+        # Retries and the deadline are ours: the openai client's timeout bounds each socket read, so a server dripping its body
+        # one byte at a time would hold a call for ever; `asyncio.wait_for` bounds connect + the whole body.
+        self.client = openai.AsyncOpenAI(base_url=self.base_url, api_key=_api_key(base_url), timeout=timeout, max_retries=0)
         self.sem = asyncio.Semaphore(max_concurrency)
         self._models: list[str] | None = None
 
-    async def _call(self, fn, *a, **kw):
-        import openai
-        try: return await fn(*a, **kw)
-        except (openai.APIConnectionError, openai.APITimeoutError) as e:
-            raise BackendUnavailable(f"server {self.base_url} unreachable after {self.max_retries} retries: {e.__class__.__name__}: {e}") from None
-        except openai.InternalServerError as e:
-            raise BackendUnavailable(f"server {self.base_url} kept failing after {self.max_retries} retries: {e}") from None
-        except openai.NotFoundError as e:
-            raise ModelNotFound(f"server {self.base_url}: {e}") from None
+    async def _call(self, fn, *a, check=None, **kw):
+        "One request with one deadline per attempt; connection errors, time-outs, 5xx/429 and malformed bodies are retried with backoff."
+        import openai, random
+        last = ("unreachable", "no attempt made")
+        for attempt in range(self.max_retries + 1):
+            if attempt: await asyncio.sleep(min(self.backoff_s * 2 ** (attempt - 1), 8.0) * random.uniform(0.75, 1.25))
+            try:
+                r = await asyncio.wait_for(fn(*a, **kw), self.timeout)
+                return check(r) if check else r
+            except openai.NotFoundError as e: raise ModelNotFound(f"server {self.base_url}: {e}") from None
+            except (asyncio.TimeoutError, openai.APITimeoutError):
+                last = ("unreachable", f"no complete reply within --request-timeout {self.timeout:g} s")
+            except openai.APIConnectionError as e: last = ("unreachable", f"{e.__class__.__name__}: {e}")
+            except openai.APIStatusError as e:
+                if e.status_code < 500 and e.status_code not in (408, 409, 429): raise  # a refused request is not retried
+                last = ("kept failing", str(e))
+            except (MalformedResponse, openai.APIResponseValidationError, ValueError, AttributeError, TypeError) as e:  # a body that is not a completion
+                last = ("kept failing", f"malformed reply: {e.__class__.__name__}: {str(e)[:200]}")
+        raise BackendUnavailable(f"server {self.base_url} {last[0]} after {self.max_retries} retries: {last[1]}")
 
     async def served_models(self) -> list[str]:
         if self._models is None:
-            page = await self._call(self.client.models.list)
+            page = await self._call(self.client.models.list, check=_model_page)
             self._models = [m.id for m in page.data]
         return self._models
 
@@ -117,7 +146,7 @@ class OpenAIBackend(ChatBackend):
         if req.seed is not None: kw["seed"] = req.seed
         if req.stop: kw["stop"] = req.stop
         if req.logprobs: kw.update(logprobs=True, top_logprobs=req.top_logprobs or None)
-        async with self.sem: return await self._call(self.client.chat.completions.create, **kw)
+        async with self.sem: return await self._call(self.client.chat.completions.create, check=_completion, **kw)
 
     async def chat(self, req: ChatRequest) -> ChatResponse:
         t0 = time.perf_counter()
@@ -135,10 +164,11 @@ class OpenAIBackend(ChatBackend):
         lps = None
         if req.logprobs and all(c.logprobs and c.logprobs.content for c in choices):
             lps = [[TokenLogprob(t.token, t.logprob, {x.token: x.logprob for x in (t.top_logprobs or [])}) for t in c.logprobs.content] for c in choices]
-        usage = [r.usage for r in resps if r.usage]
-        return ChatResponse(texts=[c.message.content or "" for c in choices], finish_reasons=[c.finish_reason or "stop" for c in choices],
-                            prompt_tokens=usage[0].prompt_tokens if usage else 0, completion_tokens=sum(u.completion_tokens for u in usage),
-                            model=resps[0].model or model, backend=f"openai:{self.base_url}", latency_s=time.perf_counter() - t0, logprobs=lps)
+        usage = [r.usage for r in resps if getattr(r, "usage", None)]
+        tokens = lambda u, k: getattr(u, k, 0) if isinstance(getattr(u, k, 0), int) else 0
+        return ChatResponse(texts=[c.message.content or "" for c in choices], finish_reasons=[getattr(c, "finish_reason", None) or "stop" for c in choices],
+                            prompt_tokens=tokens(usage[0], "prompt_tokens") if usage else 0, completion_tokens=sum(tokens(u, "completion_tokens") for u in usage),
+                            model=getattr(resps[0], 'model', None) or model, backend=f"openai:{self.base_url}", latency_s=time.perf_counter() - t0, logprobs=lps)
 
     async def aclose(self): await self.client.close()
 
@@ -497,6 +527,14 @@ class LLMClient:
         if role not in self.routes: raise ValueError(f"unknown role {role!r}; roles are {ROLES}")
         route = self.routes[role]
         req = ChatRequest(messages, model=self._checked.get(role, route.model), **params)
+        resp = await self._chat_once(role, req)
+        empty = [i for i, t in enumerate(resp.texts) if not t.strip()]
+        if empty:  # an empty reply is asked for once more (another seed); one still empty is the caller's to count
+            again = await self._chat_once(role, ChatRequest(**{**req.__dict__, "n": len(empty), "seed": None if req.seed is None else req.seed + 7919}))
+            resp = _fill_empty(resp, empty, again)
+        return resp
+
+    async def _chat_once(self, role: str, req: ChatRequest) -> ChatResponse:
         resp = await self.backend(role).chat(req)
         if self.run: self.run.add_usage(role, resp.prompt_tokens, resp.completion_tokens, resp.latency_s)
         if self.trace_path:
@@ -509,6 +547,16 @@ class LLMClient:
 
     async def aclose(self):
         for b in self._backends.values(): await b.aclose()
+
+def _fill_empty(resp: ChatResponse, empty: list[int], again: ChatResponse) -> ChatResponse:
+    "`resp` with its empty samples (at `empty`) replaced by those of the retry."
+    texts, reasons = list(resp.texts), list(resp.finish_reasons)
+    lps = list(resp.logprobs) if resp.logprobs is not None else None
+    for j, i in enumerate(empty[: len(again.texts)]):
+        texts[i], reasons[i] = again.texts[j], again.finish_reasons[j]
+        if lps is not None: lps[i] = again.logprobs[j] if again.logprobs else []
+    return ChatResponse(texts, reasons, resp.prompt_tokens, resp.completion_tokens + again.completion_tokens, resp.model, resp.backend,
+                        resp.latency_s + again.latency_s, lps)
 
 # %% ../nbs/01_llm.ipynb #302319dc
 def chat_demo(message: str = "I have been feeling lonely since I moved to a new city.", cfg: EndpointConfig | None = None, max_tokens: int = 48) -> dict:

@@ -14,7 +14,8 @@ from typing import Any
 # %% auto #0
 __all__ = ['GEN', 'STAGES', 'STAGE_BY_KEY', 'JOB_HEADING', 'PEAK_FILE', 'PEAK_CELL', 'Stage', 'config_class', 'PipelineConfig',
            'expand_env', 'load_pipeline_config', 'stage_params', 'absolute_paths', 'run_dir_of', 'check_stage',
-           'nbs_dir', 'job_notebook', 'StageFailed', 'plan_pipeline', 'run_pipeline', 'main']
+           'nbs_dir', 'job_notebook', 'StageFailed', 'job_runs', 'summed_counters', 'plan_pipeline', 'run_pipeline',
+           'main']
 
 # %% ../nbs/40_pipeline.ipynb #4aea4c38
 @dataclass
@@ -88,7 +89,9 @@ def load_pipeline_config(path: str | Path, **overrides) -> PipelineConfig:
     import yaml
     path = Path(path)
     if not path.exists(): raise ConfigError(f"config file {path} does not exist")
-    raw = yaml.safe_load(path.read_text()) or {}
+    try: raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e: raise ConfigError(f"{path}: not valid YAML: {' '.join(str(e).split())}") from None
+    if not isinstance(raw, dict): raise ConfigError(f"{path}: expected a mapping of keys to values (run_name, stages, ...), got a {type(raw).__name__}")
     cfg = PipelineConfig.from_dict({**raw, **{k: v for k, v in overrides.items() if v is not None}}, source=str(path))
     cfg.endpoints = expand_env(cfg.endpoints, f"{path}: endpoints")
     cfg.stages = expand_env(cfg.stages, f"{path}: stages")
@@ -182,6 +185,33 @@ def _stage_status(run_dir: Path, stage: Stage) -> str | None:
 
 class StageFailed(RuntimeError): pass
 
+def job_runs(stage_dir: str | Path, since: str) -> list[dict]:
+    "The job runs a stage made (their `run_summary.json` under the stage folder, started at or after `since`), with their system."
+    out = []
+    for p in sorted(Path(stage_dir).rglob("run_summary.json")):
+        if p.parent == Path(stage_dir): continue  # the stage's own summary
+        try: d = json.loads(p.read_text())
+        except (OSError, json.JSONDecodeError): continue
+        if (d.get("started") or "") < since: continue  # an earlier invocation's run (a resumed stage)
+        cfg = json.loads((p.parent / "run_config.json").read_text()) if (p.parent / "run_config.json").exists() else {}
+        name = cfg.get("system") or p.parent.parent.name.removesuffix(".runs")
+        out.append({"path": str(p.parent), "name": name, "status": d.get("status"), **{k: d.get(k, 0) for k in COUNTERS}})
+    return out
+
+def summed_counters(runs: list[dict]) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
+    "The counters of `runs` summed: in total, and per system (or output name)."
+    total, by = {k: 0 for k in COUNTERS}, {}
+    for r in runs:
+        part = by.setdefault(r["name"], {k: 0 for k in COUNTERS})
+        for k in COUNTERS: total[k] += r[k]; part[k] += r[k]
+    return total, by
+
+def _record_job_runs(run: RunDir, sdir: Path):
+    runs = job_runs(sdir, run.started)
+    total, by = summed_counters(runs)
+    run.counters.update(total)
+    run.extra.update(by_system=by, job_runs=[{"path": r["path"], "status": r["status"]} for r in runs])
+
 def plan_pipeline(cfg: PipelineConfig, source: str = "config", from_stage: str | None = None, only: str | None = None,
                   resume: bool = False) -> tuple[list[str], dict[str, dict]]:
     "Every check that must pass before any work: the stages to run, and the outputs of completed stages they read."
@@ -211,6 +241,7 @@ def run_pipeline(cfg: PipelineConfig, source: str = "config", from_stage: str | 
     run_dir = run_dir_of(cfg)
     todo, outputs = plan_pipeline(cfg, source, from_stage, only, resume)
     run_dir.mkdir(parents=True, exist_ok=True)
+    if resume: mark_stale_runs(run_dir)  # stages a killed invocation left saying "running"
     (run_dir / "pipeline_config.json").write_text(json.dumps(redact(cfg.model_dump(mode="json")), indent=2))
     t_run = time.time()
     for k in todo:
@@ -233,15 +264,21 @@ def run_pipeline(cfg: PipelineConfig, source: str = "config", from_stage: str | 
             import papermill as pm
             pm.execute_notebook(str(job), str(sdir / "executed.ipynb"), parameters={"config": params, "stage_dir": str(sdir.resolve())},
                                 cwd=str(sdir), kernel_name="python3", language="python", progress_bar=False, log_output=False)
+        except KeyboardInterrupt:  # SIGINT, or SIGTERM (which main turns into one)
+            _record_job_runs(run, sdir); run.finish("interrupted", "interrupted by a signal; continue with --resume")
+            meta["end"] = run.ended; (sdir / "meta.json").write_text(json.dumps(meta, indent=2))
+            raise
         except Exception as e:
             err = f"{getattr(e, 'ename', e.__class__.__name__)}: {getattr(e, 'evalue', e)}"
-            run.finish("failed", err); meta["end"] = run.ended; (sdir / "meta.json").write_text(json.dumps(meta, indent=2))
+            _record_job_runs(run, sdir); run.finish("failed", err); meta["end"] = run.ended; (sdir / "meta.json").write_text(json.dumps(meta, indent=2))
             log(f"[{k}] FAILED after {time.time() - t0:.0f}s: {err}\n      executed notebook: {sdir / 'executed.ipynb'}")
             raise StageFailed(f"stage {k} failed: {err} (see {sdir / 'executed.ipynb'})") from None
         finally: job.unlink(missing_ok=True)
         outputs[k] = json.loads((sdir / "outputs.json").read_text()) if (sdir / "outputs.json").exists() else {}
         peak = json.loads((sdir / PEAK_FILE).read_text())["peak_rss_mb"] if (sdir / PEAK_FILE).exists() else None
-        run.extra["outputs"] = outputs[k]; run.extra["peak_rss_mb"] = peak; run.finish("completed")
+        run.extra["outputs"] = outputs[k]; run.extra["peak_rss_mb"] = peak
+        _record_job_runs(run, sdir)  # the stage's counters are the sum of its job runs' (per system, and in total)
+        run.finish("completed")
         meta["end"], meta["seconds"], meta["peak_rss_mb"] = run.ended, round(time.time() - t0, 1), peak
         (sdir / "meta.json").write_text(json.dumps(meta, indent=2))
         log(f"[{k}] done in {time.time() - t0:.0f}s, peak memory {peak} MB (run elapsed {time.time() - t_run:.0f}s)")
@@ -253,11 +290,15 @@ def main(argv: list[str] | None = None):
     p.add_argument("config"); p.add_argument("--run-name"); p.add_argument("--from", dest="from_stage"); p.add_argument("--only")
     p.add_argument("--resume", action="store_true"); p.add_argument("--runs-dir")
     a = p.parse_args(argv)
+    import signal, threading
+    def _terminated(signum, frame): raise KeyboardInterrupt(f"signal {signum}")
+    if threading.current_thread() is threading.main_thread(): signal.signal(signal.SIGTERM, _terminated)  # the stage is marked interrupted
     try:
         cfg = load_pipeline_config(a.config, run_name=a.run_name, runs_dir=a.runs_dir)
         run_dir = run_pipeline(cfg, source=a.config, from_stage=a.from_stage, only=a.only, resume=a.resume)
     except StageFailed as e: print(f"mascot run: {e}", file=sys.stderr); raise SystemExit(1)
-    except (ConfigError, OutputExistsError) as e: print(f"mascot run: {e}", file=sys.stderr); raise SystemExit(2)
+    except (ConfigError, OutputExistsError) as e: print(f"mascot run: {' '.join(str(e).split())}", file=sys.stderr); raise SystemExit(2)
+    except KeyboardInterrupt: print("mascot run: interrupted; continue with --resume", file=sys.stderr); raise SystemExit(130)
     report = run_dir / "figures"
     print(f"run finished: {run_dir}" + (f"\nfigures and tables: {report}" if report.exists() else "") + "\nbuild the results site with: mascot site " + str(run_dir))
 
