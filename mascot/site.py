@@ -17,7 +17,7 @@ __all__ = ['PALETTE', 'esc', 'SKIP_KEYS', 'KEY_ORDER', 'SKIP_META', 'CSS', 'ERRO
            'table_html', 'tables_section', 'role_models', 'provenance_section', 'page', 'notebook_html', 'csv_table',
            'overview_section', 'build_run_page', 'headline', 'compare_runs', 'build_docs', 'build_site', 'main']
 
-# %% ../nbs/42_site.ipynb #ee2cca3e
+# %% ../nbs/42_site.ipynb #405905de
 def read_json(p: Path, default=None):
     "The JSON in `p`, or `default` when the file is missing; a corrupt file is an error naming it."
     if not p.exists(): return default
@@ -58,7 +58,7 @@ def stage_output(info: dict, prefix: str, key: str) -> Path | None:
     st = stage_of(info, prefix)
     return locate(st["outputs"].get(key), info["path"]) if st else None
 
-# %% ../nbs/42_site.ipynb #4d207f9a
+# %% ../nbs/42_site.ipynb #a90552b4
 def load_conversations(info: dict) -> dict[str, tuple[Path, list[dict]]]:
     "{system: (its conversation file, its records)} from the evaluate stage; {} when the run has none."
     st = stage_of(info, "30_evaluate")
@@ -83,7 +83,7 @@ def judged_parts(line: dict | None) -> list[tuple[str, dict]]:
     if not line: return []
     return [(line.get("judge", "judge"), line), *(line.get("by_judge") or {}).items()]
 
-# %% ../nbs/42_site.ipynb #33fa67aa
+# %% ../nbs/42_site.ipynb #fc7053da
 PALETTE = ("#1f6fb4", "#c2410c", "#15803d", "#7e22ce", "#b45309", "#0e7490", "#be185d", "#4d7c0f")
 
 def persona_colour(name: str) -> str:
@@ -120,7 +120,7 @@ def overall_of(parts: list[tuple[str, dict]], turn_idx: int | None = None) -> fl
     item = next((i for i in part.get("items") or [] if i.get("turn_idx") == turn_idx), None)
     return (item or {}).get("scores", {}).get("Overall")
 
-# %% ../nbs/42_site.ipynb #347cd13a
+# %% ../nbs/42_site.ipynb #b4ef47cf
 def conversation_html(system: str, rec: dict, judged: dict[str, dict]) -> str:
     "One conversation as a chat transcript: user turns, persona-coloured agent turns with the director's directive and the judge's scores."
     from mascot.personas import BIG_FIVE_PROFILES
@@ -158,7 +158,7 @@ def conversation_html(system: str, rec: dict, judged: dict[str, dict]) -> str:
             + (f"<details class='collective'><summary>the whole conversation, judged (collective rubric)</summary>{coll}</details>" if coll else "")
             + "</article>")
 
-# %% ../nbs/42_site.ipynb #f7ff3ffe
+# %% ../nbs/42_site.ipynb #23de1453
 def conversations_section(info: dict) -> str:
     "Every evaluated conversation, with filters (system, group, context, Overall range) and a side-by-side view of two systems on one context."
     convs = load_conversations(info)
@@ -190,7 +190,7 @@ def conversations_section(info: dict) -> str:
             "<div class='sidebyside'><div id='c-left'></div><div id='c-right'></div></div></details>"
             f"<div id='conv-list'>{''.join(arts)}</div>")
 
-# %% ../nbs/42_site.ipynb #dab3a3d7
+# %% ../nbs/42_site.ipynb #f89d2107
 SKIP_KEYS = {"step", "epoch", "total_flos", "train_runtime", "train_samples_per_second", "train_steps_per_second", "train_loss", "num_input_tokens_seen"}
 KEY_ORDER = ("reward", "rewards/", "kl", "loss", "accuracy", "eval_", "completions/clipped_ratio", "completions/mean_length", "completions/", "entropy",
              "grad_norm", "learning_rate")
@@ -214,7 +214,7 @@ def training_series(log: list[dict]) -> dict[str, dict[str, list[tuple[float, fl
     rank = lambda t: next((i for i, p in enumerate(KEY_ORDER) if t.startswith(p)), len(KEY_ORDER))
     return dict(sorted(charts.items(), key=lambda kv: (rank(kv[0]), kv[0])))
 
-# %% ../nbs/42_site.ipynb #e5753bd9
+# %% ../nbs/42_site.ipynb #dd2010c8
 def _ticks(lo: float, hi: float) -> list[float]:
     return [lo] if hi == lo else [lo, (lo + hi) / 2, hi]
 
@@ -245,12 +245,12 @@ def curve_svg(title: str, series: dict[str, list[tuple[float, float]]], width: i
         if legend: parts.append(f"<text x='{L + 6 + 90 * (j % 3)}' y='{30 + 12 * (j // 3)}' class='lg' style='fill:{c}'>■ {esc(name)}</text>")
     return "".join(parts) + "</svg>"
 
-# %% ../nbs/42_site.ipynb #d1f818a5
+# %% ../nbs/42_site.ipynb #8938ce9d
 SKIP_META = {"config", "versions", "lora", "seed", "heldout_contexts", "reward_log", "log", "reward_weights", "rollout"}
 
 def heldout_figures(meta: dict) -> list[tuple[str, float, str]]:
-    "(name, value, uncertainty) for every number in a `mascot_metadata.json` (one level of nesting: `heldout_trained.mean_group_reward`); "
-    "a key's `_se` / `_ci95` partner becomes its uncertainty instead of a row."
+    """(name, value, uncertainty) for every number in a `mascot_metadata.json` (one level of nesting: `heldout_trained.mean_group_reward`);
+    a key's `_se` / `_ci95` partner becomes its uncertainty instead of a row."""
     flat: dict[str, object] = {}
     for k, v in meta.items():
         if k in SKIP_META: continue
@@ -274,7 +274,7 @@ def training_log(model_dir: Path, meta: dict) -> tuple[list[dict] | None, str]:
         if meta.get(k): return meta[k], f"mascot_metadata.json ({k}: the keys the stage kept)"
     return None, ""
 
-# %% ../nbs/42_site.ipynb #b608a184
+# %% ../nbs/42_site.ipynb #cd9ba722
 def training_section(info: dict, out: Path) -> str:
     "Per trained stage: its curves, its own `training_curves.png` (copied), and its held-out figures with their uncertainty."
     blocks = []
@@ -299,7 +299,7 @@ def training_section(info: dict, out: Path) -> str:
         blocks.append("".join(b) + "</div>")
     return "".join(blocks) or "<p class='nodata'>No trained stage in this run.</p>"
 
-# %% ../nbs/42_site.ipynb #85f532cd
+# %% ../nbs/42_site.ipynb #1da776fa
 def judge_files(judge_dir: Path | None) -> tuple[list[dict], list[dict], list[dict]]:
     "(metrics files, score lines, judge run summaries) of the judge stage's folder; metrics and lines carry their file name in `_file`."
     if not judge_dir or not judge_dir.exists(): return [], [], []
@@ -327,7 +327,7 @@ def is_embedded_small(judge: str) -> bool:
     from mascot.llm import EMBEDDED_DEFAULT
     return judge == EMBEDDED_DEFAULT or "135m" in judge.lower()
 
-# %% ../nbs/42_site.ipynb #d6deeb98
+# %% ../nbs/42_site.ipynb #12a08140
 def histogram_svg(values: list[float], width: int = 220, height: int = 70, bins: int = 10) -> str:
     "Counts of 0-100 scores in `bins` equal bins, as bars."
     counts = [0] * bins
@@ -384,7 +384,7 @@ def judge_section(info: dict) -> str:
                    "position-swapped pairwise preferences (<code>mascot.judge.judge_pair</code>) were not recorded.</p>")
     return "".join(b)
 
-# %% ../nbs/42_site.ipynb #1c0f2a53
+# %% ../nbs/42_site.ipynb #89d8b523
 def table_html(path: Path, table_id: str) -> str:
     "A figure CSV as a sortable HTML table: long mean/std/n tables pivoted with criteria (or the last key) as columns, cells `mean ± s.e.`."
     import pandas as pd
@@ -410,7 +410,7 @@ def table_html(path: Path, table_id: str) -> str:
         body.append("<tr>" + "".join(f"<td>{esc(k)}</td>" for k in key) + "".join(cell(by[c]) if c in by else "<td data-v=''>–</td>" for c in cols) + "</tr>")
     return f"<table class='sortable data' id='{table_id}'><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
-# %% ../nbs/42_site.ipynb #4159d3a8
+# %% ../nbs/42_site.ipynb #2c46860a
 def tables_section(info: dict, out: Path) -> str:
     "Each figure folder: its tables (HTML + CSV link), its PNGs, and a link to the executed notebook that made them."
     fig_root = info["path"] / "figures"
@@ -432,7 +432,7 @@ def tables_section(info: dict, out: Path) -> str:
         blocks.append("".join(b) + "</div>")
     return "".join(blocks)
 
-# %% ../nbs/42_site.ipynb #ea0762b0
+# %% ../nbs/42_site.ipynb #f1084b5f
 def role_models(info: dict) -> list[tuple[str, str, str]]:
     "(system, role, model or adapter) from the first record of each evaluated system, and the judge."
     out = []
@@ -466,7 +466,7 @@ def provenance_section(info: dict) -> str:
         if cfg: b.append(f"<details><summary>{esc(s['stage'])}: run_config.json</summary><pre>{esc(json.dumps(cfg, indent=2))}</pre></details>")
     return "".join(b)
 
-# %% ../nbs/42_site.ipynb #582df60b
+# %% ../nbs/42_site.ipynb #34eebb5b
 CSS = """body{font-family:system-ui,sans-serif;max-width:1200px;margin:1.5em auto;padding:0 1em;color:#222;line-height:1.4}
 table{border-collapse:collapse;margin:.6em 0}td,th{border:1px solid #ccc;padding:.25em .55em;text-align:left;font-size:.88em;vertical-align:top}
 th{background:#f3f3f3}td.num{text-align:right;font-variant-numeric:tabular-nums}.completed{color:#176b1a}.failed{color:#b00020}.running{color:#a66b00}
@@ -504,7 +504,7 @@ def page(title: str, body: str, depth: int = 0, script: str = "") -> str:
             f"<nav><a href='{up}index.html'>Runs</a><a href='{up}docs/index.html'>Documentation</a></nav><h1>{esc(title)}</h1>{body}"
             f"<footer><p><small>Built by mascot site on {datetime.date.today()}</small></p></footer>{script}{LOAD_CHECK}</body></html>")
 
-# %% ../nbs/42_site.ipynb #49b07281
+# %% ../nbs/42_site.ipynb #adb0e715
 RUN_JS = r"""<script>
 (()=>{
 const $=s=>document.querySelector(s), $$=s=>[...document.querySelectorAll(s)];
@@ -549,14 +549,14 @@ function copyTable(btn){
 }
 $$('table.sortable th').forEach(th=>th.addEventListener('click',()=>sortBy(th)));
 $$('button.copy').forEach(b=>b.addEventListener('click',()=>copyTable(b)));
-$$('.filters select,.filters input').forEach(x=>x.addEventListener('input',filter));
-$$('.compare select').forEach(x=>x.addEventListener('input',compare));
+$$('.filters select,.filters input').forEach(x=>['input','change'].forEach(ev=>x.addEventListener(ev,filter)));
+$$('.compare select').forEach(x=>['input','change'].forEach(ev=>x.addEventListener(ev,compare)));
 addEventListener('hashchange',show);
 filter();compare();show();addEventListener('load',()=>setTimeout(show,0));
 })();
 </script>"""
 
-# %% ../nbs/42_site.ipynb #8accbe89
+# %% ../nbs/42_site.ipynb #f19178c3
 def notebook_html(nb_path: Path, out: Path) -> Path:
     "An executed (or source) notebook as standalone HTML, with no network needed to view it."
     import nbformat
@@ -572,7 +572,7 @@ def csv_table(path: Path) -> str:
     import pandas as pd
     return pd.read_csv(path).to_html(index=False, float_format=lambda x: f"{x:.2f}", border=0)
 
-# %% ../nbs/42_site.ipynb #205a1595
+# %% ../nbs/42_site.ipynb #030f250f
 def overview_section(info: dict, out: Path) -> str:
     "Status, and per stage: status, wall time, peak memory, its executed notebook as HTML, its error."
     rows = []
@@ -602,15 +602,16 @@ def build_run_page(info: dict, site: Path) -> Path:
     p = out / "index.html"; p.write_text(page(f"Run {info['name']}", body, depth=2, script=RUN_JS))
     return p
 
-# %% ../nbs/42_site.ipynb #b3960c04
+# %% ../nbs/42_site.ipynb #926a4124
 def headline(info: dict):
-    "Mean, s.e. and n of Overall per (system, kind) from the run's `judge_scores.csv`; None when the run has no judge table."
+    """Overall per (system, kind) from the run's `judge_scores.csv`: mean, s.e. and n over conversations (a conversation's judged items, turns
+    and judges, averaged first: its turns are not independent); None when the run has no judge table."""
     import pandas as pd
     d = stage_output(info, "31_llm_judge", "output_dir")
     if not d or not (d / "judge_scores.csv").exists(): return None
     df = pd.read_csv(d / "judge_scores.csv")
-    df = df[df["criterion"] == "Overall"]
-    return df.groupby(["system", "kind"], sort=False)["score"].agg(mean="mean", std="std", n="count").reset_index()
+    per_conv = df[df["criterion"] == "Overall"].groupby(["system", "kind", "conv_id"], sort=False)["score"].mean().reset_index()
+    return per_conv.groupby(["system", "kind"], sort=False)["score"].agg(mean="mean", std="std", n="count").reset_index()
 
 def compare_runs(infos: list[dict]) -> str:
     "One row per system, one column per (run, rubric): Overall mean ± s.e."
@@ -628,11 +629,11 @@ def compare_runs(infos: list[dict]) -> str:
     systems = list(dict.fromkeys(s for s, _ in cells))
     head = "<th>system</th>" + "".join(f"<th>{esc(run)}<br><small>{esc(kind)} Overall</small></th>" for run, kind in cols)
     body = "".join("<tr><td>" + esc(s) + "</td>" + "".join(
-        (lambda c: f"<td class='num' data-v='{c[0]}' title='n {c[2]}'>{c[0]:.1f}" + (f" ± {c[1]:.1f}" if c[1] is not None else "") + "</td>" if c else "<td>–</td>")(cells.get((s, col)))
+        (lambda c: f"<td class='num' data-v='{c[0]}' title='{c[2]} conversations'>{c[0]:.1f}" + (f" ± {c[1]:.1f}" if c[1] is not None else "") + "</td>" if c else "<td>–</td>")(cells.get((s, col)))
         for col in cols) + "</tr>" for s in systems)
     return f"<table class='sortable data' id='compare'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
-# %% ../nbs/42_site.ipynb #e4998aee
+# %% ../nbs/42_site.ipynb #9c524f24
 def build_docs(nbs: Path, site: Path) -> list[Path]:
     out, pages = site / "docs", []
     for nb in sorted(nbs.glob("*.ipynb")) + sorted((nbs / "figures").glob("*.ipynb")):
@@ -657,7 +658,7 @@ def build_site(run_dirs: list[str | Path] | None = None, runs_root: str | Path =
                    f"<td class='num'>{len(i['stages'])}</td><td class='num'>{i['duration_s']:.0f} s</td><td>{esc(i['config'].get('dataset', ''))}</td>"
                    f"<td>{esc(i['config'].get('model_name', ''))}</td><td>{esc(judge_of(i))}</td></tr>" for i in infos)
     body = ("<table id='runs'><tr><th>run</th><th>status</th><th>stages</th><th>duration</th><th>dataset</th><th>model</th><th>judge</th></tr>" + rows + "</table>"
-            "<h2>Headline metrics</h2><p>Overall score per system (0-100, mean ± s.e. over judged items; hover for n).</p>" + compare_runs(infos)
+            "<h2>Headline metrics</h2><p>Overall score per system (0-100): mean ± s.e. over conversations, each conversation's judged items averaged first; hover for n.</p>" + compare_runs(infos)
             if infos else "<p>No runs yet: <code>mascot run configs/smoke.yaml</code>.</p>")
     idx = site / "index.html"
     idx.write_text(page("mascot results", body, script=RUN_JS))
