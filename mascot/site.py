@@ -14,10 +14,11 @@ __all__ = ['PALETTE', 'esc', 'SKIP_KEYS', 'KEY_ORDER', 'SKIP_META', 'CSS', 'ERRO
            'judged_parts', 'persona_colour', 'fmt', 'score_table', 'overall_of', 'conversation_html',
            'conversations_section', 'curve_family', 'training_series', 'curve_svg', 'heldout_figures', 'training_log',
            'training_section', 'judge_files', 'parse_rates', 'is_embedded_small', 'histogram_svg', 'judge_section',
-           'table_html', 'tables_section', 'role_models', 'provenance_section', 'page', 'notebook_html', 'csv_table',
-           'overview_section', 'build_run_page', 'headline', 'compare_runs', 'build_docs', 'build_site', 'main']
+           'table_html', 'tables_section', 'role_models', 'provenance_section', 'page', 'notebook_html',
+           'render_notebooks', 'csv_table', 'overview_section', 'build_run_page', 'headline', 'compare_runs',
+           'build_docs', 'build_site', 'main']
 
-# %% ../nbs/42_site.ipynb #405905de
+# %% ../nbs/42_site.ipynb #0bee22f6
 def read_json(p: Path, default=None):
     "The JSON in `p`, or `default` when the file is missing; a corrupt file is an error naming it."
     if not p.exists(): return default
@@ -58,7 +59,7 @@ def stage_output(info: dict, prefix: str, key: str) -> Path | None:
     st = stage_of(info, prefix)
     return locate(st["outputs"].get(key), info["path"]) if st else None
 
-# %% ../nbs/42_site.ipynb #a90552b4
+# %% ../nbs/42_site.ipynb #013238e3
 def load_conversations(info: dict) -> dict[str, tuple[Path, list[dict]]]:
     "{system: (its conversation file, its records)} from the evaluate stage; {} when the run has none."
     st = stage_of(info, "30_evaluate")
@@ -83,7 +84,7 @@ def judged_parts(line: dict | None) -> list[tuple[str, dict]]:
     if not line: return []
     return [(line.get("judge", "judge"), line), *(line.get("by_judge") or {}).items()]
 
-# %% ../nbs/42_site.ipynb #fc7053da
+# %% ../nbs/42_site.ipynb #8bb08d2f
 PALETTE = ("#1f6fb4", "#c2410c", "#15803d", "#7e22ce", "#b45309", "#0e7490", "#be185d", "#4d7c0f")
 
 def persona_colour(name: str) -> str:
@@ -120,7 +121,7 @@ def overall_of(parts: list[tuple[str, dict]], turn_idx: int | None = None) -> fl
     item = next((i for i in part.get("items") or [] if i.get("turn_idx") == turn_idx), None)
     return (item or {}).get("scores", {}).get("Overall")
 
-# %% ../nbs/42_site.ipynb #b4ef47cf
+# %% ../nbs/42_site.ipynb #86c0ec3b
 def conversation_html(system: str, rec: dict, judged: dict[str, dict]) -> str:
     "One conversation as a chat transcript: user turns, persona-coloured agent turns with the director's directive and the judge's scores."
     from mascot.personas import BIG_FIVE_PROFILES
@@ -158,7 +159,7 @@ def conversation_html(system: str, rec: dict, judged: dict[str, dict]) -> str:
             + (f"<details class='collective'><summary>the whole conversation, judged (collective rubric)</summary>{coll}</details>" if coll else "")
             + "</article>")
 
-# %% ../nbs/42_site.ipynb #23de1453
+# %% ../nbs/42_site.ipynb #31aeb096
 def conversations_section(info: dict) -> str:
     "Every evaluated conversation, with filters (system, group, context, Overall range) and a side-by-side view of two systems on one context."
     convs = load_conversations(info)
@@ -190,7 +191,7 @@ def conversations_section(info: dict) -> str:
             "<div class='sidebyside'><div id='c-left'></div><div id='c-right'></div></div></details>"
             f"<div id='conv-list'>{''.join(arts)}</div>")
 
-# %% ../nbs/42_site.ipynb #f89d2107
+# %% ../nbs/42_site.ipynb #faa03b03
 SKIP_KEYS = {"step", "epoch", "total_flos", "train_runtime", "train_samples_per_second", "train_steps_per_second", "train_loss", "num_input_tokens_seen"}
 KEY_ORDER = ("reward", "rewards/", "kl", "loss", "accuracy", "eval_", "completions/clipped_ratio", "completions/mean_length", "completions/", "entropy",
              "grad_norm", "learning_rate")
@@ -214,7 +215,7 @@ def training_series(log: list[dict]) -> dict[str, dict[str, list[tuple[float, fl
     rank = lambda t: next((i for i, p in enumerate(KEY_ORDER) if t.startswith(p)), len(KEY_ORDER))
     return dict(sorted(charts.items(), key=lambda kv: (rank(kv[0]), kv[0])))
 
-# %% ../nbs/42_site.ipynb #dd2010c8
+# %% ../nbs/42_site.ipynb #a924e34a
 def _ticks(lo: float, hi: float) -> list[float]:
     return [lo] if hi == lo else [lo, (lo + hi) / 2, hi]
 
@@ -245,7 +246,7 @@ def curve_svg(title: str, series: dict[str, list[tuple[float, float]]], width: i
         if legend: parts.append(f"<text x='{L + 6 + 90 * (j % 3)}' y='{30 + 12 * (j // 3)}' class='lg' style='fill:{c}'>■ {esc(name)}</text>")
     return "".join(parts) + "</svg>"
 
-# %% ../nbs/42_site.ipynb #8938ce9d
+# %% ../nbs/42_site.ipynb #7e42bb7c
 SKIP_META = {"config", "versions", "lora", "seed", "heldout_contexts", "reward_log", "log", "reward_weights", "rollout"}
 
 def heldout_figures(meta: dict) -> list[tuple[str, float, str]]:
@@ -274,7 +275,7 @@ def training_log(model_dir: Path, meta: dict) -> tuple[list[dict] | None, str]:
         if meta.get(k): return meta[k], f"mascot_metadata.json ({k}: the keys the stage kept)"
     return None, ""
 
-# %% ../nbs/42_site.ipynb #cd9ba722
+# %% ../nbs/42_site.ipynb #b07e82b8
 def training_section(info: dict, out: Path) -> str:
     "Per trained stage: its curves, its own `training_curves.png` (copied), and its held-out figures with their uncertainty."
     blocks = []
@@ -299,7 +300,7 @@ def training_section(info: dict, out: Path) -> str:
         blocks.append("".join(b) + "</div>")
     return "".join(blocks) or "<p class='nodata'>No trained stage in this run.</p>"
 
-# %% ../nbs/42_site.ipynb #1da776fa
+# %% ../nbs/42_site.ipynb #1b541c9c
 def judge_files(judge_dir: Path | None) -> tuple[list[dict], list[dict], list[dict]]:
     "(metrics files, score lines, judge run summaries) of the judge stage's folder; metrics and lines carry their file name in `_file`."
     if not judge_dir or not judge_dir.exists(): return [], [], []
@@ -327,7 +328,7 @@ def is_embedded_small(judge: str) -> bool:
     from mascot.llm import EMBEDDED_DEFAULT
     return judge == EMBEDDED_DEFAULT or "135m" in judge.lower()
 
-# %% ../nbs/42_site.ipynb #12a08140
+# %% ../nbs/42_site.ipynb #a46fbb8a
 def histogram_svg(values: list[float], width: int = 220, height: int = 70, bins: int = 10) -> str:
     "Counts of 0-100 scores in `bins` equal bins, as bars."
     counts = [0] * bins
@@ -384,7 +385,7 @@ def judge_section(info: dict) -> str:
                    "position-swapped pairwise preferences (<code>mascot.judge.judge_pair</code>) were not recorded.</p>")
     return "".join(b)
 
-# %% ../nbs/42_site.ipynb #89d8b523
+# %% ../nbs/42_site.ipynb #57d12dbb
 def table_html(path: Path, table_id: str) -> str:
     "A figure CSV as a sortable HTML table: long mean/std/n tables pivoted with criteria (or the last key) as columns, cells `mean ± s.e.`."
     import pandas as pd
@@ -410,8 +411,8 @@ def table_html(path: Path, table_id: str) -> str:
         body.append("<tr>" + "".join(f"<td>{esc(k)}</td>" for k in key) + "".join(cell(by[c]) if c in by else "<td data-v=''>–</td>" for c in cols) + "</tr>")
     return f"<table class='sortable data' id='{table_id}'><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
-# %% ../nbs/42_site.ipynb #2c46860a
-def tables_section(info: dict, out: Path) -> str:
+# %% ../nbs/42_site.ipynb #4b27fa21
+def tables_section(info: dict, out: Path, jobs: list) -> str:
     "Each figure folder: its tables (HTML + CSV link), its PNGs, and a link to the executed notebook that made them."
     fig_root = info["path"] / "figures"
     if not fig_root.exists(): return "<p class='nodata'>No figures in this run (the figures stage did not run).</p>"
@@ -420,7 +421,7 @@ def tables_section(info: dict, out: Path) -> str:
         dest = out / "figures" / d.name; dest.mkdir(parents=True, exist_ok=True)
         b = [f"<div class='figure' id='fig-{esc(d.name)}'><h3>{esc(d.name)}</h3>"]
         if (d / "executed.ipynb").exists():
-            notebook_html(d / "executed.ipynb", out / "notebooks" / f"figures-{d.name}.html")
+            jobs.append((d / "executed.ipynb", out / "notebooks" / f"figures-{d.name}.html"))
             b.append(f"<p><a href='notebooks/figures-{esc(d.name)}.html'>the executed notebook that made it</a></p>")
         for t in sorted(d.glob("*.csv")):
             shutil.copy2(t, dest / t.name)
@@ -432,7 +433,7 @@ def tables_section(info: dict, out: Path) -> str:
         blocks.append("".join(b) + "</div>")
     return "".join(blocks)
 
-# %% ../nbs/42_site.ipynb #f1084b5f
+# %% ../nbs/42_site.ipynb #a96e9e6d
 def role_models(info: dict) -> list[tuple[str, str, str]]:
     "(system, role, model or adapter) from the first record of each evaluated system, and the judge."
     out = []
@@ -455,18 +456,20 @@ def provenance_section(info: dict) -> str:
     b.append("<h3>Package versions</h3><table id='versions'><tr><th>package</th><th>version</th></tr>" +
              "".join(f"<tr><td>{esc(k)}</td><td>{esc(', '.join(sorted(v)))}</td></tr>" for k, v in versions.items()) + "</table>")
     roles = role_models(info)
-    trained = [(s["stage"], m) for s in info["stages"] for p in [locate(s["outputs"].get("path"), info["path"])]
+    trained = [(s["stage"], m, p) for s in info["stages"] for p in [locate(s["outputs"].get("path"), info["path"])]
                if p and (p / "mascot_metadata.json").exists() for m in [read_json(p / "mascot_metadata.json")]]
+    rel = lambda p: p.relative_to(info["path"]) if p.is_relative_to(info["path"]) else p
     b.append("<h3>Models and adapters per role</h3><table id='roles'><tr><th>system</th><th>role</th><th>model</th></tr>" +
              "".join(f"<tr><td>{esc(s)}</td><td>{esc(r)}</td><td>{esc(m)}</td></tr>" for s, r, m in roles) +
-             "".join(f"<tr><td>{esc(st)}</td><td>trained {esc(m.get('kind', ''))}</td><td>base {esc(m.get('base_model'))}</td></tr>" for st, m in trained) + "</table>")
+             "".join(f"<tr><td>{esc(st)}</td><td>trained {esc(m.get('kind', ''))}</td><td>base {esc(m.get('base_model'))}, saved in {esc(rel(p))}</td></tr>"
+                     for st, m, p in trained) + "</table>")
     b.append(f"<h3>Resolved configuration</h3><pre>{esc(json.dumps(info['config'], indent=2))}</pre>")
     for s in info["stages"]:
         cfg = read_json(info["path"] / s["stage"] / "run_config.json")
         if cfg: b.append(f"<details><summary>{esc(s['stage'])}: run_config.json</summary><pre>{esc(json.dumps(cfg, indent=2))}</pre></details>")
     return "".join(b)
 
-# %% ../nbs/42_site.ipynb #34eebb5b
+# %% ../nbs/42_site.ipynb #ee5be96f
 CSS = """body{font-family:system-ui,sans-serif;max-width:1200px;margin:1.5em auto;padding:0 1em;color:#222;line-height:1.4}
 table{border-collapse:collapse;margin:.6em 0}td,th{border:1px solid #ccc;padding:.25em .55em;text-align:left;font-size:.88em;vertical-align:top}
 th{background:#f3f3f3}td.num{text-align:right;font-variant-numeric:tabular-nums}.completed{color:#176b1a}.failed{color:#b00020}.running{color:#a66b00}
@@ -504,7 +507,7 @@ def page(title: str, body: str, depth: int = 0, script: str = "") -> str:
             f"<nav><a href='{up}index.html'>Runs</a><a href='{up}docs/index.html'>Documentation</a></nav><h1>{esc(title)}</h1>{body}"
             f"<footer><p><small>Built by mascot site on {datetime.date.today()}</small></p></footer>{script}{LOAD_CHECK}</body></html>")
 
-# %% ../nbs/42_site.ipynb #adb0e715
+# %% ../nbs/42_site.ipynb #5cbaa50a
 RUN_JS = r"""<script>
 (()=>{
 const $=s=>document.querySelector(s), $$=s=>[...document.querySelectorAll(s)];
@@ -556,30 +559,47 @@ filter();compare();show();addEventListener('load',()=>setTimeout(show,0));
 })();
 </script>"""
 
-# %% ../nbs/42_site.ipynb #f19178c3
+# %% ../nbs/42_site.ipynb #b5cc3227
+_EXPORTER = None
+_fresh = lambda nb_path, out: out.exists() and out.stat().st_mtime >= nb_path.stat().st_mtime
+
 def notebook_html(nb_path: Path, out: Path) -> Path:
-    "An executed (or source) notebook as standalone HTML, with no network needed to view it."
+    "An executed (or source) notebook as standalone HTML, with no network needed to view it; kept when `out` is newer than the notebook."
+    global _EXPORTER
+    if _fresh(nb_path, out): return out  # a rebuilt site renders only what changed
     import nbformat
     from nbconvert import HTMLExporter
-    exp = HTMLExporter(template_name="classic")
-    exp.mathjax_url = ""  # no CDN: the site must open offline
-    body, _ = exp.from_notebook_node(nbformat.read(nb_path, as_version=4))
+    if _EXPORTER is None:
+        _EXPORTER = HTMLExporter(template_name="classic")
+        _EXPORTER.mathjax_url = ""  # no CDN: the site must open offline
+    body, _ = _EXPORTER.from_notebook_node(nbformat.read(nb_path, as_version=4))
     out.parent.mkdir(parents=True, exist_ok=True); out.write_text(body)
     return out
+
+def render_notebooks(jobs: list[tuple[Path, Path]], workers: int | None = None) -> list[Path]:
+    "Render (notebook, html) pairs, in parallel processes when there are several CPUs: nbconvert is most of the build time."
+    import os
+    from concurrent.futures import ProcessPoolExecutor
+    todo = [j for j in jobs if not _fresh(*j)]
+    workers = workers or min(4, os.cpu_count() or 1, len(todo))
+    if workers <= 1: [notebook_html(*j) for j in todo]
+    else:
+        with ProcessPoolExecutor(workers) as pool: list(pool.map(notebook_html, *zip(*todo)))
+    return [out for _, out in jobs]
 
 def csv_table(path: Path) -> str:
     "A CSV as a plain HTML table (numbers to 2 decimals)."
     import pandas as pd
     return pd.read_csv(path).to_html(index=False, float_format=lambda x: f"{x:.2f}", border=0)
 
-# %% ../nbs/42_site.ipynb #030f250f
-def overview_section(info: dict, out: Path) -> str:
-    "Status, and per stage: status, wall time, peak memory, its executed notebook as HTML, its error."
+# %% ../nbs/42_site.ipynb #93f556d0
+def overview_section(info: dict, out: Path, jobs: list) -> str:
+    "Status, and per stage: status, wall time, peak memory, a link to its executed notebook (rendered by `jobs`), its error."
     rows = []
     for s in info["stages"]:
         link = ""
         if s["executed"]:
-            notebook_html(info["path"] / s["stage"] / "executed.ipynb", out / "notebooks" / f"{s['stage']}.html")
+            jobs.append((info["path"] / s["stage"] / "executed.ipynb", out / "notebooks" / f"{s['stage']}.html"))
             link = f"<a href='notebooks/{esc(s['stage'])}.html'>executed notebook</a>"
         secs = s["seconds"] if s["seconds"] is not None else s["elapsed_s"]
         rows.append(f"<tr><td>{esc(s['stage'])}</td><td class='{esc(s['status'])}'>{esc(s['status'])}</td><td class='num'>{secs or 0:.0f} s</td>"
@@ -591,18 +611,20 @@ def overview_section(info: dict, out: Path) -> str:
 SECTIONS = (("overview", "Overview"), ("conversations", "Conversations"), ("training", "Training"), ("judge", "Judge reliability"),
             ("tables", "Tables and figures"), ("provenance", "Provenance"))
 
-def build_run_page(info: dict, site: Path) -> Path:
-    "`runs/<run>/index.html`: one section per entry of `SECTIONS`, and its copied figures and rendered notebooks."
+def build_run_page(info: dict, site: Path, jobs: list | None = None) -> Path:
+    "`runs/<run>/index.html`: one section per entry of `SECTIONS`, its copied figures, and its notebooks (rendered now, or added to `jobs`)."
     out = site / "runs" / info["name"]
     out.mkdir(parents=True, exist_ok=True)
-    content = {"overview": overview_section(info, out), "conversations": conversations_section(info), "training": training_section(info, out),
-               "judge": judge_section(info), "tables": tables_section(info, out), "provenance": provenance_section(info)}
+    todo = [] if jobs is None else jobs
+    content = {"overview": overview_section(info, out, todo), "conversations": conversations_section(info), "training": training_section(info, out),
+               "judge": judge_section(info), "tables": tables_section(info, out, todo), "provenance": provenance_section(info)}
     tabs = "<nav class='tabs'>" + "".join(f"<a href='#{k}'>{t}</a>" for k, t in SECTIONS) + "</nav>"
     body = tabs + "".join(f"<section class='tab' id='{k}'><h2>{t}</h2>{content[k]}</section>" for k, t in SECTIONS)
     p = out / "index.html"; p.write_text(page(f"Run {info['name']}", body, depth=2, script=RUN_JS))
+    if jobs is None: render_notebooks(todo)
     return p
 
-# %% ../nbs/42_site.ipynb #926a4124
+# %% ../nbs/42_site.ipynb #a19f65c2
 def headline(info: dict):
     """Overall per (system, kind) from the run's `judge_scores.csv`: mean, s.e. and n over conversations (a conversation's judged items, turns
     and judges, averaged first: its turns are not independent); None when the run has no judge table."""
@@ -633,11 +655,13 @@ def compare_runs(infos: list[dict]) -> str:
         for col in cols) + "</tr>" for s in systems)
     return f"<table class='sortable data' id='compare'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
-# %% ../nbs/42_site.ipynb #9c524f24
-def build_docs(nbs: Path, site: Path) -> list[Path]:
+# %% ../nbs/42_site.ipynb #23471fb7
+def build_docs(nbs: Path, site: Path, jobs: list) -> list[Path]:
+    "`docs/index.html` listing the notebooks; their pages are added to `jobs`."
     out, pages = site / "docs", []
     for nb in sorted(nbs.glob("*.ipynb")) + sorted((nbs / "figures").glob("*.ipynb")):
-        pages.append(notebook_html(nb, out / f"{nb.stem}.html"))
+        pages.append(out / f"{nb.stem}.html"); jobs.append((nb, pages[-1]))
+    out.mkdir(parents=True, exist_ok=True)
     links = "".join(f"<li><a href='{p.name}'>{p.stem}</a></li>" for p in pages)
     (out / "index.html").write_text(page("Documentation", f"<p>The stage notebooks, one per pipeline stage and paper figure.</p><ul>{links}</ul>", depth=1))
     return pages
@@ -648,11 +672,12 @@ def build_site(run_dirs: list[str | Path] | None = None, runs_root: str | Path =
     dirs = [Path(r) for r in run_dirs] if run_dirs else sorted(p for p in Path(runs_root).iterdir() if p.is_dir()) if Path(runs_root).exists() else []
     for d in dirs:
         if not d.is_dir(): raise FileNotFoundError(f"run folder {d} does not exist")
-    infos = [run_info(d) for d in dirs]
-    for i in infos: build_run_page(i, site)
+    infos, jobs = [run_info(d) for d in dirs], []
+    for i in infos: build_run_page(i, site, jobs)
     import mascot
     nbs = Path(nbs) if nbs else Path(mascot.__file__).resolve().parent.parent / "nbs"
-    if nbs.is_dir(): build_docs(nbs, site)
+    if nbs.is_dir(): build_docs(nbs, site, jobs)
+    render_notebooks(jobs)
     judge_of = lambda i: ", ".join(dict.fromkeys(j for m in judge_files(stage_output(i, "31_llm_judge", "output_dir"))[0] for j in m.get("judges", [])))
     rows = "".join(f"<tr><td><a href='runs/{esc(i['name'])}/index.html'>{esc(i['name'])}</a></td><td class='{esc(i['status'])}'>{esc(i['status'])}</td>"
                    f"<td class='num'>{len(i['stages'])}</td><td class='num'>{i['duration_s']:.0f} s</td><td>{esc(i['config'].get('dataset', ''))}</td>"
