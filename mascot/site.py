@@ -18,7 +18,7 @@ __all__ = ['PALETTE', 'esc', 'SKIP_KEYS', 'KEY_ORDER', 'SKIP_META', 'CSS', 'ERRO
            'render_notebooks', 'csv_table', 'overview_section', 'build_run_page', 'headline', 'compare_runs',
            'build_docs', 'build_site', 'main']
 
-# %% ../nbs/42_site.ipynb #09de7e83
+# %% ../nbs/42_site.ipynb #66fa966c
 def read_json(p: Path, default=None):
     "The JSON in `p`, or `default` when the file is missing; a corrupt file is an error naming it."
     if not p.exists(): return default
@@ -49,7 +49,7 @@ def run_info(run_dir: Path) -> dict:
     status = ("failed" if any(s["status"] == "failed" for s in stages) else "running" if any(s["status"] == "running" for s in stages)
               else "completed" if stages else "empty")
     return {"name": run_dir.name, "path": run_dir, "status": status, "stages": stages, "config": read_json(run_dir / "pipeline_config.json", {}),
-            "duration_s": round(sum(s["elapsed_s"] or 0 for s in stages), 1)}
+            "duration_s": round(sum((s["seconds"] if s["seconds"] is not None else s["elapsed_s"]) or 0 for s in stages), 1)}
 
 def stage_of(info: dict, prefix: str) -> dict | None:
     "The stage whose folder name starts with `prefix` ('30_evaluate', '31_llm_judge')."
@@ -59,7 +59,7 @@ def stage_output(info: dict, prefix: str, key: str) -> Path | None:
     st = stage_of(info, prefix)
     return locate(st["outputs"].get(key), info["path"]) if st else None
 
-# %% ../nbs/42_site.ipynb #11f5cc14
+# %% ../nbs/42_site.ipynb #0b9294cd
 def load_conversations(info: dict) -> dict[str, tuple[Path, list[dict]]]:
     "{system: (its conversation file, its records)} from the evaluate stage; {} when the run has none."
     st = stage_of(info, "30_evaluate")
@@ -84,7 +84,7 @@ def judged_parts(line: dict | None) -> list[tuple[str, dict]]:
     if not line: return []
     return [(line.get("judge", "judge"), line), *(line.get("by_judge") or {}).items()]
 
-# %% ../nbs/42_site.ipynb #80ba0fae
+# %% ../nbs/42_site.ipynb #a8828f2f
 PALETTE = ("#1f6fb4", "#c2410c", "#15803d", "#7e22ce", "#b45309", "#0e7490", "#be185d", "#4d7c0f")
 
 def persona_colour(name: str) -> str:
@@ -121,7 +121,7 @@ def overall_of(parts: list[tuple[str, dict]], turn_idx: int | None = None) -> fl
     item = next((i for i in part.get("items") or [] if i.get("turn_idx") == turn_idx), None)
     return (item or {}).get("scores", {}).get("Overall")
 
-# %% ../nbs/42_site.ipynb #841f3021
+# %% ../nbs/42_site.ipynb #8dd5d822
 def conversation_html(system: str, rec: dict, judged: dict[str, dict]) -> str:
     "One conversation as a chat transcript: user turns, persona-coloured agent turns with the director's directive and the judge's scores."
     from mascot.personas import BIG_FIVE_PROFILES
@@ -159,7 +159,7 @@ def conversation_html(system: str, rec: dict, judged: dict[str, dict]) -> str:
             + (f"<details class='collective'><summary>the whole conversation, judged (collective rubric)</summary>{coll}</details>" if coll else "")
             + "</article>")
 
-# %% ../nbs/42_site.ipynb #9266990f
+# %% ../nbs/42_site.ipynb #28d18219
 def conversations_section(info: dict) -> str:
     "Every evaluated conversation, with filters (system, group, context, Overall range) and a side-by-side view of two systems on one context."
     convs = load_conversations(info)
@@ -191,7 +191,7 @@ def conversations_section(info: dict) -> str:
             "<div class='sidebyside'><div id='c-left'></div><div id='c-right'></div></div></details>"
             f"<div id='conv-list'>{''.join(arts)}</div>")
 
-# %% ../nbs/42_site.ipynb #48c4aac1
+# %% ../nbs/42_site.ipynb #d03181ad
 SKIP_KEYS = {"step", "epoch", "total_flos", "train_runtime", "train_samples_per_second", "train_steps_per_second", "train_loss", "num_input_tokens_seen"}
 KEY_ORDER = ("reward", "rewards/", "kl", "loss", "accuracy", "eval_", "completions/clipped_ratio", "completions/mean_length", "completions/", "entropy",
              "grad_norm", "learning_rate")
@@ -215,7 +215,7 @@ def training_series(log: list[dict]) -> dict[str, dict[str, list[tuple[float, fl
     rank = lambda t: next((i for i, p in enumerate(KEY_ORDER) if t.startswith(p)), len(KEY_ORDER))
     return dict(sorted(charts.items(), key=lambda kv: (rank(kv[0]), kv[0])))
 
-# %% ../nbs/42_site.ipynb #4c263451
+# %% ../nbs/42_site.ipynb #03f3d8de
 def _ticks(lo: float, hi: float) -> list[float]:
     return [lo] if hi == lo else [lo, (lo + hi) / 2, hi]
 
@@ -246,7 +246,7 @@ def curve_svg(title: str, series: dict[str, list[tuple[float, float]]], width: i
         if legend: parts.append(f"<text x='{L + 6 + 90 * (j % 3)}' y='{30 + 12 * (j // 3)}' class='lg' style='fill:{c}'>■ {esc(name)}</text>")
     return "".join(parts) + "</svg>"
 
-# %% ../nbs/42_site.ipynb #5ea9a368
+# %% ../nbs/42_site.ipynb #476c2297
 SKIP_META = {"config", "versions", "lora", "seed", "heldout_contexts", "reward_log", "log", "reward_weights", "rollout"}
 
 def heldout_figures(meta: dict) -> list[tuple[str, float, str]]:
@@ -275,7 +275,7 @@ def training_log(model_dir: Path, meta: dict) -> tuple[list[dict] | None, str]:
         if meta.get(k): return meta[k], f"mascot_metadata.json ({k}: the keys the stage kept)"
     return None, ""
 
-# %% ../nbs/42_site.ipynb #a2d6a5a6
+# %% ../nbs/42_site.ipynb #688c50a7
 def training_section(info: dict, out: Path) -> str:
     "Per trained stage: its curves, its own `training_curves.png` (copied), and its held-out figures with their uncertainty."
     blocks = []
@@ -300,7 +300,7 @@ def training_section(info: dict, out: Path) -> str:
         blocks.append("".join(b) + "</div>")
     return "".join(blocks) or "<p class='nodata'>No trained stage in this run.</p>"
 
-# %% ../nbs/42_site.ipynb #31430e39
+# %% ../nbs/42_site.ipynb #81decd7f
 def judge_files(judge_dir: Path | None) -> tuple[list[dict], list[dict], list[dict]]:
     "(metrics files, score lines, judge run summaries) of the judge stage's folder; metrics and lines carry their file name in `_file`."
     if not judge_dir or not judge_dir.exists(): return [], [], []
@@ -328,7 +328,7 @@ def is_embedded_small(judge: str) -> bool:
     from mascot.llm import EMBEDDED_DEFAULT
     return judge == EMBEDDED_DEFAULT or "135m" in judge.lower()
 
-# %% ../nbs/42_site.ipynb #eccacd92
+# %% ../nbs/42_site.ipynb #973b57a5
 def histogram_svg(values: list[float], width: int = 220, height: int = 70, bins: int = 10) -> str:
     "Counts of 0-100 scores in `bins` equal bins, as bars."
     counts = [0] * bins
@@ -380,7 +380,7 @@ def judge_section(info: dict) -> str:
              "position-swapped pairwise preferences (<code>mascot.judge.judge_pair</code>) were not recorded.</p>")
     return "".join(b)
 
-# %% ../nbs/42_site.ipynb #d52bdb2c
+# %% ../nbs/42_site.ipynb #d22573ac
 def table_html(path: Path, table_id: str) -> str:
     "A figure CSV as a sortable HTML table: long mean/std/n tables pivoted with criteria (or the last key) as columns, cells `mean ± s.e.`."
     import pandas as pd
@@ -406,7 +406,7 @@ def table_html(path: Path, table_id: str) -> str:
         body.append("<tr>" + "".join(f"<td>{esc(k)}</td>" for k in key) + "".join(cell(by[c]) if c in by else "<td data-v=''>–</td>" for c in cols) + "</tr>")
     return f"<table class='sortable data' id='{table_id}'><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
-# %% ../nbs/42_site.ipynb #a84218b1
+# %% ../nbs/42_site.ipynb #37797c62
 def tables_section(info: dict, out: Path, jobs: list) -> str:
     "Each figure folder: its tables (HTML + CSV link), its PNGs, and a link to the executed notebook that made them."
     fig_root = info["path"] / "figures"
@@ -428,7 +428,7 @@ def tables_section(info: dict, out: Path, jobs: list) -> str:
         blocks.append("".join(b) + "</div>")
     return "".join(blocks)
 
-# %% ../nbs/42_site.ipynb #13745d7e
+# %% ../nbs/42_site.ipynb #b50e4a0f
 def role_models(info: dict) -> list[tuple[str, str, str]]:
     "(system, role, model or adapter) from the first record of each evaluated system, and the judge."
     out = []
@@ -464,7 +464,7 @@ def provenance_section(info: dict) -> str:
         if cfg: b.append(f"<details><summary>{esc(s['stage'])}: run_config.json</summary><pre>{esc(json.dumps(cfg, indent=2))}</pre></details>")
     return "".join(b)
 
-# %% ../nbs/42_site.ipynb #65224898
+# %% ../nbs/42_site.ipynb #595a5dc8
 CSS = """body{font-family:system-ui,sans-serif;max-width:1200px;margin:1.5em auto;padding:0 1em;color:#222;line-height:1.4}
 table{border-collapse:collapse;margin:.6em 0}td,th{border:1px solid #ccc;padding:.25em .55em;text-align:left;font-size:.88em;vertical-align:top}
 th{background:#f3f3f3}td.num{text-align:right;font-variant-numeric:tabular-nums}.completed{color:#176b1a}.failed{color:#b00020}.running{color:#a66b00}
@@ -502,7 +502,7 @@ def page(title: str, body: str, depth: int = 0, script: str = "") -> str:
             f"<nav><a href='{up}index.html'>Runs</a><a href='{up}docs/index.html'>Documentation</a></nav><h1>{esc(title)}</h1>{body}"
             f"<footer><p><small>Built by mascot site on {datetime.date.today()}</small></p></footer>{script}{LOAD_CHECK}</body></html>")
 
-# %% ../nbs/42_site.ipynb #e32c44d6
+# %% ../nbs/42_site.ipynb #41e04c27
 RUN_JS = r"""<script>
 (()=>{
 const $=s=>document.querySelector(s), $$=s=>[...document.querySelectorAll(s)];
@@ -554,7 +554,7 @@ filter();compare();show();addEventListener('load',()=>setTimeout(show,0));
 })();
 </script>"""
 
-# %% ../nbs/42_site.ipynb #63f9fcda
+# %% ../nbs/42_site.ipynb #5303d61e
 _EXPORTER = None
 _fresh = lambda nb_path, out: out.exists() and out.stat().st_mtime >= nb_path.stat().st_mtime
 
@@ -587,7 +587,7 @@ def csv_table(path: Path) -> str:
     import pandas as pd
     return pd.read_csv(path).to_html(index=False, float_format=lambda x: f"{x:.2f}", border=0)
 
-# %% ../nbs/42_site.ipynb #a13a15aa
+# %% ../nbs/42_site.ipynb #8d1919b8
 def overview_section(info: dict, out: Path, jobs: list) -> str:
     "Status, and per stage: status, wall time, peak memory, a link to its executed notebook (rendered by `jobs`), its error."
     rows = []
@@ -600,8 +600,12 @@ def overview_section(info: dict, out: Path, jobs: list) -> str:
         rows.append(f"<tr><td>{esc(s['stage'])}</td><td class='{esc(s['status'])}'>{esc(s['status'])}</td><td class='num'>{secs or 0:.0f} s</td>"
                     f"<td class='num'>{fmt(s['peak_rss_mb'], 0)} MB</td><td>{link}</td><td>{esc(s['error'] or '')}</td></tr>")
     peak = max((s["peak_rss_mb"] or 0 for s in info["stages"]), default=0)
+    metrics, _, _ = judge_files(stage_output(info, "31_llm_judge", "output_dir"))
+    small = any(is_embedded_small(j) for m in metrics for j in m.get("judges", []))
     return (f"<p>Status: <b class='{esc(info['status'])}'>{esc(info['status'])}</b>; stage time {info['duration_s']:.0f} s; highest peak memory {peak:.0f} MB.</p>"
-            "<table id='stages'><tr><th>stage</th><th>status</th><th>wall time</th><th>peak memory</th><th>notebook</th><th>error</th></tr>" + "".join(rows) + "</table>")
+            "<table id='stages'><tr><th>stage</th><th>status</th><th>wall time</th><th>peak memory</th><th>notebook</th><th>error</th></tr>" + "".join(rows) + "</table>"
+            "<h3>Headline metrics</h3>" + (f"<p class='warn'>Judged by the embedded 135M model: plumbing only (see <a href='#judge'>Judge reliability</a>).</p>" if small else "")
+            + "<p>Overall per system (0-100), mean ± s.e. over conversations.</p>" + compare_runs([info]).replace("id='compare'", "id='headline'"))
 
 SECTIONS = (("overview", "Overview"), ("conversations", "Conversations"), ("training", "Training"), ("judge", "Judge reliability"),
             ("tables", "Tables and figures"), ("provenance", "Provenance"))
@@ -619,7 +623,7 @@ def build_run_page(info: dict, site: Path, jobs: list | None = None) -> Path:
     if jobs is None: render_notebooks(todo)
     return p
 
-# %% ../nbs/42_site.ipynb #99612ed3
+# %% ../nbs/42_site.ipynb #2263b863
 def headline(info: dict):
     """Overall per (system, kind) from the run's `judge_scores.csv`: mean, s.e. and n over conversations (a conversation's judged items, turns
     and judges, averaged first: its turns are not independent); None when the run has no judge table."""
@@ -650,7 +654,7 @@ def compare_runs(infos: list[dict]) -> str:
         for col in cols) + "</tr>" for s in systems)
     return f"<table class='sortable data' id='compare'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
-# %% ../nbs/42_site.ipynb #c0f1244f
+# %% ../nbs/42_site.ipynb #a97fbaed
 def build_docs(nbs: Path, site: Path, jobs: list) -> list[Path]:
     "`docs/index.html` listing the notebooks; their pages are added to `jobs`."
     out, pages = site / "docs", []
