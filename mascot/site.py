@@ -18,7 +18,7 @@ __all__ = ['PALETTE', 'esc', 'SKIP_KEYS', 'KEY_ORDER', 'SKIP_META', 'CSS', 'ERRO
            'render_notebooks', 'csv_table', 'overview_section', 'build_run_page', 'headline', 'compare_runs',
            'build_docs', 'build_site', 'main']
 
-# %% ../nbs/42_site.ipynb #aded0dc2
+# %% ../nbs/42_site.ipynb #8142ab07
 def read_json(p: Path, default=None):
     "The JSON in `p`, or `default` when the file is missing; a corrupt file is an error naming it."
     if not p.exists(): return default
@@ -59,7 +59,7 @@ def stage_output(info: dict, prefix: str, key: str) -> Path | None:
     st = stage_of(info, prefix)
     return locate(st["outputs"].get(key), info["path"]) if st else None
 
-# %% ../nbs/42_site.ipynb #4ce18f1a
+# %% ../nbs/42_site.ipynb #d861fd05
 def load_conversations(info: dict) -> dict[str, tuple[Path, list[dict]]]:
     "{system: (its conversation file, its records)} from the evaluate stage; {} when the run has none."
     st = stage_of(info, "30_evaluate")
@@ -84,7 +84,7 @@ def judged_parts(line: dict | None) -> list[tuple[str, dict]]:
     if not line: return []
     return [(line.get("judge", "judge"), line), *(line.get("by_judge") or {}).items()]
 
-# %% ../nbs/42_site.ipynb #48f329d4
+# %% ../nbs/42_site.ipynb #cf91bfbd
 PALETTE = ("#1f6fb4", "#c2410c", "#15803d", "#7e22ce", "#b45309", "#0e7490", "#be185d", "#4d7c0f")
 
 def persona_colour(name: str) -> str:
@@ -121,7 +121,7 @@ def overall_of(parts: list[tuple[str, dict]], turn_idx: int | None = None) -> fl
     item = next((i for i in part.get("items") or [] if i.get("turn_idx") == turn_idx), None)
     return (item or {}).get("scores", {}).get("Overall")
 
-# %% ../nbs/42_site.ipynb #db569e24
+# %% ../nbs/42_site.ipynb #c500dd2c
 def conversation_html(system: str, rec: dict, judged: dict[str, dict]) -> str:
     "One conversation as a chat transcript: user turns, persona-coloured agent turns with the director's directive and the judge's scores."
     from mascot.personas import BIG_FIVE_PROFILES
@@ -159,7 +159,7 @@ def conversation_html(system: str, rec: dict, judged: dict[str, dict]) -> str:
             + (f"<details class='collective'><summary>the whole conversation, judged (collective rubric)</summary>{coll}</details>" if coll else "")
             + "</article>")
 
-# %% ../nbs/42_site.ipynb #8eaa7d8c
+# %% ../nbs/42_site.ipynb #31f551a9
 def conversations_section(info: dict) -> str:
     "Every evaluated conversation, with filters (system, group, context, Overall range) and a side-by-side view of two systems on one context."
     convs = load_conversations(info)
@@ -191,7 +191,7 @@ def conversations_section(info: dict) -> str:
             "<div class='sidebyside'><div id='c-left'></div><div id='c-right'></div></div></details>"
             f"<div id='conv-list'>{''.join(arts)}</div>")
 
-# %% ../nbs/42_site.ipynb #e6685af6
+# %% ../nbs/42_site.ipynb #d9824f17
 SKIP_KEYS = {"step", "epoch", "total_flos", "train_runtime", "train_samples_per_second", "train_steps_per_second", "train_loss", "num_input_tokens_seen"}
 KEY_ORDER = ("reward", "rewards/", "kl", "loss", "accuracy", "eval_", "completions/clipped_ratio", "completions/mean_length", "completions/", "entropy",
              "grad_norm", "learning_rate")
@@ -215,7 +215,7 @@ def training_series(log: list[dict]) -> dict[str, dict[str, list[tuple[float, fl
     rank = lambda t: next((i for i, p in enumerate(KEY_ORDER) if t.startswith(p)), len(KEY_ORDER))
     return dict(sorted(charts.items(), key=lambda kv: (rank(kv[0]), kv[0])))
 
-# %% ../nbs/42_site.ipynb #b53ef099
+# %% ../nbs/42_site.ipynb #ee86975c
 def _ticks(lo: float, hi: float) -> list[float]:
     return [lo] if hi == lo else [lo, (lo + hi) / 2, hi]
 
@@ -247,7 +247,7 @@ def curve_svg(title: str, series: dict[str, list[tuple[float, float]]], width: i
         if legend: parts.append(f"<text x='{L + 6}' y='{31 + 12 * j}' class='lg' style='fill:{c}'>■ {esc(name)}</text>")
     return "".join(parts) + "</svg>"
 
-# %% ../nbs/42_site.ipynb #034a7eb3
+# %% ../nbs/42_site.ipynb #3c8582d2
 SKIP_META = {"config", "versions", "lora", "seed", "heldout_contexts", "reward_log", "log", "reward_weights", "rollout"}
 
 def heldout_figures(meta: dict) -> list[tuple[str, float, str]]:
@@ -276,7 +276,7 @@ def training_log(model_dir: Path, meta: dict) -> tuple[list[dict] | None, str]:
         if meta.get(k): return meta[k], f"mascot_metadata.json ({k}: the keys the stage kept)"
     return None, ""
 
-# %% ../nbs/42_site.ipynb #51d43bc1
+# %% ../nbs/42_site.ipynb #66f7ea3f
 def training_section(info: dict, out: Path) -> str:
     "Per trained stage: its curves, its own `training_curves.png` (copied), and its held-out figures with their uncertainty."
     blocks = []
@@ -301,7 +301,7 @@ def training_section(info: dict, out: Path) -> str:
         blocks.append("".join(b) + "</div>")
     return "".join(blocks) or "<p class='nodata'>No trained stage in this run.</p>"
 
-# %% ../nbs/42_site.ipynb #78a1a1b6
+# %% ../nbs/42_site.ipynb #4480e597
 def judge_files(judge_dir: Path | None) -> tuple[list[dict], list[dict], list[dict]]:
     "(metrics files, score lines, judge run summaries) of the judge stage's folder; metrics and lines carry their file name in `_file`."
     if not judge_dir or not judge_dir.exists(): return [], [], []
@@ -329,7 +329,7 @@ def is_embedded_small(judge: str) -> bool:
     from mascot.llm import EMBEDDED_DEFAULT
     return judge == EMBEDDED_DEFAULT or "135m" in judge.lower()
 
-# %% ../nbs/42_site.ipynb #35cf39e1
+# %% ../nbs/42_site.ipynb #8337be17
 def histogram_svg(values: list[float], width: int = 220, height: int = 70, bins: int = 10) -> str:
     "Counts of 0-100 scores in `bins` equal bins, as bars."
     counts = [0] * bins
@@ -381,7 +381,7 @@ def judge_section(info: dict) -> str:
              "position-swapped pairwise preferences (<code>mascot.judge.judge_pair</code>) were not recorded.</p>")
     return "".join(b)
 
-# %% ../nbs/42_site.ipynb #d8c6b755
+# %% ../nbs/42_site.ipynb #2e0fef60
 def table_html(path: Path, table_id: str) -> str:
     "A figure CSV as a sortable HTML table: long mean/std/n tables pivoted with criteria (or the last key) as columns, cells `mean ± s.e.`."
     import pandas as pd
@@ -395,19 +395,23 @@ def table_html(path: Path, table_id: str) -> str:
     keys = [c for c in df.columns if c not in ("mean", "std", "n")]
     col = "criterion" if "criterion" in keys else keys[-1] if len(keys) > 1 else None
     rows_keys = [k for k in keys if k != col]
-    cell = lambda r: (f"<td class='num' data-v='{r['mean']}' title='mean {r['mean']:.4g}, std {r['std']:.4g}, n {int(r['n'])}'>{r['mean']:.1f}"
-                      + (f" ± {r['std'] / math.sqrt(r['n']):.1f}" if r["n"] > 1 and pd.notna(r["std"]) else "") + "</td>")
+    def cell(r):
+        m, s, n = r["mean"], r["std"], r["n"]
+        if pd.isna(m): return "<td data-v=''>–</td>"
+        se = s / math.sqrt(n) if pd.notna(n) and n > 1 and pd.notna(s) else None
+        tip = ", ".join(f"{k} {v:.4g}" for k, v in (("mean", m), ("std", s), ("n", n)) if pd.notna(v))
+        return f"<td class='num' data-v='{m}' title='{tip}'>{m:.1f}" + (f" ± {se:.1f}" if se is not None else "") + "</td>"
     cols = list(dict.fromkeys(df[col])) if col else ["mean ± s.e."]
-    groups = df.groupby(rows_keys, sort=False) if rows_keys else [((), df)]
+    groups = df.groupby(rows_keys, sort=False, dropna=False) if rows_keys else [((), df)]  # a missing key (no source) is a row too
     head = "".join(f"<th>{esc(k)}</th>" for k in rows_keys) + "".join(f"<th>{esc(c)}</th>" for c in cols)
     body = []
     for key, g in groups:
         key = key if isinstance(key, tuple) else (key,)
         by = {r[col] if col else cols[0]: r for _, r in g.iterrows()}
-        body.append("<tr>" + "".join(f"<td>{esc(k)}</td>" for k in key) + "".join(cell(by[c]) if c in by else "<td data-v=''>–</td>" for c in cols) + "</tr>")
+        body.append("<tr>" + "".join(f"<td>{esc('' if pd.isna(k) else k)}</td>" for k in key) + "".join(cell(by[c]) if c in by else "<td data-v=''>–</td>" for c in cols) + "</tr>")
     return f"<table class='sortable data' id='{table_id}'><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
-# %% ../nbs/42_site.ipynb #181431e8
+# %% ../nbs/42_site.ipynb #58ca1b89
 def tables_section(info: dict, out: Path, jobs: list) -> str:
     "Each figure folder: its tables (HTML + CSV link), its PNGs, and a link to the executed notebook that made them."
     fig_root = info["path"] / "figures"
@@ -429,7 +433,7 @@ def tables_section(info: dict, out: Path, jobs: list) -> str:
         blocks.append("".join(b) + "</div>")
     return "".join(blocks)
 
-# %% ../nbs/42_site.ipynb #95fb5b9f
+# %% ../nbs/42_site.ipynb #65bc0b8d
 def role_models(info: dict) -> list[tuple[str, str, str]]:
     "(system, role, model or adapter) from the first record of each evaluated system, and the judge."
     out = []
@@ -465,7 +469,7 @@ def provenance_section(info: dict) -> str:
         if cfg: b.append(f"<details><summary>{esc(s['stage'])}: run_config.json</summary><pre>{esc(json.dumps(cfg, indent=2))}</pre></details>")
     return "".join(b)
 
-# %% ../nbs/42_site.ipynb #59a7f1d4
+# %% ../nbs/42_site.ipynb #3b956b88
 CSS = """body{font-family:system-ui,sans-serif;max-width:1200px;margin:1.5em auto;padding:0 1em;color:#222;line-height:1.4}
 table{border-collapse:collapse;margin:.6em 0}td,th{border:1px solid #ccc;padding:.25em .55em;text-align:left;font-size:.88em;vertical-align:top}
 th{background:#f3f3f3}td.num{text-align:right;font-variant-numeric:tabular-nums}.completed{color:#176b1a}.failed{color:#b00020}.running{color:#a66b00}
@@ -503,7 +507,7 @@ def page(title: str, body: str, depth: int = 0, script: str = "") -> str:
             f"<nav><a href='{up}index.html'>Runs</a><a href='{up}docs/index.html'>Documentation</a></nav><h1>{esc(title)}</h1>{body}"
             f"<footer><p><small>Built by mascot site on {datetime.date.today()}</small></p></footer>{script}{LOAD_CHECK}</body></html>")
 
-# %% ../nbs/42_site.ipynb #e463b2ca
+# %% ../nbs/42_site.ipynb #f6b02c92
 RUN_JS = r"""<script>
 (()=>{
 const $=s=>document.querySelector(s), $$=s=>[...document.querySelectorAll(s)];
@@ -555,7 +559,7 @@ filter();compare();show();addEventListener('load',()=>setTimeout(show,0));
 })();
 </script>"""
 
-# %% ../nbs/42_site.ipynb #2829190c
+# %% ../nbs/42_site.ipynb #73c8489f
 _EXPORTER = None
 _fresh = lambda nb_path, out: out.exists() and out.stat().st_mtime >= nb_path.stat().st_mtime
 
@@ -588,7 +592,7 @@ def csv_table(path: Path) -> str:
     import pandas as pd
     return pd.read_csv(path).to_html(index=False, float_format=lambda x: f"{x:.2f}", border=0)
 
-# %% ../nbs/42_site.ipynb #5e595148
+# %% ../nbs/42_site.ipynb #d002da2d
 def overview_section(info: dict, out: Path, jobs: list) -> str:
     "Status, and per stage: status, wall time, peak memory, a link to its executed notebook (rendered by `jobs`), its error."
     rows = []
@@ -624,7 +628,7 @@ def build_run_page(info: dict, site: Path, jobs: list | None = None) -> Path:
     if jobs is None: render_notebooks(todo)
     return p
 
-# %% ../nbs/42_site.ipynb #0d73643c
+# %% ../nbs/42_site.ipynb #6c6fc0b0
 def headline(info: dict):
     """Overall per (system, kind) from the run's `judge_scores.csv`: mean, s.e. and n over conversations (a conversation's judged items, turns
     and judges, averaged first: its turns are not independent); None when the run has no judge table."""
@@ -655,7 +659,7 @@ def compare_runs(infos: list[dict]) -> str:
         for col in cols) + "</tr>" for s in systems)
     return f"<table class='sortable data' id='compare'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
-# %% ../nbs/42_site.ipynb #315c26ee
+# %% ../nbs/42_site.ipynb #c08f6096
 def build_docs(nbs: Path, site: Path, jobs: list) -> list[Path]:
     "`docs/index.html` listing the notebooks; their pages are added to `jobs`."
     out, pages = site / "docs", []
