@@ -18,7 +18,7 @@ __all__ = ['PALETTE', 'esc', 'SKIP_KEYS', 'KEY_ORDER', 'SKIP_META', 'CSS', 'ERRO
            'render_notebooks', 'csv_table', 'overview_section', 'build_run_page', 'headline', 'compare_runs',
            'build_docs', 'build_site', 'main']
 
-# %% ../nbs/42_site.ipynb #8142ab07
+# %% ../nbs/42_site.ipynb #234b1c61
 def read_json(p: Path, default=None):
     "The JSON in `p`, or `default` when the file is missing; a corrupt file is an error naming it."
     if not p.exists(): return default
@@ -59,7 +59,7 @@ def stage_output(info: dict, prefix: str, key: str) -> Path | None:
     st = stage_of(info, prefix)
     return locate(st["outputs"].get(key), info["path"]) if st else None
 
-# %% ../nbs/42_site.ipynb #d861fd05
+# %% ../nbs/42_site.ipynb #5fed61ef
 def load_conversations(info: dict) -> dict[str, tuple[Path, list[dict]]]:
     "{system: (its conversation file, its records)} from the evaluate stage; {} when the run has none."
     st = stage_of(info, "30_evaluate")
@@ -84,7 +84,7 @@ def judged_parts(line: dict | None) -> list[tuple[str, dict]]:
     if not line: return []
     return [(line.get("judge", "judge"), line), *(line.get("by_judge") or {}).items()]
 
-# %% ../nbs/42_site.ipynb #cf91bfbd
+# %% ../nbs/42_site.ipynb #bd8707fe
 PALETTE = ("#1f6fb4", "#c2410c", "#15803d", "#7e22ce", "#b45309", "#0e7490", "#be185d", "#4d7c0f")
 
 def persona_colour(name: str) -> str:
@@ -121,15 +121,15 @@ def overall_of(parts: list[tuple[str, dict]], turn_idx: int | None = None) -> fl
     item = next((i for i in part.get("items") or [] if i.get("turn_idx") == turn_idx), None)
     return (item or {}).get("scores", {}).get("Overall")
 
-# %% ../nbs/42_site.ipynb #c500dd2c
+# %% ../nbs/42_site.ipynb #880bd7b0
 def conversation_html(system: str, rec: dict, judged: dict[str, dict]) -> str:
     "One conversation as a chat transcript: user turns, persona-coloured agent turns with the director's directive and the judge's scores."
     from mascot.personas import BIG_FIVE_PROFILES
     meta, cid = rec.get("metadata") or {}, record_id(rec)
     group = meta.get("valence") or meta.get("domain") or ""
     persona_parts, collective_parts = judged_parts(judged.get("persona")), judged_parts(judged.get("collective"))
-    overall = overall_of(collective_parts)
-    if overall is None and persona_parts: overall = overall_of(persona_parts)
+    overall, which = overall_of(collective_parts), "collective"
+    if overall is None and persona_parts: overall, which = overall_of(persona_parts), "persona"
     turns = []
     for t in rec.get("turns", []):
         if t.get("turn_type") == "user":
@@ -152,14 +152,14 @@ def conversation_html(system: str, rec: dict, judged: dict[str, dict]) -> str:
     if rec.get("emotion_trajectory"):
         facts.append("<b>emotion</b> <span class='traj'>" + " → ".join(f"<span class='emo'>{esc(e)}</span>" for e in rec["emotion_trajectory"]) + "</span>")
     if rec.get("meeting"): facts.append(f"<b>meeting</b> {esc(rec['meeting'])}")
-    facts.append(f"<b>Overall</b> <span class='badge'>{fmt(overall)}</span>")
+    facts.append(f"<b>{which} Overall</b> <span class='badge'>{fmt(overall)}</span>")
     coll = score_table(collective_parts)
     return (f"<article class='conv' id='conv-{esc(system)}-{esc(cid)}' data-system='{esc(system)}' data-ctx='{esc(cid)}' data-group='{esc(group)}' "
             f"data-score='{'' if overall is None else overall}'><header>{' · '.join(facts)}</header><div class='turns'>{''.join(turns)}</div>"
             + (f"<details class='collective'><summary>the whole conversation, judged (collective rubric)</summary>{coll}</details>" if coll else "")
             + "</article>")
 
-# %% ../nbs/42_site.ipynb #31f551a9
+# %% ../nbs/42_site.ipynb #f35f3a5b
 def conversations_section(info: dict) -> str:
     "Every evaluated conversation, with filters (system, group, context, Overall range) and a side-by-side view of two systems on one context."
     convs = load_conversations(info)
@@ -191,7 +191,7 @@ def conversations_section(info: dict) -> str:
             "<div class='sidebyside'><div id='c-left'></div><div id='c-right'></div></div></details>"
             f"<div id='conv-list'>{''.join(arts)}</div>")
 
-# %% ../nbs/42_site.ipynb #d9824f17
+# %% ../nbs/42_site.ipynb #95042677
 SKIP_KEYS = {"step", "epoch", "total_flos", "train_runtime", "train_samples_per_second", "train_steps_per_second", "train_loss", "num_input_tokens_seen"}
 KEY_ORDER = ("reward", "rewards/", "kl", "loss", "accuracy", "eval_", "completions/clipped_ratio", "completions/mean_length", "completions/", "entropy",
              "grad_norm", "learning_rate")
@@ -215,7 +215,7 @@ def training_series(log: list[dict]) -> dict[str, dict[str, list[tuple[float, fl
     rank = lambda t: next((i for i, p in enumerate(KEY_ORDER) if t.startswith(p)), len(KEY_ORDER))
     return dict(sorted(charts.items(), key=lambda kv: (rank(kv[0]), kv[0])))
 
-# %% ../nbs/42_site.ipynb #ee86975c
+# %% ../nbs/42_site.ipynb #dd51d1db
 def _ticks(lo: float, hi: float) -> list[float]:
     return [lo] if hi == lo else [lo, (lo + hi) / 2, hi]
 
@@ -247,7 +247,7 @@ def curve_svg(title: str, series: dict[str, list[tuple[float, float]]], width: i
         if legend: parts.append(f"<text x='{L + 6}' y='{31 + 12 * j}' class='lg' style='fill:{c}'>■ {esc(name)}</text>")
     return "".join(parts) + "</svg>"
 
-# %% ../nbs/42_site.ipynb #3c8582d2
+# %% ../nbs/42_site.ipynb #518dd794
 SKIP_META = {"config", "versions", "lora", "seed", "heldout_contexts", "reward_log", "log", "reward_weights", "rollout"}
 
 def heldout_figures(meta: dict) -> list[tuple[str, float, str]]:
@@ -276,7 +276,7 @@ def training_log(model_dir: Path, meta: dict) -> tuple[list[dict] | None, str]:
         if meta.get(k): return meta[k], f"mascot_metadata.json ({k}: the keys the stage kept)"
     return None, ""
 
-# %% ../nbs/42_site.ipynb #66f7ea3f
+# %% ../nbs/42_site.ipynb #9c7f6011
 def training_section(info: dict, out: Path) -> str:
     "Per trained stage: its curves, its own `training_curves.png` (copied), and its held-out figures with their uncertainty."
     blocks = []
@@ -301,7 +301,7 @@ def training_section(info: dict, out: Path) -> str:
         blocks.append("".join(b) + "</div>")
     return "".join(blocks) or "<p class='nodata'>No trained stage in this run.</p>"
 
-# %% ../nbs/42_site.ipynb #4480e597
+# %% ../nbs/42_site.ipynb #4b0d9abe
 def judge_files(judge_dir: Path | None) -> tuple[list[dict], list[dict], list[dict]]:
     "(metrics files, score lines, judge run summaries) of the judge stage's folder; metrics and lines carry their file name in `_file`."
     if not judge_dir or not judge_dir.exists(): return [], [], []
@@ -329,7 +329,7 @@ def is_embedded_small(judge: str) -> bool:
     from mascot.llm import EMBEDDED_DEFAULT
     return judge == EMBEDDED_DEFAULT or "135m" in judge.lower()
 
-# %% ../nbs/42_site.ipynb #8337be17
+# %% ../nbs/42_site.ipynb #938d15c8
 def histogram_svg(values: list[float], width: int = 220, height: int = 70, bins: int = 10) -> str:
     "Counts of 0-100 scores in `bins` equal bins, as bars."
     counts = [0] * bins
@@ -381,7 +381,7 @@ def judge_section(info: dict) -> str:
              "position-swapped pairwise preferences (<code>mascot.judge.judge_pair</code>) were not recorded.</p>")
     return "".join(b)
 
-# %% ../nbs/42_site.ipynb #2e0fef60
+# %% ../nbs/42_site.ipynb #106fbd98
 def table_html(path: Path, table_id: str) -> str:
     "A figure CSV as a sortable HTML table: long mean/std/n tables pivoted with criteria (or the last key) as columns, cells `mean ± s.e.`."
     import pandas as pd
@@ -411,7 +411,7 @@ def table_html(path: Path, table_id: str) -> str:
         body.append("<tr>" + "".join(f"<td>{esc('' if pd.isna(k) else k)}</td>" for k in key) + "".join(cell(by[c]) if c in by else "<td data-v=''>–</td>" for c in cols) + "</tr>")
     return f"<table class='sortable data' id='{table_id}'><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
-# %% ../nbs/42_site.ipynb #58ca1b89
+# %% ../nbs/42_site.ipynb #ba8f7dec
 def tables_section(info: dict, out: Path, jobs: list) -> str:
     "Each figure folder: its tables (HTML + CSV link), its PNGs, and a link to the executed notebook that made them."
     fig_root = info["path"] / "figures"
@@ -431,9 +431,10 @@ def tables_section(info: dict, out: Path, jobs: list) -> str:
             shutil.copy2(f, dest / f.name)
             b.append(f"<figure><img src='figures/{esc(d.name)}/{esc(f.name)}' alt='{esc(f.stem)}'><figcaption>{esc(f.stem)}</figcaption></figure>")
         blocks.append("".join(b) + "</div>")
-    return "".join(blocks)
+    return ("<p>Each table cell is mean ± s.e. (std/√n over the judged items of the cell); hover for mean, std and n; click a header to sort. "
+            "The PNG below each table is the version for papers.</p>" + "".join(blocks))
 
-# %% ../nbs/42_site.ipynb #65bc0b8d
+# %% ../nbs/42_site.ipynb #8ff28b4e
 def role_models(info: dict) -> list[tuple[str, str, str]]:
     "(system, role, model or adapter) from the first record of each evaluated system, and the judge."
     out = []
@@ -469,7 +470,7 @@ def provenance_section(info: dict) -> str:
         if cfg: b.append(f"<details><summary>{esc(s['stage'])}: run_config.json</summary><pre>{esc(json.dumps(cfg, indent=2))}</pre></details>")
     return "".join(b)
 
-# %% ../nbs/42_site.ipynb #3b956b88
+# %% ../nbs/42_site.ipynb #3fde926a
 CSS = """body{font-family:system-ui,sans-serif;max-width:1200px;margin:1.5em auto;padding:0 1em;color:#222;line-height:1.4}
 table{border-collapse:collapse;margin:.6em 0}td,th{border:1px solid #ccc;padding:.25em .55em;text-align:left;font-size:.88em;vertical-align:top}
 th{background:#f3f3f3}td.num{text-align:right;font-variant-numeric:tabular-nums}.completed{color:#176b1a}.failed{color:#b00020}.running{color:#a66b00}
@@ -491,7 +492,7 @@ table.scores td:nth-child(4){max-width:28em}.sidebyside{display:grid;grid-templa
 svg text{font-size:10px;fill:#444}svg .t{font-size:11px;font-weight:600}svg .yt{text-anchor:end}svg .xt{text-anchor:middle}svg .lg{font-size:10px}
 svg.hist rect{fill:#1f6fb4}.stage-train{border-top:1px solid #eee;margin-top:1em}.src{font-size:.8em;color:#666}
 table.sortable th{cursor:pointer}table.sortable th:after{content:' ⇅';color:#aaa;font-size:.8em}button.copy{font-size:.8em}
-.figure{border-top:1px solid #eee;margin-top:1.2em}"""
+.figure{border-top:1px solid #eee;margin-top:1.2em}.tablebox{overflow-x:auto}"""
 
 # Runs first in <head>: counts uncaught errors, console.error calls and failed resource loads (capture phase) into body[data-js-errors].
 ERROR_TRAP = ("<script>window.__errors=[];addEventListener('error',e=>{__errors.push(e.message||('failed to load '+(e.target&&(e.target.src||e.target.href))))},true);"
@@ -507,7 +508,7 @@ def page(title: str, body: str, depth: int = 0, script: str = "") -> str:
             f"<nav><a href='{up}index.html'>Runs</a><a href='{up}docs/index.html'>Documentation</a></nav><h1>{esc(title)}</h1>{body}"
             f"<footer><p><small>Built by mascot site on {datetime.date.today()}</small></p></footer>{script}{LOAD_CHECK}</body></html>")
 
-# %% ../nbs/42_site.ipynb #f6b02c92
+# %% ../nbs/42_site.ipynb #81f5ca65
 RUN_JS = r"""<script>
 (()=>{
 const $=s=>document.querySelector(s), $$=s=>[...document.querySelectorAll(s)];
@@ -518,7 +519,10 @@ function show(){
   const tab=el?(el.classList.contains('tab')?el:el.closest('section.tab')):tabs[0];
   tabs.forEach(t=>t.hidden=t!==tab);
   $$('nav.tabs a').forEach(a=>a.classList.toggle('on',a.hash==='#'+tab.id));
-  if(el&&el.classList.contains('conv')){ $('#f-system').value=el.dataset.system; $('#f-ctx').value=el.dataset.ctx; filter(); }
+  if(el&&el.classList.contains('conv')){  // one conversation: only it in the list, its scores open, and it on the left of the side-by-side view
+    $('#f-system').value=el.dataset.system; $('#f-ctx').value=el.dataset.ctx; filter();
+    el.querySelectorAll('details').forEach(d=>d.open=true);
+    $('#c-ctx').value=el.dataset.ctx; $('#c-a').value=el.dataset.system; compare(); }
   if(el&&el!==tab) el.scrollIntoView(); else scrollTo(0,0);
 }
 function filter(){
@@ -559,7 +563,7 @@ filter();compare();show();addEventListener('load',()=>setTimeout(show,0));
 })();
 </script>"""
 
-# %% ../nbs/42_site.ipynb #73c8489f
+# %% ../nbs/42_site.ipynb #34b028fb
 _EXPORTER = None
 _fresh = lambda nb_path, out: out.exists() and out.stat().st_mtime >= nb_path.stat().st_mtime
 
@@ -592,7 +596,7 @@ def csv_table(path: Path) -> str:
     import pandas as pd
     return pd.read_csv(path).to_html(index=False, float_format=lambda x: f"{x:.2f}", border=0)
 
-# %% ../nbs/42_site.ipynb #d002da2d
+# %% ../nbs/42_site.ipynb #19f8c487
 def overview_section(info: dict, out: Path, jobs: list) -> str:
     "Status, and per stage: status, wall time, peak memory, a link to its executed notebook (rendered by `jobs`), its error."
     rows = []
@@ -628,7 +632,7 @@ def build_run_page(info: dict, site: Path, jobs: list | None = None) -> Path:
     if jobs is None: render_notebooks(todo)
     return p
 
-# %% ../nbs/42_site.ipynb #6c6fc0b0
+# %% ../nbs/42_site.ipynb #81cdd633
 def headline(info: dict):
     """Overall per (system, kind) from the run's `judge_scores.csv`: mean, s.e. and n over conversations (a conversation's judged items, turns
     and judges, averaged first: its turns are not independent); None when the run has no judge table."""
@@ -659,7 +663,7 @@ def compare_runs(infos: list[dict]) -> str:
         for col in cols) + "</tr>" for s in systems)
     return f"<table class='sortable data' id='compare'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
-# %% ../nbs/42_site.ipynb #c08f6096
+# %% ../nbs/42_site.ipynb #7ccafecf
 def build_docs(nbs: Path, site: Path, jobs: list) -> list[Path]:
     "`docs/index.html` listing the notebooks; their pages are added to `jobs`."
     out, pages = site / "docs", []

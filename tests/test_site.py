@@ -121,6 +121,11 @@ def test_site_opens_one_conversation_by_its_link(site, smoke_run, tmp_path):
     arts = re.findall(r'<article class="conv"[^>]*>', conv_list(dom))
     shown = [a for a in arts if " hidden" not in a]
     assert len(shown) == 1 and f'id="{cid}"' in shown[0], shown
+    art = conv_list(dom)[conv_list(dom).index(f'id="{cid}"'):]
+    art = art[:art.index("</article>")]
+    assert "<details open" in art and "<td>Overall</td>" in art  # its judge scores are open
+    left = dom[dom.index('id="c-left"'):dom.index('id="c-right"')]
+    assert 'data-system="mascot"' in left and f'data-ctx="{cid[len("conv-mascot-"):]}"' in left
     assert re.search(r'<section class="tab" id="conversations">', dom) and re.search(r'<section class="tab" id="training" hidden', dom)
 
 def test_site_training_section_has_curves_or_says_why_not(site, smoke_run, tmp_path):
