@@ -18,7 +18,7 @@ __all__ = ['PALETTE', 'esc', 'SKIP_KEYS', 'KEY_ORDER', 'SKIP_META', 'CSS', 'ERRO
            'render_notebooks', 'csv_table', 'overview_section', 'build_run_page', 'headline', 'compare_runs',
            'build_docs', 'build_site', 'main']
 
-# %% ../nbs/42_site.ipynb #b48d0598
+# %% ../nbs/42_site.ipynb #eca02e1c
 def read_json(p: Path, default=None):
     "The JSON in `p`, or `default` when the file is missing; a corrupt file is an error naming it."
     if not p.exists(): return default
@@ -59,7 +59,7 @@ def stage_output(info: dict, prefix: str, key: str) -> Path | None:
     st = stage_of(info, prefix)
     return locate(st["outputs"].get(key), info["path"]) if st else None
 
-# %% ../nbs/42_site.ipynb #483a6656
+# %% ../nbs/42_site.ipynb #4e6eca54
 def load_conversations(info: dict) -> dict[str, tuple[Path, list[dict]]]:
     "{system: (its conversation file, its records)} from the evaluate stage; {} when the run has none."
     st = stage_of(info, "30_evaluate")
@@ -84,7 +84,7 @@ def judged_parts(line: dict | None) -> list[tuple[str, dict]]:
     if not line: return []
     return [(line.get("judge", "judge"), line), *(line.get("by_judge") or {}).items()]
 
-# %% ../nbs/42_site.ipynb #a640e30a
+# %% ../nbs/42_site.ipynb #6f877871
 PALETTE = ("#1f6fb4", "#c2410c", "#15803d", "#7e22ce", "#b45309", "#0e7490", "#be185d", "#4d7c0f")
 
 def persona_colour(name: str) -> str:
@@ -121,7 +121,7 @@ def overall_of(parts: list[tuple[str, dict]], turn_idx: int | None = None) -> fl
     item = next((i for i in part.get("items") or [] if i.get("turn_idx") == turn_idx), None)
     return (item or {}).get("scores", {}).get("Overall")
 
-# %% ../nbs/42_site.ipynb #f9d60eaa
+# %% ../nbs/42_site.ipynb #5a05e0a3
 def conversation_html(system: str, rec: dict, judged: dict[str, dict]) -> str:
     "One conversation as a chat transcript: user turns, persona-coloured agent turns with the director's directive and the judge's scores."
     from mascot.personas import BIG_FIVE_PROFILES
@@ -159,7 +159,7 @@ def conversation_html(system: str, rec: dict, judged: dict[str, dict]) -> str:
             + (f"<details class='collective'><summary>the whole conversation, judged (collective rubric)</summary>{coll}</details>" if coll else "")
             + "</article>")
 
-# %% ../nbs/42_site.ipynb #3d6c5f82
+# %% ../nbs/42_site.ipynb #766acc78
 def conversations_section(info: dict) -> str:
     "Every evaluated conversation, with filters (system, group, context, Overall range) and a side-by-side view of two systems on one context."
     convs = load_conversations(info)
@@ -191,7 +191,7 @@ def conversations_section(info: dict) -> str:
             "<div class='sidebyside'><div id='c-left'></div><div id='c-right'></div></div></details>"
             f"<div id='conv-list'>{''.join(arts)}</div>")
 
-# %% ../nbs/42_site.ipynb #65bc3bed
+# %% ../nbs/42_site.ipynb #2780b081
 SKIP_KEYS = {"step", "epoch", "total_flos", "train_runtime", "train_samples_per_second", "train_steps_per_second", "train_loss", "num_input_tokens_seen"}
 KEY_ORDER = ("reward", "rewards/", "kl", "loss", "accuracy", "eval_", "completions/clipped_ratio", "completions/mean_length", "completions/", "entropy",
              "grad_norm", "learning_rate")
@@ -215,7 +215,7 @@ def training_series(log: list[dict]) -> dict[str, dict[str, list[tuple[float, fl
     rank = lambda t: next((i for i, p in enumerate(KEY_ORDER) if t.startswith(p)), len(KEY_ORDER))
     return dict(sorted(charts.items(), key=lambda kv: (rank(kv[0]), kv[0])))
 
-# %% ../nbs/42_site.ipynb #0bce63e2
+# %% ../nbs/42_site.ipynb #6ec076fd
 def _ticks(lo: float, hi: float) -> list[float]:
     return [lo] if hi == lo else [lo, (lo + hi) / 2, hi]
 
@@ -247,17 +247,22 @@ def curve_svg(title: str, series: dict[str, list[tuple[float, float]]], width: i
         if legend: parts.append(f"<text x='{L + 6}' y='{31 + 12 * j}' class='lg' style='fill:{c}'>■ {esc(name)}</text>")
     return "".join(parts) + "</svg>"
 
-# %% ../nbs/42_site.ipynb #0135288a
+# %% ../nbs/42_site.ipynb #519995e9
 SKIP_META = {"config", "versions", "lora", "seed", "heldout_contexts", "reward_log", "log", "reward_weights", "rollout"}
 
 def heldout_figures(meta: dict) -> list[tuple[str, float, str]]:
     """(name, value, uncertainty) for every number in a `mascot_metadata.json` (one level of nesting: `heldout_trained.mean_group_reward`);
-    a key's `_se` / `_ci95` partner becomes its uncertainty instead of a row."""
+    a key's `_se` / `_ci95` partner, or an `se` / `ci95` beside `paired_diff`, `mean` or `accuracy`, becomes its uncertainty instead of a row."""
     flat: dict[str, object] = {}
     for k, v in meta.items():
         if k in SKIP_META: continue
         if isinstance(v, dict): flat.update({f"{k}.{kk}": vv for kk, vv in v.items()})
         else: flat[k] = v
+    for k in [k for k in flat if k in ("se", "ci95") or k.endswith((".se", ".ci95"))]:  # {"paired_diff": d, "se": s} -> paired_diff_se
+        prefix, _, name = k.rpartition(".")
+        prefix = prefix + "." if prefix else ""
+        target = next((prefix + t for t in ("paired_diff", "mean", "accuracy", "value") if prefix + t in flat), None)
+        if target: flat[f"{target}_{name}"] = flat.pop(k)
     rows = []
     for k, v in flat.items():
         if k.endswith(("_se", "_ci95")) or isinstance(v, bool) or not isinstance(v, (int, float)): continue
@@ -276,7 +281,7 @@ def training_log(model_dir: Path, meta: dict) -> tuple[list[dict] | None, str]:
         if meta.get(k): return meta[k], f"mascot_metadata.json ({k}: the keys the stage kept)"
     return None, ""
 
-# %% ../nbs/42_site.ipynb #4ae331a3
+# %% ../nbs/42_site.ipynb #276f961f
 def training_section(info: dict, out: Path) -> str:
     "Per trained stage: its curves, its own `training_curves.png` (copied), and its held-out figures with their uncertainty."
     blocks = []
@@ -302,7 +307,7 @@ def training_section(info: dict, out: Path) -> str:
         blocks.append("".join(b) + "</div>")
     return "".join(blocks) or "<p class='nodata'>No trained stage in this run.</p>"
 
-# %% ../nbs/42_site.ipynb #4ffbc8ab
+# %% ../nbs/42_site.ipynb #549c20f8
 def judge_files(judge_dir: Path | None) -> tuple[list[dict], list[dict], list[dict]]:
     "(metrics files, score lines, judge run summaries) of the judge stage's folder; metrics and lines carry their file name in `_file`."
     if not judge_dir or not judge_dir.exists(): return [], [], []
@@ -330,7 +335,7 @@ def is_embedded_small(judge: str) -> bool:
     from mascot.llm import EMBEDDED_DEFAULT
     return judge == EMBEDDED_DEFAULT or "135m" in judge.lower()
 
-# %% ../nbs/42_site.ipynb #c6776f20
+# %% ../nbs/42_site.ipynb #42b7b9cf
 def histogram_svg(values: list[float], width: int = 220, height: int = 70, bins: int = 10) -> str:
     "Counts of 0-100 scores in `bins` equal bins, as bars."
     counts = [0] * bins
@@ -382,7 +387,7 @@ def judge_section(info: dict) -> str:
              "position-swapped pairwise preferences (<code>mascot.judge.judge_pair</code>) were not recorded.</p>")
     return "".join(b)
 
-# %% ../nbs/42_site.ipynb #0a19e0d8
+# %% ../nbs/42_site.ipynb #713d1e18
 def table_html(path: Path, table_id: str) -> str:
     "A figure CSV as a sortable HTML table: long mean/std/n tables pivoted with criteria (or the last key) as columns, cells `mean ± s.e.`."
     import pandas as pd
@@ -412,7 +417,7 @@ def table_html(path: Path, table_id: str) -> str:
         body.append("<tr>" + "".join(f"<td>{esc('' if pd.isna(k) else k)}</td>" for k in key) + "".join(cell(by[c]) if c in by else "<td data-v=''>–</td>" for c in cols) + "</tr>")
     return f"<table class='sortable data' id='{table_id}'><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
-# %% ../nbs/42_site.ipynb #e8829cd6
+# %% ../nbs/42_site.ipynb #6570cf3e
 def tables_section(info: dict, out: Path, jobs: list) -> str:
     "Each figure folder: its tables (HTML + CSV link), its PNGs, and a link to the executed notebook that made them."
     fig_root = info["path"] / "figures"
@@ -435,7 +440,7 @@ def tables_section(info: dict, out: Path, jobs: list) -> str:
     return ("<p>Each table cell is mean ± s.e. (std/√n over the judged items of the cell); hover for mean, std and n; click a header to sort. "
             "The PNG below each table is the version for papers.</p>" + "".join(blocks))
 
-# %% ../nbs/42_site.ipynb #c25cb21d
+# %% ../nbs/42_site.ipynb #71c6b42e
 def role_models(info: dict) -> list[tuple[str, str, str]]:
     "(system, role, model or adapter) from the first record of each evaluated system, and the judge."
     out = []
@@ -471,7 +476,7 @@ def provenance_section(info: dict) -> str:
         if cfg: b.append(f"<details><summary>{esc(s['stage'])}: run_config.json</summary><pre>{esc(json.dumps(cfg, indent=2))}</pre></details>")
     return "".join(b)
 
-# %% ../nbs/42_site.ipynb #172fae8a
+# %% ../nbs/42_site.ipynb #6fff4fa7
 CSS = """body{font-family:system-ui,sans-serif;max-width:1200px;margin:1.5em auto;padding:0 1em;color:#222;line-height:1.4}
 table{border-collapse:collapse;margin:.6em 0}td,th{border:1px solid #ccc;padding:.25em .55em;text-align:left;font-size:.88em;vertical-align:top}
 th{background:#f3f3f3}td.num{text-align:right;font-variant-numeric:tabular-nums}.completed{color:#176b1a}.failed{color:#b00020}.running{color:#a66b00}
@@ -509,7 +514,7 @@ def page(title: str, body: str, depth: int = 0, script: str = "") -> str:
             f"<nav><a href='{up}index.html'>Runs</a><a href='{up}docs/index.html'>Documentation</a></nav><h1>{esc(title)}</h1>{body}"
             f"<footer><p><small>Built by mascot site on {datetime.date.today()}</small></p></footer>{script}{LOAD_CHECK}</body></html>")
 
-# %% ../nbs/42_site.ipynb #497c498d
+# %% ../nbs/42_site.ipynb #390b60bd
 RUN_JS = r"""<script>
 (()=>{
 const $=s=>document.querySelector(s), $$=s=>[...document.querySelectorAll(s)];
@@ -564,7 +569,7 @@ filter();compare();show();addEventListener('load',()=>setTimeout(show,0));
 })();
 </script>"""
 
-# %% ../nbs/42_site.ipynb #f3a3a696
+# %% ../nbs/42_site.ipynb #ac712a0a
 _EXPORTER = None
 _fresh = lambda nb_path, out: out.exists() and out.stat().st_mtime >= nb_path.stat().st_mtime
 
@@ -597,7 +602,7 @@ def csv_table(path: Path) -> str:
     import pandas as pd
     return pd.read_csv(path).to_html(index=False, float_format=lambda x: f"{x:.2f}", border=0)
 
-# %% ../nbs/42_site.ipynb #0a856fab
+# %% ../nbs/42_site.ipynb #f84d27e9
 def overview_section(info: dict, out: Path, jobs: list) -> str:
     "Status, and per stage: status, wall time, peak memory, a link to its executed notebook (rendered by `jobs`), its error."
     rows = []
@@ -633,7 +638,7 @@ def build_run_page(info: dict, site: Path, jobs: list | None = None) -> Path:
     if jobs is None: render_notebooks(todo)
     return p
 
-# %% ../nbs/42_site.ipynb #05225334
+# %% ../nbs/42_site.ipynb #38cb05ab
 def headline(info: dict):
     """Overall per (system, kind) from the run's `judge_scores.csv`: mean, s.e. and n over conversations (a conversation's judged items, turns
     and judges, averaged first: its turns are not independent); None when the run has no judge table."""
@@ -665,7 +670,7 @@ def compare_runs(infos: list[dict]) -> str:
         for col in cols) + "</tr>" for s in systems)
     return f"<table class='sortable data' id='compare'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
-# %% ../nbs/42_site.ipynb #8b60d9f1
+# %% ../nbs/42_site.ipynb #913d9e98
 def build_docs(nbs: Path, site: Path, jobs: list) -> list[Path]:
     "`docs/index.html` listing the notebooks; their pages are added to `jobs`."
     out, pages = site / "docs", []
