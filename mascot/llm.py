@@ -5,7 +5,7 @@
 # %% ../nbs/01_llm.ipynb #1f9565bc
 from __future__ import annotations
 from .core import *  # sets OMP_WAIT_POLICY before torch loads
-import asyncio, glob, importlib.util, json, os, shutil, sys, time, threading, math
+import asyncio, glob, importlib.util, json, os, shutil, sys, time, threading, math, weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -13,8 +13,8 @@ from typing import Any, Literal
 # %% auto #0
 __all__ = ['EMBEDDED_DEFAULT', 'GEN_ROLES', 'ROLES', 'ChatRequest', 'TokenLogprob', 'ChatResponse', 'LLMError',
            'BackendUnavailable', 'ModelNotFound', 'ChatBackend', 'OpenAIBackend', 'smollm2_gguf', 'convert_smollm2',
-           'embedded_dtype', 'resolve_model_path', 'EmbeddedBackend', 'make_random_lora', 'EndpointConfig', 'RoleRoute',
-           'route_roles', 'parse_lora_modules', 'LLMClient', 'chat_demo', 'main']
+           'embedded_dtype', 'resolve_model_path', 'embedded_stats', 'EmbeddedBackend', 'make_random_lora',
+           'EndpointConfig', 'RoleRoute', 'route_roles', 'parse_lora_modules', 'LLMClient', 'chat_demo', 'main']
 
 # %% ../nbs/01_llm.ipynb #b15fcbfb
 @dataclass
@@ -193,9 +193,52 @@ class _Pending:
     t0: float
 
 def _group_key(p: _Pending):
-    r = p.req
-    sampled = r.temperature > 0
-    return (p.adapter, sampled, round(r.temperature, 6) if sampled else 0, round(r.top_p, 6) if sampled else 1, r.logprobs)
+    "Requests that can share one `generate`: adapters and sampling settings are per row, so only logprob requests batch apart."
+    return p.req.logprobs
+
+class _RowSampling:
+    "Per-row temperature and top-p as one logits processor: greedy rows keep only their argmax, so they decode exactly as greedy."
+    def __init__(self, temperatures: list[float], top_ps: list[float], profile: dict | None = None):
+        import torch
+        self.t = torch.tensor([t if t > 0 else 1.0 for t in temperatures]).unsqueeze(1)
+        self.greedy = torch.tensor([t <= 0 for t in temperatures])
+        self.top_p = torch.tensor([p if t > 0 else 1.0 for t, p in zip(temperatures, top_ps)]).unsqueeze(1)
+        self.profile, self.first = profile, True
+
+    def __call__(self, input_ids, scores):
+        import torch
+        if self.first and self.profile is not None:  # first call: the prompt has just been processed (prefill)
+            self.profile["prefill_end"], self.first = time.perf_counter(), False
+        scores = scores / self.t.to(scores.device, scores.dtype)
+        if bool((self.top_p < 1).any()):  # nucleus filtering, row by row (HF's TopPLogitsWarper, with a per-row p)
+            sorted_logits, idx = torch.sort(scores, descending=False, dim=-1)
+            cum = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
+            remove = cum <= (1 - self.top_p.to(scores.device, scores.dtype))
+            remove[..., -1:] = False
+            scores = scores.masked_fill(remove.scatter(1, idx, remove), float("-inf"))
+        if bool(self.greedy.any()):
+            g = self.greedy.to(scores.device)
+            keep = torch.full_like(scores, float("-inf")).scatter(1, scores.argmax(-1, keepdim=True), 0.0)
+            scores = torch.where(g.unsqueeze(1), scores + keep, scores)
+        return scores
+
+class _RowMaxTokens:
+    "Per-row `max_tokens` as a stopping criterion, so a short request in a batch stops where it asked to."
+    def __init__(self, prompt_len: int, limits: list[int]):
+        import torch
+        self.prompt_len, self.limits = prompt_len, torch.tensor(limits)
+    def __call__(self, input_ids, scores, **kw):
+        return (input_ids.shape[1] - self.prompt_len) >= self.limits.to(input_ids.device)
+
+_EMBEDDED_BACKENDS: "weakref.WeakSet[EmbeddedBackend]" = weakref.WeakSet()
+
+def embedded_stats() -> dict:
+    "Where the time of every embedded backend in this process went: model load, prompt processing (prefill), decoding; tokens and batches."
+    keys = ("load_s", "prefill_s", "decode_s", "generate_calls", "rows", "prompt_tokens", "padded_prompt_tokens", "new_tokens")
+    tot = {k: 0 for k in keys}
+    for b in list(_EMBEDDED_BACKENDS):
+        for k in keys: tot[k] += b.stats[k]
+    return {k: round(v, 3) if isinstance(v, float) else v for k, v in tot.items()}
 
 class EmbeddedBackend(ChatBackend):
     "An in-process transformers model; LoRA adapters served by alias; concurrent requests batched."
@@ -211,9 +254,13 @@ class EmbeddedBackend(ChatBackend):
         self._worker: asyncio.Task | None = None
         self._load_lock = threading.Lock()
         self.batches: list[int] = []  # sizes of the batches run, for benchmarks and tests
+        self.stats = {"load_s": 0.0, "prefill_s": 0.0, "decode_s": 0.0, "generate_calls": 0, "rows": 0, "prompt_tokens": 0,
+                      "padded_prompt_tokens": 0, "new_tokens": 0}
+        _EMBEDDED_BACKENDS.add(self)
 
     def load(self) -> "EmbeddedBackend":
         with self._load_lock:
+            t0 = time.perf_counter()
             if self.model is None:
                 import torch
                 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -229,6 +276,7 @@ class EmbeddedBackend(ChatBackend):
                 if self.tokenizer.pad_token is None: self.tokenizer.pad_token = self.tokenizer.eos_token
             for alias, path in list(self._pending_adapters.items()):
                 self._load_adapter(alias, path); del self._pending_adapters[alias]
+            self.stats["load_s"] += time.perf_counter() - t0
         return self
 
     def _load_adapter(self, alias: str, path: str):
@@ -273,7 +321,7 @@ class EmbeddedBackend(ChatBackend):
             for p in list(self._queue):
                 if _group_key(p) == key and (rows + p.req.n <= self.max_batch_size or not batch):
                     batch.append(p); rows += p.req.n; self._queue.remove(p)
-            try: results = await asyncio.to_thread(self._generate, [p.req for p in batch], first.adapter)
+            try: results = await asyncio.to_thread(self._generate, [p.req for p in batch], [p.adapter for p in batch])
             except Exception as e:
                 for p in batch:
                     if not p.future.done(): p.future.set_exception(e)
@@ -282,40 +330,52 @@ class EmbeddedBackend(ChatBackend):
                 r.latency_s = time.perf_counter() - p.t0
                 if not p.future.done(): p.future.set_result(r)
 
-    def _adapter_context(self, adapter: str | None):
-        "Base weights (adapters disabled) or the named adapter, for one generate."
+    def _adapter_kwargs(self, adapters: list[str | None]) -> tuple[Any, dict]:
+        "Base weights, one adapter, or a mixed batch (PEFT's `adapter_names`, one LoRA per row; '__base__' is the base model)."
         import contextlib
-        if not self.adapters: return contextlib.nullcontext()
-        if adapter is None: return self.model.disable_adapter()
-        self.model.set_adapter(adapter)
-        return contextlib.nullcontext()
+        if not self.adapters: return contextlib.nullcontext(), {}
+        if len(set(adapters)) == 1:
+            if adapters[0] is None: return self.model.disable_adapter(), {}
+            self.model.set_adapter(adapters[0])
+            return contextlib.nullcontext(), {}
+        return contextlib.nullcontext(), {"adapter_names": [a or "__base__" for a in adapters]}
 
-    def _generate(self, reqs: list[ChatRequest], adapter: str | None) -> list[ChatResponse]:
-        "One batched `generate` for requests that share adapter and sampling settings."
+    def _generate(self, reqs: list[ChatRequest], adapters: list[str | None]) -> list[ChatResponse]:
+        "One batched `generate`; each row keeps its own adapter, temperature, top-p and max_tokens."
         import torch
-        from transformers import GenerationConfig
+        from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteriaList
         tok, r0 = self.tokenizer, reqs[0]
-        prompts = [tok.apply_chat_template(r.messages, tokenize=False, add_generation_prompt=True) for r in reqs for _ in range(r.n)]
+        rows = [(r, a) for r, a in zip(reqs, adapters) for _ in range(r.n)]
+        prompts = [tok.apply_chat_template(r.messages, tokenize=False, add_generation_prompt=True) for r, _ in rows]
         max_new = max(r.max_tokens for r in reqs)
         tok.truncation_side = "left"  # keep the end of an over-long conversation, where the question is
         enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False, truncation=True,
                   max_length=max(16, self.max_context - max_new)).to(self.device)
-        sampled = r0.temperature > 0
-        gen = GenerationConfig(max_new_tokens=max_new, do_sample=sampled, temperature=r0.temperature if sampled else None,
-                               top_p=r0.top_p if sampled else None, top_k=None, pad_token_id=tok.pad_token_id,
-                               eos_token_id=tok.eos_token_id, return_dict_in_generate=True, output_logits=r0.logprobs)
+        prompt_len = enc["input_ids"].shape[1]
+        temps = [r.temperature for r, _ in rows]
+        sampled = any(t > 0 for t in temps)
+        prof: dict = {}
+        processors = LogitsProcessorList([_RowSampling(temps, [r.top_p for r, _ in rows], prof)])
+        stopping = StoppingCriteriaList([_RowMaxTokens(prompt_len, [r.max_tokens for r, _ in rows])])
+        # the warpers are ours (per row), so generate itself samples plainly, or decodes greedily when no row samples
+        gen = GenerationConfig(max_new_tokens=max_new, do_sample=sampled, temperature=None, top_p=None, top_k=None,
+                               pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, return_dict_in_generate=True,
+                               output_logits=r0.logprobs)
         if sampled:  # a batch-level seed: reproducible whenever the same requests are batched together
             seeds = [r.seed for r in reqs if r.seed is not None]
             torch.manual_seed(hash(tuple(seeds)) % 2**31 if seeds else int.from_bytes(os.urandom(4), "little"))
-        with self._load_lock, torch.inference_mode(), self._adapter_context(adapter):
-            out = self.model.generate(**enc, generation_config=gen)
+        t0 = time.perf_counter()
+        with self._load_lock, torch.inference_mode():
+            ctx, kw = self._adapter_kwargs([a for _, a in rows])
+            with ctx:
+                out = self.model.generate(**enc, generation_config=gen, logits_processor=processors, stopping_criteria=stopping, **kw)
+        t1 = time.perf_counter()
         self.batches.append(len(prompts))
-        new = out.sequences[:, enc["input_ids"].shape[1]:]
+        new = out.sequences[:, prompt_len:]
         logp = torch.stack(out.logits, dim=1).float().log_softmax(-1) if r0.logprobs else None
         prompt_lens = enc["attention_mask"].sum(1).tolist()
-        served = adapter or self.model_id
         results, row = [], 0
-        for r in reqs:
+        for r, adapter in zip(reqs, adapters):
             texts, reasons, lps, ntoks = [], [], [], 0
             for _ in range(r.n):
                 ids = new[row].tolist()[: r.max_tokens]
@@ -335,7 +395,13 @@ class EmbeddedBackend(ChatBackend):
                                                    {tok.decode([j]): float(v) for v, j in zip(top.values.tolist(), top.indices.tolist())} if k else {}))
                     lps.append(row_lp)
                 row += 1
-            results.append(ChatResponse(texts, reasons, int(prompt_lens[row - 1]), ntoks, served, "embedded", 0.0, lps if r.logprobs else None))
+            results.append(ChatResponse(texts, reasons, int(prompt_lens[row - 1]), ntoks, adapter or self.model_id, "embedded", 0.0,
+                                        lps if r.logprobs else None))
+        s = self.stats
+        s["generate_calls"] += 1; s["rows"] += len(prompts); s["new_tokens"] += sum(r.completion_tokens for r in results)
+        s["prompt_tokens"] += int(sum(prompt_lens)); s["padded_prompt_tokens"] += int(enc["input_ids"].numel())
+        pre = prof.get("prefill_end", t1) - t0
+        s["prefill_s"] += pre; s["decode_s"] += (t1 - t0) - pre
         return results
 
 # %% ../nbs/01_llm.ipynb #bbaffe03
