@@ -51,10 +51,10 @@ def profile_run(run_dir: Path) -> dict:
         row["other_in_cells_s"] = round(max(0.0, t["cells_s"] - accounted), 1)  # scoring, judging glue, I/O, Python
         row["outside_cells_s"] = round(max(0.0, meta["seconds"] - t["cells_s"] - row["kernel_start_s"]), 1)  # papermill, kernel shutdown
         if emb:
-            row.update({k: emb[k] for k in ("generate_calls", "rows", "prompt_tokens", "padded_prompt_tokens", "new_tokens")})
+            row.update({k: emb[k] for k in ("generate_calls", "rows", "prompt_tokens", "prefill_tokens", "new_tokens")})
             row["mean_batch_rows"] = round(emb["rows"] / max(1, emb["generate_calls"]), 2)
             row["decode_tok_per_s"] = round(emb["new_tokens"] / emb["decode_s"], 1) if emb["decode_s"] else None
-            row["prefill_tok_per_s"] = round(emb["padded_prompt_tokens"] / emb["prefill_s"], 1) if emb["prefill_s"] else None
+            row["prefill_tok_per_s"] = round(emb["prefill_tokens"] / emb["prefill_s"], 1) if emb["prefill_s"] else None
         stages[meta["stage"]] = row
     keys = ("wall_s", "kernel_start_s", "imports_s", "model_load_s", "prefill_s", "decode_s", "training_s", "other_in_cells_s", "outside_cells_s")
     total = {k: round(sum(s[k] for s in stages.values()), 1) for k in keys}

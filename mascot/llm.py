@@ -11,10 +11,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 # %% auto #0
-__all__ = ['EMBEDDED_DEFAULT', 'GEN_ROLES', 'ROLES', 'ChatRequest', 'TokenLogprob', 'ChatResponse', 'LLMError',
-           'BackendUnavailable', 'ModelNotFound', 'ChatBackend', 'OpenAIBackend', 'smollm2_gguf', 'convert_smollm2',
-           'embedded_dtype', 'resolve_model_path', 'embedded_stats', 'EmbeddedBackend', 'make_random_lora',
-           'EndpointConfig', 'RoleRoute', 'route_roles', 'parse_lora_modules', 'LLMClient', 'chat_demo', 'main']
+__all__ = ['EMBEDDED_DEFAULT', 'PREFIX_CACHE_MIN_TOKENS', 'GEN_ROLES', 'ROLES', 'ChatRequest', 'TokenLogprob', 'ChatResponse',
+           'LLMError', 'BackendUnavailable', 'ModelNotFound', 'ChatBackend', 'OpenAIBackend', 'smollm2_gguf',
+           'convert_smollm2', 'embedded_dtype', 'resolve_model_path', 'shared_prefix_len', 'embedded_stats',
+           'EmbeddedBackend', 'make_random_lora', 'EndpointConfig', 'RoleRoute', 'route_roles', 'parse_lora_modules',
+           'LLMClient', 'chat_demo', 'main']
 
 # %% ../nbs/01_llm.ipynb #b15fcbfb
 @dataclass
@@ -193,48 +194,34 @@ class _Pending:
     t0: float
 
 def _group_key(p: _Pending):
-    "Requests that can share one `generate`: adapters and sampling settings are per row, so only logprob requests batch apart."
-    return p.req.logprobs
+    "Requests that can share one `generate`: same adapter, same sampling settings, logprobs or not."
+    r = p.req
+    sampled = r.temperature > 0
+    return (p.adapter, sampled, round(r.temperature, 6) if sampled else 0, round(r.top_p, 6) if sampled else 1, r.logprobs)
 
-class _RowSampling:
-    "Per-row temperature and top-p as one logits processor: greedy rows keep only their argmax, so they decode exactly as greedy."
-    def __init__(self, temperatures: list[float], top_ps: list[float], profile: dict | None = None):
-        import torch
-        self.t = torch.tensor([t if t > 0 else 1.0 for t in temperatures]).unsqueeze(1)
-        self.greedy = torch.tensor([t <= 0 for t in temperatures])
-        self.top_p = torch.tensor([p if t > 0 else 1.0 for t, p in zip(temperatures, top_ps)]).unsqueeze(1)
-        self.profile, self.first = profile, True
-
+class _PrefillClock:
+    "A logits processor that only notes when it is first called: the prompt has then been processed (prefill), decoding starts."
+    def __init__(self, profile: dict): self.profile = profile
     def __call__(self, input_ids, scores):
-        import torch
-        if self.first and self.profile is not None:  # first call: the prompt has just been processed (prefill)
-            self.profile["prefill_end"], self.first = time.perf_counter(), False
-        scores = scores / self.t.to(scores.device, scores.dtype)
-        if bool((self.top_p < 1).any()):  # nucleus filtering, row by row (HF's TopPLogitsWarper, with a per-row p)
-            sorted_logits, idx = torch.sort(scores, descending=False, dim=-1)
-            cum = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
-            remove = cum <= (1 - self.top_p.to(scores.device, scores.dtype))
-            remove[..., -1:] = False
-            scores = scores.masked_fill(remove.scatter(1, idx, remove), float("-inf"))
-        if bool(self.greedy.any()):
-            g = self.greedy.to(scores.device)
-            keep = torch.full_like(scores, float("-inf")).scatter(1, scores.argmax(-1, keepdim=True), 0.0)
-            scores = torch.where(g.unsqueeze(1), scores + keep, scores)
+        self.profile.setdefault("prefill_end", time.perf_counter())
         return scores
 
-class _RowMaxTokens:
-    "Per-row `max_tokens` as a stopping criterion, so a short request in a batch stops where it asked to."
-    def __init__(self, prompt_len: int, limits: list[int]):
-        import torch
-        self.prompt_len, self.limits = prompt_len, torch.tensor(limits)
-    def __call__(self, input_ids, scores, **kw):
-        return (input_ids.shape[1] - self.prompt_len) >= self.limits.to(input_ids.device)
+PREFIX_CACHE_MIN_TOKENS = 64  # shorter shared prefixes (the chat template's header) are not worth a separate forward
+
+def shared_prefix_len(rows: list[list[int]]) -> int:
+    "How many leading tokens every row shares, leaving each row at least one token of its own to start generation from."
+    n = min(len(r) for r in rows) - 1
+    for i in range(max(0, n)):
+        t = rows[0][i]
+        if any(r[i] != t for r in rows): return i
+    return max(0, n)
 
 _EMBEDDED_BACKENDS: "weakref.WeakSet[EmbeddedBackend]" = weakref.WeakSet()
 
 def embedded_stats() -> dict:
     "Where the time of every embedded backend in this process went: model load, prompt processing (prefill), decoding; tokens and batches."
-    keys = ("load_s", "prefill_s", "decode_s", "generate_calls", "rows", "prompt_tokens", "padded_prompt_tokens", "new_tokens")
+    keys = ("load_s", "prefill_s", "decode_s", "generate_calls", "rows", "prompt_tokens", "prefill_tokens", "prefix_cached_tokens",
+            "new_tokens")
     tot = {k: 0 for k in keys}
     for b in list(_EMBEDDED_BACKENDS):
         for k in keys: tot[k] += b.stats[k]
@@ -255,7 +242,7 @@ class EmbeddedBackend(ChatBackend):
         self._load_lock = threading.Lock()
         self.batches: list[int] = []  # sizes of the batches run, for benchmarks and tests
         self.stats = {"load_s": 0.0, "prefill_s": 0.0, "decode_s": 0.0, "generate_calls": 0, "rows": 0, "prompt_tokens": 0,
-                      "padded_prompt_tokens": 0, "new_tokens": 0}
+                      "prefill_tokens": 0, "prefix_cached_tokens": 0, "new_tokens": 0}
         _EMBEDDED_BACKENDS.add(self)
 
     def load(self) -> "EmbeddedBackend":
@@ -321,7 +308,7 @@ class EmbeddedBackend(ChatBackend):
             for p in list(self._queue):
                 if _group_key(p) == key and (rows + p.req.n <= self.max_batch_size or not batch):
                     batch.append(p); rows += p.req.n; self._queue.remove(p)
-            try: results = await asyncio.to_thread(self._generate, [p.req for p in batch], [p.adapter for p in batch])
+            try: results = await asyncio.to_thread(self._generate, [p.req for p in batch], first.adapter)
             except Exception as e:
                 for p in batch:
                     if not p.future.done(): p.future.set_exception(e)
@@ -330,52 +317,59 @@ class EmbeddedBackend(ChatBackend):
                 r.latency_s = time.perf_counter() - p.t0
                 if not p.future.done(): p.future.set_result(r)
 
-    def _adapter_kwargs(self, adapters: list[str | None]) -> tuple[Any, dict]:
-        "Base weights, one adapter, or a mixed batch (PEFT's `adapter_names`, one LoRA per row; '__base__' is the base model)."
+    def _adapter_context(self, adapter: str | None):
+        "Base weights (adapters disabled) or the named adapter, for one generate."
         import contextlib
-        if not self.adapters: return contextlib.nullcontext(), {}
-        if len(set(adapters)) == 1:
-            if adapters[0] is None: return self.model.disable_adapter(), {}
-            self.model.set_adapter(adapters[0])
-            return contextlib.nullcontext(), {}
-        return contextlib.nullcontext(), {"adapter_names": [a or "__base__" for a in adapters]}
+        if not self.adapters: return contextlib.nullcontext()
+        if adapter is None: return self.model.disable_adapter()
+        self.model.set_adapter(adapter)
+        return contextlib.nullcontext()
 
-    def _generate(self, reqs: list[ChatRequest], adapters: list[str | None]) -> list[ChatResponse]:
-        "One batched `generate`; each row keeps its own adapter, temperature, top-p and max_tokens."
+    def _generate(self, reqs: list[ChatRequest], adapter: str | None) -> list[ChatResponse]:
+        "One batched `generate` for requests that share adapter and sampling settings."
         import torch
-        from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteriaList
+        from transformers import GenerationConfig, LogitsProcessorList
         tok, r0 = self.tokenizer, reqs[0]
-        rows = [(r, a) for r, a in zip(reqs, adapters) for _ in range(r.n)]
-        prompts = [tok.apply_chat_template(r.messages, tokenize=False, add_generation_prompt=True) for r, _ in rows]
+        prompts = [tok.apply_chat_template(r.messages, tokenize=False, add_generation_prompt=True) for r in reqs for _ in range(r.n)]
         max_new = max(r.max_tokens for r in reqs)
-        tok.truncation_side = "left"  # keep the end of an over-long conversation, where the question is
-        enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False, truncation=True,
-                  max_length=max(16, self.max_context - max_new)).to(self.device)
-        prompt_len = enc["input_ids"].shape[1]
-        temps = [r.temperature for r, _ in rows]
-        sampled = any(t > 0 for t in temps)
+        limit = max(16, self.max_context - max_new)  # keep the end of an over-long conversation, where the question is
+        prompt_ids = [x[-limit:] for x in tok(prompts, add_special_tokens=False)["input_ids"]]
+        prefix = shared_prefix_len(prompt_ids) if len(prompt_ids) > 1 else 0
+        if prefix < PREFIX_CACHE_MIN_TOKENS: prefix = 0
+        # left padding, or, when the rows share a long prefix (rubric, worked examples, one prompt sampled n times):
+        # the prefix once, padding between it and each row's own suffix (positions follow the attention mask)
+        width = max(len(x) for x in prompt_ids) - prefix
+        pad = tok.pad_token_id
+        input_ids = torch.tensor([x[:prefix] + [pad] * (width - len(x) + prefix) + x[prefix:] for x in prompt_ids], device=self.device)
+        attention = torch.tensor([[1] * prefix + [0] * (width - len(x) + prefix) + [1] * (len(x) - prefix) for x in prompt_ids], device=self.device)
+        enc = {"input_ids": input_ids, "attention_mask": attention}
+        prompt_len = input_ids.shape[1]
+        sampled = r0.temperature > 0
         prof: dict = {}
-        processors = LogitsProcessorList([_RowSampling(temps, [r.top_p for r, _ in rows], prof)])
-        stopping = StoppingCriteriaList([_RowMaxTokens(prompt_len, [r.max_tokens for r, _ in rows])])
-        # the warpers are ours (per row), so generate itself samples plainly, or decodes greedily when no row samples
-        gen = GenerationConfig(max_new_tokens=max_new, do_sample=sampled, temperature=None, top_p=None, top_k=None,
-                               pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, return_dict_in_generate=True,
-                               output_logits=r0.logprobs)
+        gen = GenerationConfig(max_new_tokens=max_new, do_sample=sampled, temperature=r0.temperature if sampled else None,
+                               top_p=r0.top_p if sampled else None, top_k=None, pad_token_id=tok.pad_token_id,
+                               eos_token_id=tok.eos_token_id, return_dict_in_generate=True, output_logits=r0.logprobs)
         if sampled:  # a batch-level seed: reproducible whenever the same requests are batched together
             seeds = [r.seed for r in reqs if r.seed is not None]
             torch.manual_seed(hash(tuple(seeds)) % 2**31 if seeds else int.from_bytes(os.urandom(4), "little"))
         t0 = time.perf_counter()
         with self._load_lock, torch.inference_mode():
-            ctx, kw = self._adapter_kwargs([a for _, a in rows])
-            with ctx:
-                out = self.model.generate(**enc, generation_config=gen, logits_processor=processors, stopping_criteria=stopping, **kw)
+            kw = {}
+            with self._adapter_context(adapter):
+                if prefix:  # the shared prefix's keys and values, computed once and repeated for every row
+                    from transformers import DynamicCache
+                    cache = DynamicCache(config=self.model.config)
+                    self.model(input_ids=input_ids[:1, :prefix], past_key_values=cache, use_cache=True)
+                    cache.batch_repeat_interleave(len(prompt_ids))
+                    kw["past_key_values"] = cache
+                out = self.model.generate(**enc, generation_config=gen, logits_processor=LogitsProcessorList([_PrefillClock(prof)]), **kw)
         t1 = time.perf_counter()
         self.batches.append(len(prompts))
         new = out.sequences[:, prompt_len:]
         logp = torch.stack(out.logits, dim=1).float().log_softmax(-1) if r0.logprobs else None
         prompt_lens = enc["attention_mask"].sum(1).tolist()
         results, row = [], 0
-        for r, adapter in zip(reqs, adapters):
+        for r in reqs:
             texts, reasons, lps, ntoks = [], [], [], 0
             for _ in range(r.n):
                 ids = new[row].tolist()[: r.max_tokens]
@@ -399,7 +393,9 @@ class EmbeddedBackend(ChatBackend):
                                         lps if r.logprobs else None))
         s = self.stats
         s["generate_calls"] += 1; s["rows"] += len(prompts); s["new_tokens"] += sum(r.completion_tokens for r in results)
-        s["prompt_tokens"] += int(sum(prompt_lens)); s["padded_prompt_tokens"] += int(enc["input_ids"].numel())
+        s["prompt_tokens"] += int(sum(prompt_lens))
+        s["prefill_tokens"] += int(input_ids.numel()) - prefix * (len(prompt_ids) - 1)  # what the model processed
+        s["prefix_cached_tokens"] += prefix * (len(prompt_ids) - 1)
         pre = prof.get("prefill_end", t1) - t0
         s["prefill_s"] += pre; s["decode_s"] += (t1 - t0) - pre
         return results
