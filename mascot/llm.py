@@ -358,10 +358,14 @@ class EmbeddedBackend(ChatBackend):
             with self._adapter_context(adapter):
                 if prefix:  # the shared prefix's keys and values, computed once and repeated for every row
                     from transformers import DynamicCache
+                    import inspect
                     cache = DynamicCache(config=self.model.config)
-                    self.model(input_ids=input_ids[:1, :prefix], past_key_values=cache, use_cache=True)
+                    base = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
+                    # transformers 5.2x names it `cache`; earlier 5.x releases `past_key_values`
+                    name = "cache" if "cache" in inspect.signature(type(base).forward).parameters else "past_key_values"
+                    self.model(input_ids=input_ids[:1, :prefix], use_cache=True, **{name: cache})
                     cache.batch_repeat_interleave(len(prompt_ids))
-                    kw["past_key_values"] = cache
+                    kw[name] = cache
                 out = self.model.generate(**enc, generation_config=gen, logits_processor=LogitsProcessorList([_PrefillClock(prof)]), **kw)
         t1 = time.perf_counter()
         self.batches.append(len(prompts))
