@@ -5,16 +5,17 @@
 # %% ../nbs/01_llm.ipynb #1f9565bc
 from __future__ import annotations
 from .core import *  # sets OMP_WAIT_POLICY before torch loads
-import asyncio, glob, importlib.util, json, os, shutil, sys, time, threading, math
+import asyncio, glob, importlib.util, json, os, shutil, sys, time, threading, math, weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 # %% auto #0
-__all__ = ['EMBEDDED_DEFAULT', 'GEN_ROLES', 'ROLES', 'ChatRequest', 'TokenLogprob', 'ChatResponse', 'LLMError',
-           'BackendUnavailable', 'ModelNotFound', 'MalformedResponse', 'ChatBackend', 'OpenAIBackend', 'smollm2_gguf',
-           'convert_smollm2', 'embedded_dtype', 'resolve_model_path', 'EmbeddedBackend', 'make_random_lora',
-           'EndpointConfig', 'RoleRoute', 'route_roles', 'parse_lora_modules', 'LLMClient', 'chat_demo', 'main']
+__all__ = ['EMBEDDED_DEFAULT', 'PREFIX_CACHE_MIN_TOKENS', 'GEN_ROLES', 'ROLES', 'ChatRequest', 'TokenLogprob', 'ChatResponse',
+           'LLMError', 'BackendUnavailable', 'ModelNotFound', 'MalformedResponse', 'ChatBackend', 'OpenAIBackend',
+           'smollm2_gguf', 'convert_smollm2', 'embedded_dtype', 'resolve_model_path', 'shared_prefix_len',
+           'embedded_stats', 'EmbeddedBackend', 'make_random_lora', 'EndpointConfig', 'RoleRoute', 'route_roles',
+           'parse_lora_modules', 'LLMClient', 'chat_demo', 'main']
 
 # %% ../nbs/01_llm.ipynb #b15fcbfb
 @dataclass
@@ -245,9 +246,38 @@ class _Pending:
     t0: float
 
 def _group_key(p: _Pending):
+    "Requests that can share one `generate`: same adapter, same sampling settings, logprobs or not."
     r = p.req
     sampled = r.temperature > 0
     return (p.adapter, sampled, round(r.temperature, 6) if sampled else 0, round(r.top_p, 6) if sampled else 1, r.logprobs)
+
+class _PrefillClock:
+    "A logits processor that only notes when it is first called: the prompt has then been processed (prefill), decoding starts."
+    def __init__(self, profile: dict): self.profile = profile
+    def __call__(self, input_ids, scores):
+        self.profile.setdefault("prefill_end", time.perf_counter())
+        return scores
+
+PREFIX_CACHE_MIN_TOKENS = 64  # shorter shared prefixes (the chat template's header) are not worth a separate forward
+
+def shared_prefix_len(rows: list[list[int]]) -> int:
+    "How many leading tokens every row shares, leaving each row at least one token of its own to start generation from."
+    n = min(len(r) for r in rows) - 1
+    for i in range(max(0, n)):
+        t = rows[0][i]
+        if any(r[i] != t for r in rows): return i
+    return max(0, n)
+
+_EMBEDDED_BACKENDS: "weakref.WeakSet[EmbeddedBackend]" = weakref.WeakSet()
+
+def embedded_stats() -> dict:
+    "Where the time of every embedded backend in this process went: model load, prompt processing (prefill), decoding; tokens and batches."
+    keys = ("load_s", "prefill_s", "decode_s", "generate_calls", "rows", "prompt_tokens", "prefill_tokens", "prefix_cached_tokens",
+            "new_tokens")
+    tot = {k: 0 for k in keys}
+    for b in list(_EMBEDDED_BACKENDS):
+        for k in keys: tot[k] += b.stats[k]
+    return {k: round(v, 3) if isinstance(v, float) else v for k, v in tot.items()}
 
 class EmbeddedBackend(ChatBackend):
     "An in-process transformers model; LoRA adapters served by alias; concurrent requests batched."
@@ -263,9 +293,13 @@ class EmbeddedBackend(ChatBackend):
         self._worker: asyncio.Task | None = None
         self._load_lock = threading.Lock()
         self.batches: list[int] = []  # sizes of the batches run, for benchmarks and tests
+        self.stats = {"load_s": 0.0, "prefill_s": 0.0, "decode_s": 0.0, "generate_calls": 0, "rows": 0, "prompt_tokens": 0,
+                      "prefill_tokens": 0, "prefix_cached_tokens": 0, "new_tokens": 0}
+        _EMBEDDED_BACKENDS.add(self)
 
     def load(self) -> "EmbeddedBackend":
         with self._load_lock:
+            t0 = time.perf_counter()
             if self.model is None:
                 import torch
                 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -281,6 +315,7 @@ class EmbeddedBackend(ChatBackend):
                 if self.tokenizer.pad_token is None: self.tokenizer.pad_token = self.tokenizer.eos_token
             for alias, path in list(self._pending_adapters.items()):
                 self._load_adapter(alias, path); del self._pending_adapters[alias]
+            self.stats["load_s"] += time.perf_counter() - t0
         return self
 
     def _load_adapter(self, alias: str, path: str):
@@ -345,27 +380,50 @@ class EmbeddedBackend(ChatBackend):
     def _generate(self, reqs: list[ChatRequest], adapter: str | None) -> list[ChatResponse]:
         "One batched `generate` for requests that share adapter and sampling settings."
         import torch
-        from transformers import GenerationConfig
+        from transformers import GenerationConfig, LogitsProcessorList
         tok, r0 = self.tokenizer, reqs[0]
         prompts = [tok.apply_chat_template(r.messages, tokenize=False, add_generation_prompt=True) for r in reqs for _ in range(r.n)]
         max_new = max(r.max_tokens for r in reqs)
-        tok.truncation_side = "left"  # keep the end of an over-long conversation, where the question is
-        enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False, truncation=True,
-                  max_length=max(16, self.max_context - max_new)).to(self.device)
+        limit = max(16, self.max_context - max_new)  # keep the end of an over-long conversation, where the question is
+        prompt_ids = [x[-limit:] for x in tok(prompts, add_special_tokens=False)["input_ids"]]
+        prefix = shared_prefix_len(prompt_ids) if len(prompt_ids) > 1 else 0
+        if prefix < PREFIX_CACHE_MIN_TOKENS: prefix = 0
+        # left padding, or, when the rows share a long prefix (rubric, worked examples, one prompt sampled n times):
+        # the prefix once, padding between it and each row's own suffix (positions follow the attention mask)
+        width = max(len(x) for x in prompt_ids) - prefix
+        pad = tok.pad_token_id
+        input_ids = torch.tensor([x[:prefix] + [pad] * (width - len(x) + prefix) + x[prefix:] for x in prompt_ids], device=self.device)
+        attention = torch.tensor([[1] * prefix + [0] * (width - len(x) + prefix) + [1] * (len(x) - prefix) for x in prompt_ids], device=self.device)
+        enc = {"input_ids": input_ids, "attention_mask": attention}
+        prompt_len = input_ids.shape[1]
         sampled = r0.temperature > 0
+        prof: dict = {}
         gen = GenerationConfig(max_new_tokens=max_new, do_sample=sampled, temperature=r0.temperature if sampled else None,
                                top_p=r0.top_p if sampled else None, top_k=None, pad_token_id=tok.pad_token_id,
                                eos_token_id=tok.eos_token_id, return_dict_in_generate=True, output_logits=r0.logprobs)
         if sampled:  # a batch-level seed: reproducible whenever the same requests are batched together
             seeds = [r.seed for r in reqs if r.seed is not None]
             torch.manual_seed(hash(tuple(seeds)) % 2**31 if seeds else int.from_bytes(os.urandom(4), "little"))
-        with self._load_lock, torch.inference_mode(), self._adapter_context(adapter):
-            out = self.model.generate(**enc, generation_config=gen)
+        t0 = time.perf_counter()
+        with self._load_lock, torch.inference_mode():
+            kw = {}
+            with self._adapter_context(adapter):
+                if prefix:  # the shared prefix's keys and values, computed once and repeated for every row
+                    from transformers import DynamicCache
+                    import inspect
+                    cache = DynamicCache(config=self.model.config)
+                    base = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
+                    # transformers 5.2x names it `cache`; earlier 5.x releases `past_key_values`
+                    name = "cache" if "cache" in inspect.signature(type(base).forward).parameters else "past_key_values"
+                    self.model(input_ids=input_ids[:1, :prefix], use_cache=True, **{name: cache})
+                    cache.batch_repeat_interleave(len(prompt_ids))
+                    kw[name] = cache
+                out = self.model.generate(**enc, generation_config=gen, logits_processor=LogitsProcessorList([_PrefillClock(prof)]), **kw)
+        t1 = time.perf_counter()
         self.batches.append(len(prompts))
-        new = out.sequences[:, enc["input_ids"].shape[1]:]
+        new = out.sequences[:, prompt_len:]
         logp = torch.stack(out.logits, dim=1).float().log_softmax(-1) if r0.logprobs else None
         prompt_lens = enc["attention_mask"].sum(1).tolist()
-        served = adapter or self.model_id
         results, row = [], 0
         for r in reqs:
             texts, reasons, lps, ntoks = [], [], [], 0
@@ -387,7 +445,15 @@ class EmbeddedBackend(ChatBackend):
                                                    {tok.decode([j]): float(v) for v, j in zip(top.values.tolist(), top.indices.tolist())} if k else {}))
                     lps.append(row_lp)
                 row += 1
-            results.append(ChatResponse(texts, reasons, int(prompt_lens[row - 1]), ntoks, served, "embedded", 0.0, lps if r.logprobs else None))
+            results.append(ChatResponse(texts, reasons, int(prompt_lens[row - 1]), ntoks, adapter or self.model_id, "embedded", 0.0,
+                                        lps if r.logprobs else None))
+        s = self.stats
+        s["generate_calls"] += 1; s["rows"] += len(prompts); s["new_tokens"] += sum(r.completion_tokens for r in results)
+        s["prompt_tokens"] += int(sum(prompt_lens))
+        s["prefill_tokens"] += int(input_ids.numel()) - prefix * (len(prompt_ids) - 1)  # what the model processed
+        s["prefix_cached_tokens"] += prefix * (len(prompt_ids) - 1)
+        pre = prof.get("prefill_end", t1) - t0
+        s["prefill_s"] += pre; s["decode_s"] += (t1 - t0) - pre
         return results
 
 # %% ../nbs/01_llm.ipynb #bbaffe03

@@ -6,16 +6,16 @@
 from __future__ import annotations
 from .core import *
 from .llm import EndpointConfig, EMBEDDED_DEFAULT
-import copy, importlib, json, os, platform, subprocess, sys, time
+import copy, importlib, json, os, platform, re, subprocess, sys, time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 # %% auto #0
-__all__ = ['GEN', 'STAGES', 'STAGE_BY_KEY', 'JOB_HEADING', 'PEAK_FILE', 'PEAK_CELL', 'Stage', 'config_class', 'PipelineConfig',
-           'expand_env', 'load_pipeline_config', 'stage_params', 'absolute_paths', 'run_dir_of', 'check_stage',
-           'nbs_dir', 'job_notebook', 'StageFailed', 'job_runs', 'summed_counters', 'plan_pipeline', 'run_pipeline',
-           'main']
+__all__ = ['GEN', 'STAGES', 'STAGE_BY_KEY', 'JOB_HEADING', 'PEAK_FILE', 'IMPORT_CELL', 'PEAK_CELL', 'Stage', 'config_class',
+           'PipelineConfig', 'expand_env', 'load_pipeline_config', 'stage_params', 'absolute_paths', 'run_dir_of',
+           'check_stage', 'nbs_dir', 'job_notebook', 'StageFailed', 'job_runs', 'summed_counters', 'plan_pipeline',
+           'run_pipeline', 'main']
 
 # %% ../nbs/40_pipeline.ipynb #4aea4c38
 @dataclass
@@ -149,8 +149,15 @@ def check_stage(cfg: PipelineConfig, stage: Stage, params: dict, source: str, pe
 # %% ../nbs/40_pipeline.ipynb #303ab4a6
 JOB_HEADING = "## Run the stage"
 PEAK_FILE = "peak_memory.json"
-PEAK_CELL = ("# recorded by mascot run: this kernel's peak resident memory\n"
-             f"import json as _j, resource as _r; _j.dump({{'peak_rss_mb': round(_r.getrusage(_r.RUSAGE_SELF).ru_maxrss / 1024)}}, open('{PEAK_FILE}', 'w'))")
+IMPORT_CELL = ("# added by mascot run: the stage's imports on their own, timed for the profile\n"
+               "import time as _t; _t0 = _t.perf_counter()\n"
+               "import importlib as _il, torch, transformers; _il.import_module('{module}')\n"
+               "_import_s = round(_t.perf_counter() - _t0, 2)")
+PEAK_CELL = ("# recorded by mascot run: this kernel's peak resident memory, its import time, and where its embedded model's time went\n"
+             "import json as _j, resource as _r, sys as _s\n"
+             "_emb = _s.modules['mascot.llm'].embedded_stats() if 'mascot.llm' in _s.modules else None\n"
+             f"_j.dump({{'peak_rss_mb': round(_r.getrusage(_r.RUSAGE_SELF).ru_maxrss / 1024), 'embedded': _emb,\n"
+             f"         'import_s': globals().get('_import_s')}}, open('{PEAK_FILE}', 'w'))")
 
 def nbs_dir() -> Path:
     "The notebooks: the repo's nbs/ (source checkout) — the package is exported from them."
@@ -168,6 +175,10 @@ def job_notebook(src: Path, dest: Path) -> Path:
     if not any("parameters" in c.metadata.get("tags", []) for c in cells): raise ValueError(f"{src}: its '{JOB_HEADING}' section has no cell tagged 'parameters'")
     for c in cells:  # the job runs every cell: drop nbdev's skip flag so the executed copy reads cleanly
         if c.cell_type == "code": c.source = "\n".join(l for l in c.source.splitlines() if l.strip() not in ("#| eval: false", "#|eval: false"))
+    # after the parameters: import the stage's module (and torch, transformers) on their own, so the profile can tell imports from work
+    module = next((m.group(1) for c in nb.cells if (m := re.search(r"^#\|\s*default_exp\s+(\S+)", c.source, re.M))), None)
+    at = next(i for i, c in enumerate(cells) if "parameters" in c.metadata.get("tags", [])) + 1
+    cells.insert(at, nbformat.v4.new_code_cell(IMPORT_CELL.format(module=f"mascot.{module}" if module else "mascot.core")))
     # last cell: the kernel's own peak memory (ru_maxrss, KiB on Linux), which the pipeline records in meta.json
     cells.append(nbformat.v4.new_code_cell(PEAK_CELL))
     nb.cells = cells
@@ -275,11 +286,14 @@ def run_pipeline(cfg: PipelineConfig, source: str = "config", from_stage: str | 
             raise StageFailed(f"stage {k} failed: {err} (see {sdir / 'executed.ipynb'})") from None
         finally: job.unlink(missing_ok=True)
         outputs[k] = json.loads((sdir / "outputs.json").read_text()) if (sdir / "outputs.json").exists() else {}
-        peak = json.loads((sdir / PEAK_FILE).read_text())["peak_rss_mb"] if (sdir / PEAK_FILE).exists() else None
+        kernel = json.loads((sdir / PEAK_FILE).read_text()) if (sdir / PEAK_FILE).exists() else {}
+        peak = kernel.get("peak_rss_mb")
         run.extra["outputs"] = outputs[k]; run.extra["peak_rss_mb"] = peak
         _record_job_runs(run, sdir)  # the stage's counters are the sum of its job runs' (per system, and in total)
         run.finish("completed")
         meta["end"], meta["seconds"], meta["peak_rss_mb"] = run.ended, round(time.time() - t0, 1), peak
+        if kernel.get("embedded"): meta["embedded"] = kernel["embedded"]  # load / prefill / decode seconds and tokens, for the profile
+        if kernel.get("import_s") is not None: meta["import_s"] = kernel["import_s"]
         (sdir / "meta.json").write_text(json.dumps(meta, indent=2))
         log(f"[{k}] done in {time.time() - t0:.0f}s, peak memory {peak} MB (run elapsed {time.time() - t_run:.0f}s)")
     return run_dir
