@@ -54,7 +54,7 @@ chromium:
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null); } \
 	  || echo "chromium or chromedriver is missing: apt-get install chromium chromium-driver (the browser tests need them)"
 
-test: setup chromium
+test: setup vllm chromium
 	$(BIN)/nbdev_test --n_workers 2
 	$(BIN)/python -m pytest -q --durations=12 tests
 
