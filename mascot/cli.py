@@ -44,6 +44,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mascot: unknown command {name!r}" + (f" (did you mean {close[0]!r}?)" if close else "") + "; see mascot --help", file=sys.stderr)
         return 2
     mod, _, fn = COMMANDS[name][0].partition(":")
+    from mascot.core import load_env_file
+    load_env_file()  # API keys from a .env file, as the reference reads them (the environment wins)
     try: getattr(importlib.import_module(mod), fn or "main")(argv)
     except Exception as e:
         code = exit_code(e)

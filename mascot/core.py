@@ -18,9 +18,9 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 __all__ = ['SCHEMA_VERSION', 'RUBRIC_VERSION', 'MEETING_DATASETS', 'SECRET_KEY', 'COUNTERS', 'NOT_FINGERPRINTED',
            'FINGERPRINT_FILE', 'Directive', 'Turn', 'Persona', 'EpisodeMetadata', 'Episode', 'SchemaError',
            'validate_episode', 'OutputExistsError', 'CorruptRecordError', 'StrictModeError', 'RunInterrupted',
-           'record_id', 'JsonlStore', 'read_jsonl', 'ConfigError', 'Config', 'numeric_problem', 'redact', 'new_run_id',
-           'RunDir', 'mark_stale_runs', 'record_fingerprint', 'fingerprint_changes', 'check_fingerprint',
-           'write_fingerprint', 'seed_everything', 'cache_dir', 'run_sync', 'write_stage_outputs']
+           'record_id', 'JsonlStore', 'read_jsonl', 'ConfigError', 'Config', 'numeric_problem', 'redact',
+           'load_env_file', 'new_run_id', 'RunDir', 'mark_stale_runs', 'record_fingerprint', 'fingerprint_changes',
+           'check_fingerprint', 'write_fingerprint', 'seed_everything', 'cache_dir', 'run_sync', 'write_stage_outputs']
 
 # %% ../nbs/00_core.ipynb #3f3e15c2
 SCHEMA_VERSION = "1.0"
@@ -366,6 +366,16 @@ def redact(obj: Any) -> Any:
             for s in secrets: o = o.replace(s, "<redacted>")
         return o
     return walk(obj)
+
+# %% ../nbs/00_core.ipynb #59184ab3
+def load_env_file(path: str | Path | None = None) -> Path | None:
+    "Read API keys (and any other variables) from a `.env` file as the reference does (python-dotenv); the environment wins over the file."
+    if os.environ.get("MASCOT_NO_DOTENV"): return None
+    from dotenv import find_dotenv, load_dotenv
+    found = Path(path) if path else (Path(p) if (p := find_dotenv(usecwd=True)) else None)
+    if found is None or not found.is_file(): return None
+    load_dotenv(found, override=False)
+    return found
 
 # %% ../nbs/00_core.ipynb #4e70856f
 COUNTERS = ("num_generation_failures", "num_directive_parse_failures", "num_random_agent_fallbacks",

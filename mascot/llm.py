@@ -77,7 +77,8 @@ class ChatBackend:
 
 # %% ../nbs/01_llm.ipynb #50942593
 def _api_key(url: str) -> str:
-    # Secrets only from the environment; local servers accept any key.
+    # Secrets only from the environment or a .env file (`python -m mascot.<stage>` does not pass through `mascot`); local servers accept any key.
+    load_env_file()
     return os.environ.get("MASCOT_API_KEY") or os.environ.get("OPENAI_API_KEY") or os.environ.get("VLLM_API_KEY") or "EMPTY"
 
 def _completion(r):
@@ -512,11 +513,13 @@ def route_roles(cfg: EndpointConfig) -> dict[str, RoleRoute]:
     url = {"director": cfg.director_server_url or cfg.vllm_server_url, "speaker": cfg.speaker_server_url or cfg.vllm_server_url,
            "user": cfg.user_server_url or cfg.vllm_server_url, "judge": cfg.judge_server_url}
     model = {"director": cfg.directive_model, "speaker": cfg.agent_model, "user": cfg.user_model, "judge": cfg.judge}
-    if cfg.share_model:
-        given = {r: m for r, m in model.items() if r in GEN_ROLES and m and m != cfg.model_name}
-        if given: raise ConfigError(f"--share-model puts every role on --model-name {cfg.model_name!r}; it conflicts with " +
-                                    ", ".join(f"{r}={m!r}" for r, m in given.items()))
-        model.update({r: cfg.model_name for r in GEN_ROLES})
+    if cfg.share_model:  # the reference's meaning: one loaded model reused by every generating role
+        named = {m for r, m in model.items() if r in GEN_ROLES and m}
+        if len(named) > 1:
+            raise ConfigError("--share-model reuses one model for every role, but the role flags name several: " +
+                              ", ".join(f"{r}={m!r}" for r, m in model.items() if r in GEN_ROLES and m))
+        shared = named.pop() if named else cfg.model_name  # e.g. --directive-model Qwen/Qwen3-8B --agent-model Qwen/Qwen3-8B --share-model
+        model.update({r: shared for r in GEN_ROLES})
     return {r: RoleRoute(r, "openai" if url[r] else "embedded", url[r], model[r] or cfg.model_name) for r in ROLES}
 
 def parse_lora_modules(specs: list[str]) -> dict[str, str]:
