@@ -37,7 +37,9 @@ class DirectorGRPOConfig(EndpointConfig, GRPOTrainingConfig):
     holdout_fraction: float = 0.25
     max_steps: int = 10
     reward_weights: list[float] = [1.0, 0.5]
-    unparsed_directive_reward: float = -5.0  # a directive the loop cannot act on is not rolled out; it gets this, below the group RM's usual range
+    # a directive the loop cannot act on is not rolled out and gets this, below the group RM's usual range; None rolls it out with a random speaker
+    # as the episode loop does (for plumbing runs, e.g. the 135M smoke, where no directive parses and a fixed value would leave nothing to learn)
+    unparsed_directive_reward: float | None = -5.0
     eval_samples_per_state: int = 4
     roster_path: str | None = None
 
@@ -67,14 +69,15 @@ async def rollout_states(runner: EpisodeRunner, states: list[EpisodeState], text
     return list(await asyncio.gather(*[one(s, t) for s, t in zip(states, texts)]))
 
 def make_rollout_reward(runner: EpisodeRunner, grm: GroupRewardModel, horizon: int, num_turns: int, seed: int = 0, num_generations: int = 1,
-                        unparsed_reward: float = -5.0):
+                        unparsed_reward: float | None = -5.0):
     """The group-RM reward of each sampled directive's rollout. An unparseable directive is not played (a fixed `unparsed_reward`); the
-    completions of one prompt (TRL puts a group's `num_generations` side by side) share one rollout seed, so the directive is what differs."""
+    completions of one prompt (TRL puts a group's `num_generations` side by side) share one rollout seed, so the directive is what differs.
+    `unparsed_reward=None` rolls unparseable directives out with a random speaker instead."""
     calls = {"n": 0}
     async def group_rm_reward(prompts, completions, state, **kwargs) -> list[float]:
         calls["n"] += 1
         texts = [_text(c) for c in completions]
-        parsed = [parse_directive(t, runner.roster) is not None for t in texts]
+        parsed = [unparsed_reward is None or parse_directive(t, runner.roster) is not None for t in texts]
         keep = [i for i, ok in enumerate(parsed) if ok]
         sts = [state_from_dict(json.loads(state[i]), runner.roster, seed=f"{seed}:{calls['n']}:{i // num_generations}") for i in keep]
         ends = await rollout_states(runner, sts, [texts[i] for i in keep], horizon, num_turns)

@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 # %% auto #0
-__all__ = ['DEFAULT_LORA_TARGETS', 'CURVE_PANELS', 'lora_target_modules', 'trl_config', 'TrainingConfig', 'EpochTrainingConfig',
-           'RewardModelConfig', 'reward_config', 'split_by_context', 'wilson_interval', 'RewardModel',
-           'package_versions', 'data_hash', 'lora_config', 'parameter_counts', 'plot_training_curves', 'save_trained',
-           'train_reward_model', 'shutil_rm', 'main']
+__all__ = ['DEFAULT_LORA_TARGETS', 'CURVE_PANELS', 'DEGRADATIONS', 'lora_target_modules', 'trl_config', 'TrainingConfig',
+           'EpochTrainingConfig', 'RewardModelConfig', 'reward_config', 'split_by_context', 'wilson_interval',
+           'RewardModel', 'package_versions', 'data_hash', 'lora_config', 'parameter_counts', 'plot_training_curves',
+           'save_trained', 'train_reward_model', 'shutil_rm', 'main', 'known_label_pairs']
 
 # %% ../nbs/11_reward_model.ipynb #e8fe3e4c
 def lora_target_modules(spec: str) -> str | list[str]:
@@ -289,3 +289,21 @@ def main(argv: list[str] | None = None):
           f"{meta['num_heldout_pairs']} pairs from {len(meta['heldout_contexts'])} held-out contexts)")
 
 if __name__ == "__main__" and "IPython" not in sys.modules: main()
+
+# %% ../nbs/11_reward_model.ipynb #b3a92729
+DEGRADATIONS = ("parroted_context", "name_only", "cut_off", "other_conversation")
+
+def known_label_pairs(contexts, persona: str = "The Anchor", role: str = "an emotional validator", kinds=DEGRADATIONS) -> list[dict]:
+    "For each context with a reference reply: (real reply > degraded copy) for every degradation in `kinds`; a plumbing-free learnable signal."
+    ctxs = [c for c in contexts if c.reference and len(c.reference.split()) >= 6]
+    rows = []
+    for i, c in enumerate(ctxs):
+        prompt = [{"role": "system", "content": f"You are {persona}, {role}."}, {"role": "user", "content": c.prompt_text()}]
+        words = c.reference.split()
+        bad = {"parroted_context": " ".join(c.prompt_text().split()[: len(words)]), "name_only": f"{persona}\n\n{persona}",
+               "cut_off": " ".join(words[:3]), "other_conversation": ctxs[(i + len(ctxs) // 2) % len(ctxs)].reference}
+        for k in kinds:
+            rows.append({"prompt": prompt, "chosen": [{"role": "assistant", "content": c.reference}], "rejected": [{"role": "assistant", "content": bad[k]}],
+                         "score_chosen": 1.0, "score_rejected": 0.0, "persona": persona, "context_id": c.context_id,
+                         "query_id": f"{c.context_id}:{k}", "degradation": k})
+    return rows

@@ -60,16 +60,17 @@ def make_conciseness_reward(min_words: int = 8, max_words: int = 40):
     return conciseness_reward
 
 class PersonaRMReward:
-    """The persona reward model as a TRL reward callable, gated by `format_reward`: a degenerate reply scores below every reply of its batch,
-    whatever the reward model thinks of it. Deliberately not an `nn.Module`: TRL would treat a module as a classifier to run itself."""
+    """The persona reward model as a TRL reward callable, gated by `format_reward`: a degenerate reply is shifted below every clean reply of its
+    batch, whatever the reward model thinks of it (degenerate replies keep their order among themselves, so a group of them still has a gradient).
+    Deliberately not an `nn.Module`: TRL would treat a module as a classifier to run itself."""
     def __init__(self, rm: RewardModel, name: str = "persona_rm", gate: bool = True):
         self.rm, self.__name__, self.gate = rm, name, gate
     def __call__(self, prompts, completions, **kwargs) -> list[float]:
         scores = self.rm.score(prompts, [_text(c) for c in completions])
         if not self.gate: return scores
         ok = format_reward(completions, prompts)
-        floor = min(scores) - 1.0
-        return [s if g else floor for s, g in zip(scores, ok)]
+        shift = max(scores) - min(scores) + 1.0
+        return [s if g else s - shift for s, g in zip(scores, ok)]
 
 # %% ../nbs/12_speaker_grpo.ipynb #961d61c9
 class GRPOTrainingConfig(TrainingConfig):
