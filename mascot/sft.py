@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 # %% auto #0
-__all__ = ['SFTConfig_', 'sft_rows', 'train_sft', 'main']
+__all__ = ['SFTConfig_', 'sft_rows', 'train_sft', 'main', 'completion_logprobs']
 
 # %% ../nbs/13_sft.ipynb #179fe689
 class SFTConfig_(EpochTrainingConfig):
@@ -76,3 +76,17 @@ def main(argv: list[str] | None = None):
     print(train_sft(SFTConfig_.from_cli(argv, prog="mascot train-sft")))
 
 if __name__ == "__main__" and "IPython" not in sys.modules: main()
+
+# %% ../nbs/13_sft.ipynb #a1e4a12e
+def completion_logprobs(model, tokenizer, prompts: list[list[dict]], completions: list[str]) -> list[float]:
+    "Sum of the log-probabilities of each completion's tokens after its chat prompt, under `model`."
+    import torch
+    out = []
+    for p, c in zip(prompts, completions):
+        prompt_ids = tokenizer(tokenizer.apply_chat_template(list(p), tokenize=False, add_generation_prompt=True), add_special_tokens=False)["input_ids"]
+        full = tokenizer.apply_chat_template(list(p) + [{"role": "assistant", "content": c}], tokenize=False)
+        ids = torch.tensor([tokenizer(full, add_special_tokens=False)["input_ids"]], device=model.device)
+        with torch.inference_mode(): logp = model(ids).logits[0, :-1].float().log_softmax(-1)
+        token_logp = logp.gather(1, ids[0, 1:, None])[:, 0]
+        out.append(float(token_logp[len(prompt_ids) - 1:].sum()))
+    return out
