@@ -13,7 +13,7 @@ def test_reward_model_learns_known_label_pairs(shared_data_dir, tmp_path):
         load_contexts("ESConv", split="valid", data_path=str(shared_data_dir / "esconv"))
     rows = known_label_pairs(ctxs)
     (tmp_path / "pairs").mkdir(); save_pairs(rows, tmp_path / "pairs")
-    out = train_reward_model(RewardModelConfig(dataset="ESConv", data_path=str(tmp_path / "pairs"), output_dir=str(tmp_path / "rm"), num_train_epochs=2,
+    out = train_reward_model(RewardModelConfig(dataset="ESConv", data_path=str(tmp_path / "pairs"), output_dir=str(tmp_path / "rm"), num_train_epochs=1,
                                                max_length=256, lora_r=8, learning_rate=1e-3, per_device_train_batch_size=8, holdout_fraction=0.3, seed=0))
     meta = json.loads((out / "mascot_metadata.json").read_text())
     print({k: meta[k] for k in ("heldout_accuracy_before", "heldout_accuracy_after", "heldout_accuracy_after_ci95", "num_heldout_pairs", "steps")})
