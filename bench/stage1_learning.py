@@ -56,7 +56,8 @@ def main():
     m = json.loads((sp / "mascot_metadata.json").read_text())
     res["speaker_grpo"] = {k: m[k] for k in ("base_mean_rm", "trained_mean_rm", "steps", "max_weight_change", "num_heldout_prompts")}
     res["speaker_grpo"]["seconds"] = round(time.time() - t, 1)
-    res["speaker_grpo"]["reward_log_first_last"] = [m["reward_log"][0], m["reward_log"][-2] if len(m["reward_log"]) > 1 else None]
+    log = json.loads((sp / "log_history.json").read_text())  # TRL's whole log, saved beside the adapter
+    res["speaker_grpo"]["reward_log_first_last"] = [log[0], log[-2] if len(log) > 1 else None]
     print(res["speaker_grpo"], flush=True)
     Path(a.out).parent.mkdir(parents=True, exist_ok=True); Path(a.out).write_text(json.dumps(res, indent=2))
     print(f"wrote {a.out}")

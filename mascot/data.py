@@ -15,11 +15,12 @@ from .core import Config, ConfigError, MEETING_DATASETS
 __all__ = ['DATASET_ALIASES', 'SPLIT_ALIASES', 'ED_VALENCE', 'ED_COLUMNS', 'ED_FILES', 'ESCONV_SPLIT_SEED', 'QMSUM_DOMAINS',
            'QMSUM_FILES', 'DATASET2HF', 'shared_data_dir', 'DataFormatError', 'DatasetUnavailableError', 'Context',
            'canonical_dataset', 'canonical_split', 'ed_text', 'read_ed_csv', 'ed_contexts_from_rows', 'esconv_splits',
-           'esconv_context', 'read_esconv_json', 'esconv_contexts_from_file', 'esconv_record_from_hf_row',
-           'esconv_contexts_from_hf_rows', 'infer_domain', 'approx_tokens', 'transcript_window', 'qmsum_contexts',
-           'qmsum_contexts_from_folder', 'qmsum_contexts_from_jsonl', 'qmsum_record_from_scrolls_row',
-           'qmsum_contexts_from_scrolls_rows', 'HFSource', 'load_hub_rows', 'hub_contexts', 'sample_contexts',
-           'demo_data_dir', 'resolve_data_path', 'load_contexts', 'few_shot_examples', 'DataConfig']
+           'is_substantive', 'esconv_context', 'read_esconv_json', 'esconv_contexts_from_file',
+           'esconv_record_from_hf_row', 'esconv_contexts_from_hf_rows', 'infer_domain', 'approx_tokens',
+           'transcript_window', 'qmsum_contexts', 'qmsum_contexts_from_folder', 'qmsum_contexts_from_jsonl',
+           'qmsum_record_from_scrolls_row', 'qmsum_contexts_from_scrolls_rows', 'HFSource', 'load_hub_rows',
+           'hub_contexts', 'sample_contexts', 'demo_data_dir', 'resolve_data_path', 'load_contexts',
+           'few_shot_examples', 'DataConfig']
 
 # %% ../nbs/02_data.ipynb #c6c1849f
 def shared_data_dir() -> Path:
@@ -183,6 +184,14 @@ def esconv_splits(n: int, seed: int = ESCONV_SPLIT_SEED) -> list[str]:
     return split
 
 # %% ../nbs/02_data.ipynb #5a44d93b
+_SMALL_TALK = set("""hello hi hey hiya there how are you u i im i'm am fine good great ok okay thanks thank doing well yes no yeah morning evening
+afternoon night is anyone someone still what about and the a to so too also you're your it its it's here just not bad alright dong me doin""".split())
+
+def is_substantive(text: str) -> bool:
+    "A seeker turn that says something beyond a greeting or small talk: at least two words outside the small-talk vocabulary."
+    words = re.findall(r"[a-z']+", text.lower())
+    return sum(w not in _SMALL_TALK for w in words) >= 2
+
 def esconv_context(rec: dict, context_id: str, split: str, where: str) -> Context:
     "One ESConv conversation in the original layout as a `Context`; `where` names it in errors (e.g. `ESConv.json[3]`)."
     for key in ("emotion_type", "problem_type", "situation"): _field(rec, key, str, where)
@@ -193,7 +202,12 @@ def esconv_context(rec: dict, context_id: str, split: str, where: str) -> Contex
             raise DataFormatError(f"{where}.dialog[{j}]: field 'speaker' should be 'seeker' or 'supporter', got {t['speaker']!r}")
         _field(t, "content", str, f"{where}.dialog[{j}]")
     turns = [{"speaker": "user" if t["speaker"] == "seeker" else "supporter", "content": t["content"].strip()} for t in dialog]
-    start = next((i for i, t in enumerate(turns) if t["speaker"] == "user"), len(turns))
+    # the context is the seeker's first substantive run of turns: greetings ("Hello?", "hi how are you") and the supporter's replies to them go to
+    # extra["greeting"]; without a substantive seeker turn the first seeker run is kept as before
+    first_user = next((i for i, t in enumerate(turns) if t["speaker"] == "user"), len(turns))
+    said = next((i for i, t in enumerate(turns) if t["speaker"] == "user" and is_substantive(t["content"])), first_user)
+    start = said
+    while start > first_user and turns[start - 1]["speaker"] == "user": start -= 1
     end = next((i for i in range(start, len(turns)) if turns[i]["speaker"] == "supporter"), len(turns))
     answer = dialog[end] if end < len(dialog) else None
     return Context("ESConv", context_id, split, situation=rec["situation"].strip(), opening=[t["content"] for t in turns[start:end]],

@@ -7,14 +7,15 @@ from __future__ import annotations
 from .core import *
 from .llm import resolve_model_path, EMBEDDED_DEFAULT
 from .candidates import load_pairs, model_slug
-from .reward_model import split_by_context, package_versions, data_hash, EpochTrainingConfig
+from .reward_model import split_by_context, package_versions, data_hash, EpochTrainingConfig, lora_config, save_trained
+from .personas import roster_for_dataset, parse_directive
 from .speaker_grpo import trainable_snapshot, weights_changed
 import json, sys
 from pathlib import Path
 from typing import Any
 
 # %% auto #0
-__all__ = ['DirectorDPOConfig', 'dpo_config', 'train_director_dpo', 'main']
+__all__ = ['DirectorDPOConfig', 'dpo_config', 'parsed_pairs', 'train_director_dpo', 'main']
 
 # %% ../nbs/23_director_dpo.ipynb #72cbd548
 class DirectorDPOConfig(EpochTrainingConfig):
@@ -23,18 +24,29 @@ class DirectorDPOConfig(EpochTrainingConfig):
     episode_dataset_path: str = "data/rl/branching_ESConv_smollm2-135m-instruct"
     holdout_fraction: float = 0.0
     beta: float = 0.1
+    format_pairs: bool = False  # also keep "parses vs does not parse" pairs: they teach the output format only (the 135M smoke director needs them)
 
 def dpo_config(cfg: DirectorDPOConfig, output_dir: str):
     from trl import DPOConfig
     return cfg.trl_args(DPOConfig, output_dir, beta=cfg.beta)
 
+def parsed_pairs(pairs, roster, format_pairs: bool = False):
+    """Only pairs whose two directives both parse: a parseable directive against an unparseable one teaches the format, not who should speak.
+    `format_pairs` also keeps pairs whose chosen directive parses and whose rejected one does not."""
+    def keep(r):
+        ok = [parse_directive(x[-1]["content"], roster) is not None for x in (r["chosen"], r["rejected"])]
+        return all(ok) or (format_pairs and ok[0])
+    return pairs.filter(keep)
+
 def train_director_dpo(cfg: DirectorDPOConfig) -> Path:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
-    from peft import LoraConfig
     from trl import DPOTrainer
     pairs = load_pairs(cfg.episode_dataset_path)
     if len(pairs) == 0: raise ValueError(f"{cfg.episode_dataset_path}: no directive pairs (generate branching data with more candidates or a lower margin)")
+    pairs = parsed_pairs(all_pairs := pairs, roster_for_dataset(cfg.dataset), cfg.format_pairs)
+    if len(pairs) == 0: raise ValueError(f"{cfg.episode_dataset_path}: none of the {len(all_pairs)} directive pairs has two parseable directives "
+                                         "(generate branching data with more candidates per state, or pass --format-pairs to train on the format alone)")
     train = pairs
     if cfg.holdout_fraction > 0: train, _, _ = split_by_context(pairs, cfg.holdout_fraction, cfg.seed)
     out = Path(cfg.output_dir) / (cfg.run_name or f"dpo_Director_{cfg.dataset}_{model_slug(cfg.model_name)}")
@@ -46,18 +58,19 @@ def train_director_dpo(cfg: DirectorDPOConfig) -> Path:
         if tok.pad_token is None: tok.pad_token = tok.eos_token
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
         trainer = DPOTrainer(model=model, args=dpo_config(cfg, str(out / "trainer")), train_dataset=train.select_columns(["prompt", "chosen", "rejected"]),
-                             processing_class=tok, peft_config=LoraConfig(task_type="CAUSAL_LM", r=cfg.lora_r, lora_alpha=cfg.lora_alpha, target_modules="all-linear"))
+                             processing_class=tok, peft_config=lora_config(cfg, "CAUSAL_LM"))
         before = trainable_snapshot(trainer.model)
         result = trainer.train()
         change = weights_changed(before, trainer.model)
-        trainer.save_model(str(out)); tok.save_pretrained(out)
-        log = [{k: v for k, v in h.items() if k.startswith(("loss", "rewards/", "step"))} for h in trainer.state.log_history]
+        saved = save_trained(trainer, tok, out)
         meta = {"kind": "director", "algorithm": "dpo", "base_model": cfg.model_name, "episode_dataset_path": cfg.episode_dataset_path,
-                "data_sha256": data_hash(cfg.episode_dataset_path), "num_train_pairs": len(train), "steps": result.global_step,
-                "train_loss": result.training_loss, "max_weight_change": change, "log": log, "seed": cfg.seed,
+                "data_sha256": data_hash(cfg.episode_dataset_path), "num_train_pairs": len(train), "num_pairs_dropped_unparsed": len(all_pairs) - len(pairs), "format_pairs": cfg.format_pairs, "steps": result.global_step,
+                "train_loss": result.training_loss, "max_weight_change": change, "seed": cfg.seed,
+                "lora": {"r": cfg.lora_r, "alpha": cfg.lora_alpha, "target_modules": cfg.lora_target_modules}, **saved,
                 "versions": package_versions(), "config": cfg.resolved()}
         (out / "mascot_metadata.json").write_text(json.dumps(meta, indent=2))
-        run.extra.update(steps=result.global_step, max_weight_change=change); run.finish("completed")
+        run.extra.update(steps=result.global_step, max_weight_change=change, **{k: saved[k] for k in ("trainable_parameters", "total_parameters", "trainable_fraction")})
+        run.finish("completed")
     except BaseException as e:
         run.finish("failed", f"{e.__class__.__name__}: {e}"); raise
     import shutil; shutil.rmtree(out / "trainer", ignore_errors=True)

@@ -11,16 +11,16 @@ from .episodes import EpisodeConfig, EpisodeRunner, EpisodeState
 from .group_data import state_from_dict, roll_forward
 from .group_reward_model import GroupRewardModel
 from .candidates import model_slug
-from .reward_model import split_by_context, package_versions, data_hash
-from .speaker_grpo import trainable_snapshot, weights_changed, grpo_config, GRPOTrainingConfig
-import asyncio, json, random, sys
+from .reward_model import split_by_context, package_versions, data_hash, lora_config, save_trained
+from .speaker_grpo import trainable_snapshot, weights_changed, grpo_config, GRPOTrainingConfig, paired_summary
+import asyncio, json, random, statistics, sys
 from pathlib import Path
 from typing import Any
 
 # %% auto #0
 __all__ = ['DirectorGRPOConfig', 'make_directive_format_reward', 'rollout_states', 'make_rollout_reward',
-           'heldout_director_backend', 'director_group_reward', 'director_prompts', 'train_director_grpo', 'main',
-           'train_group_main']
+           'heldout_director_backend', 'director_group_reward', 'director_prompts', 'heldout_directors',
+           'train_director_grpo', 'main', 'train_group_main']
 
 # %% ../nbs/22_director_grpo.ipynb #ac38dd7a
 class DirectorGRPOConfig(EndpointConfig, GRPOTrainingConfig):
@@ -38,6 +38,10 @@ class DirectorGRPOConfig(EndpointConfig, GRPOTrainingConfig):
     holdout_fraction: float = 0.25
     max_steps: int = 10
     reward_weights: list[float] = [1.0, 0.5]
+    # a directive the loop cannot act on is not rolled out and gets this, below the group RM's usual range; None rolls it out with a random speaker
+    # as the episode loop does (for plumbing runs, e.g. the 135M smoke, where no directive parses and a fixed value would leave nothing to learn)
+    unparsed_directive_reward: float | None = -5.0
+    eval_samples_per_state: int = 4
     roster_path: str | None = None
 
     def episode_config(self) -> EpisodeConfig:
@@ -65,13 +69,21 @@ async def rollout_states(runner: EpisodeRunner, states: list[EpisodeState], text
         return (await roll_forward(runner, st, d, text, horizon, num_turns))[1]
     return list(await asyncio.gather(*[one(s, t) for s, t in zip(states, texts)]))
 
-def make_rollout_reward(runner: EpisodeRunner, grm: GroupRewardModel, horizon: int, num_turns: int, seed: int = 0):
+def make_rollout_reward(runner: EpisodeRunner, grm: GroupRewardModel, horizon: int, num_turns: int, seed: int = 0, num_generations: int = 1,
+                        unparsed_reward: float | None = -5.0):
+    """The group-RM reward of each sampled directive's rollout. An unparseable directive is not played (a fixed `unparsed_reward`); the
+    completions of one prompt (TRL puts a group's `num_generations` side by side) share one rollout seed, so the directive is what differs.
+    `unparsed_reward=None` rolls unparseable directives out with a random speaker instead."""
     calls = {"n": 0}
     async def group_rm_reward(prompts, completions, state, **kwargs) -> list[float]:
         calls["n"] += 1
-        sts = [state_from_dict(json.loads(s), runner.roster, seed=f"{seed}:{calls['n']}:{i}") for i, s in enumerate(state)]
-        ends = await rollout_states(runner, sts, [_text(c) for c in completions], horizon, num_turns)
-        return grm.score_states([e.situation for e in ends], [e.turns for e in ends], runner.roster)
+        texts = [_text(c) for c in completions]
+        parsed = [unparsed_reward is None or parse_directive(t, runner.roster) is not None for t in texts]
+        keep = [i for i, ok in enumerate(parsed) if ok]
+        sts = [state_from_dict(json.loads(state[i]), runner.roster, seed=f"{seed}:{calls['n']}:{i // num_generations}") for i in keep]
+        ends = await rollout_states(runner, sts, [texts[i] for i in keep], horizon, num_turns)
+        scores = dict(zip(keep, grm.score_states([e.situation for e in ends], [e.turns for e in ends], runner.roster))) if keep else {}
+        return [scores.get(i, unparsed_reward) for i in range(len(texts))]
     return group_rm_reward
 
 # %% ../nbs/22_director_grpo.ipynb #f206e703
@@ -87,7 +99,8 @@ def heldout_director_backend(client: LLMClient, base: str, adapter_dir: str | Pa
     return backend
 
 async def director_group_reward(runner: EpisodeRunner, grm: GroupRewardModel, states: list[dict], director: str | None, horizon: int, num_turns: int,
-                                max_tokens: int = 48, seed: int = 0, backend: ChatBackend | None = None) -> dict:
+                                max_tokens: int = 48, seed: int = 0, temperature: float = 0.0, top_p: float = 1.0,
+                                backend: ChatBackend | None = None) -> dict:
     "Mean group-RM score of rollouts directed by `director` (a model id or adapter alias on `backend`, None = base, or 'random')."
     sts = [state_from_dict(s, runner.roster, seed=f"eval:{seed}:{i}") for i, s in enumerate(states)]
     if director == "random":
@@ -96,8 +109,9 @@ async def director_group_reward(runner: EpisodeRunner, grm: GroupRewardModel, st
             p = st.rng.choice(runner.roster.personas); texts.append(json.dumps(Directive(p.name, DEFAULT_ACTION, p.tone).to_dict()))
     else:
         emb = backend or runner.client.backend("director")
-        rs = await asyncio.gather(*[emb.chat(ChatRequest(director_messages(st.situation, st.turns, runner.roster), model=director, max_tokens=max_tokens))
-                                    for st in sts])
+        rs = await asyncio.gather(*[emb.chat(ChatRequest(director_messages(st.situation, st.turns, runner.roster), model=director, max_tokens=max_tokens,
+                                                     temperature=temperature, top_p=top_p, seed=seed * 100_003 + i))
+                                    for i, st in enumerate(sts)])
         texts = [r.text for r in rs]
     parsed = sum(parse_directive(t, runner.roster) is not None for t in texts)
     ends = await rollout_states(runner, sts, texts, horizon, num_turns)
@@ -115,10 +129,25 @@ def director_prompts(path: str | Path):
     if not rows: raise ValueError(f"{p} holds no director states")
     return datasets.Dataset.from_list(rows)
 
+async def heldout_directors(runner: EpisodeRunner, grm: GroupRewardModel, states: list[dict], directors: list, cfg: DirectorGRPOConfig,
+                            backend: ChatBackend | None = None) -> list[dict]:
+    "Each director on the same states, `eval_samples_per_state` sampled directives each (sample j uses the same seed for every director)."
+    res = {d: [] for d in directors}
+    for j in range(cfg.eval_samples_per_state):
+        for d in directors:
+            res[d].append(await director_group_reward(runner, grm, states, d, cfg.horizon, cfg.num_turns, cfg.max_completion_length,
+                                                      cfg.seed * 1000 + j, cfg.temperature, cfg.top_p, backend=backend))
+    out = []
+    for d in directors:
+        runs = res[d]
+        per_state = [statistics.fmean(r["scores"][i] for r in runs) for i in range(len(states))]
+        out.append({"director": runs[0]["director"], "mean_group_reward": statistics.fmean(per_state), "per_state": per_state,
+                    "parse_rate": statistics.fmean(r["parse_rate"] for r in runs), "n_states": len(states), "samples_per_state": len(runs)})
+    return out
+
 def train_director_grpo(cfg: DirectorGRPOConfig, embedded: EmbeddedBackend | None = None) -> Path:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
-    from peft import LoraConfig
     from trl import GRPOTrainer
     prompts = director_prompts(cfg.episode_dataset_path)
     train, held, held_ids = split_by_context(prompts, cfg.holdout_fraction, cfg.seed)
@@ -136,31 +165,31 @@ def train_director_grpo(cfg: DirectorGRPOConfig, embedded: EmbeddedBackend | Non
         if tok.pad_token is None: tok.pad_token = tok.eos_token
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
         args = grpo_config(cfg, str(out / "trainer"))
-        rewards = [make_rollout_reward(runner, grm, cfg.horizon, cfg.num_turns, cfg.seed), make_directive_format_reward(runner.roster)]
+        rewards = [make_rollout_reward(runner, grm, cfg.horizon, cfg.num_turns, cfg.seed, cfg.num_generations, cfg.unparsed_directive_reward),
+                   make_directive_format_reward(runner.roster)]
         trainer = GRPOTrainer(model=model, reward_funcs=rewards, args=args, train_dataset=train, processing_class=tok,
-                              peft_config=LoraConfig(task_type="CAUSAL_LM", r=cfg.lora_r, lora_alpha=cfg.lora_alpha, target_modules="all-linear"))
+                              peft_config=lora_config(cfg, "CAUSAL_LM"))
         before = trainable_snapshot(trainer.model)
         result = trainer.train()
         change = weights_changed(before, trainer.model)
-        trainer.save_model(str(out)); tok.save_pretrained(out)
-        log = [{k: v for k, v in h.items() if k.startswith(("reward", "rewards/", "loss", "step", "kl"))} for h in trainer.state.log_history]
-        # held-out: untrained vs trained director, same states and speakers
+        saved = save_trained(trainer, tok, out)
+        # held-out: random order, untrained and trained director on the same states, sampled as in training, the same seeds for all three
         director_backend = heldout_director_backend(client, cfg.model_name, out)
         held_states = [json.loads(s) for s in held["state"]]
-        async def evaluate():
-            return [await director_group_reward(runner, grm, held_states, d, cfg.horizon, cfg.num_turns, cfg.max_completion_length, cfg.seed,
-                                                backend=director_backend)
-                    for d in (None, "trained-director")]
-        untrained, trained = run_sync(evaluate())
+        random_, untrained, trained = run_sync(heldout_directors(runner, grm, held_states, ["random", None, "trained-director"], cfg, director_backend))
         meta = {"kind": "director", "algorithm": "grpo", "base_model": cfg.model_name, "group_reward_model_path": cfg.group_reward_model_path,
                 "episode_dataset_path": cfg.episode_dataset_path, "data_sha256": data_hash(cfg.episode_dataset_path),
                 "num_train_states": len(train), "num_heldout_states": len(held), "heldout_contexts": held_ids, "steps": result.global_step,
-                "max_weight_change": change, "reward_log": log, "heldout_untrained": untrained, "heldout_trained": trained,
+                "max_weight_change": change, "heldout_untrained": untrained, "heldout_trained": trained, "heldout_random": random_,
+                "paired_diff_vs_untrained": paired_summary(untrained["per_state"], trained["per_state"]),
+                "paired_diff_vs_random": paired_summary(random_["per_state"], trained["per_state"]),
+                "unparsed_directive_reward": cfg.unparsed_directive_reward, "prompts_per_step": cfg.prompts_per_step(),
                 "rollout": {"horizon": cfg.horizon, "server": cfg.rollout_server_url, "speaker_model": runner.client.routes["speaker"].model},
-                "lora": {"r": cfg.lora_r, "alpha": cfg.lora_alpha}, "seed": cfg.seed, "versions": package_versions(), "config": cfg.resolved()}
+                "lora": {"r": cfg.lora_r, "alpha": cfg.lora_alpha, "target_modules": cfg.lora_target_modules}, **saved, "seed": cfg.seed, "versions": package_versions(), "config": cfg.resolved()}
         (out / "mascot_metadata.json").write_text(json.dumps(meta, indent=2))
         run.extra.update(steps=result.global_step, max_weight_change=change, heldout_untrained=untrained["mean_group_reward"],
-                         heldout_trained=trained["mean_group_reward"])
+                         heldout_trained=trained["mean_group_reward"],
+                         **{k: saved[k] for k in ("trainable_parameters", "total_parameters", "trainable_fraction")})
         run.finish("completed")
     except BaseException as e:
         run.finish("failed", f"{e.__class__.__name__}: {e}"); raise
@@ -170,7 +199,9 @@ def train_director_grpo(cfg: DirectorGRPOConfig, embedded: EmbeddedBackend | Non
 def main(argv: list[str] | None = None):
     out = train_director_grpo(DirectorGRPOConfig.from_cli(argv, prog="mascot train-group --mode train-director-grpo"))
     m = json.loads((out / "mascot_metadata.json").read_text())
-    print(f"{out}\nheld-out group reward: untrained {m['heldout_untrained']['mean_group_reward']:.3f} -> trained {m['heldout_trained']['mean_group_reward']:.3f}")
+    u, r = m["paired_diff_vs_untrained"], m["paired_diff_vs_random"]
+    print(f"{out}\nheld-out group reward: untrained {m['heldout_untrained']['mean_group_reward']:.3f} -> trained {m['heldout_trained']['mean_group_reward']:.3f} "
+          f"(paired {u['paired_diff']:+.3f} +- {u['se']:.3f} s.e.; vs random order {r['paired_diff']:+.3f} +- {r['se']:.3f}; {u['n_prompts']} states)")
 
 def train_group_main(argv: list[str] | None = None):
     "`mascot train-group --mode train-reward-model|train-director-grpo|train-director-dpo ...`"

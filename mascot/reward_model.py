@@ -12,10 +12,18 @@ from pathlib import Path
 from typing import Any
 
 # %% auto #0
-__all__ = ['trl_config', 'TrainingConfig', 'EpochTrainingConfig', 'RewardModelConfig', 'reward_config', 'split_by_context',
-           'RewardModel', 'package_versions', 'data_hash', 'train_reward_model', 'shutil_rm', 'main']
+__all__ = ['DEFAULT_LORA_TARGETS', 'CURVE_PANELS', 'DEGRADATIONS', 'lora_target_modules', 'trl_config', 'TrainingConfig',
+           'EpochTrainingConfig', 'RewardModelConfig', 'reward_config', 'split_by_context', 'wilson_interval',
+           'RewardModel', 'package_versions', 'data_hash', 'lora_config', 'parameter_counts', 'plot_training_curves',
+           'save_trained', 'train_reward_model', 'shutil_rm', 'main', 'known_label_pairs']
 
 # %% ../nbs/11_reward_model.ipynb #e8fe3e4c
+def lora_target_modules(spec: str) -> str | list[str]:
+    "PEFT's `target_modules` from the flag: `all-linear` stays PEFT's keyword, anything else is a comma-separated list of module names."
+    names = [s.strip() for s in str(spec).split(",") if s.strip()]
+    if not names: raise ConfigError("--lora-target-modules is empty: name modules (e.g. q_proj,k_proj,v_proj,o_proj) or say all-linear")
+    return "all-linear" if names == ["all-linear"] else names
+
 def trl_config(config_cls, ours: dict, trl: dict):
     "A TRL config (RewardConfig, GRPOConfig, DPOConfig, SFTConfig) used as it is: CPU-friendly defaults, our fields, then the user's `trl` keys."
     import torch
@@ -24,6 +32,8 @@ def trl_config(config_cls, ours: dict, trl: dict):
     args.update({k: v for k, v in ours.items() if v is not None})
     try: return config_cls(**{**args, **trl})
     except TypeError as e: raise ConfigError(f"trl: {e} (keys of `trl` must be {config_cls.__name__} arguments)") from None
+
+DEFAULT_LORA_TARGETS = "q_proj,k_proj,v_proj,o_proj"
 
 class TrainingConfig(Config):
     "The fields every training stage shares; `trl` takes any argument of the stage's TRL config."
@@ -34,9 +44,13 @@ class TrainingConfig(Config):
     seed: int = 0
     lora_r: int = 16
     lora_alpha: int = 32
+    lora_target_modules: str = "q_proj,k_proj,v_proj,o_proj"  # the reference's; "all-linear" is PEFT's keyword for every linear layer
     learning_rate: float = 5e-5
     per_device_train_batch_size: int = 4
     trl: dict[str, Any] = {}
+
+    def model_post_init(self, _):
+        lora_target_modules(self.lora_target_modules)  # a bad list is a config error now, not a PEFT error after the model loads
 
     def trl_args(self, config_cls, output_dir: str, **stage):
         "TRL's `config_cls` from the shared fields and the stage's own (`stage`), then the user's `trl` keys."
@@ -63,6 +77,7 @@ class RewardModelConfig(EpochTrainingConfig):
     max_length: int = 512
 
     def model_post_init(self, _):
+        super().model_post_init(_)
         if not 0 < self.holdout_fraction < 1: raise ConfigError("--holdout-fraction must be within (0, 1)")
 
 def reward_config(cfg: RewardModelConfig, output_dir: str):
@@ -80,11 +95,19 @@ def split_by_context(ds, holdout_fraction: float, seed: int, key: str = "context
     return ds.filter(lambda r: r[key] not in held), ds.filter(lambda r: r[key] in held), sorted(held)
 
 # %% ../nbs/11_reward_model.ipynb #1da06ddc
+def wilson_interval(successes: int, n: int, z: float = 1.96) -> list[float]:
+    "The Wilson score interval of a binomial proportion (sound at small n and near 0 or 1, unlike the normal one)."
+    if n == 0: return [float("nan"), float("nan")]
+    p = successes / n
+    centre, half = (p + z * z / (2 * n)) / (1 + z * z / n), z * ((p * (1 - p) + z * z / (4 * n)) / n) ** 0.5 / (1 + z * z / n)
+    return [max(0.0, centre - half), min(1.0, centre + half)]
+
 class RewardModel:
     "A scalar reward model: `score(prompts, replies)` → one float per pair."
     def __init__(self, model, tokenizer, batch_size: int = 16, max_length: int = 1024):
         self.model, self.tokenizer, self.batch_size, self.max_length = model.eval(), tokenizer, batch_size, max_length
         self.tokenizer.padding_side = "left"  # the score head reads the last token
+        self.tokenizer.truncation_side = "left"  # a long transcript loses its oldest turns, never the reply being scored
 
     @classmethod
     def load(cls, path: str | Path, **kw) -> "RewardModel":
@@ -124,9 +147,14 @@ class RewardModel:
 
     def pairwise_accuracy(self, ds) -> float:
         "Share of pairs whose chosen reply scores above the rejected one."
-        if len(ds) == 0: return float("nan")
+        return self.pairwise_wins(ds)["accuracy"]
+
+    def pairwise_wins(self, ds) -> dict:
+        "Pairwise accuracy with its binomial 95% interval (Wilson) and the number of pairs."
+        if len(ds) == 0: return {"accuracy": float("nan"), "ci95": [float("nan"), float("nan")], "n": 0}
         c = self.score(ds["prompt"], ds["chosen"]); r = self.score(ds["prompt"], ds["rejected"])
-        return sum(a > b for a, b in zip(c, r)) / len(ds)
+        wins = sum(a > b for a, b in zip(c, r))
+        return {"accuracy": wins / len(ds), "ci95": wilson_interval(wins, len(ds)), "n": len(ds)}
 
 # %% ../nbs/11_reward_model.ipynb #b7efa1cf
 def package_versions() -> dict:
@@ -144,11 +172,66 @@ def data_hash(folder: str | Path) -> str:
     for f in files: h.update(f.read_bytes())
     return h.hexdigest()
 
+def lora_config(cfg: TrainingConfig, task_type: str, dropout: float = 0.0):
+    "PEFT's LoraConfig from the shared fields (r, alpha, target modules)."
+    from peft import LoraConfig
+    return LoraConfig(task_type=task_type, r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=dropout,
+                      target_modules=lora_target_modules(cfg.lora_target_modules))
+
+def parameter_counts(model) -> dict:
+    "Trainable parameters against the base model's parameters (adapter weights not counted, as the paper's 0.187% counts them)."
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    base = sum(p.numel() for n, p in model.named_parameters() if "lora_" not in n and ".modules_to_save." not in n)
+    return {"trainable_parameters": trainable, "total_parameters": base, "trainable_fraction": trainable / base}
+
+# %% ../nbs/11_reward_model.ipynb #95270220
+CURVE_PANELS = [  # (title, predicate on a log key); a panel is drawn when the log has any matching key
+    ("reward per function", lambda k: k == "reward" or (k.startswith("rewards/") and k.endswith("/mean")) or k in ("rewards/chosen", "rewards/rejected")),
+    ("KL to the reference", lambda k: k == "kl"),
+    ("truncated completions (share)", lambda k: k == "completions/clipped_ratio"),
+    ("completion length (tokens)", lambda k: k in ("completions/mean_length", "completions/mean_terminated_length")),
+    ("entropy", lambda k: k == "entropy"),
+    ("loss", lambda k: k in ("loss", "eval_loss")),
+    ("accuracy / margin", lambda k: k in ("accuracy", "rewards/accuracies", "mean_token_accuracy", "margin", "rewards/margins")),
+    ("reward spread", lambda k: k in ("reward_std", "frac_reward_zero_std")),
+]
+
+def plot_training_curves(log_history: list[dict], path: str | Path) -> list[str]:
+    "One panel per logged family of metrics against the step; returns the panel titles drawn."
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    keys = sorted({k for h in log_history for k, v in h.items() if isinstance(v, (int, float)) and "step" in h})
+    panels = [(title, [k for k in keys if pick(k)]) for title, pick in CURVE_PANELS]
+    panels = [(t, ks) for t, ks in panels if ks] or [("no metric logged", [])]
+    cols = min(4, len(panels)); rows = -(-len(panels) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3 * rows), squeeze=False)
+    for ax, (title, ks) in zip(axes.flat, panels):
+        for k in ks:
+            pts = [(h["step"], h[k]) for h in log_history if k in h and "step" in h]
+            ax.plot([s for s, _ in pts], [v for _, v in pts], marker="o", ms=3, label=k)
+        ax.set_title(title, fontsize=9); ax.set_xlabel("step", fontsize=8)
+        if ks: ax.legend(fontsize=6)
+    for ax in list(axes.flat)[len(panels):]: ax.axis("off")
+    fig.tight_layout(); fig.savefig(path, dpi=90); plt.close(fig)
+    return [t for t, _ in panels]
+
+def save_trained(trainer, tokenizer, out: Path) -> dict:
+    "Save the adapter (or model) and tokenizer, TRL's full log and its curves; print and return the parameter counts for the metadata."
+    trainer.save_model(str(out)); tokenizer.save_pretrained(out)
+    history = trainer.state.log_history
+    (out / "log_history.json").write_text(json.dumps(history, indent=1))
+    panels = plot_training_curves(history, out / "training_curves.png")
+    counts = parameter_counts(trainer.model)
+    print(f"{out.name}: trainable parameters {counts['trainable_parameters']:,} / {counts['total_parameters']:,} "
+          f"= {100 * counts['trainable_fraction']:.3f}%", flush=True)
+    return {**counts, "log_history": "log_history.json", "training_curves": "training_curves.png", "curve_panels": panels}
+
+# %% ../nbs/11_reward_model.ipynb #5306d086
 def train_reward_model(cfg: RewardModelConfig, pairs=None, out_name: str | None = None) -> Path:
     "Train, evaluate on held-out contexts, save adapter + metadata; returns the output folder."
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer, set_seed
-    from peft import LoraConfig
     from trl import RewardTrainer
     pairs = pairs if pairs is not None else load_pairs(cfg.data_path)
     if len(pairs) == 0: raise ValueError(f"{cfg.data_path}: the pair dataset is empty (lower --score-margin or generate more candidates)")
@@ -170,21 +253,24 @@ def train_reward_model(cfg: RewardModelConfig, pairs=None, out_name: str | None 
                                                 "and TRL drops such pairs: raise --max-length")
         model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1, dtype=torch.float32)
         model.config.pad_token_id = tok.pad_token_id
-        peft_config = None if cfg.full_finetune else LoraConfig(task_type="SEQ_CLS", r=cfg.lora_r, lora_alpha=cfg.lora_alpha,
-                                                                 lora_dropout=cfg.lora_dropout, target_modules="all-linear")
+        tok.truncation_side = "left"  # a transcript over max_length keeps its latest turns and the reply
+        peft_config = None if cfg.full_finetune else lora_config(cfg, "SEQ_CLS", cfg.lora_dropout)
         trainer = RewardTrainer(model=model, args=reward_config(cfg, str(out / "trainer")), train_dataset=train,
                                 processing_class=tok, peft_config=peft_config)
-        before = RewardModel(trainer.model, tok).pairwise_accuracy(held)
+        before = RewardModel(trainer.model, tok, max_length=cfg.max_length).pairwise_wins(held)
         result = trainer.train()
-        after = RewardModel(trainer.model, tok).pairwise_accuracy(held)
-        trainer.save_model(str(out)); tok.save_pretrained(out)
+        after = RewardModel(trainer.model, tok, max_length=cfg.max_length).pairwise_wins(held)
+        saved = save_trained(trainer, tok, out)
         meta = {"kind": "reward_model", "base_model": cfg.model_name, "data_path": str(cfg.data_path), "data_sha256": data_hash(cfg.data_path) if Path(cfg.data_path, "pairs").exists() else None,
                 "num_pairs": len(pairs), "num_train_pairs": len(train), "num_heldout_pairs": len(held), "heldout_contexts": held_ids,
-                "heldout_accuracy_before": before, "heldout_accuracy_after": after, "train_loss": result.training_loss,
-                "steps": result.global_step, "lora": None if cfg.full_finetune else {"r": cfg.lora_r, "alpha": cfg.lora_alpha, "task_type": "SEQ_CLS"},
+                "heldout_accuracy_before": before["accuracy"], "heldout_accuracy_after": after["accuracy"],
+                "heldout_accuracy_before_ci95": before["ci95"], "heldout_accuracy_after_ci95": after["ci95"], "train_loss": result.training_loss,
+                "steps": result.global_step, "lora": None if cfg.full_finetune else {"r": cfg.lora_r, "alpha": cfg.lora_alpha, "task_type": "SEQ_CLS",
+                                                                   "target_modules": cfg.lora_target_modules}, **saved,
                 "seed": cfg.seed, "versions": package_versions(), "config": cfg.resolved()}
         (out / "mascot_metadata.json").write_text(json.dumps(meta, indent=2))
-        run.extra.update({k: meta[k] for k in ("heldout_accuracy_before", "heldout_accuracy_after", "num_train_pairs", "num_heldout_pairs", "steps")})
+        run.extra.update({k: meta[k] for k in ("heldout_accuracy_before", "heldout_accuracy_after", "num_train_pairs", "num_heldout_pairs", "steps",
+                                            "trainable_parameters", "total_parameters", "trainable_fraction")})
         run.finish("completed")
     except BaseException as e:
         run.finish("failed", f"{e.__class__.__name__}: {e}"); raise
@@ -198,7 +284,26 @@ def main(argv: list[str] | None = None):
     cfg = RewardModelConfig.from_cli(argv, prog="mascot train-reward-model")
     out = train_reward_model(cfg)
     meta = json.loads((out / "mascot_metadata.json").read_text())
-    print(f"{out}\nheld-out pairwise accuracy: {meta['heldout_accuracy_before']:.3f} -> {meta['heldout_accuracy_after']:.3f} "
-          f"({meta['num_heldout_pairs']} pairs from {len(meta['heldout_contexts'])} held-out contexts)")
+    lo, hi = meta["heldout_accuracy_after_ci95"]
+    print(f"{out}\nheld-out pairwise accuracy: {meta['heldout_accuracy_before']:.3f} -> {meta['heldout_accuracy_after']:.3f} (95% CI {lo:.2f}-{hi:.2f}; "
+          f"{meta['num_heldout_pairs']} pairs from {len(meta['heldout_contexts'])} held-out contexts)")
 
 if __name__ == "__main__" and "IPython" not in sys.modules: main()
+
+# %% ../nbs/11_reward_model.ipynb #b3a92729
+DEGRADATIONS = ("parroted_context", "name_only", "cut_off", "other_conversation")
+
+def known_label_pairs(contexts, persona: str = "The Anchor", role: str = "an emotional validator", kinds=DEGRADATIONS) -> list[dict]:
+    "For each context with a reference reply: (real reply > degraded copy) for every degradation in `kinds`; a plumbing-free learnable signal."
+    ctxs = [c for c in contexts if c.reference and len(c.reference.split()) >= 6]
+    rows = []
+    for i, c in enumerate(ctxs):
+        prompt = [{"role": "system", "content": f"You are {persona}, {role}."}, {"role": "user", "content": c.prompt_text()}]
+        words = c.reference.split()
+        bad = {"parroted_context": " ".join(c.prompt_text().split()[: len(words)]), "name_only": f"{persona}\n\n{persona}",
+               "cut_off": " ".join(words[:3]), "other_conversation": ctxs[(i + len(ctxs) // 2) % len(ctxs)].reference}
+        for k in kinds:
+            rows.append({"prompt": prompt, "chosen": [{"role": "assistant", "content": c.reference}], "rejected": [{"role": "assistant", "content": bad[k]}],
+                         "score_chosen": 1.0, "score_rejected": 0.0, "persona": persona, "context_id": c.context_id,
+                         "query_id": f"{c.context_id}:{k}", "degradation": k})
+    return rows

@@ -9,14 +9,14 @@ from .llm import resolve_model_path, EMBEDDED_DEFAULT
 from .candidates import model_slug
 from .personas import roster_for_dataset
 from .episodes import baseline_messages
-from .reward_model import package_versions, data_hash, EpochTrainingConfig
+from .reward_model import package_versions, data_hash, EpochTrainingConfig, lora_config, save_trained
 from .speaker_grpo import trainable_snapshot, weights_changed
 import json, sys
 from pathlib import Path
 from typing import Any
 
 # %% auto #0
-__all__ = ['SFTConfig_', 'sft_rows', 'train_sft', 'main']
+__all__ = ['SFTConfig_', 'sft_rows', 'train_sft', 'main', 'completion_logprobs']
 
 # %% ../nbs/13_sft.ipynb #179fe689
 class SFTConfig_(EpochTrainingConfig):
@@ -42,7 +42,6 @@ def sft_rows(data_path: str | Path, dataset: str, min_score: float = 0.0) -> lis
 def train_sft(cfg: SFTConfig_) -> Path:
     import torch, datasets
     from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
-    from peft import LoraConfig
     from trl import SFTTrainer, SFTConfig
     rows = sft_rows(cfg.data_path, cfg.dataset, cfg.min_score)
     if not rows: raise ValueError(f"{cfg.data_path}: no scored candidate at or above --min-score {cfg.min_score}")
@@ -56,16 +55,18 @@ def train_sft(cfg: SFTConfig_) -> Path:
         sargs = cfg.trl_args(SFTConfig, str(out / "trainer"))
         ds = datasets.Dataset.from_list([{"prompt": r["prompt"], "completion": r["completion"]} for r in rows])
         trainer = SFTTrainer(model=model, args=sargs, train_dataset=ds, processing_class=tok,
-                             peft_config=LoraConfig(task_type="CAUSAL_LM", r=cfg.lora_r, lora_alpha=cfg.lora_alpha, target_modules="all-linear"))
+                             peft_config=lora_config(cfg, "CAUSAL_LM"))
         before = trainable_snapshot(trainer.model)
         result = trainer.train()
         change = weights_changed(before, trainer.model)
-        trainer.save_model(str(out)); tok.save_pretrained(out)
+        saved = save_trained(trainer, tok, out)
         meta = {"kind": "speaker", "algorithm": "sft", "base_model": cfg.model_name, "data_path": cfg.data_path, "num_examples": len(rows),
                 "steps": result.global_step, "train_loss": result.training_loss, "max_weight_change": change, "seed": cfg.seed,
+                "lora": {"r": cfg.lora_r, "alpha": cfg.lora_alpha, "target_modules": cfg.lora_target_modules}, **saved,
                 "versions": package_versions(), "config": cfg.resolved()}
         (out / "mascot_metadata.json").write_text(json.dumps(meta, indent=2))
-        run.extra.update(steps=result.global_step, max_weight_change=change); run.finish("completed")
+        run.extra.update(steps=result.global_step, max_weight_change=change, **{k: saved[k] for k in ("trainable_parameters", "total_parameters", "trainable_fraction")})
+        run.finish("completed")
     except BaseException as e:
         run.finish("failed", f"{e.__class__.__name__}: {e}"); raise
     import shutil; shutil.rmtree(out / "trainer", ignore_errors=True)
@@ -75,3 +76,17 @@ def main(argv: list[str] | None = None):
     print(train_sft(SFTConfig_.from_cli(argv, prog="mascot train-sft")))
 
 if __name__ == "__main__" and "IPython" not in sys.modules: main()
+
+# %% ../nbs/13_sft.ipynb #a1e4a12e
+def completion_logprobs(model, tokenizer, prompts: list[list[dict]], completions: list[str]) -> list[float]:
+    "Sum of the log-probabilities of each completion's tokens after its chat prompt, under `model`."
+    import torch
+    out = []
+    for p, c in zip(prompts, completions):
+        prompt_ids = tokenizer(tokenizer.apply_chat_template(list(p), tokenize=False, add_generation_prompt=True), add_special_tokens=False)["input_ids"]
+        full = tokenizer.apply_chat_template(list(p) + [{"role": "assistant", "content": c}], tokenize=False)
+        ids = torch.tensor([tokenizer(full, add_special_tokens=False)["input_ids"]], device=model.device)
+        with torch.inference_mode(): logp = model(ids).logits[0, :-1].float().log_softmax(-1)
+        token_logp = logp.gather(1, ids[0, 1:, None])[:, 0]
+        out.append(float(token_logp[len(prompt_ids) - 1:].sum()))
+    return out

@@ -7,34 +7,49 @@ from __future__ import annotations
 from .core import *
 from .llm import resolve_model_path, EMBEDDED_DEFAULT, EmbeddedBackend, ChatRequest
 from .candidates import model_slug
-from .reward_model import RewardModel, split_by_context, package_versions, data_hash, TrainingConfig
+from .reward_model import RewardModel, split_by_context, package_versions, data_hash, TrainingConfig, lora_config, save_trained
 from .personas import ROSTERS, SUPPORT_ROSTER, MEETING_ROSTER
-import asyncio, json, re, sys
+import asyncio, json, re, statistics, sys
 from pathlib import Path
 from typing import Any
 
 # %% auto #0
-__all__ = ['format_reward', 'make_conciseness_reward', 'PersonaRMReward', 'GRPOTrainingConfig', 'SpeakerGRPOConfig',
-           'grpo_config', 'speaker_prompts', 'evaluate_policies', 'trainable_snapshot', 'weights_changed',
-           'train_speaker', 'main']
+__all__ = ['degenerate_reason', 'format_reward', 'make_conciseness_reward', 'PersonaRMReward', 'GRPOTrainingConfig',
+           'SpeakerGRPOConfig', 'grpo_config', 'speaker_prompts', 'paired_summary', 'evaluate_policies',
+           'trainable_snapshot', 'weights_changed', 'train_speaker', 'main']
 
 # %% ../nbs/12_speaker_grpo.ipynb #26dd1118
 def _text(c) -> str: return c[-1]["content"] if isinstance(c, list) else str(c)
 
+def _prompt_text(p) -> str: return "\n".join(m["content"] for m in p) if isinstance(p, list) else str(p or "")
+
 _ALL_NAMES = sorted({n for r in ROSTERS.values() for n in r.names} | {"User", "Participant", "Assistant", "Supporter", "Director"}, key=len, reverse=True)
-_META = re.compile(r"(<\|im_(start|end)\|>|\bas an ai\b|\bdirective\s*:|\bresponse\s*:|\bpersona\s*:|^\s*(system|assistant|user)\s*:)", re.I | re.M)
+# a line that opens with a speaker or role label: another agent's line, the transcript's own labels, or the prompt's section names
+_ROLE_WORDS = ["the director", "director", "situation", "user", "assistant", "system", "seeker", "supporter", "participant", "speaker", "moderator",
+               "response", "reply", "directive", "persona", "context", "conversation", "transcript", "query", "meeting", "human", "ai"]
+_LABELS = sorted({n.lower() for n in _ALL_NAMES} | set(_ROLE_WORDS), key=len, reverse=True)
+_LABEL_LINE = re.compile(r"^\s*[*#>\-\s]*(" + "|".join(re.escape(x) for x in _LABELS) + r")\s*[*]*\s*:", re.I | re.M)
+_META = re.compile(r"(<\|im_(start|end)\|>|\bas an ai\b|^\s*you are (the )?[a-z]+)", re.I | re.M)
+_NAMES_ONLY = re.compile(r"^(?:\s|[*:.,!\-]|" + "|".join(re.escape(n) for n in _ALL_NAMES) + r")*$", re.I)
 
-def format_reward(completions, **kwargs) -> list[float]:
-    "1 for a clean in-role reply; 0 for role tags or meta-text; -1 for speaking as another agent (a line 'Name:' after the start)."
-    out = []
-    for c in completions:
-        t = _text(c).strip()
-        if not t: out.append(-1.0); continue
-        other = any(re.search(rf"(^|\n)\s*\**{re.escape(n)}\**\s*:", t[1:] if i else t) for i, n in enumerate(_ALL_NAMES))
-        out.append(-1.0 if other else 0.0 if _META.search(t) else 1.0)
-    return out
+def degenerate_reason(text: str, prompt=None, echo_words: int = 6) -> str | None:
+    "Why a reply is degenerate (None when it is a clean in-role reply): empty, names only, a speaker/role label line, meta-text, or a copy of the prompt."
+    t = (text or "").strip()
+    if len(t.split()) < 2: return "empty" if not t else "too short"
+    if _NAMES_ONLY.match(t): return "name only"
+    if _LABEL_LINE.search(t): return "role label"
+    if _META.search(t): return "meta text"
+    words, src = re.findall(r"\w+", t.lower()), " ".join(re.findall(r"\w+", _prompt_text(prompt).lower()))
+    n = min(echo_words, len(words))
+    if src and n >= 4 and any(" ".join(words[i:i + n]) in src for i in range(len(words) - n + 1)): return "parrots the prompt"
+    return None
 
-def make_conciseness_reward(min_words: int = 8, max_words: int = 60):
+def format_reward(completions, prompts=None, **kwargs) -> list[float]:
+    "The gate: 1 for a clean in-role reply, 0 for a degenerate one (`degenerate_reason`)."
+    prompts = prompts if prompts is not None else [None] * len(completions)
+    return [0.0 if degenerate_reason(_text(c), p) else 1.0 for c, p in zip(completions, prompts)]
+
+def make_conciseness_reward(min_words: int = 8, max_words: int = 40):
     "1 inside the length band, falling linearly to 0 at zero words or at twice the maximum."
     def conciseness_reward(completions, **kwargs) -> list[float]:
         out = []
@@ -45,22 +60,40 @@ def make_conciseness_reward(min_words: int = 8, max_words: int = 60):
     return conciseness_reward
 
 class PersonaRMReward:
-    "The persona reward model as a TRL reward callable. Deliberately not an `nn.Module`: TRL would treat a module as a classifier to run itself."
-    def __init__(self, rm: RewardModel, name: str = "persona_rm"):
-        self.rm, self.__name__ = rm, name
+    """The persona reward model as a TRL reward callable, gated by `format_reward`: a degenerate reply is shifted below every clean reply of its
+    batch, whatever the reward model thinks of it (degenerate replies keep their order among themselves, so a group of them still has a gradient).
+    Deliberately not an `nn.Module`: TRL would treat a module as a classifier to run itself."""
+    def __init__(self, rm: RewardModel, name: str = "persona_rm", gate: bool = True):
+        self.rm, self.__name__, self.gate = rm, name, gate
     def __call__(self, prompts, completions, **kwargs) -> list[float]:
-        return self.rm.score(prompts, [_text(c) for c in completions])
+        scores = self.rm.score(prompts, [_text(c) for c in completions])
+        if not self.gate: return scores
+        ok = format_reward(completions, prompts)
+        shift = max(scores) - min(scores) + 1.0
+        return [s if g else s - shift for s, g in zip(scores, ok)]
 
 # %% ../nbs/12_speaker_grpo.ipynb #961d61c9
 class GRPOTrainingConfig(TrainingConfig):
-    "What both GRPO stages (speaker, director) take; `reward_weights` has one weight per reward function."
+    """What both GRPO stages (speaker, director) take; `reward_weights` has one weight per reward function. The defaults are a CPU-sized step that
+    still follows the reference's shape: 4 prompts per optimiser step (batch 4 completions x 4 accumulation / 4 generations), a small KL, completions
+    cut at the cap masked out of the loss, sampling as the episodes sample, rewards standardised per function before they are weighted."""
     max_steps: int = 20
     num_generations: int = 4
-    max_completion_length: int = 48
-    temperature: float = 1.0
+    per_device_train_batch_size: int = 4
+    gradient_accumulation_steps: int = 4
+    max_completion_length: int = 96
+    temperature: float = 0.7  # the episodes' speaker temperature: train on the samples the system will produce
+    top_p: float = 1.0
+    beta: float = 0.02
+    mask_truncated_completions: bool = True
+    scale_rewards: str = "batch"
+    multi_objective_aggregation: str = "normalize_then_sum"
     reward_weights: list[float] = []
     use_vllm: bool = False
     vllm_mode: str = "server"
+
+    def prompts_per_step(self) -> float:
+        return self.per_device_train_batch_size * self.gradient_accumulation_steps / self.num_generations
 
 class SpeakerGRPOConfig(GRPOTrainingConfig):
     "Flags of `mascot train-speaker`."
@@ -68,19 +101,25 @@ class SpeakerGRPOConfig(GRPOTrainingConfig):
     data_path: str = "data/rl/individual_ESConv_smollm2-135m-instruct"
     reward_model_path: str = "outputs/reward_model/Individual_ESConv_smollm2-135m-instruct"
     holdout_fraction: float = 0.25
-    reward_weights: list[float] = [1.0, 0.25, 0.25]
+    reward_weights: list[float] = [1.0, 0.5, 0.25]
     concise_min_words: int = 8
-    concise_max_words: int = 60
-    eval_max_tokens: int = 48
+    concise_max_words: int = 40
+    eval_max_tokens: int = 96
+    eval_samples_per_prompt: int = 4
 
     def model_post_init(self, _):
+        super().model_post_init(_)
         if self.algorithm != "grpo": raise ConfigError(f"--algorithm {self.algorithm!r}: only 'grpo' trains the speaker here (SFT baseline: `mascot train-sft`)")
         if len(self.reward_weights) != 3: raise ConfigError("--reward-weights takes 3 numbers: reward model, format, conciseness")
+        if self.eval_samples_per_prompt < 1: raise ConfigError("--eval-samples-per-prompt must be >= 1")
 
 def grpo_config(cfg: GRPOTrainingConfig, output_dir: str):
     "TRL's GRPOConfig for the speaker or the director."
     from trl import GRPOConfig
     return cfg.trl_args(GRPOConfig, output_dir, max_steps=cfg.max_steps, num_generations=cfg.num_generations, temperature=cfg.temperature,
+                        top_p=cfg.top_p, beta=cfg.beta, gradient_accumulation_steps=cfg.gradient_accumulation_steps,
+                        mask_truncated_completions=cfg.mask_truncated_completions, scale_rewards=cfg.scale_rewards,
+                        multi_objective_aggregation=cfg.multi_objective_aggregation,
                         max_completion_length=cfg.max_completion_length, reward_weights=list(cfg.reward_weights), use_vllm=cfg.use_vllm,
                         **({"vllm_mode": cfg.vllm_mode} if cfg.use_vllm else {}))
 
@@ -93,20 +132,38 @@ def speaker_prompts(data_path: str | Path):
     if not rows: raise ValueError(f"{p} holds no prompts")
     return datasets.Dataset.from_list(rows)
 
-async def _mean_rm(emb: EmbeddedBackend, rm: RewardModel, prompts, model: str | None, max_tokens: int) -> tuple[float, list[str]]:
-    rs = await asyncio.gather(*[emb.chat(ChatRequest(p, model=model, max_tokens=max_tokens)) for p in prompts])
-    texts = [r.text for r in rs]
-    scores = rm.score(prompts, texts)
-    return sum(scores) / len(scores), texts
+def paired_summary(base: list[float], trained: list[float]) -> dict:
+    "Mean paired difference (trained - base, one value per prompt) with its standard error and the number of prompts."
+    diffs = [t - b for b, t in zip(base, trained)]
+    se = statistics.stdev(diffs) / len(diffs) ** 0.5 if len(diffs) > 1 else float("nan")
+    return {"paired_diff": statistics.fmean(diffs), "se": se, "n_prompts": len(diffs)}
 
-def evaluate_policies(base: str, adapter_dir: str | Path | None, rm: RewardModel, prompts, max_tokens: int = 48) -> dict:
-    "Mean reward-model score of greedy replies from the base policy and from the adapter, on the same prompts."
+async def _sampled_rm(emb: EmbeddedBackend, rm: RewardModel, prompts, model: str | None, max_tokens: int, samples: int, temperature: float,
+                      top_p: float, seed: int) -> tuple[list[float], list[list[str]], float]:
+    "Per-prompt mean gated RM score of `samples` replies; the request seeds depend only on (seed, prompt, sample), so base and trained share them."
+    reqs = [ChatRequest(p, model=model, max_tokens=max_tokens, temperature=temperature, top_p=top_p, seed=seed * 100_003 + i * samples + j)
+            for i, p in enumerate(prompts) for j in range(samples)]
+    texts = [r.text for r in await asyncio.gather(*[emb.chat(q) for q in reqs])]
+    flat_prompts = [p for p in prompts for _ in range(samples)]
+    scores = PersonaRMReward(rm)(flat_prompts, texts)
+    bad = sum(degenerate_reason(t, p) is not None for t, p in zip(texts, flat_prompts))
+    per_prompt = [statistics.fmean(scores[i * samples:(i + 1) * samples]) for i in range(len(prompts))]
+    return per_prompt, [texts[i * samples:(i + 1) * samples] for i in range(len(prompts))], bad / len(texts)
+
+def evaluate_policies(base: str, adapter_dir: str | Path | None, rm: RewardModel, prompts, max_tokens: int = 96, samples_per_prompt: int = 4,
+                      temperature: float = 0.7, top_p: float = 1.0, seed: int = 0) -> dict:
+    """Base vs trained policy on the same held-out prompts, sampled as in training (`samples_per_prompt` replies each, the same seeds for both):
+    mean gated reward-model score, the paired difference +- s.e. over prompts, and the degenerate-reply rate of each."""
     emb = EmbeddedBackend(base)
     if adapter_dir: emb.load_adapter("trained", adapter_dir)
+    prompts = list(prompts)
     async def go():
-        b, bt = await _mean_rm(emb, rm, prompts, None, max_tokens)
-        t, tt = await _mean_rm(emb, rm, prompts, "trained", max_tokens) if adapter_dir else (None, None)
-        return {"base_mean_rm": b, "trained_mean_rm": t, "examples": [{"base": x, "trained": y} for x, y in zip(bt[:3], (tt or [None] * 3)[:3])]}
+        b, bt, bd = await _sampled_rm(emb, rm, prompts, None, max_tokens, samples_per_prompt, temperature, top_p, seed)
+        res = {"base_mean_rm": statistics.fmean(b), "degenerate_rate_base": bd, "samples_per_prompt": samples_per_prompt, "eval_temperature": temperature}
+        if not adapter_dir: return {**res, "trained_mean_rm": None, "examples": [{"base": x[0]} for x in bt[:3]]}
+        t, tt, td = await _sampled_rm(emb, rm, prompts, "trained", max_tokens, samples_per_prompt, temperature, top_p, seed)
+        return {**res, "trained_mean_rm": statistics.fmean(t), "degenerate_rate_trained": td, **paired_summary(b, t),
+                "examples": [{"base": x[0], "trained": y[0]} for x, y in zip(bt[:3], tt[:3])]}
     return run_sync(go())
 
 # %% ../nbs/12_speaker_grpo.ipynb #eef48684
@@ -122,7 +179,6 @@ def weights_changed(before: dict, model) -> float:
 def train_speaker(cfg: SpeakerGRPOConfig) -> Path:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
-    from peft import LoraConfig
     from trl import GRPOTrainer
     prompts = speaker_prompts(cfg.data_path)
     train, held, held_ids = split_by_context(prompts, cfg.holdout_fraction, cfg.seed)
@@ -137,21 +193,20 @@ def train_speaker(cfg: SpeakerGRPOConfig) -> Path:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
         rewards = [PersonaRMReward(rm), format_reward, make_conciseness_reward(cfg.concise_min_words, cfg.concise_max_words)]
         trainer = GRPOTrainer(model=model, reward_funcs=rewards, args=grpo_config(cfg, str(out / "trainer")), train_dataset=train,
-                              processing_class=tok, peft_config=LoraConfig(task_type="CAUSAL_LM", r=cfg.lora_r, lora_alpha=cfg.lora_alpha,
-                                                                           target_modules="all-linear"))
+                              processing_class=tok, peft_config=lora_config(cfg, "CAUSAL_LM"))
         before = trainable_snapshot(trainer.model)
         result = trainer.train()
         change = weights_changed(before, trainer.model)
-        trainer.save_model(str(out)); tok.save_pretrained(out)
-        log = [{k: v for k, v in h.items() if k.startswith(("reward", "rewards/", "loss", "step", "kl"))} for h in trainer.state.log_history]
-        ev = evaluate_policies(cfg.model_name, out, rm, held["prompt"], cfg.eval_max_tokens)
+        saved = save_trained(trainer, tok, out)
+        ev = evaluate_policies(cfg.model_name, out, rm, held["prompt"], cfg.eval_max_tokens, cfg.eval_samples_per_prompt, cfg.temperature, cfg.top_p, cfg.seed)
         meta = {"kind": "speaker", "algorithm": "grpo", "base_model": cfg.model_name, "reward_model_path": cfg.reward_model_path,
                 "data_path": cfg.data_path, "data_sha256": data_hash(cfg.data_path) if Path(cfg.data_path, "pairs").exists() else None,
                 "num_train_prompts": len(train), "num_heldout_prompts": len(held), "heldout_contexts": held_ids, "steps": result.global_step,
-                "max_weight_change": change, "reward_weights": list(cfg.reward_weights), "reward_log": log, **ev,
-                "lora": {"r": cfg.lora_r, "alpha": cfg.lora_alpha}, "seed": cfg.seed, "versions": package_versions(), "config": cfg.resolved()}
+                "max_weight_change": change, "reward_weights": list(cfg.reward_weights), "prompts_per_step": cfg.prompts_per_step(), **ev,
+                "lora": {"r": cfg.lora_r, "alpha": cfg.lora_alpha, "target_modules": cfg.lora_target_modules}, **saved, "seed": cfg.seed, "versions": package_versions(), "config": cfg.resolved()}
         (out / "mascot_metadata.json").write_text(json.dumps(meta, indent=2))
-        run.extra.update({k: meta[k] for k in ("steps", "max_weight_change", "base_mean_rm", "trained_mean_rm")})
+        run.extra.update({k: meta.get(k) for k in ("steps", "max_weight_change", "base_mean_rm", "trained_mean_rm", "paired_diff", "se",
+                                                      "trainable_parameters", "total_parameters", "trainable_fraction")})
         run.finish("completed")
     except BaseException as e:
         run.finish("failed", f"{e.__class__.__name__}: {e}"); raise
@@ -162,6 +217,8 @@ def main(argv: list[str] | None = None):
     cfg = SpeakerGRPOConfig.from_cli(argv, prog="mascot train-speaker")
     out = train_speaker(cfg)
     m = json.loads((out / "mascot_metadata.json").read_text())
-    print(f"{out}\nheld-out mean reward-model score: base {m['base_mean_rm']:.3f} -> trained {m['trained_mean_rm']:.3f} ({m['steps']} steps)")
+    print(f"{out}\nheld-out mean reward-model score: base {m['base_mean_rm']:.3f} -> trained {m['trained_mean_rm']:.3f}, paired difference "
+          f"{m['paired_diff']:+.3f} +- {m['se']:.3f} s.e. ({m['n_prompts']} prompts x {m['samples_per_prompt']} samples; {m['steps']} steps); "
+          f"degenerate replies {m['degenerate_rate_base']:.0%} -> {m['degenerate_rate_trained']:.0%}")
 
 if __name__ == "__main__" and "IPython" not in sys.modules: main()

@@ -39,9 +39,16 @@ def test_reward_trainer_accepts_the_pairs(stage1, tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     out = tmp_path / "Individual_ESConv_smollm2-135m-instruct"
     meta = json.loads((out / "mascot_metadata.json").read_text())
-    assert meta["steps"] >= 1 and 0 <= meta["heldout_accuracy_after"] <= 1 and meta["num_heldout_pairs"] > 0
-    from mascot.reward_model import RewardModel
+    assert meta["steps"] >= 1 and meta["num_heldout_pairs"] > 0
+    from mascot.reward_model import RewardModel, split_by_context
     rm = RewardModel.load(out)
+    # the 135M judge's labels are noise, so the accuracy's level is not asserted here (tests/test_learning.py asserts learning on known labels);
+    # what must hold: the saved folder reproduces the recorded held-out figure, on the same held-out contexts, and keeps TRL's log
+    _, held, held_ids = split_by_context(load_pairs(stage1), 0.34, 0)
+    assert held_ids == meta["heldout_contexts"] and abs(rm.pairwise_accuracy(held) - meta["heldout_accuracy_after"]) < 1e-6
+    lo, hi = meta["heldout_accuracy_after_ci95"]
+    assert lo <= meta["heldout_accuracy_after"] <= hi and hi - lo > 0.1  # a binomial interval on a handful of pairs is wide, and says so
+    assert "loss" in json.loads((out / "log_history.json").read_text())[0] and (out / "training_curves.png").exists()
     s = rm.score([[{"role": "user", "content": "I feel sad."}]] * 2, ["I'm here with you.", "Whatever."])
     assert len(s) == 2 and s[0] != s[1]
 
