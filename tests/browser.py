@@ -1,7 +1,7 @@
 """Headless Chromium for the browser tests: Debian's `chromium` on the command line (DOM dump, screenshot) and, for pages that need clicks, Selenium
 driving Debian's `chromium-driver`. Every page of the results site records its own health in <body>: data-js-errors (uncaught errors,
 console.error calls, failed resource loads), data-images-total and data-images-loaded."""
-import re, shutil, subprocess
+import re, shutil, socket, subprocess
 from contextlib import contextmanager
 from pathlib import Path
 import pytest
@@ -36,22 +36,31 @@ def assert_healthy(dom: str, min_images: int = 0) -> dict:
     assert h["images_total"] >= min_images and h["images_loaded"] == h["images_total"], h
     return h
 
-@contextmanager
-def webdriver_session(tmp: Path, window: tuple[int, int] = (1200, 1600)):
-    "A Selenium Chrome session on Debian's chromedriver (no driver download), with the browser's console log readable."
+def free_port() -> int:
+    "A free TCP port on 127.0.0.1 for a server a test starts."
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0)); return s.getsockname()[1]
+
+def chrome(tmp: Path, window: tuple[int, int] = (1200, 1600)):
+    "A Selenium Chrome driver on Debian's chromedriver (no driver download), fresh profile, the browser's console log readable; quit it after."
     try:
         from selenium import webdriver
         from selenium.webdriver.chrome.service import Service
-    except ImportError: pytest.fail("selenium is needed for the interactive site test: pip install selenium (it is in the dev requirements)")
+    except ImportError: pytest.fail("selenium is needed for the browser tests: pip install selenium (it is in the dev requirements)")
     driver_exe = shutil.which("chromedriver") or "/usr/bin/chromedriver"
-    if not Path(driver_exe).exists(): pytest.fail("chromedriver is needed for the interactive site test: apt-get install chromium-driver (make test does it)")
+    if not Path(driver_exe).exists(): pytest.fail("chromedriver is needed for the browser tests: apt-get install chromium-driver (make test does it)")
     opts = webdriver.ChromeOptions()
     opts.binary_location = chromium()
     for f in FLAGS: opts.add_argument(f.replace("--headless", "--headless=new"))
     opts.add_argument(f"--user-data-dir={tmp / 'selenium-profile'}")
     opts.add_argument(f"--window-size={window[0]},{window[1]}")
     opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    d = webdriver.Chrome(service=Service(driver_exe), options=opts)
+    return webdriver.Chrome(service=Service(driver_exe), options=opts)
+
+@contextmanager
+def webdriver_session(tmp: Path, window: tuple[int, int] = (1200, 1600)):
+    "`chrome` as a context manager."
+    d = chrome(tmp, window)
     try: yield d
     finally: d.quit()
 

@@ -3,6 +3,7 @@ numbers are those of the votes; bad input is one line."""
 import json, os, signal, socket, subprocess, sys, time, urllib.request
 from pathlib import Path
 import pytest
+from browser import chrome, free_port
 from mascot.arena import demo_files, demo_record, study_id
 from mascot.core import read_jsonl
 
@@ -11,23 +12,6 @@ ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_WAIT_POLICY": "PASSIVE", "HF_
 
 def mascot(*args, **kw) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "mascot.cli", *args], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120, **kw)
-
-def chrome(tmp_path: Path):
-    "Debian's headless Chromium through its chromedriver, with a fresh profile."
-    webdriver = pytest.importorskip("selenium.webdriver")
-    from selenium.webdriver.chrome.service import Service
-    for exe in ("/usr/bin/chromium", "/usr/bin/chromedriver"):
-        if not Path(exe).exists(): pytest.skip(f"{exe} missing: make chromium (apt-get install chromium chromium-driver)")
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = "/usr/bin/chromium"
-    for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-              "--disable-component-update", "--disable-sync", f"--user-data-dir={tmp_path / 'chrome-profile'}", "--window-size=1300,900"):
-        opts.add_argument(a)
-    return webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=opts)
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0)); return s.getsockname()[1]
 
 def start_arena(args: list[str], log: Path, port: int) -> subprocess.Popen:
     proc = subprocess.Popen([sys.executable, "-m", "mascot.cli", "arena", "--port", str(port), *args], cwd=ROOT, env=ENV,
@@ -71,7 +55,7 @@ def test_two_annotators_vote_and_the_report_matches(tmp_path):
     driver = None
     try:
         assert f"at {url}" in log.read_text()
-        driver = chrome(tmp_path)
+        driver = chrome(tmp_path, (1300, 900))
         driver.get(url)  # the annotator id comes from --annotator
         WebDriverWait(driver, 30).until(lambda d: d.find_element(By.ID, "study").is_displayed())
         assert "zero-shot" not in driver.page_source  # blind: a system's name is never sent (the demo replies carry it in capitals only)

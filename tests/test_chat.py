@@ -2,6 +2,7 @@
 import json, os, signal, socket, subprocess, sys, time, urllib.request
 from pathlib import Path
 import pytest
+from browser import chrome, free_port
 from mascot.core import read_jsonl, validate_episode
 from mascot.personas import SUPPORT_ROSTER
 
@@ -71,23 +72,6 @@ def test_bad_flags_are_one_line(tmp_path):
 
 # --- the browser -------------------------------------------------------------------------------------------------------------
 
-def chrome(tmp_path: Path):
-    "Debian's headless Chromium through its chromedriver, with a fresh profile."
-    webdriver = pytest.importorskip("selenium.webdriver")
-    from selenium.webdriver.chrome.service import Service
-    for exe in ("/usr/bin/chromium", "/usr/bin/chromedriver"):
-        if not Path(exe).exists(): pytest.skip(f"{exe} missing: make chromium (apt-get install chromium chromium-driver)")
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = "/usr/bin/chromium"
-    for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-              "--disable-component-update", "--disable-sync", f"--user-data-dir={tmp_path / 'chrome-profile'}", "--window-size=1200,900"):
-        opts.add_argument(a)
-    return webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=opts)
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0)); return s.getsockname()[1]
-
 def start_server(args: list[str], log: Path, url: str, timeout: float = 120) -> subprocess.Popen:
     "Start a `mascot` web command on 127.0.0.1 and wait until it answers."
     proc = subprocess.Popen([sys.executable, "-m", "mascot.cli", *args], cwd=ROOT, env=ENV, stdout=open(log, "w"), stderr=subprocess.STDOUT)
@@ -114,7 +98,7 @@ def test_web_chat_shows_the_group(tmp_path, shared_data_dir):
     driver = None
     try:
         assert f"open {url}" in (tmp_path / "server.log").read_text()
-        driver = chrome(tmp_path)
+        driver = chrome(tmp_path, (1200, 900))
         driver.get(url)
         wait = WebDriverWait(driver, 400)
         wait.until(lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-ready") == "1")  # the group answered the opening
