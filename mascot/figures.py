@@ -20,6 +20,7 @@ __all__ = ['SCORES_FILE', 'SCORE_COLUMNS', 'SYSTEMS', 'GROUPS', 'AUTO_METRICS', 
 # %% ../nbs/50_figures.ipynb #04ff3327
 SCORES_FILE = "judge_scores.csv"
 SCORE_COLUMNS = ("system", "dataset", "split", "conv_id", "group", "big_five", "kind", "agent", "criterion", "score", "judge")
+# the paper tables' row order; the same names as the system registry (checked below)
 SYSTEMS = ("mascot", "mascot-g", "mascot-i", "mascot-c", "mascot-p", "zero-shot", "zero-shot-cot", "few-shot", "few-shot-cot",
            "self-consistency", "multiagent-esc", "sft")
 GROUPS = ("positive", "negative", "neutral", "Academic", "Committee", "Product")  # ED valence, QMSum domain
