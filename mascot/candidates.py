@@ -16,7 +16,7 @@ from pathlib import Path
 # %% auto #0
 __all__ = ['PAIR_COLUMNS', 'CandidatesConfig', 'model_slug', 'individual_dir', 'preference_pairs', 'query_messages',
            'score_query', 'pairs_from_records', 'save_pairs', 'load_pairs', 'generate_individual_async',
-           'generate_individual', 'generate_mode', 'main']
+           'generate_individual', 'main']
 
 # %% ../nbs/10_candidates.ipynb #43b9096b
 class CandidatesConfig(EndpointConfig):
@@ -152,17 +152,10 @@ async def generate_individual_async(cfg: CandidatesConfig, contexts: list[Contex
 
 def generate_individual(cfg: CandidatesConfig, **kw) -> Path: return run_sync(generate_individual_async(cfg, **kw))
 
-def generate_mode(argv: list[str]) -> str:
-    "The value of `--mode` in either spelling (`--mode group`, `--mode=group`); `individual` when absent."
-    for i, a in enumerate(argv):
-        if a == "--mode" and i + 1 < len(argv): return argv[i + 1]
-        if a.startswith("--mode="): return a.split("=", 1)[1]
-    return "individual"
-
 def main(argv: list[str] | None = None):
     "`mascot generate --mode individual|group ...`: stage-1 (individual) or stage-2 (group) data."
     argv = list(sys.argv[1:] if argv is None else argv)
-    mode = generate_mode(argv)
+    mode = flag_value(argv, "--mode", "individual")  # --mode group and --mode=group
     if mode == "group":
         from mascot.group_data import main as group_main
         return group_main(argv)

@@ -19,8 +19,9 @@ __all__ = ['SCHEMA_VERSION', 'RUBRIC_VERSION', 'MEETING_DATASETS', 'SECRET_KEY',
            'FINGERPRINT_FILE', 'Directive', 'Turn', 'Persona', 'EpisodeMetadata', 'Episode', 'SchemaError',
            'validate_episode', 'OutputExistsError', 'CorruptRecordError', 'StrictModeError', 'RunInterrupted',
            'record_id', 'JsonlStore', 'read_jsonl', 'ConfigError', 'Config', 'numeric_problem', 'redact',
-           'load_env_file', 'new_run_id', 'RunDir', 'mark_stale_runs', 'record_fingerprint', 'fingerprint_changes',
-           'check_fingerprint', 'write_fingerprint', 'seed_everything', 'cache_dir', 'run_sync', 'write_stage_outputs']
+           'load_env_file', 'flag_value', 'new_run_id', 'RunDir', 'mark_stale_runs', 'record_fingerprint',
+           'fingerprint_changes', 'check_fingerprint', 'write_fingerprint', 'seed_everything', 'cache_dir', 'run_sync',
+           'write_stage_outputs']
 
 # %% ../nbs/00_core.ipynb #3f3e15c2
 SCHEMA_VERSION = "1.0"
@@ -376,6 +377,14 @@ def load_env_file(path: str | Path | None = None) -> Path | None:
     if found is None or not found.is_file(): return None
     load_dotenv(found, override=False)
     return found
+
+# %% ../nbs/00_core.ipynb #a148b036
+def flag_value(argv: list[str], flag: str, default: str | None = None) -> str | None:
+    "The value of `flag` in `argv` in either spelling (`--mode group`, `--mode=group`), for commands that dispatch on one flag."
+    for i, a in enumerate(argv):
+        if a == flag and i + 1 < len(argv): return argv[i + 1]
+        if a.startswith(flag + "="): return a.split("=", 1)[1]
+    return default
 
 # %% ../nbs/00_core.ipynb #4e70856f
 COUNTERS = ("num_generation_failures", "num_directive_parse_failures", "num_random_agent_fallbacks",

@@ -13,6 +13,7 @@ from .speaker_grpo import trainable_snapshot, weights_changed
 import json, sys
 from pathlib import Path
 from typing import Any
+from typing import ClassVar
 
 # %% auto #0
 __all__ = ['DirectorDPOConfig', 'dpo_config', 'parsed_pairs', 'train_director_dpo', 'main']
@@ -21,7 +22,8 @@ __all__ = ['DirectorDPOConfig', 'dpo_config', 'parsed_pairs', 'train_director_dp
 class DirectorDPOConfig(EpochTrainingConfig):
     "Flags of `mascot train-group --mode train-director-dpo`."
     mode: str = "train-director-dpo"
-    episode_dataset_path: str = "data/rl/branching_ESConv_smollm2-135m-instruct"
+    episode_dataset_path: str | None = None  # default data/rl/branching_{dataset}_{model}
+    PATH_DEFAULTS: ClassVar[dict[str, str]] = {"episode_dataset_path": "data/rl/branching_{dataset}_{model}"}
     holdout_fraction: float = 0.0
     beta: float = 0.1
     format_pairs: bool = False  # also keep "parses vs does not parse" pairs: they teach the output format only (the 135M smoke director needs them)

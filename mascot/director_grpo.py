@@ -16,6 +16,7 @@ from .speaker_grpo import trainable_snapshot, weights_changed, grpo_config, GRPO
 import asyncio, json, random, statistics, sys
 from pathlib import Path
 from typing import Any
+from typing import ClassVar
 
 # %% auto #0
 __all__ = ['DirectorGRPOConfig', 'make_directive_format_reward', 'rollout_states', 'make_rollout_reward',
@@ -26,8 +27,10 @@ __all__ = ['DirectorGRPOConfig', 'make_directive_format_reward', 'rollout_states
 class DirectorGRPOConfig(EndpointConfig, GRPOTrainingConfig):
     "Flags of `mascot train-group --mode train-director-grpo`."
     mode: str = "train-director-grpo"
-    episode_dataset_path: str = "data/rl/branching_ESConv_smollm2-135m-instruct"
-    group_reward_model_path: str = "outputs/reward_model/group_reward_ESConv_smollm2-135m-instruct"
+    episode_dataset_path: str | None = None  # default data/rl/branching_{dataset}_{model}
+    group_reward_model_path: str | None = None  # default outputs/reward_model/group_reward_{dataset}_{model}
+    PATH_DEFAULTS: ClassVar[dict[str, str]] = {"episode_dataset_path": "data/rl/branching_{dataset}_{model}",
+                                               "group_reward_model_path": "outputs/reward_model/group_reward_{dataset}_{model}"}
     rollout_server_url: str | None = None
     horizon: int = 1
     num_turns: int = 3
@@ -204,15 +207,15 @@ def main(argv: list[str] | None = None):
           f"(paired {u['paired_diff']:+.3f} +- {u['se']:.3f} s.e.; vs random order {r['paired_diff']:+.3f} +- {r['se']:.3f}; {u['n_prompts']} states)")
 
 def train_group_main(argv: list[str] | None = None):
-    "`mascot train-group --mode train-reward-model|train-director-grpo|train-director-dpo ...`"
+    "`mascot train-group --mode train-reward-model|train-director-grpo|train-director-dpo ...` (director GRPO when --mode is absent, as in the reference)"
     argv = list(sys.argv[1:] if argv is None else argv)
-    mode = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--mode"), None)
+    mode = flag_value(argv, "--mode", "train-director-grpo")
     if mode == "train-reward-model":
         from mascot.group_reward_model import main as m
     elif mode == "train-director-grpo": m = main
     elif mode == "train-director-dpo":
         from mascot.director_dpo import main as m
-    else: raise SystemExit("mascot train-group: --mode must be train-reward-model, train-director-grpo or train-director-dpo")
+    else: raise ConfigError(f"--mode {mode!r}: train-group takes train-reward-model, train-director-grpo (the default) or train-director-dpo")
     return m(argv)
 
 if __name__ == "__main__" and "IPython" not in sys.modules: main()

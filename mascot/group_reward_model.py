@@ -12,6 +12,7 @@ from .group_data import trajectory_messages
 from .personas import Roster
 import json, sys
 from pathlib import Path
+from typing import ClassVar
 
 # %% auto #0
 __all__ = ['GroupRewardModelConfig', 'train_group_reward_model', 'GroupRewardModel', 'main']
@@ -21,7 +22,8 @@ class GroupRewardModelConfig(RewardModelConfig):
     "Flags of `mascot train-group --mode train-reward-model` (`--group-reward-model-name` is the base model)."
     mode: str = "train-reward-model"
     group_reward_model_name: str = EMBEDDED_DEFAULT
-    data_path: str = "data/rl/group_ESConv_smollm2-135m-instruct"
+    data_path: str | None = None  # default data/rl/group_{dataset}_{model}
+    PATH_DEFAULTS: ClassVar[dict[str, str]] = {"data_path": "data/rl/group_{dataset}_{model}"}
     max_length: int = 1024
 
 def train_group_reward_model(cfg: GroupRewardModelConfig) -> Path:

@@ -10,6 +10,7 @@ from .candidates import load_pairs, model_slug
 import hashlib, json, random, sys, platform
 from pathlib import Path
 from typing import Any
+from typing import ClassVar
 
 # %% auto #0
 __all__ = ['DEFAULT_LORA_TARGETS', 'CURVE_PANELS', 'DEGRADATIONS', 'lora_target_modules', 'trl_config', 'TrainingConfig',
@@ -48,9 +49,14 @@ class TrainingConfig(Config):
     learning_rate: float = 5e-5
     per_device_train_batch_size: int = 4
     trl: dict[str, Any] = {}
+    # input folders left out are named as the reference names them, from --dataset and --model-name (not fixed to one dataset and model)
+    PATH_DEFAULTS: ClassVar[dict[str, str]] = {}
 
     def model_post_init(self, _):
         lora_target_modules(self.lora_target_modules)  # a bad list is a config error now, not a PEFT error after the model loads
+        for name, template in self.PATH_DEFAULTS.items():
+            if getattr(self, name) is None:
+                self.__dict__[name] = template.format(dataset=self.dataset, model=model_slug(self.model_name))
 
     def trl_args(self, config_cls, output_dir: str, **stage):
         "TRL's `config_cls` from the shared fields and the stage's own (`stage`), then the user's `trl` keys."
@@ -67,7 +73,8 @@ class EpochTrainingConfig(TrainingConfig):
 
 class RewardModelConfig(EpochTrainingConfig):
     "Flags of `mascot train-reward-model` (and of the group reward model in stage 2)."
-    data_path: str = "data/rl/individual_ESConv_smollm2-135m-instruct"
+    data_path: str | None = None  # default data/rl/individual_{dataset}_{model}
+    PATH_DEFAULTS: ClassVar[dict[str, str]] = {"data_path": "data/rl/individual_{dataset}_{model}"}
     output_dir: str = "outputs/reward_model"
     holdout_fraction: float = 0.25
     lora_dropout: float = 0.0

@@ -14,6 +14,7 @@ from .speaker_grpo import trainable_snapshot, weights_changed
 import json, sys
 from pathlib import Path
 from typing import Any
+from typing import ClassVar
 
 # %% auto #0
 __all__ = ['SFTConfig_', 'sft_rows', 'train_sft', 'main', 'completion_logprobs']
@@ -21,7 +22,8 @@ __all__ = ['SFTConfig_', 'sft_rows', 'train_sft', 'main', 'completion_logprobs']
 # %% ../nbs/13_sft.ipynb #179fe689
 class SFTConfig_(EpochTrainingConfig):
     "Flags of `mascot train-sft`."
-    data_path: str = "data/rl/individual_ESConv_smollm2-135m-instruct"
+    data_path: str | None = None  # default data/rl/individual_{dataset}_{model}
+    PATH_DEFAULTS: ClassVar[dict[str, str]] = {"data_path": "data/rl/individual_{dataset}_{model}"}
     min_score: float = 0.0
     learning_rate: float = 1e-4
 

@@ -12,6 +12,7 @@ from .personas import ROSTERS, SUPPORT_ROSTER, MEETING_ROSTER
 import asyncio, json, re, statistics, sys
 from pathlib import Path
 from typing import Any
+from typing import ClassVar
 
 # %% auto #0
 __all__ = ['degenerate_reason', 'format_reward', 'make_conciseness_reward', 'PersonaRMReward', 'GRPOTrainingConfig',
@@ -98,8 +99,10 @@ class GRPOTrainingConfig(TrainingConfig):
 class SpeakerGRPOConfig(GRPOTrainingConfig):
     "Flags of `mascot train-speaker`."
     algorithm: str = "grpo"
-    data_path: str = "data/rl/individual_ESConv_smollm2-135m-instruct"
-    reward_model_path: str = "outputs/reward_model/Individual_ESConv_smollm2-135m-instruct"
+    data_path: str | None = None  # default data/rl/individual_{dataset}_{model}
+    reward_model_path: str | None = None  # default outputs/reward_model/Individual_{dataset}_{model}
+    PATH_DEFAULTS: ClassVar[dict[str, str]] = {"data_path": "data/rl/individual_{dataset}_{model}",
+                                               "reward_model_path": "outputs/reward_model/Individual_{dataset}_{model}"}
     holdout_fraction: float = 0.25
     reward_weights: list[float] = [1.0, 0.5, 0.25]
     concise_min_words: int = 8
