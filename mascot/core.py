@@ -334,6 +334,14 @@ class Config(BaseModel):
         "The configuration as written to run_config.json: every field, secrets removed."
         return redact(self.model_dump(mode="json"))
 
+    @model_validator(mode="before")
+    @classmethod
+    def _all_samples(cls, data):
+        "`--num-samples all` (the reference's spelling) means every context of the split, as None does."
+        if isinstance(data, dict) and isinstance(data.get("num_samples"), str) and data["num_samples"].strip().lower() == "all":
+            data = {**data, "num_samples": None}
+        return data
+
     @model_validator(mode="after")
     def _check_numbers(self):
         "Numeric flags that would hang or silently misbehave are refused, naming the flag (ValueError: pydantic adds the source)."

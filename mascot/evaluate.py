@@ -11,6 +11,7 @@ from .systems import SYSTEMS, SYSTEM_REGISTRY, DIRECTOR_ALIAS, SPEAKER_ALIAS, SF
 from .candidates import model_slug
 import asyncio, json, sys
 from pathlib import Path
+from pydantic import Field
 
 # %% auto #0
 __all__ = ['EvalConfig', 'system_config', 'evaluate_async', 'evaluate', 'main']
@@ -19,6 +20,7 @@ __all__ = ['EvalConfig', 'system_config', 'evaluate_async', 'evaluate', 'main']
 class EvalConfig(EpisodeConfig):
     "Flags of `mascot eval`: `mascot episode`'s, plus where the trained adapters are."
     split: str = "test"
+    num_samples: int | None = Field(None, description="contexts to evaluate: the whole split by default, as the reference does ('all' or a number)")
     systems: list[str] = []
     director_adapter: str | None = None
     speaker_adapter: str | None = None
