@@ -8,6 +8,7 @@ from .core import *
 from .llm import *
 from .personas import ROSTERS, Roster, roster_for_dataset, render_history
 from .jobs import Job
+from .data import canonical_dataset
 import asyncio, json, logging, math, os, re, statistics, sys, time, weakref
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -359,6 +360,7 @@ _log = logging.getLogger("mascot.judge")
 class JudgeConfig(EndpointConfig):
     "Flags of `mascot judge`."
     input_file: str
+    dataset: str | None = None  # the reference's flag: ED, ESConv or QMSum; must agree with each record's metadata.dataset
     provider: Literal["vllm", "openai", "embedded", "anthropic", "gemini"] | None = None  # None: vllm with --judge-server-url, else embedded
     judges: list[str] = []  # more judge models, for agreement (same provider and URL)
     rubric: Literal["auto", "persona", "collective"] = "auto"
@@ -373,6 +375,7 @@ class JudgeConfig(EndpointConfig):
 
     def model_post_init(self, _):
         p, url = self.provider, self.judge_server_url
+        if self.dataset: self.__dict__["dataset"] = canonical_dataset(self.dataset)  # an unknown name is one line naming the accepted ones
         if p == "vllm" and not url: raise ConfigError("--provider vllm needs --judge-server-url (server URLs are never defaulted)")
         if p in ("embedded", "anthropic", "gemini") and url: raise ConfigError(f"--provider {p} takes no --judge-server-url")
         if p in ("openai", "anthropic", "gemini") and not self.judge: raise ConfigError(f"--provider {p} needs --judge MODEL")
@@ -473,11 +476,17 @@ class JudgeItem:
 
 _WARNED_FILES: set[str] = set()
 
-def record_domain(record: dict, path: str | Path) -> str:
-    "support | meeting, from `metadata.dataset`; for legacy records without it, from the file name (with a warning, once per file)."
+def record_domain(record: dict, path: str | Path, dataset: str | None = None) -> str:
+    """support | meeting, from `metadata.dataset`, which must agree with `--dataset` when both are given; for legacy records without it,
+    from `--dataset`, else from the file name (with a warning, once per file)."""
     ds = (record.get("metadata") or {}).get("dataset")
-    try: return roster_for_dataset(ds).domain
-    except ValueError: pass
+    try: domain = roster_for_dataset(ds).domain
+    except ValueError: domain = None
+    if dataset:
+        if ds and canonical_dataset(ds) != canonical_dataset(dataset):
+            raise ConfigError(f"{path}: record {record_id(record)} is from dataset {ds!r}, not --dataset {dataset!r}")
+        return domain or roster_for_dataset(canonical_dataset(dataset)).domain
+    if domain: return domain
     domain = "meeting" if "qmsum" in Path(path).name.lower() else "support"
     if str(path) not in _WARNED_FILES:
         _WARNED_FILES.add(str(path))
@@ -613,7 +622,7 @@ async def evaluate_async(cfg: JudgeConfig, embedded: ChatBackend | None = None) 
                     "dataset": meta.get("dataset"), "system": meta.get("system"), "groups": record_groups(rec), "judge": primary,
                     **parts[primary], **({"by_judge": {m: parts[m] for m in others}} if others else {})}
 
-        domains = [record_domain(rec, inp) for rec in records]
+        domains = [record_domain(rec, inp, cfg.dataset) for rec in records]
         todo = [(rec, k, d) for k in kinds for rec, d in zip(records, domains) if record_id(rec) not in stores[k]]
         run.extra["num_already_done"] = len(records) * len(kinds) - len(todo)
         await job.map(todo, one, name=lambda t: f"{record_id(t[0])} ({t[1]})", store=lambda t: stores[t[1]])
