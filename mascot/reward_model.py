@@ -7,16 +7,16 @@ from __future__ import annotations
 from .core import *
 from .llm import resolve_model_path, EMBEDDED_DEFAULT
 from .candidates import load_pairs, model_slug
-import hashlib, json, random, sys, platform
+import hashlib, json, os, random, sys, platform
 from pathlib import Path
 from typing import Any
 from typing import ClassVar
 
 # %% auto #0
-__all__ = ['DEFAULT_LORA_TARGETS', 'CURVE_PANELS', 'DEGRADATIONS', 'lora_target_modules', 'trl_config', 'TrainingConfig',
-           'EpochTrainingConfig', 'RewardModelConfig', 'reward_config', 'split_by_context', 'wilson_interval',
-           'RewardModel', 'package_versions', 'data_hash', 'lora_config', 'parameter_counts', 'plot_training_curves',
-           'save_trained', 'train_reward_model', 'shutil_rm', 'main', 'known_label_pairs']
+__all__ = ['DEFAULT_LORA_TARGETS', 'CURVE_PANELS', 'DEGRADATIONS', 'lora_target_modules', 'report_to', 'trl_config',
+           'TrainingConfig', 'EpochTrainingConfig', 'RewardModelConfig', 'reward_config', 'split_by_context',
+           'wilson_interval', 'RewardModel', 'package_versions', 'data_hash', 'lora_config', 'parameter_counts',
+           'plot_training_curves', 'save_trained', 'train_reward_model', 'shutil_rm', 'main', 'known_label_pairs']
 
 # %% ../nbs/11_reward_model.ipynb #e8fe3e4c
 def lora_target_modules(spec: str) -> str | list[str]:
@@ -25,11 +25,20 @@ def lora_target_modules(spec: str) -> str | list[str]:
     if not names: raise ConfigError("--lora-target-modules is empty: name modules (e.g. q_proj,k_proj,v_proj,o_proj) or say all-linear")
     return "all-linear" if names == ["all-linear"] else names
 
+def report_to() -> list[str]:
+    "Experiment tracking as the reference does it: W&B only when WANDB_PROJECT is set (wandb itself reads WANDB_ENTITY, WANDB_MODE, the key)."
+    if not os.environ.get("WANDB_PROJECT"): return []
+    import importlib.util
+    if importlib.util.find_spec("wandb") is None:
+        raise ConfigError("WANDB_PROJECT is set but wandb is not installed: pip install -e '.[wandb]', or unset WANDB_PROJECT")
+    return ["wandb"]
+
 def trl_config(config_cls, ours: dict, trl: dict):
     "A TRL config (RewardConfig, GRPOConfig, DPOConfig, SFTConfig) used as it is: CPU-friendly defaults, our fields, then the user's `trl` keys."
     import torch
     on_cpu = not torch.cuda.is_available()
-    args = {"logging_steps": 1, "save_strategy": "no", "report_to": [], "disable_tqdm": True, "use_cpu": on_cpu, **({"bf16": False} if on_cpu else {})}
+    args = {"logging_steps": 1, "save_strategy": "no", "report_to": report_to(), "disable_tqdm": True, "use_cpu": on_cpu,
+            **({"bf16": False} if on_cpu else {})}
     args.update({k: v for k, v in ours.items() if v is not None})
     try: return config_cls(**{**args, **trl})
     except TypeError as e: raise ConfigError(f"trl: {e} (keys of `trl` must be {config_cls.__name__} arguments)") from None
