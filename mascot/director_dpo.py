@@ -7,7 +7,7 @@ from __future__ import annotations
 from .core import *
 from .llm import resolve_model_path, EMBEDDED_DEFAULT
 from .candidates import load_pairs, model_slug
-from .reward_model import split_by_context, package_versions, data_hash, EpochTrainingConfig, lora_config, save_trained
+from .reward_model import split_by_context, package_versions, data_hash, EpochTrainingConfig, lora_config, save_trained, rank_run_dir, write_metadata
 from .personas import roster_for_dataset, parse_directive
 from .speaker_grpo import trainable_snapshot, weights_changed
 import json, sys
@@ -52,7 +52,7 @@ def train_director_dpo(cfg: DirectorDPOConfig) -> Path:
     train = pairs
     if cfg.holdout_fraction > 0: train, _, _ = split_by_context(pairs, cfg.holdout_fraction, cfg.seed)
     out = Path(cfg.output_dir) / (cfg.run_name or f"dpo_Director_{cfg.dataset}_{model_slug(cfg.model_name)}")
-    run = RunDir(out / "run", cfg)
+    run = rank_run_dir(out, cfg)
     try:
         set_seed(cfg.seed)
         path = resolve_model_path(cfg.model_name)
@@ -70,7 +70,7 @@ def train_director_dpo(cfg: DirectorDPOConfig) -> Path:
                 "train_loss": result.training_loss, "max_weight_change": change, "seed": cfg.seed,
                 "lora": {"r": cfg.lora_r, "alpha": cfg.lora_alpha, "target_modules": cfg.lora_target_modules}, **saved,
                 "versions": package_versions(), "config": cfg.resolved()}
-        (out / "mascot_metadata.json").write_text(json.dumps(meta, indent=2))
+        write_metadata(out, meta)
         run.extra.update(steps=result.global_step, max_weight_change=change, **{k: saved[k] for k in ("trainable_parameters", "total_parameters", "trainable_fraction")})
         run.finish("completed")
     except BaseException as e:

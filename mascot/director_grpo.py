@@ -11,7 +11,7 @@ from .episodes import EpisodeConfig, EpisodeRunner, EpisodeState
 from .group_data import state_from_dict, roll_forward
 from .group_reward_model import GroupRewardModel
 from .candidates import model_slug
-from .reward_model import split_by_context, package_versions, data_hash, lora_config, save_trained
+from .reward_model import split_by_context, package_versions, data_hash, lora_config, save_trained, rank_run_dir, write_metadata, process_rank
 from .speaker_grpo import trainable_snapshot, weights_changed, grpo_config, GRPOTrainingConfig, paired_summary
 import asyncio, json, random, statistics, sys
 from pathlib import Path
@@ -157,7 +157,7 @@ def train_director_grpo(cfg: DirectorGRPOConfig, embedded: EmbeddedBackend | Non
     grm = GroupRewardModel.load(cfg.group_reward_model_path)
     ecfg = cfg.episode_config()
     out = Path(cfg.output_dir) / (cfg.run_name or f"grpo_Director_{cfg.dataset}_{model_slug(cfg.model_name)}")
-    run = RunDir(out / "run", cfg)
+    run = rank_run_dir(out, cfg)
     client = LLMClient(ecfg, run=run, embedded=embedded)
     runner = EpisodeRunner(ecfg, client, run)
     try:
@@ -189,7 +189,7 @@ def train_director_grpo(cfg: DirectorGRPOConfig, embedded: EmbeddedBackend | Non
                 "unparsed_directive_reward": cfg.unparsed_directive_reward, "prompts_per_step": cfg.prompts_per_step(),
                 "rollout": {"horizon": cfg.horizon, "server": cfg.rollout_server_url, "speaker_model": runner.client.routes["speaker"].model},
                 "lora": {"r": cfg.lora_r, "alpha": cfg.lora_alpha, "target_modules": cfg.lora_target_modules}, **saved, "seed": cfg.seed, "versions": package_versions(), "config": cfg.resolved()}
-        (out / "mascot_metadata.json").write_text(json.dumps(meta, indent=2))
+        write_metadata(out, meta)
         run.extra.update(steps=result.global_step, max_weight_change=change, heldout_untrained=untrained["mean_group_reward"],
                          heldout_trained=trained["mean_group_reward"],
                          **{k: saved[k] for k in ("trainable_parameters", "total_parameters", "trainable_fraction")})
@@ -201,6 +201,7 @@ def train_director_grpo(cfg: DirectorGRPOConfig, embedded: EmbeddedBackend | Non
 
 def main(argv: list[str] | None = None):
     out = train_director_grpo(DirectorGRPOConfig.from_cli(argv, prog="mascot train-group --mode train-director-grpo"))
+    if process_rank()[0]: return  # under torchrun / accelerate launch, rank 0 reports
     m = json.loads((out / "mascot_metadata.json").read_text())
     u, r = m["paired_diff_vs_untrained"], m["paired_diff_vs_random"]
     print(f"{out}\nheld-out group reward: untrained {m['heldout_untrained']['mean_group_reward']:.3f} -> trained {m['heldout_trained']['mean_group_reward']:.3f} "

@@ -16,7 +16,8 @@ from typing import ClassVar
 __all__ = ['DEFAULT_LORA_TARGETS', 'CURVE_PANELS', 'DEGRADATIONS', 'lora_target_modules', 'report_to', 'trl_config',
            'TrainingConfig', 'EpochTrainingConfig', 'RewardModelConfig', 'reward_config', 'split_by_context',
            'wilson_interval', 'RewardModel', 'package_versions', 'data_hash', 'lora_config', 'parameter_counts',
-           'plot_training_curves', 'save_trained', 'train_reward_model', 'shutil_rm', 'main', 'known_label_pairs']
+           'plot_training_curves', 'process_rank', 'rank_run_dir', 'write_metadata', 'save_trained',
+           'train_reward_model', 'shutil_rm', 'main', 'known_label_pairs']
 
 # %% ../nbs/11_reward_model.ipynb #e8fe3e4c
 def lora_target_modules(spec: str) -> str | list[str]:
@@ -232,13 +233,31 @@ def plot_training_curves(log_history: list[dict], path: str | Path) -> list[str]
     fig.tight_layout(); fig.savefig(path, dpi=90); plt.close(fig)
     return [t for t, _ in panels]
 
+def process_rank() -> tuple[int, int]:
+    "This process's rank and the world size under `torchrun` / `accelerate launch` (0 and 1 when not distributed)."
+    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+
+def rank_run_dir(out: Path, cfg) -> RunDir:
+    "The run record of this process: `out/run` on rank 0, `out/run-rank{r}` on the others, so a multi-process run shows that every rank trained."
+    rank, world = process_rank()
+    run = RunDir(out / ("run" if rank == 0 else f"run-rank{rank}"), cfg)
+    run.extra.update(rank=rank, world_size=world)
+    return run
+
+def write_metadata(out: Path, meta: dict) -> None:
+    "`mascot_metadata.json` beside the adapter, written once (by rank 0) however many processes trained it."
+    if process_rank()[0] == 0: (out / "mascot_metadata.json").write_text(json.dumps({**meta, "world_size": process_rank()[1]}, indent=2))
+
 def save_trained(trainer, tokenizer, out: Path) -> dict:
     "Save the adapter (or model) and tokenizer, TRL's full log and its curves; print and return the parameter counts for the metadata."
-    trainer.save_model(str(out)); tokenizer.save_pretrained(out)
+    trainer.save_model(str(out))  # every rank calls it (ZeRO-3 gathers the weights); the Trainer writes on the main process only
     history = trainer.state.log_history
-    (out / "log_history.json").write_text(json.dumps(history, indent=1))
-    panels = plot_training_curves(history, out / "training_curves.png")
     counts = parameter_counts(trainer.model)
+    panels = []
+    if trainer.is_world_process_zero():
+        tokenizer.save_pretrained(out)
+        (out / "log_history.json").write_text(json.dumps(history, indent=1))
+        panels = plot_training_curves(history, out / "training_curves.png")
     print(f"{out.name}: trainable parameters {counts['trainable_parameters']:,} / {counts['total_parameters']:,} "
           f"= {100 * counts['trainable_fraction']:.3f}%", flush=True)
     return {**counts, "log_history": "log_history.json", "training_curves": "training_curves.png", "curve_panels": panels}
@@ -255,7 +274,7 @@ def train_reward_model(cfg: RewardModelConfig, pairs=None, out_name: str | None 
     if len(train) == 0: raise ValueError(f"{cfg.data_path}: all {len(pairs)} pairs come from the held-out contexts {held_ids}; "
                                          "generate pairs for more contexts (or lower --score-margin)")
     out = Path(cfg.output_dir) / (out_name or cfg.run_name or f"Individual_{cfg.dataset}_{model_slug(cfg.model_name)}")
-    run = RunDir(out / "run", cfg)
+    run = rank_run_dir(out, cfg)
     try:
         set_seed(cfg.seed)  # before building the model: the score head is initialised at random
         path = resolve_model_path(cfg.model_name)
@@ -284,7 +303,7 @@ def train_reward_model(cfg: RewardModelConfig, pairs=None, out_name: str | None 
                 "steps": result.global_step, "lora": None if cfg.full_finetune else {"r": cfg.lora_r, "alpha": cfg.lora_alpha, "task_type": "SEQ_CLS",
                                                                    "target_modules": cfg.lora_target_modules}, **saved,
                 "seed": cfg.seed, "versions": package_versions(), "config": cfg.resolved()}
-        (out / "mascot_metadata.json").write_text(json.dumps(meta, indent=2))
+        write_metadata(out, meta)
         run.extra.update({k: meta[k] for k in ("heldout_accuracy_before", "heldout_accuracy_after", "num_train_pairs", "num_heldout_pairs", "steps",
                                             "trainable_parameters", "total_parameters", "trainable_fraction")})
         run.finish("completed")
@@ -299,6 +318,7 @@ def shutil_rm(p: Path):
 def main(argv: list[str] | None = None):
     cfg = RewardModelConfig.from_cli(argv, prog="mascot train-reward-model")
     out = train_reward_model(cfg)
+    if process_rank()[0]: return  # under torchrun / accelerate launch, rank 0 reports
     meta = json.loads((out / "mascot_metadata.json").read_text())
     lo, hi = meta["heldout_accuracy_after_ci95"]
     print(f"{out}\nheld-out pairwise accuracy: {meta['heldout_accuracy_before']:.3f} -> {meta['heldout_accuracy_after']:.3f} (95% CI {lo:.2f}-{hi:.2f}; "

@@ -9,7 +9,7 @@ from .llm import resolve_model_path, EMBEDDED_DEFAULT
 from .candidates import model_slug
 from .personas import roster_for_dataset
 from .episodes import baseline_messages
-from .reward_model import package_versions, data_hash, EpochTrainingConfig, lora_config, save_trained
+from .reward_model import package_versions, data_hash, EpochTrainingConfig, lora_config, save_trained, rank_run_dir, write_metadata
 from .speaker_grpo import trainable_snapshot, weights_changed
 import json, sys
 from pathlib import Path
@@ -48,7 +48,7 @@ def train_sft(cfg: SFTConfig_) -> Path:
     rows = sft_rows(cfg.data_path, cfg.dataset, cfg.min_score)
     if not rows: raise ValueError(f"{cfg.data_path}: no scored candidate at or above --min-score {cfg.min_score}")
     out = Path(cfg.output_dir) / (cfg.run_name or f"sft_Speaker_{cfg.dataset}_{model_slug(cfg.model_name)}")
-    run = RunDir(out / "run", cfg)
+    run = rank_run_dir(out, cfg)
     try:
         set_seed(cfg.seed)
         path = resolve_model_path(cfg.model_name)
@@ -66,7 +66,7 @@ def train_sft(cfg: SFTConfig_) -> Path:
                 "steps": result.global_step, "train_loss": result.training_loss, "max_weight_change": change, "seed": cfg.seed,
                 "lora": {"r": cfg.lora_r, "alpha": cfg.lora_alpha, "target_modules": cfg.lora_target_modules}, **saved,
                 "versions": package_versions(), "config": cfg.resolved()}
-        (out / "mascot_metadata.json").write_text(json.dumps(meta, indent=2))
+        write_metadata(out, meta)
         run.extra.update(steps=result.global_step, max_weight_change=change, **{k: saved[k] for k in ("trainable_parameters", "total_parameters", "trainable_fraction")})
         run.finish("completed")
     except BaseException as e:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from .core import *
 from .llm import resolve_model_path, EMBEDDED_DEFAULT, EmbeddedBackend, ChatRequest
 from .candidates import model_slug
-from .reward_model import RewardModel, split_by_context, package_versions, data_hash, TrainingConfig, lora_config, save_trained
+from .reward_model import RewardModel, split_by_context, package_versions, data_hash, TrainingConfig, lora_config, save_trained, rank_run_dir, write_metadata, process_rank
 from .personas import ROSTERS, SUPPORT_ROSTER, MEETING_ROSTER
 import asyncio, json, re, statistics, sys
 from pathlib import Path
@@ -187,7 +187,7 @@ def train_speaker(cfg: SpeakerGRPOConfig) -> Path:
     train, held, held_ids = split_by_context(prompts, cfg.holdout_fraction, cfg.seed)
     rm = RewardModel.load(cfg.reward_model_path)
     out = Path(cfg.output_dir) / (cfg.run_name or f"grpo_Speaker_individual_{cfg.dataset}_{model_slug(cfg.model_name)}")
-    run = RunDir(out / "run", cfg)
+    run = rank_run_dir(out, cfg)
     try:
         set_seed(cfg.seed)
         path = resolve_model_path(cfg.model_name)
@@ -207,7 +207,7 @@ def train_speaker(cfg: SpeakerGRPOConfig) -> Path:
                 "num_train_prompts": len(train), "num_heldout_prompts": len(held), "heldout_contexts": held_ids, "steps": result.global_step,
                 "max_weight_change": change, "reward_weights": list(cfg.reward_weights), "prompts_per_step": cfg.prompts_per_step(), **ev,
                 "lora": {"r": cfg.lora_r, "alpha": cfg.lora_alpha, "target_modules": cfg.lora_target_modules}, **saved, "seed": cfg.seed, "versions": package_versions(), "config": cfg.resolved()}
-        (out / "mascot_metadata.json").write_text(json.dumps(meta, indent=2))
+        write_metadata(out, meta)
         run.extra.update({k: meta.get(k) for k in ("steps", "max_weight_change", "base_mean_rm", "trained_mean_rm", "paired_diff", "se",
                                                       "trainable_parameters", "total_parameters", "trainable_fraction")})
         run.finish("completed")
@@ -219,6 +219,7 @@ def train_speaker(cfg: SpeakerGRPOConfig) -> Path:
 def main(argv: list[str] | None = None):
     cfg = SpeakerGRPOConfig.from_cli(argv, prog="mascot train-speaker")
     out = train_speaker(cfg)
+    if process_rank()[0]: return  # under torchrun / accelerate launch, rank 0 reports
     m = json.loads((out / "mascot_metadata.json").read_text())
     print(f"{out}\nheld-out mean reward-model score: base {m['base_mean_rm']:.3f} -> trained {m['trained_mean_rm']:.3f}, paired difference "
           f"{m['paired_diff']:+.3f} +- {m['se']:.3f} s.e. ({m['n_prompts']} prompts x {m['samples_per_prompt']} samples; {m['steps']} steps); "
