@@ -7,7 +7,7 @@ from __future__ import annotations
 from .core import *
 from .llm import resolve_model_path, EMBEDDED_DEFAULT
 from .candidates import load_pairs, model_slug
-from .reward_model import split_by_context, package_versions, data_hash, EpochTrainingConfig, lora_config, save_trained, rank_run_dir, write_metadata
+from .reward_model import split_by_context, package_versions, data_hash, EpochTrainingConfig, lora_config, save_trained, rank_run_dir, write_metadata, training_dtype
 from .personas import roster_for_dataset, parse_directive
 from .speaker_grpo import trainable_snapshot, weights_changed
 import json, sys
@@ -58,7 +58,7 @@ def train_director_dpo(cfg: DirectorDPOConfig) -> Path:
         path = resolve_model_path(cfg.model_name)
         tok = AutoTokenizer.from_pretrained(path)
         if tok.pad_token is None: tok.pad_token = tok.eos_token
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=training_dtype())
         trainer = DPOTrainer(model=model, args=dpo_config(cfg, str(out / "trainer")), train_dataset=train.select_columns(["prompt", "chosen", "rejected"]),
                              processing_class=tok, peft_config=lora_config(cfg, "CAUSAL_LM"))
         before = trainable_snapshot(trainer.model)

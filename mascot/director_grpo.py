@@ -11,7 +11,7 @@ from .episodes import EpisodeConfig, EpisodeRunner, EpisodeState
 from .group_data import state_from_dict, roll_forward
 from .group_reward_model import GroupRewardModel
 from .candidates import model_slug
-from .reward_model import split_by_context, package_versions, data_hash, lora_config, save_trained, rank_run_dir, write_metadata, process_rank
+from .reward_model import split_by_context, package_versions, data_hash, lora_config, save_trained, rank_run_dir, write_metadata, process_rank, training_dtype
 from .speaker_grpo import trainable_snapshot, weights_changed, grpo_config, GRPOTrainingConfig, paired_summary
 import asyncio, json, random, statistics, sys
 from pathlib import Path
@@ -166,7 +166,7 @@ def train_director_grpo(cfg: DirectorGRPOConfig, embedded: EmbeddedBackend | Non
         path = resolve_model_path(cfg.model_name)
         tok = AutoTokenizer.from_pretrained(path); tok.padding_side = "left"
         if tok.pad_token is None: tok.pad_token = tok.eos_token
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=training_dtype())
         args = grpo_config(cfg, str(out / "trainer"))
         rewards = [make_rollout_reward(runner, grm, cfg.horizon, cfg.num_turns, cfg.seed, cfg.num_generations, cfg.unparsed_directive_reward),
                    make_directive_format_reward(runner.roster)]

@@ -16,7 +16,7 @@ from typing import ClassVar
 __all__ = ['DEFAULT_LORA_TARGETS', 'CURVE_PANELS', 'DEGRADATIONS', 'lora_target_modules', 'report_to', 'trl_config',
            'TrainingConfig', 'EpochTrainingConfig', 'RewardModelConfig', 'reward_config', 'split_by_context',
            'wilson_interval', 'RewardModel', 'package_versions', 'data_hash', 'lora_config', 'parameter_counts',
-           'plot_training_curves', 'process_rank', 'rank_run_dir', 'write_metadata', 'save_trained',
+           'plot_training_curves', 'training_dtype', 'process_rank', 'rank_run_dir', 'write_metadata', 'save_trained',
            'train_reward_model', 'shutil_rm', 'main', 'known_label_pairs']
 
 # %% ../nbs/11_reward_model.ipynb #e8fe3e4c
@@ -138,11 +138,12 @@ class RewardModel:
         tok = AutoTokenizer.from_pretrained(path)
         if (path / "adapter_config.json").exists():
             from peft import PeftModel
-            base = AutoModelForSequenceClassification.from_pretrained(resolve_model_path(meta["base_model"]), num_labels=1, dtype=torch.float32)
+            base = AutoModelForSequenceClassification.from_pretrained(resolve_model_path(meta["base_model"]), num_labels=1, dtype=training_dtype())
             base.config.pad_token_id = tok.pad_token_id
             model = PeftModel.from_pretrained(base, path)
         else:
-            model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1, dtype=torch.float32)
+            model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1, dtype=training_dtype())
+        if torch.cuda.is_available(): model = model.to("cuda")  # the scorer of GRPO rewards and held-out checks runs beside the policy
         rm = cls(model, tok, **kw); rm.metadata = meta
         return rm
 
@@ -233,6 +234,11 @@ def plot_training_curves(log_history: list[dict], path: str | Path) -> list[str]
     fig.tight_layout(); fig.savefig(path, dpi=90); plt.close(fig)
     return [t for t, _ in panels]
 
+def training_dtype():
+    "The dtype policies and reward models load in: bfloat16 on a GPU (the Trainer puts them there), float32 on CPUs, where training stays exact."
+    import torch
+    return torch.bfloat16 if torch.cuda.is_available() else torch.float32
+
 def process_rank() -> tuple[int, int]:
     "This process's rank and the world size under `torchrun` / `accelerate launch` (0 and 1 when not distributed)."
     return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
@@ -286,7 +292,7 @@ def train_reward_model(cfg: RewardModelConfig, pairs=None, out_name: str | None 
         run.extra["num_train_pairs_over_max_length"] = over = sum(n > cfg.max_length for n in lengths)
         if over == len(train): raise ValueError(f"every training pair is longer than --max-length {cfg.max_length} tokens (longest {max(lengths)}), "
                                                 "and TRL drops such pairs: raise --max-length")
-        model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1, dtype=torch.float32)
+        model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1, dtype=training_dtype())
         model.config.pad_token_id = tok.pad_token_id
         tok.truncation_side = "left"  # a transcript over max_length keeps its latest turns and the reply
         peft_config = None if cfg.full_finetune else lora_config(cfg, "SEQ_CLS", cfg.lora_dropout)

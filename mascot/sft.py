@@ -9,7 +9,7 @@ from .llm import resolve_model_path, EMBEDDED_DEFAULT
 from .candidates import model_slug
 from .personas import roster_for_dataset
 from .episodes import baseline_messages
-from .reward_model import package_versions, data_hash, EpochTrainingConfig, lora_config, save_trained, rank_run_dir, write_metadata
+from .reward_model import package_versions, data_hash, EpochTrainingConfig, lora_config, save_trained, rank_run_dir, write_metadata, training_dtype
 from .speaker_grpo import trainable_snapshot, weights_changed
 import json, sys
 from pathlib import Path
@@ -53,7 +53,7 @@ def train_sft(cfg: SFTConfig_) -> Path:
         set_seed(cfg.seed)
         path = resolve_model_path(cfg.model_name)
         tok = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=training_dtype())
         sargs = cfg.trl_args(SFTConfig, str(out / "trainer"))
         ds = datasets.Dataset.from_list([{"prompt": r["prompt"], "completion": r["completion"]} for r in rows])
         trainer = SFTTrainer(model=model, args=sargs, train_dataset=ds, processing_class=tok,

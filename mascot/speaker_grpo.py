@@ -7,7 +7,7 @@ from __future__ import annotations
 from .core import *
 from .llm import resolve_model_path, EMBEDDED_DEFAULT, EmbeddedBackend, ChatRequest
 from .candidates import model_slug
-from .reward_model import RewardModel, split_by_context, package_versions, data_hash, TrainingConfig, lora_config, save_trained, rank_run_dir, write_metadata, process_rank
+from .reward_model import RewardModel, split_by_context, package_versions, data_hash, TrainingConfig, lora_config, save_trained, rank_run_dir, write_metadata, process_rank, training_dtype
 from .personas import ROSTERS, SUPPORT_ROSTER, MEETING_ROSTER
 import asyncio, json, re, statistics, sys
 from pathlib import Path
@@ -157,7 +157,8 @@ def evaluate_policies(base: str, adapter_dir: str | Path | None, rm: RewardModel
                       temperature: float = 0.7, top_p: float = 1.0, seed: int = 0) -> dict:
     """Base vs trained policy on the same held-out prompts, sampled as in training (`samples_per_prompt` replies each, the same seeds for both):
     mean gated reward-model score, the paired difference +- s.e. over prompts, and the degenerate-reply rate of each."""
-    emb = EmbeddedBackend(base)
+    import torch
+    emb = EmbeddedBackend(base, device="cuda" if torch.cuda.is_available() else "cpu")  # on the accelerator when there is one, bf16 there
     if adapter_dir: emb.load_adapter("trained", adapter_dir)
     prompts = list(prompts)
     async def go():
@@ -193,7 +194,7 @@ def train_speaker(cfg: SpeakerGRPOConfig) -> Path:
         path = resolve_model_path(cfg.model_name)
         tok = AutoTokenizer.from_pretrained(path); tok.padding_side = "left"
         if tok.pad_token is None: tok.pad_token = tok.eos_token
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=training_dtype())
         rewards = [PersonaRMReward(rm), format_reward, make_conciseness_reward(cfg.concise_min_words, cfg.concise_max_words)]
         trainer = GRPOTrainer(model=model, reward_funcs=rewards, args=grpo_config(cfg, str(out / "trainer")), train_dataset=train,
                               processing_class=tok, peft_config=lora_config(cfg, "CAUSAL_LM"))
