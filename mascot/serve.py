@@ -112,6 +112,8 @@ def _interrupt(signum, frame): raise KeyboardInterrupt  # SIGTERM stops the serv
 
 def serve(cfg: ServeConfig) -> int:
     device = serve_device(cfg)
+    if cfg.dry_run and cfg.device == "auto" and parse_gpus(cfg.gpus) != (1, None):
+        device = "cuda"  # --dry-run with --gpus prints the GPU machine's command, wherever it is asked
     python = vllm_python(cfg)
     cmd, env = vllm_command(cfg, device, python or "python")
     line = " ".join(f"{k}={v}" for k, v in env.items()) + (" " if env else "") + shlex.join(cmd)
