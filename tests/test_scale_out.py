@@ -1,13 +1,10 @@
 """Scale-out on an existing engine: a trainer launched as two processes (`torchrun`, DDP over gloo on these CPU cores) trains on both ranks and
 saves one adapter. The same code runs under `accelerate launch --config_file configs/accelerate/*.yaml` on GPUs (DDP, DeepSpeed ZeRO-2/3)."""
-import json, os, shutil, socket, subprocess, sys
+import json, os, shutil, subprocess, sys
 from pathlib import Path
+from browser import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0)); return s.getsockname()[1]
 
 def test_reward_model_trains_on_two_ranks_and_saves_one_adapter(shared_data_dir, tmp_path):
     from mascot.data import load_contexts
