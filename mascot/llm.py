@@ -269,16 +269,16 @@ def shared_prefix_len(rows: list[list[int]]) -> int:
         if any(r[i] != t for r in rows): return i
     return max(0, n)
 
-_EMBEDDED_BACKENDS: "weakref.WeakSet[EmbeddedBackend]" = weakref.WeakSet()
+_STAT_KEYS = ("load_s", "prefill_s", "decode_s", "generate_calls", "rows", "prompt_tokens", "prefill_tokens", "prefix_cached_tokens", "new_tokens")
+# the whole process's totals, kept here so they outlive the backends (a stage's backend is gone by the time its job records them)
+_PROCESS_STATS: dict[str, float] = dict.fromkeys(_STAT_KEYS, 0)
+
+def _count(backend: "EmbeddedBackend", **add) -> None:
+    for k, v in add.items(): backend.stats[k] += v; _PROCESS_STATS[k] += v
 
 def embedded_stats() -> dict:
     "Where the time of every embedded backend in this process went: model load, prompt processing (prefill), decoding; tokens and batches."
-    keys = ("load_s", "prefill_s", "decode_s", "generate_calls", "rows", "prompt_tokens", "prefill_tokens", "prefix_cached_tokens",
-            "new_tokens")
-    tot = {k: 0 for k in keys}
-    for b in list(_EMBEDDED_BACKENDS):
-        for k in keys: tot[k] += b.stats[k]
-    return {k: round(v, 3) if isinstance(v, float) else v for k, v in tot.items()}
+    return {k: round(v, 3) if isinstance(v, float) else v for k, v in _PROCESS_STATS.items()}
 
 class EmbeddedBackend(ChatBackend):
     "An in-process transformers model; LoRA adapters served by alias; concurrent requests batched."
@@ -294,9 +294,7 @@ class EmbeddedBackend(ChatBackend):
         self._worker: asyncio.Task | None = None
         self._load_lock = threading.Lock()
         self.batches: list[int] = []  # sizes of the batches run, for benchmarks and tests
-        self.stats = {"load_s": 0.0, "prefill_s": 0.0, "decode_s": 0.0, "generate_calls": 0, "rows": 0, "prompt_tokens": 0,
-                      "prefill_tokens": 0, "prefix_cached_tokens": 0, "new_tokens": 0}
-        _EMBEDDED_BACKENDS.add(self)
+        self.stats = {k: 0.0 if k.endswith("_s") else 0 for k in _STAT_KEYS}
 
     def load(self) -> "EmbeddedBackend":
         with self._load_lock:
@@ -316,7 +314,7 @@ class EmbeddedBackend(ChatBackend):
                 if self.tokenizer.pad_token is None: self.tokenizer.pad_token = self.tokenizer.eos_token
             for alias, path in list(self._pending_adapters.items()):
                 self._load_adapter(alias, path); del self._pending_adapters[alias]
-            self.stats["load_s"] += time.perf_counter() - t0
+            _count(self, load_s=time.perf_counter() - t0)
         return self
 
     def _load_adapter(self, alias: str, path: str):
@@ -448,13 +446,10 @@ class EmbeddedBackend(ChatBackend):
                 row += 1
             results.append(ChatResponse(texts, reasons, int(prompt_lens[row - 1]), ntoks, adapter or self.model_id, "embedded", 0.0,
                                         lps if r.logprobs else None))
-        s = self.stats
-        s["generate_calls"] += 1; s["rows"] += len(prompts); s["new_tokens"] += sum(r.completion_tokens for r in results)
-        s["prompt_tokens"] += int(sum(prompt_lens))
-        s["prefill_tokens"] += int(input_ids.numel()) - prefix * (len(prompt_ids) - 1)  # what the model processed
-        s["prefix_cached_tokens"] += prefix * (len(prompt_ids) - 1)
         pre = prof.get("prefill_end", t1) - t0
-        s["prefill_s"] += pre; s["decode_s"] += (t1 - t0) - pre
+        _count(self, generate_calls=1, rows=len(prompts), new_tokens=sum(r.completion_tokens for r in results),
+               prompt_tokens=int(sum(prompt_lens)), prefill_tokens=int(input_ids.numel()) - prefix * (len(prompt_ids) - 1),  # what the model processed
+               prefix_cached_tokens=prefix * (len(prompt_ids) - 1), prefill_s=pre, decode_s=(t1 - t0) - pre)
         return results
 
 # %% ../nbs/01_llm.ipynb #bbaffe03
