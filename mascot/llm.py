@@ -5,7 +5,7 @@
 # %% ../nbs/01_llm.ipynb #1f9565bc
 from __future__ import annotations
 from .core import *  # sets OMP_WAIT_POLICY before torch loads
-import asyncio, glob, importlib.util, json, os, shutil, sys, time, threading, math, weakref
+import asyncio, glob, importlib.util, json, os, shutil, sys, time, threading, math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
