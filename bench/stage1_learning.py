@@ -37,7 +37,7 @@ def main():
     res, t = {"settings": vars(a), "work_dir": str(work)}, time.time()
     folder = asyncio.run(generate_individual_async(CandidatesConfig(
         dataset="ESConv", data_path=str(shared_data_dir() / "esconv"), split="train", num_samples=a.num_samples, num_candidates=a.num_candidates,
-        score_margin=a.score_margin, max_tokens=48, output_dir=str(work / "rl"), resume=(work / "rl").exists()), embedded=EmbeddedBackend()))
+        score_margin=a.score_margin, max_tokens=48, output_dir=str(work / "rl"), resume=(work / "rl").exists(), judge_provider="embedded"), embedded=EmbeddedBackend()))
     res["data"] = data_summary(folder); res["data"]["seconds_this_run"] = round(time.time() - t, 1); print(res["data"], flush=True)
     t = time.time()
     rm, reused = work / "rm" / "Individual_ESConv_smollm2-135m-instruct", a.reuse_rm

@@ -31,7 +31,8 @@ def main():
     work = Path(a.work_dir or tempfile.mkdtemp(prefix="stage2_"))
     emb = EmbeddedBackend()
     base = dict(dataset="ESConv", data_path=str(shared_data_dir() / "esconv"), split="train", num_samples=a.num_samples, num_turns=a.num_turns,
-                output_dir=str(work / "rl"), progress=True, speaker_max_tokens=40, user_max_tokens=28, score_margin=a.score_margin)
+                output_dir=str(work / "rl"), progress=True, speaker_max_tokens=40, user_max_tokens=28, score_margin=a.score_margin,
+                judge_provider="embedded")
     res, t = {"settings": vars(a), "work_dir": str(work)}, time.time()
     grp = asyncio.run(generate_group_async(GroupDataConfig(**base, num_episodes=3, resume=(work / "rl").exists()), embedded=emb))
     br = asyncio.run(generate_group_async(GroupDataConfig(**base, generation_mode="branching", num_candidates=4, resume=(work / "rl").exists()), embedded=emb))

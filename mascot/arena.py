@@ -313,6 +313,7 @@ def arena_report(votes: list[dict], judge: dict[str, str] | None = None, n_boot:
 async def judge_arena(arena: Arena, cfg: EndpointConfig, path: str | Path, embedded: ChatBackend | None = None) -> dict[str, str | None]:
     "Judge every pair (those already in `path` are kept); returns {pair: winner system | 'tie' | None when unparsable}."
     from mascot.judge import JudgeParseError
+    require_judge(cfg)  # the pairwise judge is an explicit choice too
     store = JsonlStore(path, resume=True, id_key="pair_id")
     client = LLMClient(cfg, embedded=embedded)
     rubric, roster = get_rubric("collective", arena.dataset), roster_for_dataset(arena.dataset)

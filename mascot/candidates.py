@@ -19,6 +19,7 @@ __all__ = ['PAIR_COLUMNS', 'CandidatesConfig', 'model_slug', 'individual_dir', '
            'generate_individual', 'main']
 
 # %% ../nbs/10_candidates.ipynb #43b9096b
+@judging_config
 class CandidatesConfig(EndpointConfig):
     "Flags of `mascot generate --mode individual`."
     mode: str = "individual"
@@ -27,8 +28,8 @@ class CandidatesConfig(EndpointConfig):
     split: str = "train"
     num_samples: int | None = 4
     seed: int = 0
-    num_candidates: int = 8
-    score_margin: float = 0.5
+    num_candidates: int = NUM_CANDIDATES
+    score_margin: float = SCORE_MARGIN
     temperature: float = 1.0
     top_p: float = 0.95
     max_tokens: int = 64
@@ -129,6 +130,7 @@ def load_pairs(data_path: str | Path):
 
 # %% ../nbs/10_candidates.ipynb #01543ec6
 async def generate_individual_async(cfg: CandidatesConfig, contexts: list[Context] | None = None, embedded: EmbeddedBackend | None = None) -> Path:
+    require_judge(cfg)  # every candidate is judged: no judge chosen stops here, before any work
     folder = individual_dir(cfg); folder.mkdir(parents=True, exist_ok=True)
     # refuses existing output before any work; --overwrite replaces it only once the first new record is written
     store = JsonlStore(folder / "candidates.jsonl", resume=cfg.resume, overwrite=cfg.overwrite, id_key="query_id")

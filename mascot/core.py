@@ -21,7 +21,17 @@ __all__ = ['SCHEMA_VERSION', 'RUBRIC_VERSION', 'MEETING_DATASETS', 'SECRET_KEY',
            'record_id', 'JsonlStore', 'read_jsonl', 'ConfigError', 'Config', 'numeric_problem', 'redact',
            'load_env_file', 'flag_value', 'new_run_id', 'RunDir', 'mark_stale_runs', 'record_fingerprint',
            'fingerprint_changes', 'check_fingerprint', 'write_fingerprint', 'seed_everything', 'cache_dir', 'run_sync',
-           'write_stage_outputs']
+           'write_stage_outputs', 'CPU_MODEL', 'PAPER_POLICY_MODEL', 'PAPER_REWARD_MODEL', 'NUM_CANDIDATES',
+           'SCORE_MARGIN', 'NUM_TURNS', 'USER_RESPONSE_PROBABILITY', 'NUM_EPISODES', 'GROUP_NUM_CANDIDATES',
+           'GROUP_NUM_TURNS', 'LORA_R', 'LORA_ALPHA', 'LORA_TARGETS', 'GRPO_MAX_STEPS', 'GRPO_NUM_GENERATIONS',
+           'GRPO_PER_DEVICE_BATCH', 'GRPO_GRAD_ACCUMULATION', 'GRPO_MAX_COMPLETION', 'GRPO_BETA']
+
+# %% ../nbs/00_core.ipynb #955cff4f
+# the canonical defaults (mascot.defaults), re-exported so every module that imports core reads them in its field defaults
+from .defaults import *
+_all_ = ["CPU_MODEL", "PAPER_POLICY_MODEL", "PAPER_REWARD_MODEL", "NUM_CANDIDATES", "SCORE_MARGIN", "NUM_TURNS", "USER_RESPONSE_PROBABILITY",
+         "NUM_EPISODES", "GROUP_NUM_CANDIDATES", "GROUP_NUM_TURNS", "LORA_R", "LORA_ALPHA", "LORA_TARGETS", "GRPO_MAX_STEPS", "GRPO_NUM_GENERATIONS",
+         "GRPO_PER_DEVICE_BATCH", "GRPO_GRAD_ACCUMULATION", "GRPO_MAX_COMPLETION", "GRPO_BETA"]
 
 # %% ../nbs/00_core.ipynb #3f3e15c2
 SCHEMA_VERSION = "1.0"

@@ -33,9 +33,9 @@ class DirectorGRPOConfig(EndpointConfig, GRPOTrainingConfig):
                                                "group_reward_model_path": "outputs/reward_model/group_reward_{dataset}_{model}"}
     rollout_server_url: str | None = None
     horizon: int = 1
-    num_turns: int = 3
+    num_turns: int = GROUP_NUM_TURNS
     enable_user_simulation: bool = True
-    user_response_probability: float = 0.5
+    user_response_probability: float = USER_RESPONSE_PROBABILITY
     speaker_max_tokens: int = 48
     user_max_tokens: int = 32
     holdout_fraction: float = 0.25

@@ -33,8 +33,8 @@ class EpisodeConfig(EndpointConfig):
     data_path: str | None = None
     split: str = "test"
     num_samples: int | None = 4
-    num_turns: int = 5
-    user_response_probability: float = 0.5
+    num_turns: int = NUM_TURNS
+    user_response_probability: float = USER_RESPONSE_PROBABILITY
     seed: int = 0
     enable_user_simulation: bool = False
     enable_big_five: bool = False

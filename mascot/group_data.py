@@ -33,16 +33,17 @@ def trajectory_messages(situation: str, turns: list[Turn], roster: Roster) -> tu
             [{"role": "assistant", "content": render_conversation(turns, roster)}])
 
 # %% ../nbs/20_group_data.ipynb #bc7edf45
+@judging_config
 class GroupDataConfig(EpisodeConfig):
     "Flags of `mascot generate --mode group`."
     mode: str = "group"
     generation_mode: Literal["independent", "branching"] = "independent"
-    num_episodes: int = 4
-    num_candidates: int = 4
+    num_episodes: int = NUM_EPISODES
+    num_candidates: int = GROUP_NUM_CANDIDATES
     horizon: int = 1
-    score_margin: float = 0.5
+    score_margin: float = SCORE_MARGIN
     split: str = "train"
-    num_turns: int = 3
+    num_turns: int = GROUP_NUM_TURNS
     enable_user_simulation: bool = True
     director_temperature: float = 1.0
     judge_max_tokens: int = 200
@@ -155,6 +156,7 @@ def directive_pairs(states: list[dict], margin: float) -> list[dict]:
 
 # %% ../nbs/20_group_data.ipynb #7324507d
 async def generate_group_async(cfg: GroupDataConfig, contexts: list[Context] | None = None, embedded: EmbeddedBackend | None = None) -> Path:
+    require_judge(cfg)  # every trajectory is judged: no judge chosen stops here, before any work
     folder = group_dir(cfg); folder.mkdir(parents=True, exist_ok=True)
     independent = cfg.generation_mode == "independent"
     id_key = "episode_id" if independent else "state_id"

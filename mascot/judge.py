@@ -15,14 +15,14 @@ from pathlib import Path
 from typing import Literal
 
 # %% auto #0
-__all__ = ['RUBRICS', 'JUDGE_LINE', 'SCORE_RANGE', 'JUDGE_EXAMPLES', 'SCORE_VALUES', 'Preference', 'PROVIDERS', 'OPENAI_API_URL',
-           'GROUP_KEYS', 'Criterion', 'Rubric', 'get_rubric', 'line_regexes', 'judge_line', 'format_instruction',
-           'describe_persona', 'JudgeExample', 'judge_messages', 'JudgeParseError', 'to_100', 'Judgement',
-           'parse_judgement', 'score_distribution', 'weighted_scores', 'judge_call', 'judge_reply',
-           'judge_conversation', 'record_situation', 'pair_messages', 'parse_preference', 'judge_pair',
-           'krippendorff_alpha', 'cohen_kappa', 'JudgeConfig', 'AnthropicBackend', 'GeminiBackend', 'judge_clients',
-           'JudgeItem', 'record_domain', 'persona_for', 'record_items', 'judged_scores', 'record_groups', 'mean_std',
-           'criterion_stats', 'build_metrics', 'evaluate_async', 'StrictJudgeParseError', 'evaluate', 'main']
+__all__ = ['RUBRICS', 'JUDGE_LINE', 'SCORE_RANGE', 'JUDGE_EXAMPLES', 'SCORE_VALUES', 'Preference', 'PROVIDERS', 'GROUP_KEYS',
+           'Criterion', 'Rubric', 'get_rubric', 'line_regexes', 'judge_line', 'format_instruction', 'describe_persona',
+           'JudgeExample', 'judge_messages', 'JudgeParseError', 'to_100', 'Judgement', 'parse_judgement',
+           'score_distribution', 'weighted_scores', 'judge_call', 'judge_reply', 'judge_conversation',
+           'record_situation', 'pair_messages', 'parse_preference', 'judge_pair', 'krippendorff_alpha', 'cohen_kappa',
+           'JudgeConfig', 'AnthropicBackend', 'GeminiBackend', 'judge_clients', 'JudgeItem', 'record_domain',
+           'persona_for', 'record_items', 'judged_scores', 'record_groups', 'mean_std', 'criterion_stats',
+           'build_metrics', 'evaluate_async', 'StrictJudgeParseError', 'evaluate', 'main']
 
 # %% ../nbs/05_judge.ipynb #d21658e8
 @dataclass(frozen=True)
@@ -354,14 +354,14 @@ def cohen_kappa(a: list, b: list) -> float:
 
 # %% ../nbs/05_judge.ipynb #4ff7982a
 PROVIDERS = ("vllm", "openai", "embedded", "anthropic", "gemini")
-OPENAI_API_URL = "https://api.openai.com/v1"
 _log = logging.getLogger("mascot.judge")
 
+@judging_config
 class JudgeConfig(EndpointConfig):
     "Flags of `mascot judge`."
     input_file: str
     dataset: str | None = None  # the reference's flag: ED, ESConv or QMSum; must agree with each record's metadata.dataset
-    provider: Literal["vllm", "openai", "embedded", "anthropic", "gemini"] | None = None  # None: vllm with --judge-server-url, else embedded
+    provider: Literal["vllm", "openai", "embedded", "anthropic", "gemini"] | None = None  # None: vllm with --judge-server-url; never defaulted
     judges: list[str] = []  # more judge models, for agreement (same provider and URL)
     rubric: Literal["auto", "persona", "collective"] = "auto"
     output_dir: str | None = None
@@ -376,19 +376,28 @@ class JudgeConfig(EndpointConfig):
     def model_post_init(self, _):
         p, url = self.provider, self.judge_server_url
         if self.dataset: self.__dict__["dataset"] = canonical_dataset(self.dataset)  # an unknown name is one line naming the accepted ones
-        if p == "vllm" and not url: raise ConfigError("--provider vllm needs --judge-server-url (server URLs are never defaulted)")
+        if p in ("vllm", "openai") and not url:
+            raise ConfigError(f"--provider {p} needs --judge-server-url (e.g. {'https://api.openai.com/v1' if p == 'openai' else 'http://127.0.0.1:8000/v1'}): "
+                              "server URLs are never defaulted")
+        if p is None and not url and self.judge_provider != "embedded":
+            raise ConfigError("no judge chosen: give --judge-server-url URL (a served judge, --provider vllm or openai), --provider embedded "
+                              "(the judge runs in this process), or --provider anthropic/gemini; a judge is never defaulted")
         if p in ("embedded", "anthropic", "gemini") and url: raise ConfigError(f"--provider {p} takes no --judge-server-url")
         if p in ("openai", "anthropic", "gemini") and not self.judge: raise ConfigError(f"--provider {p} needs --judge MODEL")
         if self.resume and self.overwrite: raise ConfigError("--resume and --overwrite exclude each other")
 
     @property
-    def judge_models(self) -> list[str]:
-        return list(dict.fromkeys([self.judge or self.model_name, *self.judges]))
+    def judge_models(self) -> list[str | None]:
+        "The judge models; None: the one model the judge server serves (no --judge and no --model-name given)."
+        served = self.judge_server_url and "model_name" not in self.model_fields_set
+        return list(dict.fromkeys([self.judge or (None if served else self.model_name), *self.judges]))
 
     def endpoint_for(self, model: str) -> EndpointConfig:
         "The endpoint config of one judge model."
-        url = self.judge_server_url or (OPENAI_API_URL if self.provider == "openai" else None)
-        return EndpointConfig(**{k: getattr(self, k) for k in EndpointConfig.model_fields}).model_copy(update={"judge": model, "judge_server_url": url})
+        in_process = self.provider == "embedded" or self.judge_provider == "embedded"
+        given = [k for k in EndpointConfig.model_fields if k in self.model_fields_set]  # what was not given stays unset (served model names)
+        return EndpointConfig(**{k: getattr(self, k) for k in given}).model_copy(
+            update={"judge": model, "judge_provider": "embedded" if in_process else None})
 
 # %% ../nbs/05_judge.ipynb #b1209c81
 def _optional_module(module: str, package: str, provider: str):
@@ -446,6 +455,7 @@ class _ProviderClient(LLMClient):
     "An `LLMClient` whose judge role goes to an API backend."
     def __init__(self, cfg: EndpointConfig, judge_backend: ChatBackend, run: RunDir | None = None):
         super().__init__(cfg, run=run); self.judge_backend = judge_backend
+        self.routes["judge"] = RoleRoute("judge", judge_backend.kind, None, self.routes["judge"].model)  # the vendor's API, named by --provider
     def backend(self, role: str) -> ChatBackend: return self.judge_backend if role == "judge" else super().backend(role)
 
 async def judge_clients(cfg: JudgeConfig, run: RunDir | None = None, embedded: ChatBackend | None = None) -> dict[str, LLMClient]:
@@ -461,8 +471,8 @@ async def judge_clients(cfg: JudgeConfig, run: RunDir | None = None, embedded: C
             if embedded is None: embedded = EmbeddedBackend(cfg.model_name, adapters=parse_lora_modules(cfg.lora_modules))
             try: await embedded.check_model(model); client = LLMClient(ep, run=run, embedded=embedded)
             except ModelNotFound: client = LLMClient(ep.model_copy(update={"model_name": model, "judge": None}), run=run)  # another local model
-        await client.check()
-        clients[model] = client
+        checked = await client.check()
+        clients[checked.get("judge", model)] = client  # keyed by the model that answers (the served one when none was named)
     return clients
 
 # %% ../nbs/05_judge.ipynb #1dae3a39

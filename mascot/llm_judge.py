@@ -5,7 +5,7 @@
 # %% ../nbs/31_llm_judge.ipynb #42b40a9a
 from __future__ import annotations
 from .core import *
-from .llm import EndpointConfig, EmbeddedBackend
+from .llm import EndpointConfig, EmbeddedBackend, judging_config, require_judge, route_roles
 from .judge import JudgeConfig, evaluate_async as judge_file_async
 import asyncio, json, sys
 from pathlib import Path
@@ -33,6 +33,7 @@ def tidy_rows(score_line: dict, record: dict | None) -> list[dict]:
     return rows
 
 # %% ../nbs/31_llm_judge.ipynb #a87e4006
+@judging_config
 class JudgeStageConfig(EndpointConfig):
     "Judge every conversation file of an evaluation folder."
     input_dir: str
@@ -56,7 +57,8 @@ async def judge_folder_async(cfg: JudgeStageConfig, embedded: EmbeddedBackend | 
     if not files: raise FileNotFoundError(f"{inp}: no conversation files (*.jsonl) to judge")
     out.mkdir(parents=True, exist_ok=True)
     keep = {k: v for k, v in cfg.model_dump().items() if k in JudgeConfig.model_fields and k not in ("output_dir",)}
-    if embedded is None and not cfg.judge_server_url and cfg.provider in (None, "embedded"): embedded = EmbeddedBackend(cfg.judge or cfg.model_name)
+    require_judge(cfg)  # an in-process judge only when chosen (--provider embedded or --judge-provider embedded)
+    if embedded is None and route_roles(cfg)["judge"].backend == "embedded": embedded = EmbeddedBackend(cfg.judge or cfg.model_name)
     # all files judged concurrently, sharing one judge model, so its batches stay full
     jcs = [JudgeConfig(**{**keep, "input_file": str(f), "output_dir": str(out)}) for f in files]
     all_metrics = await asyncio.gather(*[judge_file_async(jc, embedded=embedded) for jc in jcs])

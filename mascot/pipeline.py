@@ -5,7 +5,7 @@
 # %% ../nbs/40_pipeline.ipynb #846c2b08
 from __future__ import annotations
 from .core import *
-from .llm import EndpointConfig, EMBEDDED_DEFAULT
+from .llm import EndpointConfig, EMBEDDED_DEFAULT, judge_record, require_judge
 import copy, importlib, json, os, platform, re, subprocess, sys, time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -112,6 +112,7 @@ def stage_params(cfg: PipelineConfig, stage: Stage, run_dir: Path, outputs: dict
         if k == "endpoints": p.update({f: v for f, v in cfg.endpoints.items() if f in cls.model_fields})
         elif k == "reward_model_name":
             p["group_reward_model_name" if "group_reward_model_name" in cls.model_fields else "model_name"] = cfg.reward_model_name
+        elif k == "model_name" and k not in cfg.model_fields_set: continue  # the stage's default: the CPU model, or what its server serves
         elif k in cls.model_fields and getattr(cfg, k) is not None: p[k] = getattr(cfg, k)
     p.update(stage.fixed)
     for fld, (src, name) in stage.inputs.items():
@@ -135,7 +136,10 @@ def run_dir_of(cfg: PipelineConfig) -> Path:
 
 def check_stage(cfg: PipelineConfig, stage: Stage, params: dict, source: str, pending: set[str] = frozenset()) -> None:
     "Validate with the stage's config class and check every input path exists (`pending`: produced earlier in this run)."
-    config_class(stage).from_params(params, source=f"{source}: stages.{stage.key}")
+    stage_cfg = config_class(stage).from_params(params, source=f"{source}: stages.{stage.key}")
+    if getattr(stage_cfg, "uses_judge", False):  # a stage that judges needs its judge chosen (endpoints.judge_server_url or judge_provider: embedded)
+        try: require_judge(stage_cfg)
+        except ConfigError as e: raise ConfigError(f"{source}: stages.{stage.key}: {e} (in a config: endpoints.judge_server_url, or endpoints.judge_provider: embedded)") from None
     for fld in stage.inputs:
         if fld in pending: continue
         v = params.get(fld)
@@ -264,9 +268,11 @@ def run_pipeline(cfg: PipelineConfig, source: str = "config", from_stage: str | 
         if resume and (sdir / "run_summary.json").exists() and "resume" in config_class(st).model_fields:
             params["resume"] = True  # an interrupted stage continues where its JSONL stopped
         elif "overwrite" in config_class(st).model_fields: params["overwrite"] = True
-        run = RunDir(sdir, params)
+        stage_cfg = config_class(st).from_params(params)
+        judge = {"judge_route": judge_record(stage_cfg)} if getattr(stage_cfg, "uses_judge", False) else {}  # which judge ran where, in run_config.json and meta.json
+        run = RunDir(sdir, params, extra_config=judge)
         meta = {"stage": k, "notebook": st.notebook, "git_commit": _git_commit(), "versions": package_versions(), "seed": cfg.seed,
-                "start": run.started, "end": None}
+                "start": run.started, "end": None, **judge}
         (sdir / "meta.json").write_text(json.dumps(meta, indent=2))
         job = job_notebook(nbs_dir() / st.notebook, sdir / "job.ipynb")
         log(f"[{k}] running {st.notebook} ...")

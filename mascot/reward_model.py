@@ -44,7 +44,7 @@ def trl_config(config_cls, ours: dict, trl: dict):
     try: return config_cls(**{**args, **trl})
     except TypeError as e: raise ConfigError(f"trl: {e} (keys of `trl` must be {config_cls.__name__} arguments)") from None
 
-DEFAULT_LORA_TARGETS = "q_proj,k_proj,v_proj,o_proj"
+DEFAULT_LORA_TARGETS = LORA_TARGETS  # mascot.defaults
 
 class TrainingConfig(Config):
     "The fields every training stage shares; `trl` takes any argument of the stage's TRL config."
@@ -53,9 +53,9 @@ class TrainingConfig(Config):
     output_dir: str = "outputs/llm"
     run_name: str | None = None
     seed: int = 0
-    lora_r: int = 16
-    lora_alpha: int = 32
-    lora_target_modules: str = "q_proj,k_proj,v_proj,o_proj"  # the reference's; "all-linear" is PEFT's keyword for every linear layer
+    lora_r: int = LORA_R
+    lora_alpha: int = LORA_ALPHA
+    lora_target_modules: str = LORA_TARGETS  # the reference's; "all-linear" is PEFT's keyword for every linear layer
     learning_rate: float = 5e-5
     per_device_train_batch_size: int = 4
     trl: dict[str, Any] = {}

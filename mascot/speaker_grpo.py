@@ -78,14 +78,14 @@ class GRPOTrainingConfig(TrainingConfig):
     """What both GRPO stages (speaker, director) take; `reward_weights` has one weight per reward function. The defaults are a CPU-sized step that
     still follows the reference's shape: 4 prompts per optimiser step (batch 4 completions x 4 accumulation / 4 generations), a small KL, completions
     cut at the cap masked out of the loss, sampling as the episodes sample, rewards standardised per function before they are weighted."""
-    max_steps: int = 20
-    num_generations: int = 4
-    per_device_train_batch_size: int = 4
-    gradient_accumulation_steps: int = 4
-    max_completion_length: int = 96
+    max_steps: int = GRPO_MAX_STEPS
+    num_generations: int = GRPO_NUM_GENERATIONS
+    per_device_train_batch_size: int = GRPO_PER_DEVICE_BATCH
+    gradient_accumulation_steps: int = GRPO_GRAD_ACCUMULATION
+    max_completion_length: int = GRPO_MAX_COMPLETION
     temperature: float = 0.7  # the episodes' speaker temperature: train on the samples the system will produce
     top_p: float = 1.0
-    beta: float = 0.02
+    beta: float = GRPO_BETA
     mask_truncated_completions: bool = True
     scale_rewards: str = "batch"
     multi_objective_aggregation: str = "normalize_then_sum"

@@ -56,10 +56,12 @@ class FakeOpenAIServer:
     "`with FakeOpenAIServer(faults={'error_500': 0.3}, seed=1) as srv: ... srv.url ...`; `srv.stats` counts (role, fault) per request."
 
     def __init__(self, faults: dict[str, float] | None = None, seed: int = 0, model: str = "fake-model", roles: tuple[str, ...] | None = None,
-                 slow_s: float = 5.0, drip_s: float = 0.3, outage: tuple[int, float] | None = None, max_requests: int = 20000):
+                 slow_s: float = 5.0, drip_s: float = 0.3, outage: tuple[int, float] | None = None, max_requests: int = 20000,
+                 listed: list[dict] | None = None):
         bad = [f for f in (faults or {}) if f not in FAULTS]
         if bad: raise ValueError(f"unknown faults {bad}; known: {FAULTS}")
         self.faults, self.seed, self.model, self.roles = dict(faults or {}), seed, model, roles
+        self.listed = listed or [{"id": model}]  # the /v1/models entries (vLLM lists a LoRA adapter with "parent": its base)
         self.slow_s, self.drip_s, self.outage, self.max_requests = slow_s, drip_s, outage, max_requests
         self.stats: Counter = Counter()
         self.num_chat = 0
@@ -106,7 +108,7 @@ class FakeOpenAIServer:
 
             def do_GET(self):
                 if self.path.rstrip("/").endswith("/models"):
-                    return self._send(200, json.dumps({"object": "list", "data": [{"id": srv.model, "object": "model", "owned_by": "fake"}]}).encode())
+                    return self._send(200, json.dumps({"object": "list", "data": [{"object": "model", "owned_by": "fake", **e} for e in srv.listed]}).encode())
                 self._send(404, b'{"error": {"message": "not found"}}')
 
             def do_POST(self):

@@ -9,7 +9,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def mascot(*args, **kw):
     return subprocess.run([sys.executable, "-m", "mascot.pipeline", *args], capture_output=True, text=True, cwd=kw.pop("cwd", ROOT), **kw)
 
-TINY = {"run_name": "tiny", "dataset": "ED", "data_path": "demo:empathetic_dialogues", "seed": 0,
+TINY = {"run_name": "tiny", "dataset": "ED", "data_path": "demo:empathetic_dialogues", "seed": 0, "endpoints": {"judge_provider": "embedded"},
         # score_margin 0: the tiny judge's scores sit close together, and the test is about the pipeline, not the data
         "stages": {"candidates": {"split": "train", "num_samples": 4, "num_candidates": 3, "personas": ["The Anchor"], "max_tokens": 24,
                                   "score_margin": 0.0, "judge_examples": 1, "judge_max_tokens": 100},
@@ -59,7 +59,8 @@ def test_interrupt_then_resume_skips_completed_stages(tmp_path):
     assert r.returncode != 0 and "--resume" in r.stderr
 
 def test_failing_stage_keeps_notebook_and_names_error(tmp_path):
-    cfg = {**TINY, "stages": {"candidates": {**TINY["stages"]["candidates"], "judge_server_url": "http://127.0.0.1:9/v1", "max_retries": 0}}}
+    cfg = {**TINY, "stages": {"candidates": {**TINY["stages"]["candidates"], "judge_server_url": "http://127.0.0.1:9/v1", "judge_provider": None,
+                                                                     "max_retries": 0}}}
     r = mascot(str(write_cfg(tmp_path, cfg)), "--runs-dir", str(tmp_path / "runs"), timeout=600)
     assert r.returncode == 1
     assert "stage candidates failed" in r.stderr and "unreachable" in r.stderr

@@ -10,7 +10,8 @@ def cli(*args, timeout=900):
 def stage1(shared_data_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("rl")
     r = cli("generate", "--mode", "individual", "--dataset", "ESConv", "--data-path", str(shared_data_dir / "esconv"), "--split", "train",
-            "--num-samples", "3", "--num-candidates", "4", "--score-margin", "0.5", "--max-tokens", "32", "--output-dir", str(out), "--no-progress")
+            "--num-samples", "3", "--num-candidates", "4", "--score-margin", "0.5", "--max-tokens", "32", "--output-dir", str(out), "--no-progress",
+            "--judge-provider", "embedded")
     assert r.returncode == 0, r.stderr[-3000:]
     return Path(r.stdout.strip().splitlines()[-1])
 
