@@ -8,7 +8,8 @@ from .core import *
 from .llm import *
 from .episodes import SYSTEMS
 from .personas import roster_for_dataset, render_history
-from .judge import cohen_kappa, krippendorff_alpha, judge_pair, get_rubric, record_situation
+from .judge import get_rubric, record_situation
+from .pairwise import cohen_kappa, krippendorff_alpha, judge_pair
 import asyncio, collections, datetime, hashlib, json, math, random, re, sys
 from dataclasses import dataclass, field
 from pathlib import Path

@@ -13,7 +13,7 @@ __all__ = ['COMMANDS', 'main', 'exit_code']
 COMMANDS: dict[str, tuple[str, str]] = {
     # the reference's entry points, in pipeline order ("module" runs module.main; "module:fn" runs fn)
     "generate": ("mascot.candidates", "stage-1 candidates + pairs (--mode individual) or stage-2 group data (--mode group)"),
-    "judge": ("mascot.judge", "rubric evaluation of conversations by LLM judges (persona and collective rubrics, 0-100 metrics)"),
+    "judge": ("mascot.rubric_eval", "rubric evaluation of conversations by LLM judges (persona and collective rubrics, 0-100 metrics)"),
     "train-reward-model": ("mascot.reward_model", "persona reward model (LoRA, score head) with TRL's RewardTrainer"),
     "train-speaker": ("mascot.speaker_grpo", "speaker policy with TRL's GRPOTrainer on reward-model, format and conciseness rewards"),
     "train-sft": ("mascot.sft", "the SFT baseline: LoRA SFT of the speaker on the best stage-1 candidates"),

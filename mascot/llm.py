@@ -586,7 +586,8 @@ def judge_record(cfg: EndpointConfig) -> dict:
     if named in API_PROVIDERS: return {"provider": named, "model": route.model, "url": None, "where": f"{named} API"}
     where = {"openai": "served", "embedded": "in-process", "unset": "none chosen"}[route.backend]
     provider = named or {"openai": "vllm", "embedded": "embedded", "unset": None}[route.backend]  # served: any OpenAI-compatible server
-    return {"provider": provider, "model": route.model, "url": public_url(route.url), "where": where}
+    model = route.model or (served_model(route.url, cfg.request_timeout) if route.url else None)  # None: the server could not say now
+    return {"provider": provider, "model": model, "url": public_url(route.url), "where": where}
 
 def parse_lora_modules(specs: list[str]) -> dict[str, str]:
     "`alias=path` pairs, as `--lora-modules` takes them."

@@ -6,7 +6,7 @@
 from __future__ import annotations
 from .core import *
 from .llm import EndpointConfig, EmbeddedBackend, judging_config, require_judge, route_roles
-from .judge import JudgeConfig, evaluate_async as judge_file_async
+from .rubric_eval import JudgeConfig, judge_file_async
 import asyncio, json, sys
 from pathlib import Path
 from typing import Literal

@@ -385,7 +385,7 @@ def judge_section(info: dict) -> str:
             for m in agree for c, a in m["agreement"]["alpha"].items()) + "</table>")
     else: b.append("<h3>Inter-judge agreement</h3><p class='nodata'>One judge ran, so no agreement was measured (give the judge stage <code>judges: [...]</code>).</p>")
     b.append("<h3>Position-swap consistency</h3><p class='nodata'>Not measured in this run: the judge stage scores each item alone; "
-             "position-swapped pairwise preferences (<code>mascot.judge.judge_pair</code>) were not recorded.</p>")
+             "position-swapped pairwise preferences (<code>mascot.pairwise.judge_pair</code>) were not recorded.</p>")
     return "".join(b)
 
 # %% ../nbs/42_site.ipynb #b37c5c84

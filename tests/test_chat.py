@@ -37,7 +37,7 @@ def test_piped_lines_become_a_saved_episode(tmp_path, shared_data_dir):
         role = SUPPORT_ROSTER.find(t["agent_name"]).role
         assert f"[director -> {t['agent_name']}: " in r.stdout and f"{t['agent_name']} ({role}): {t['response']}" in r.stdout
     # mascot judge builds its persona and collective items from it (running the 135M judge takes minutes; that is the judge's test)
-    from mascot.judge import record_items, record_domain
+    from mascot.rubric_eval import record_items, record_domain
     items = {k: record_items(rec, k, record_domain(rec, path)) for k in ("persona", "collective")}
     assert len(items["persona"]) == 2 and len(items["collective"]) == 1
     # mascot metrics reads it like any episode file

@@ -4,8 +4,9 @@ from pathlib import Path
 import pytest
 from mascot.core import read_jsonl
 from mascot.llm import ChatBackend, ChatRequest, ChatResponse, TokenLogprob
-from mascot.judge import (RUBRICS, JudgeConfig, JudgeParseError, evaluate, get_rubric, judge_line, parse_judgement,
-                          score_distribution, krippendorff_alpha, to_100)
+from mascot.judge import RUBRICS, JudgeParseError, get_rubric, judge_line, parse_judgement, score_distribution, to_100
+from mascot.pairwise import krippendorff_alpha
+from mascot.rubric_eval import JudgeConfig, judge_file
 
 NAMES = list(dict.fromkeys(c.name for r in RUBRICS.values() for c in r.criteria))
 
@@ -48,7 +49,7 @@ S100 = {s: (s - 1) / 9 * 100 for s in range(1, 11)}
 def load(path): return json.loads(Path(path).read_text())
 
 def test_metrics_end_to_end(convs):
-    paths = evaluate(JudgeConfig(provider="embedded", input_file=str(convs), progress=False), embedded=ScriptedJudge(SCRIPT))
+    paths = judge_file(JudgeConfig(provider="embedded", input_file=str(convs), progress=False), embedded=ScriptedJudge(SCRIPT))
     assert set(paths) == {"persona", "collective"} and all(p.parent == convs.parent for p in paths.values())
     m = load(paths["persona"])
     c1, c2, c3 = statistics.fmean([S100[9], S100[6], S100[9]]), statistics.fmean([S100[7], S100[9]]), S100[4]
@@ -74,7 +75,7 @@ def test_several_judges_agreement(convs, tmp_path):
             r = await super().chat(req)
             if req.model == "b" and "I failed my exam" in req.messages[-1]["content"]: r.texts = [r.text.replace(": 8", ": 2")]
             return r
-    paths = evaluate(JudgeConfig(provider="embedded", input_file=str(convs), judges=["b"], rubric="collective", output_dir=str(tmp_path / "out"), progress=False),
+    paths = judge_file(JudgeConfig(provider="embedded", input_file=str(convs), judges=["b"], rubric="collective", output_dir=str(tmp_path / "out"), progress=False),
                      embedded=TwoJudges(SCRIPT))
     m = load(paths["collective"])
     want = krippendorff_alpha([[S100[8], S100[5], S100[3]], [S100[2], S100[5], S100[3]]])
@@ -107,13 +108,13 @@ def test_weighted_scores_follow_the_top_token_probabilities():
     assert score_distribution([TokenLogprob("10", lp(0.8), {"10": lp(0.8), "9": lp(0.2)})], 0) == pytest.approx({9: 0.2, 10: 0.8})  # one-token "10"
 
 def test_weighted_scores_through_the_evaluator(convs, tmp_path):
-    paths = evaluate(JudgeConfig(provider="embedded", input_file=str(convs), rubric="collective", output_dir=str(tmp_path / "w"), progress=False), embedded=ScriptedJudge(SCRIPT, p=0.75))
+    paths = judge_file(JudgeConfig(provider="embedded", input_file=str(convs), rubric="collective", output_dir=str(tmp_path / "w"), progress=False), embedded=ScriptedJudge(SCRIPT, p=0.75))
     line = next(l for l in read_jsonl(tmp_path / "w" / "scores_collective_hand_ED.jsonl") if l["conv_id"] == "c1")
     assert line["items"][0]["weighted"] and line["scores"]["Fidelity"] == round(to_100(8 * 0.75 + 7 * 0.25), 4)
 
 def test_malformed_output_counted_in_tolerant_mode_and_fatal_in_strict(convs, tmp_path):
     broken = {**SCRIPT, "Reply to rate (The Catalyst)": None, "My dog is sick": None, "Reply to rate (Supporter)": None}
-    paths = evaluate(JudgeConfig(provider="embedded", input_file=str(convs), output_dir=str(tmp_path / "t"), progress=False), embedded=ScriptedJudge(broken))
+    paths = judge_file(JudgeConfig(provider="embedded", input_file=str(convs), output_dir=str(tmp_path / "t"), progress=False), embedded=ScriptedJudge(broken))
     m, col = load(paths["persona"]), load(paths["collective"])
     assert (m["num_scored"], m["num_items"], m["num_annotation_failures"]) == (2, 5, 3)  # c3's two Supporter turns failed: c3 is not written
     assert m["num_input_records"] == 3 and (col["num_scored"], col["num_annotation_failures"]) == (2, 1)
@@ -124,10 +125,10 @@ def test_malformed_output_counted_in_tolerant_mode_and_fatal_in_strict(convs, tm
     assert summary["annotation_failures"][0]["raw"] == "Such a nice conversation, well done everyone."
     # --resume retries exactly the records that were not written
     judge = ScriptedJudge(SCRIPT)
-    evaluate(JudgeConfig(provider="embedded", input_file=str(convs), output_dir=str(tmp_path / "t"), resume=True, progress=False), embedded=judge)
+    judge_file(JudgeConfig(provider="embedded", input_file=str(convs), output_dir=str(tmp_path / "t"), resume=True, progress=False), embedded=judge)
     assert judge.calls == 2 + 1 and load(paths["persona"])["num_scored"] == 3
     with pytest.raises(JudgeParseError, match=r"--strict: c\d \(.*raw judge output: 'Such a nice conversation, well done everyone.'"):
-        evaluate(JudgeConfig(provider="embedded", input_file=str(convs), output_dir=str(tmp_path / "s"), strict=True, progress=False), embedded=ScriptedJudge(broken))
+        judge_file(JudgeConfig(provider="embedded", input_file=str(convs), output_dir=str(tmp_path / "s"), strict=True, progress=False), embedded=ScriptedJudge(broken))
     summary = load(next((tmp_path / "s").glob("judge_hand_ED.runs/*/run_summary.json")))
     assert summary["status"] == "failed" and "Such a nice conversation" in summary["error"]
 
@@ -136,7 +137,7 @@ def test_legacy_file_without_metadata_uses_the_file_name(tmp_path, caplog):
     del rec["metadata"]
     path = tmp_path / "old_qmsum_run.jsonl"; path.write_text(json.dumps(rec) + "\n")
     with caplog.at_level("WARNING", logger="mascot.judge"):
-        paths = evaluate(JudgeConfig(provider="embedded", input_file=str(path), rubric="persona", progress=False), embedded=ScriptedJudge({"Critic": 6}))
+        paths = judge_file(JudgeConfig(provider="embedded", input_file=str(path), rubric="persona", progress=False), embedded=ScriptedJudge({"Critic": 6}))
     assert "using the meeting rubric from the file name" in caplog.text
     m = load(paths["persona"])
     assert m["rubrics"] == ["persona/meeting"] and list(m["overall"]) == ["Accuracy", "Clarity", "Consistency", "Relevance", "Contribution", "Overall"]
@@ -149,7 +150,7 @@ def test_real_embedded_smollm2_judge_through_the_cli(tmp_path):
     rec["turns"][1]["response"] = "That sounds really discouraging. Feeling let down after trying so hard makes sense."
     rec["turns"][2]["response"] = "What part of the test felt hardest this time?"
     path.write_text(json.dumps(rec) + "\n")
-    r = subprocess.run([sys.executable, "-m", "mascot.judge", "--input-file", str(path), "--provider", "embedded", "--no-progress"], capture_output=True, text=True, timeout=600)
+    r = subprocess.run([sys.executable, "-m", "mascot.rubric_eval", "--input-file", str(path), "--provider", "embedded", "--no-progress"], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "metrics_persona_one_ED.json" in r.stdout and "metrics_collective_one_ED.json" in r.stdout
     failures = sum(load(tmp_path / f"metrics_{kind}_one_ED.json")["num_annotation_failures"] for kind in ("persona", "collective"))
@@ -162,7 +163,7 @@ def test_openai_compatible_judge_without_logprobs(openai_server, tmp_path):
     "`transformers serve` ignores logprobs: the judge falls back to the integers it wrote (or counts a failure) and the run completes."
     path = tmp_path / "srv_ED.jsonl"
     path.write_text(json.dumps(conversation("srv", "I failed my exam.", ["The Anchor"], valence="negative")) + "\n")
-    paths = evaluate(JudgeConfig(input_file=str(path), provider="vllm", judge_server_url=openai_server["url"], judge=openai_server["model"],
+    paths = judge_file(JudgeConfig(input_file=str(path), provider="vllm", judge_server_url=openai_server["url"], judge=openai_server["model"],
                                  rubric="collective", progress=False))
     m = load(paths["collective"])
     assert m["judge"] == openai_server["model"] and m["num_scored"] + m["num_annotation_failures"] == 1

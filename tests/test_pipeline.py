@@ -66,3 +66,6 @@ def test_failing_stage_keeps_notebook_and_names_error(tmp_path):
     assert "stage candidates failed" in r.stderr and "unreachable" in r.stderr
     sdir = tmp_path / "runs" / "tiny" / "10_candidates"
     assert (sdir / "executed.ipynb").exists() and json.loads((sdir / "run_summary.json").read_text())["status"] == "failed"
+    # which judge the stage was to use, and where: in its meta.json and run_config.json
+    route = {"provider": "vllm", "model": None, "url": "http://127.0.0.1:9/v1", "where": "served"}  # None: no --judge, and the server is down
+    assert json.loads((sdir / "meta.json").read_text())["judge_route"] == route == json.loads((sdir / "run_config.json").read_text())["judge_route"]

@@ -8,7 +8,7 @@ from mascot.core import ConfigError
 from mascot.defaults import CPU_MODEL
 from mascot.llm import EndpointConfig, LLMClient, route_roles
 from mascot.candidates import CandidatesConfig, generate_individual, individual_dir
-from mascot.judge import JudgeConfig
+from mascot.rubric_eval import JudgeConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -80,3 +80,9 @@ def test_no_url_is_the_embedded_cpu_default():
     cfg = CandidatesConfig(dataset="ED")
     assert cfg.model_name == CPU_MODEL and individual_dir(cfg).name == f"individual_ED_{CPU_MODEL}"
     assert {r.backend for r in route_roles(cfg).values()} == {"embedded", "unset"}
+
+def test_a_judge_url_without_a_judge_model_records_the_served_one():
+    with FakeOpenAIServer(model="google/gemma-3-27b-it") as srv:
+        url = srv.url
+        route = CandidatesConfig(judge_server_url=url).resolved()["judge_route"]
+    assert route == {"provider": "vllm", "model": "google/gemma-3-27b-it", "url": url, "where": "served"}

@@ -123,7 +123,7 @@ def test_eval_refuses_unmappable_flags(server):
 
 def test_judge_on_served_base_model(served_eval, server, tmp_path):
     "The judge stage with the server's base model as judge endpoint: logprob-weighted judgements, every call on the judge server."
-    cmd = [sys.executable, "-m", "mascot.judge", "--input-file", served_eval["zero-shot"], "--judge-server-url", server["url"], "--judge", BASE,
+    cmd = [sys.executable, "-m", "mascot.rubric_eval", "--input-file", served_eval["zero-shot"], "--judge-server-url", server["url"], "--judge", BASE,
            "--provider", "vllm", "--rubric", "collective", "--judge-max-tokens", "120", "--output-dir", str(tmp_path), "--trace-role-calls",
            "--no-progress"]
     r = subprocess.run(cmd, capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=1200)
