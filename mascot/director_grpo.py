@@ -10,9 +10,9 @@ from .personas import *
 from .episodes import EpisodeConfig, EpisodeRunner, EpisodeState
 from .group_data import state_from_dict, roll_forward
 from .group_reward_model import GroupRewardModel
-from .candidates import model_slug
-from .reward_model import split_by_context, package_versions, data_hash, lora_config, save_trained, rank_run_dir, write_metadata, process_rank, training_dtype
-from .speaker_grpo import trainable_snapshot, weights_changed, grpo_config, GRPOTrainingConfig, paired_summary
+from .pairs import model_slug
+from .training import (split_by_context, package_versions, data_hash, lora_config, save_trained, write_metadata, training_run, process_rank,
+                             load_causal_lm, trainable_snapshot, weights_changed, grpo_config, GRPOTrainingConfig, paired_summary)
 import asyncio, json, random, statistics, sys
 from pathlib import Path
 from typing import Any
@@ -150,23 +150,19 @@ async def heldout_directors(runner: EpisodeRunner, grm: GroupRewardModel, states
 
 def train_director_grpo(cfg: DirectorGRPOConfig, embedded: EmbeddedBackend | None = None) -> Path:
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
+    from transformers import set_seed
     from trl import GRPOTrainer
     prompts = director_prompts(cfg.episode_dataset_path)
     train, held, held_ids = split_by_context(prompts, cfg.holdout_fraction, cfg.seed)
     grm = GroupRewardModel.load(cfg.group_reward_model_path)
     ecfg = cfg.episode_config()
     out = Path(cfg.output_dir) / (cfg.run_name or f"grpo_Director_{cfg.dataset}_{model_slug(cfg.model_name)}")
-    run = rank_run_dir(out, cfg)
-    client = LLMClient(ecfg, run=run, embedded=embedded)
-    runner = EpisodeRunner(ecfg, client, run)
-    try:
+    with training_run(out, cfg) as run:
+        client = LLMClient(ecfg, run=run, embedded=embedded)
+        runner = EpisodeRunner(ecfg, client, run)
         run.extra["routes"] = client.describe()
         set_seed(cfg.seed)
-        path = resolve_model_path(cfg.model_name)
-        tok = AutoTokenizer.from_pretrained(path); tok.padding_side = "left"
-        if tok.pad_token is None: tok.pad_token = tok.eos_token
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=training_dtype())
+        model, tok = load_causal_lm(cfg.model_name, padding_side="left")
         args = grpo_config(cfg, str(out / "trainer"))
         rewards = [make_rollout_reward(runner, grm, cfg.horizon, cfg.num_turns, cfg.seed, cfg.num_generations, cfg.unparsed_directive_reward),
                    make_directive_format_reward(runner.roster)]
@@ -193,10 +189,6 @@ def train_director_grpo(cfg: DirectorGRPOConfig, embedded: EmbeddedBackend | Non
         run.extra.update(steps=result.global_step, max_weight_change=change, heldout_untrained=untrained["mean_group_reward"],
                          heldout_trained=trained["mean_group_reward"],
                          **{k: saved[k] for k in ("trainable_parameters", "total_parameters", "trainable_fraction")})
-        run.finish("completed")
-    except BaseException as e:
-        run.finish("failed", f"{e.__class__.__name__}: {e}"); raise
-    import shutil; shutil.rmtree(out / "trainer", ignore_errors=True)
     return out
 
 def main(argv: list[str] | None = None):

@@ -8,7 +8,7 @@ from .core import *
 from .llm import *
 from .episodes import EpisodeConfig, run_episodes_async
 from .systems import SYSTEMS, SYSTEM_REGISTRY, DIRECTOR_ALIAS, SPEAKER_ALIAS, SFT_ALIAS, get_system, assign_models, check_model_flags
-from .candidates import model_slug
+from .pairs import model_slug
 import asyncio, json, sys
 from pathlib import Path
 from pydantic import Field

@@ -10,7 +10,7 @@ from .data import Context, load_contexts
 from .personas import *
 from .episodes import (EpisodeConfig, EpisodeRunner, EpisodeState, new_state, episode_record, episode_rng, StrictModeError)
 from .judge import get_rubric, judge_conversation, JudgeParseError
-from .candidates import preference_pairs, save_pairs, model_slug
+from .pairs import preference_pairs, save_pairs, model_slug
 from .jobs import Job
 import asyncio, json, random, sys
 from pathlib import Path

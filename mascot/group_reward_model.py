@@ -7,7 +7,7 @@ from __future__ import annotations
 from .core import *
 from .llm import EMBEDDED_DEFAULT
 from .reward_model import RewardModel, RewardModelConfig, train_reward_model
-from .candidates import model_slug
+from .pairs import model_slug
 from .group_data import trajectory_messages
 from .personas import Roster
 import json, sys

@@ -248,7 +248,7 @@ def plan_pipeline(cfg: PipelineConfig, source: str = "config", from_stage: str |
 
 def run_pipeline(cfg: PipelineConfig, source: str = "config", from_stage: str | None = None, only: str | None = None, resume: bool = False,
                  log=print) -> Path:
-    from mascot.reward_model import package_versions
+    from mascot.training import package_versions
     run_dir = run_dir_of(cfg)
     todo, outputs = plan_pipeline(cfg, source, from_stage, only, resume)
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -6,81 +6,19 @@
 from __future__ import annotations
 from .core import *
 from .llm import resolve_model_path, EMBEDDED_DEFAULT
-from .candidates import load_pairs, model_slug
+from .pairs import load_pairs, model_slug
+from .training import (TrainingConfig, EpochTrainingConfig, split_by_context, package_versions, data_hash, lora_config, save_trained,
+                             write_metadata, training_run, process_rank, training_dtype, load_tokenizer)
 import hashlib, json, os, random, sys, platform
 from pathlib import Path
 from typing import Any
 from typing import ClassVar
 
 # %% auto #0
-__all__ = ['DEFAULT_LORA_TARGETS', 'CURVE_PANELS', 'DEGRADATIONS', 'lora_target_modules', 'report_to', 'trl_config',
-           'TrainingConfig', 'EpochTrainingConfig', 'RewardModelConfig', 'reward_config', 'split_by_context',
-           'wilson_interval', 'RewardModel', 'package_versions', 'data_hash', 'lora_config', 'parameter_counts',
-           'plot_training_curves', 'training_dtype', 'process_rank', 'rank_run_dir', 'write_metadata', 'save_trained',
-           'train_reward_model', 'shutil_rm', 'main', 'known_label_pairs']
+__all__ = ['DEGRADATIONS', 'RewardModelConfig', 'reward_config', 'wilson_interval', 'RewardModel', 'train_reward_model', 'main',
+           'known_label_pairs']
 
 # %% ../nbs/11_reward_model.ipynb #e8fe3e4c
-def lora_target_modules(spec: str) -> str | list[str]:
-    "PEFT's `target_modules` from the flag: `all-linear` stays PEFT's keyword, anything else is a comma-separated list of module names."
-    names = [s.strip() for s in str(spec).split(",") if s.strip()]
-    if not names: raise ConfigError("--lora-target-modules is empty: name modules (e.g. q_proj,k_proj,v_proj,o_proj) or say all-linear")
-    return "all-linear" if names == ["all-linear"] else names
-
-def report_to() -> list[str]:
-    "Experiment tracking as the reference does it: W&B only when WANDB_PROJECT is set (wandb itself reads WANDB_ENTITY, WANDB_MODE, the key)."
-    if not os.environ.get("WANDB_PROJECT"): return []
-    import importlib.util
-    if importlib.util.find_spec("wandb") is None:
-        raise ConfigError("WANDB_PROJECT is set but wandb is not installed: pip install -e '.[wandb]', or unset WANDB_PROJECT")
-    return ["wandb"]
-
-def trl_config(config_cls, ours: dict, trl: dict):
-    "A TRL config (RewardConfig, GRPOConfig, DPOConfig, SFTConfig) used as it is: CPU-friendly defaults, our fields, then the user's `trl` keys."
-    import torch
-    on_cpu = not torch.cuda.is_available()
-    args = {"logging_steps": 1, "save_strategy": "no", "report_to": report_to(), "disable_tqdm": True, "use_cpu": on_cpu,
-            **({"bf16": False} if on_cpu else {})}
-    args.update({k: v for k, v in ours.items() if v is not None})
-    try: return config_cls(**{**args, **trl})
-    except TypeError as e: raise ConfigError(f"trl: {e} (keys of `trl` must be {config_cls.__name__} arguments)") from None
-
-DEFAULT_LORA_TARGETS = "q_proj,k_proj,v_proj,o_proj"
-
-class TrainingConfig(Config):
-    "The fields every training stage shares; `trl` takes any argument of the stage's TRL config."
-    dataset: str = "ESConv"
-    model_name: str = EMBEDDED_DEFAULT
-    output_dir: str = "outputs/llm"
-    run_name: str | None = None
-    seed: int = 0
-    lora_r: int = 16
-    lora_alpha: int = 32
-    lora_target_modules: str = "q_proj,k_proj,v_proj,o_proj"  # the reference's; "all-linear" is PEFT's keyword for every linear layer
-    learning_rate: float = 5e-5
-    per_device_train_batch_size: int = 4
-    trl: dict[str, Any] = {}
-    # input folders left out are named as the reference names them, from --dataset and --model-name (not fixed to one dataset and model)
-    PATH_DEFAULTS: ClassVar[dict[str, str]] = {}
-
-    def model_post_init(self, _):
-        lora_target_modules(self.lora_target_modules)  # a bad list is a config error now, not a PEFT error after the model loads
-        for name, template in self.PATH_DEFAULTS.items():
-            if getattr(self, name) is None:
-                self.__dict__[name] = template.format(dataset=self.dataset, model=model_slug(self.model_name))
-
-    def trl_args(self, config_cls, output_dir: str, **stage):
-        "TRL's `config_cls` from the shared fields and the stage's own (`stage`), then the user's `trl` keys."
-        return trl_config(config_cls, dict(output_dir=output_dir, learning_rate=self.learning_rate, seed=self.seed,
-                                           per_device_train_batch_size=self.per_device_train_batch_size, **stage), self.trl)
-
-class EpochTrainingConfig(TrainingConfig):
-    "Training by epochs over a fixed dataset (reward models, SFT, DPO)."
-    num_train_epochs: float = 2.0
-    max_length: int = 1024
-
-    def trl_args(self, config_cls, output_dir: str, **stage):
-        return super().trl_args(config_cls, output_dir, num_train_epochs=self.num_train_epochs, max_length=self.max_length, **stage)
-
 class RewardModelConfig(EpochTrainingConfig):
     "Flags of `mascot train-reward-model` (and of the group reward model in stage 2)."
     data_path: str | None = None  # default data/rl/individual_{dataset}_{model}
@@ -101,15 +39,6 @@ def reward_config(cfg: RewardModelConfig, output_dir: str):
     "TRL's RewardConfig from our fields."
     from trl import RewardConfig
     return cfg.trl_args(RewardConfig, output_dir, dataloader_num_workers=0)
-
-# %% ../nbs/11_reward_model.ipynb #1c9281f4
-def split_by_context(ds, holdout_fraction: float, seed: int, key: str = "context_id"):
-    ids = sorted(set(ds[key]))
-    if len(ids) < 2: raise ValueError(f"need pairs from at least 2 contexts to hold some out; got {len(ids)} ({key})")
-    rng = random.Random(seed); rng.shuffle(ids)
-    n_held = min(len(ids) - 1, max(1, round(len(ids) * holdout_fraction)))
-    held = set(ids[:n_held])
-    return ds.filter(lambda r: r[key] not in held), ds.filter(lambda r: r[key] in held), sorted(held)
 
 # %% ../nbs/11_reward_model.ipynb #1da06ddc
 def wilson_interval(successes: int, n: int, z: float = 1.96) -> list[float]:
@@ -174,105 +103,11 @@ class RewardModel:
         wins = sum(a > b for a, b in zip(c, r))
         return {"accuracy": wins / len(ds), "ci95": wilson_interval(wins, len(ds)), "n": len(ds)}
 
-# %% ../nbs/11_reward_model.ipynb #b7efa1cf
-def package_versions() -> dict:
-    import importlib.metadata as md
-    out = {"python": platform.python_version()}
-    for p in ("mascot", "torch", "transformers", "trl", "peft", "datasets"):
-        try: out[p] = md.version(p)
-        except md.PackageNotFoundError: pass
-    return out
-
-def data_hash(folder: str | Path) -> str:
-    "sha256 of the pair data (pairs.jsonl when present, else the arrow files)."
-    folder = Path(folder); h = hashlib.sha256()
-    files = [folder / "pairs.jsonl"] if (folder / "pairs.jsonl").exists() else sorted((folder / "pairs").glob("*.arrow"))
-    for f in files: h.update(f.read_bytes())
-    return h.hexdigest()
-
-def lora_config(cfg: TrainingConfig, task_type: str, dropout: float = 0.0):
-    "PEFT's LoraConfig from the shared fields (r, alpha, target modules)."
-    from peft import LoraConfig
-    return LoraConfig(task_type=task_type, r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=dropout,
-                      target_modules=lora_target_modules(cfg.lora_target_modules))
-
-def parameter_counts(model) -> dict:
-    "Trainable parameters against the base model's parameters (adapter weights not counted, as the paper's 0.187% counts them)."
-    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    base = sum(p.numel() for n, p in model.named_parameters() if "lora_" not in n and ".modules_to_save." not in n)
-    return {"trainable_parameters": trainable, "total_parameters": base, "trainable_fraction": trainable / base}
-
-# %% ../nbs/11_reward_model.ipynb #95270220
-CURVE_PANELS = [  # (title, predicate on a log key); a panel is drawn when the log has any matching key
-    ("reward per function", lambda k: k == "reward" or (k.startswith("rewards/") and k.endswith("/mean")) or k in ("rewards/chosen", "rewards/rejected")),
-    ("KL to the reference", lambda k: k == "kl"),
-    ("truncated completions (share)", lambda k: k == "completions/clipped_ratio"),
-    ("completion length (tokens)", lambda k: k in ("completions/mean_length", "completions/mean_terminated_length")),
-    ("entropy", lambda k: k == "entropy"),
-    ("loss", lambda k: k in ("loss", "eval_loss")),
-    ("accuracy / margin", lambda k: k in ("accuracy", "rewards/accuracies", "mean_token_accuracy", "margin", "rewards/margins")),
-    ("reward spread", lambda k: k in ("reward_std", "frac_reward_zero_std")),
-]
-
-def plot_training_curves(log_history: list[dict], path: str | Path) -> list[str]:
-    "One panel per logged family of metrics against the step; returns the panel titles drawn."
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    keys = sorted({k for h in log_history for k, v in h.items() if isinstance(v, (int, float)) and "step" in h})
-    panels = [(title, [k for k in keys if pick(k)]) for title, pick in CURVE_PANELS]
-    panels = [(t, ks) for t, ks in panels if ks] or [("no metric logged", [])]
-    cols = min(4, len(panels)); rows = -(-len(panels) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3 * rows), squeeze=False)
-    for ax, (title, ks) in zip(axes.flat, panels):
-        for k in ks:
-            pts = [(h["step"], h[k]) for h in log_history if k in h and "step" in h]
-            ax.plot([s for s, _ in pts], [v for _, v in pts], marker="o", ms=3, label=k)
-        ax.set_title(title, fontsize=9); ax.set_xlabel("step", fontsize=8)
-        if ks: ax.legend(fontsize=6)
-    for ax in list(axes.flat)[len(panels):]: ax.axis("off")
-    fig.tight_layout(); fig.savefig(path, dpi=90); plt.close(fig)
-    return [t for t, _ in panels]
-
-def training_dtype():
-    "The dtype policies and reward models load in: bfloat16 on a GPU (the Trainer puts them there), float32 on CPUs, where training stays exact."
-    import torch
-    return torch.bfloat16 if torch.cuda.is_available() else torch.float32
-
-def process_rank() -> tuple[int, int]:
-    "This process's rank and the world size under `torchrun` / `accelerate launch` (0 and 1 when not distributed)."
-    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
-
-def rank_run_dir(out: Path, cfg) -> RunDir:
-    "The run record of this process: `out/run` on rank 0, `out/run-rank{r}` on the others, so a multi-process run shows that every rank trained."
-    rank, world = process_rank()
-    run = RunDir(out / ("run" if rank == 0 else f"run-rank{rank}"), cfg)
-    run.extra.update(rank=rank, world_size=world)
-    return run
-
-def write_metadata(out: Path, meta: dict) -> None:
-    "`mascot_metadata.json` beside the adapter, written once (by rank 0) however many processes trained it."
-    if process_rank()[0] == 0: (out / "mascot_metadata.json").write_text(json.dumps({**meta, "world_size": process_rank()[1]}, indent=2))
-
-def save_trained(trainer, tokenizer, out: Path) -> dict:
-    "Save the adapter (or model) and tokenizer, TRL's full log and its curves; print and return the parameter counts for the metadata."
-    trainer.save_model(str(out))  # every rank calls it (ZeRO-3 gathers the weights); the Trainer writes on the main process only
-    history = trainer.state.log_history
-    counts = parameter_counts(trainer.model)
-    panels = []
-    if trainer.is_world_process_zero():
-        tokenizer.save_pretrained(out)
-        (out / "log_history.json").write_text(json.dumps(history, indent=1))
-        panels = plot_training_curves(history, out / "training_curves.png")
-    print(f"{out.name}: trainable parameters {counts['trainable_parameters']:,} / {counts['total_parameters']:,} "
-          f"= {100 * counts['trainable_fraction']:.3f}%", flush=True)
-    return {**counts, "log_history": "log_history.json", "training_curves": "training_curves.png", "curve_panels": panels}
-
 # %% ../nbs/11_reward_model.ipynb #5306d086
 def train_reward_model(cfg: RewardModelConfig, pairs=None, out_name: str | None = None) -> Path:
     "Train, evaluate on held-out contexts, save adapter + metadata; returns the output folder."
     import torch
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer, set_seed
+    from transformers import AutoModelForSequenceClassification, set_seed
     from trl import RewardTrainer
     pairs = pairs if pairs is not None else load_pairs(cfg.data_path)
     if len(pairs) == 0: raise ValueError(f"{cfg.data_path}: the pair dataset is empty (lower --score-margin or generate more candidates)")
@@ -280,12 +115,10 @@ def train_reward_model(cfg: RewardModelConfig, pairs=None, out_name: str | None 
     if len(train) == 0: raise ValueError(f"{cfg.data_path}: all {len(pairs)} pairs come from the held-out contexts {held_ids}; "
                                          "generate pairs for more contexts (or lower --score-margin)")
     out = Path(cfg.output_dir) / (out_name or cfg.run_name or f"Individual_{cfg.dataset}_{model_slug(cfg.model_name)}")
-    run = rank_run_dir(out, cfg)
-    try:
+    with training_run(out, cfg) as run:
         set_seed(cfg.seed)  # before building the model: the score head is initialised at random
         path = resolve_model_path(cfg.model_name)
-        tok = AutoTokenizer.from_pretrained(path)
-        if tok.pad_token is None: tok.pad_token = tok.eos_token
+        tok = load_tokenizer(path)
         # TRL drops (does not truncate) pairs longer than max_length: say so instead of training on nothing
         lengths = [max(len(tok(tok.apply_chat_template(list(p) + list(x), tokenize=False), add_special_tokens=False)["input_ids"]) for x in (c, r))
                    for p, c, r in zip(train["prompt"], train["chosen"], train["rejected"])]
@@ -312,14 +145,7 @@ def train_reward_model(cfg: RewardModelConfig, pairs=None, out_name: str | None 
         write_metadata(out, meta)
         run.extra.update({k: meta[k] for k in ("heldout_accuracy_before", "heldout_accuracy_after", "num_train_pairs", "num_heldout_pairs", "steps",
                                             "trainable_parameters", "total_parameters", "trainable_fraction")})
-        run.finish("completed")
-    except BaseException as e:
-        run.finish("failed", f"{e.__class__.__name__}: {e}"); raise
-    shutil_rm(out / "trainer")
     return out
-
-def shutil_rm(p: Path):
-    import shutil; shutil.rmtree(p, ignore_errors=True)
 
 def main(argv: list[str] | None = None):
     cfg = RewardModelConfig.from_cli(argv, prog="mascot train-reward-model")

@@ -6,11 +6,11 @@
 from __future__ import annotations
 from .core import *
 from .llm import resolve_model_path, EMBEDDED_DEFAULT
-from .candidates import model_slug
+from .pairs import model_slug
 from .personas import roster_for_dataset
 from .episodes import baseline_messages
-from .reward_model import package_versions, data_hash, EpochTrainingConfig, lora_config, save_trained, rank_run_dir, write_metadata, training_dtype
-from .speaker_grpo import trainable_snapshot, weights_changed
+from .training import (package_versions, data_hash, EpochTrainingConfig, lora_config, save_trained, write_metadata, training_run, load_causal_lm,
+                             trainable_snapshot, weights_changed)
 import json, sys
 from pathlib import Path
 from typing import Any
@@ -43,17 +43,14 @@ def sft_rows(data_path: str | Path, dataset: str, min_score: float = 0.0) -> lis
 
 def train_sft(cfg: SFTConfig_) -> Path:
     import torch, datasets
-    from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
+    from transformers import set_seed
     from trl import SFTTrainer, SFTConfig
     rows = sft_rows(cfg.data_path, cfg.dataset, cfg.min_score)
     if not rows: raise ValueError(f"{cfg.data_path}: no scored candidate at or above --min-score {cfg.min_score}")
     out = Path(cfg.output_dir) / (cfg.run_name or f"sft_Speaker_{cfg.dataset}_{model_slug(cfg.model_name)}")
-    run = rank_run_dir(out, cfg)
-    try:
+    with training_run(out, cfg) as run:
         set_seed(cfg.seed)
-        path = resolve_model_path(cfg.model_name)
-        tok = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=training_dtype())
+        model, tok = load_causal_lm(cfg.model_name, pad_from_eos=False)
         sargs = cfg.trl_args(SFTConfig, str(out / "trainer"))
         ds = datasets.Dataset.from_list([{"prompt": r["prompt"], "completion": r["completion"]} for r in rows])
         trainer = SFTTrainer(model=model, args=sargs, train_dataset=ds, processing_class=tok,
@@ -68,10 +65,6 @@ def train_sft(cfg: SFTConfig_) -> Path:
                 "versions": package_versions(), "config": cfg.resolved()}
         write_metadata(out, meta)
         run.extra.update(steps=result.global_step, max_weight_change=change, **{k: saved[k] for k in ("trainable_parameters", "total_parameters", "trainable_fraction")})
-        run.finish("completed")
-    except BaseException as e:
-        run.finish("failed", f"{e.__class__.__name__}: {e}"); raise
-    import shutil; shutil.rmtree(out / "trainer", ignore_errors=True)
     return out
 
 def main(argv: list[str] | None = None):
