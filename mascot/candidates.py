@@ -118,12 +118,8 @@ async def generate_individual_async(cfg: CandidatesConfig, contexts: list[Contex
 def generate_individual(cfg: CandidatesConfig, **kw) -> Path: return run_sync(generate_individual_async(cfg, **kw))
 
 def main(argv: list[str] | None = None):
-    "`mascot generate --mode individual|group ...`: stage-1 (individual) or stage-2 (group) data."
-    argv = list(sys.argv[1:] if argv is None else argv)
-    mode = flag_value(argv, "--mode", "individual")  # --mode group and --mode=group
-    if mode == "group":
-        from mascot.group_data import main as group_main
-        return group_main(argv)
+    "`mascot generate --mode individual ...` (`mascot.cli.generate_main` sends `--mode group` to `group_data.main`)."
     print(generate_individual(CandidatesConfig.from_cli(argv, prog="mascot generate")))
+
 
 if __name__ == "__main__" and "IPython" not in sys.modules: main()

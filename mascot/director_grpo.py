@@ -8,8 +8,8 @@ from .core import *
 from .llm import *
 from .personas import *
 from .episodes import EpisodeConfig, EpisodeRunner, EpisodeState
-from .group_data import state_from_dict, roll_forward
-from .group_reward_model import GroupRewardModel
+from .rollouts import state_from_dict, roll_forward, random_directive
+from .reward_models import GroupRewardModel
 from .pairs import model_slug
 from .training import (split_by_context, package_versions, data_hash, lora_config, save_trained, write_metadata, training_run, process_rank,
                              load_causal_lm, trainable_snapshot, weights_changed, grpo_config, GRPOTrainingConfig, paired_summary)
@@ -21,7 +21,7 @@ from typing import ClassVar
 # %% auto #0
 __all__ = ['DirectorGRPOConfig', 'make_directive_format_reward', 'rollout_states', 'make_rollout_reward',
            'heldout_director_backend', 'director_group_reward', 'director_prompts', 'heldout_directors',
-           'train_director_grpo', 'main', 'train_group_main']
+           'train_director_grpo', 'main']
 
 # %% ../nbs/22_director_grpo.ipynb #ac38dd7a
 class DirectorGRPOConfig(EndpointConfig, GRPOTrainingConfig):
@@ -68,7 +68,7 @@ async def rollout_states(runner: EpisodeRunner, states: list[EpisodeState], text
     async def one(st, text):
         d = parse_directive(text, runner.roster)
         if d is None:
-            p = st.rng.choice(runner.roster.personas); d = Directive(p.name, DEFAULT_ACTION, p.tone)
+            d = random_directive(st.rng, runner.roster)
         return (await roll_forward(runner, st, d, text, horizon, num_turns))[1]
     return list(await asyncio.gather(*[one(s, t) for s, t in zip(states, texts)]))
 
@@ -109,7 +109,7 @@ async def director_group_reward(runner: EpisodeRunner, grm: GroupRewardModel, st
     if director == "random":
         texts = []
         for st in sts:
-            p = st.rng.choice(runner.roster.personas); texts.append(json.dumps(Directive(p.name, DEFAULT_ACTION, p.tone).to_dict()))
+            texts.append(json.dumps(random_directive(st.rng, runner.roster).to_dict()))
     else:
         emb = backend or runner.client.backend("director")
         rs = await asyncio.gather(*[emb.chat(ChatRequest(director_messages(st.situation, st.turns, runner.roster), model=director, max_tokens=max_tokens,
@@ -198,17 +198,5 @@ def main(argv: list[str] | None = None):
     u, r = m["paired_diff_vs_untrained"], m["paired_diff_vs_random"]
     print(f"{out}\nheld-out group reward: untrained {m['heldout_untrained']['mean_group_reward']:.3f} -> trained {m['heldout_trained']['mean_group_reward']:.3f} "
           f"(paired {u['paired_diff']:+.3f} +- {u['se']:.3f} s.e.; vs random order {r['paired_diff']:+.3f} +- {r['se']:.3f}; {u['n_prompts']} states)")
-
-def train_group_main(argv: list[str] | None = None):
-    "`mascot train-group --mode train-reward-model|train-director-grpo|train-director-dpo ...` (director GRPO when --mode is absent, as in the reference)"
-    argv = list(sys.argv[1:] if argv is None else argv)
-    mode = flag_value(argv, "--mode", "train-director-grpo")
-    if mode == "train-reward-model":
-        from mascot.group_reward_model import main as m
-    elif mode == "train-director-grpo": m = main
-    elif mode == "train-director-dpo":
-        from mascot.director_dpo import main as m
-    else: raise ConfigError(f"--mode {mode!r}: train-group takes train-reward-model, train-director-grpo (the default) or train-director-dpo")
-    return m(argv)
 
 if __name__ == "__main__" and "IPython" not in sys.modules: main()

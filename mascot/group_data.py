@@ -12,25 +12,15 @@ from .episodes import (EpisodeConfig, EpisodeRunner, EpisodeState, new_state, ep
 from .judge import get_rubric, judge_conversation, JudgeParseError
 from .pairs import preference_pairs, save_pairs, model_slug
 from .jobs import Job
+from .reward_models import GROUP_RM_INSTRUCTION, trajectory_messages
+from .rollouts import state_to_dict, state_from_dict, roll_forward
 import asyncio, json, random, sys
 from pathlib import Path
 from typing import Literal
 
 # %% auto #0
-__all__ = ['GROUP_RM_INSTRUCTION', 'UNPARSED_SCORE', 'render_conversation', 'trajectory_messages', 'GroupDataConfig', 'group_dir',
-           'score_trajectory', 'independent_context', 'trajectory_pairs', 'state_to_dict', 'state_from_dict',
-           'roll_forward', 'branching_context', 'directive_pairs', 'generate_group_async', 'generate_group', 'main']
-
-# %% ../nbs/20_group_data.ipynb #a365ef8f
-GROUP_RM_INSTRUCTION = ("Rate this conversation between a person and a team of companions as a whole: do the team's contributions stay consistent "
-                        "with what was already said, complement each other instead of repeating, avoid echoing agreement, and move the person forward?")
-
-def render_conversation(turns: list[Turn], roster: Roster) -> str: return render_history(turns, roster)
-
-def trajectory_messages(situation: str, turns: list[Turn], roster: Roster) -> tuple[list[dict], list[dict]]:
-    "(prompt, reply) for the group reward model."
-    return ([{"role": "system", "content": GROUP_RM_INSTRUCTION}, {"role": "user", "content": situation}],
-            [{"role": "assistant", "content": render_conversation(turns, roster)}])
+__all__ = ['UNPARSED_SCORE', 'GroupDataConfig', 'group_dir', 'score_trajectory', 'independent_context', 'trajectory_pairs',
+           'branching_context', 'directive_pairs', 'generate_group_async', 'generate_group', 'main']
 
 # %% ../nbs/20_group_data.ipynb #bc7edf45
 class GroupDataConfig(EpisodeConfig):
@@ -101,23 +91,6 @@ def trajectory_pairs(episodes: list[dict], margin: float, roster: Roster) -> lis
 
 # %% ../nbs/20_group_data.ipynb #750dd0cc
 UNPARSED_SCORE = 1.0
-
-def state_to_dict(st: EpisodeState) -> dict:
-    return {"context": st.context.to_dict(), "turns": [t.to_dict() for t in st.turns], "round_id": st.round_id,
-            "emotion_trajectory": list(st.emotion_trajectory), "big_five": st.big_five.name if st.big_five else None}
-
-def state_from_dict(d: dict, roster: Roster, seed: str = "0") -> EpisodeState:
-    return EpisodeState(Context.from_dict(d["context"]), roster, random.Random(seed), [Turn.from_dict(t) for t in d["turns"]], d["round_id"],
-                        list(d["emotion_trajectory"]), get_big_five(d["big_five"]) if d.get("big_five") else None)
-
-async def roll_forward(runner: EpisodeRunner, st: EpisodeState, directive: Directive, raw: str, horizon: int, num_turns: int) -> tuple[EpisodeState, EpisodeState]:
-    "Play `directive` from `st`: (state after its own step, state at the horizon, counted in steps)."
-    b = st.fork(raw)
-    await runner.step(b, directive, raw)
-    first = b.fork("continue")
-    end = num_turns if horizon <= 0 else min(num_turns, st.steps + horizon)
-    while b.steps < end: await runner.step(b)
-    return first, b
 
 async def branching_context(runner: EpisodeRunner, cfg: GroupDataConfig, ctx: Context) -> list[dict]:
     st, states = new_state(runner, ctx), []

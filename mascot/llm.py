@@ -15,7 +15,7 @@ __all__ = ['EMBEDDED_DEFAULT', 'PREFIX_CACHE_MIN_TOKENS', 'GEN_ROLES', 'ROLES', 
            'LLMError', 'BackendUnavailable', 'ModelNotFound', 'MalformedResponse', 'ChatBackend', 'OpenAIBackend',
            'smollm2_gguf', 'convert_smollm2', 'embedded_dtype', 'resolve_model_path', 'shared_prefix_len',
            'embedded_stats', 'EmbeddedBackend', 'make_random_lora', 'EndpointConfig', 'RoleRoute', 'route_roles',
-           'parse_lora_modules', 'LLMClient', 'chat_demo', 'main']
+           'parse_lora_modules', 'LLMClient']
 
 # %% ../nbs/01_llm.ipynb #b15fcbfb
 @dataclass
@@ -621,29 +621,3 @@ def _fill_empty(resp: ChatResponse, empty: list[int], again: ChatResponse) -> Ch
         if lps is not None: lps[i] = again.logprobs[j] if again.logprobs else []
     return ChatResponse(texts, reasons, resp.prompt_tokens, resp.completion_tokens + again.completion_tokens, resp.model, resp.backend,
                         resp.latency_s + again.latency_s, lps)
-
-# %% ../nbs/01_llm.ipynb #302319dc
-def chat_demo(message: str = "I have been feeling lonely since I moved to a new city.", cfg: EndpointConfig | None = None, max_tokens: int = 48) -> dict:
-    "One director → speaker exchange on the configured backends."
-    async def go():
-        client = LLMClient(cfg or EndpointConfig())
-        await client.check()
-        d = await client.chat("director", [{"role": "system", "content": "You coordinate The Anchor (validates feelings), The Catalyst (suggests small steps) "
-                                                     "and The Beacon (points out strengths). Name who should answer and how, in one line."},
-                                           {"role": "user", "content": message}], max_tokens=max_tokens)
-        s = await client.chat("speaker", [{"role": "system", "content": f"You are a supportive companion. Director's note: {d.text}"},
-                                          {"role": "user", "content": message}], max_tokens=max_tokens)
-        await client.aclose()
-        return {"user": message, "director": d.text, "speaker": s.text, "routes": client.describe()}
-    return run_sync(go())
-
-def main(argv: list[str] | None = None):
-    import argparse
-    p = argparse.ArgumentParser(prog="mascot chat", description="One director -> speaker exchange (a smoke test of the LLM layer).")
-    p.add_argument("message", nargs="?", default="I have been feeling lonely since I moved to a new city.")
-    EndpointConfig.add_arguments(p)
-    ns = vars(p.parse_args(argv)); msg = ns.pop("message")
-    out = chat_demo(msg, EndpointConfig.from_dict(ns, "command line"))
-    for k in ("user", "director", "speaker"): print(f"{k:>8}: {out[k]}")
-
-if __name__ == "__main__" and "IPython" not in sys.modules: main()  # `python -m mascot.<module>`; never inside a notebook

@@ -7,7 +7,7 @@ from __future__ import annotations
 from .core import *
 from .llm import resolve_model_path, EMBEDDED_DEFAULT, EmbeddedBackend, ChatRequest
 from .pairs import model_slug
-from .reward_model import RewardModel
+from .reward_models import RewardModel
 from .training import (TrainingConfig, GRPOTrainingConfig, grpo_config, split_by_context, package_versions, data_hash, lora_config, save_trained,
                              write_metadata, training_run, process_rank, load_causal_lm, trainable_snapshot, weights_changed, paired_summary)
 from .personas import ROSTERS, SUPPORT_ROSTER, MEETING_ROSTER
