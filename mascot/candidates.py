@@ -51,6 +51,30 @@ class CandidatesConfig(EndpointConfig):
 def individual_dir(cfg: CandidatesConfig) -> Path:
     return Path(cfg.output_dir) / f"individual_{cfg.dataset}_{model_slug(cfg.agent_model or cfg.model_name)}"
 
+# %% ../nbs/10_candidates.ipynb #247e39e1
+describe(CandidatesConfig,
+    mode='individual (this stage); group data is --mode group',
+    dataset='ED, ESConv or QMSum',
+    data_path="the dataset's original files, or demo:<folder> for the shipped demo contexts",
+    split='the dataset split the contexts come from',
+    num_samples='how many contexts (a seeded sample); None: all of them',
+    seed='seed of the context sample and of the sampling',
+    num_candidates='candidate replies per context and persona (K)',
+    score_margin="least difference of the judge's overall score (1-10) for two candidates to form a pair",
+    temperature='sampling temperature of the candidates',
+    top_p='nucleus sampling of the candidates',
+    max_tokens='token cap of one candidate',
+    judge_max_tokens='token cap of one judgement',
+    judge_examples='worked examples in the judge prompt (small judges need them to follow the format; strong ones can take 0)',
+    personas="personas to generate for (names in the roster); default: all of the roster's",
+    roster_path="a roster YAML instead of the dataset's built-in roster",
+    max_transcript_tokens='QMSum: the transcript window (tokens) the speaker sees',
+    output_dir='where the pair folder individual_{dataset}_{model} is created',
+    resume='continue an interrupted run: queries already in candidates.jsonl are skipped',
+    overwrite='replace an existing folder (only once the first new record is written)',
+    strict='stop at the first empty candidate or unparsable judgement instead of counting it',
+    progress='show a progress bar')
+
 # %% ../nbs/10_candidates.ipynb #9b326fb4
 def query_messages(persona: Persona, ctx: Context, roster: Roster) -> list[dict]:
     opening = [Turn(i, 0, roster.user_label, line, turn_type="user") for i, line in enumerate(ctx.opening)]

@@ -28,6 +28,8 @@ class DirectorDPOConfig(EpochTrainingConfig):
     beta: float = 0.1
     format_pairs: bool = False  # also keep "parses vs does not parse" pairs: they teach the output format only (the 135M smoke director needs them)
 
+    def trl_config(self, output_dir: str): return dpo_config(self, output_dir)
+
 def dpo_config(cfg: DirectorDPOConfig, output_dir: str):
     from trl import DPOConfig
     return cfg.trl_args(DPOConfig, output_dir, beta=cfg.beta)
@@ -74,3 +76,11 @@ def main(argv: list[str] | None = None):
     print(train_director_dpo(DirectorDPOConfig.from_cli(argv, prog="mascot train-group --mode train-director-dpo")))
 
 if __name__ == "__main__" and "IPython" not in sys.modules: main()
+
+# %% ../nbs/23_director_dpo.ipynb #729f32a2
+describe(DirectorDPOConfig,
+    mode='train-director-dpo (this stage of mascot train-group)',
+    episode_dataset_path='the branching folder whose directive pairs are trained on; default: data/rl/branching_{dataset}_{model}',
+    holdout_fraction='share of the contexts left out of training (0: train on all)',
+    beta="DPO's beta: how far the policy may move from the reference (TRL's beta)",
+    format_pairs='also keep pairs whose rejected directive does not parse (they teach the output format only)')

@@ -55,6 +55,23 @@ class DirectorGRPOConfig(EndpointConfig, GRPOTrainingConfig):
                              user_response_probability=self.user_response_probability, speaker_max_tokens=self.speaker_max_tokens,
                              user_max_tokens=self.user_max_tokens, roster_path=self.roster_path, seed=self.seed, progress=False)
 
+# %% ../nbs/22_director_grpo.ipynb #395142d1
+describe(DirectorGRPOConfig,
+    mode='train-director-grpo (this stage of mascot train-group)',
+    episode_dataset_path='the branching folder whose director states are the prompts; default: data/rl/branching_{dataset}_{model}',
+    group_reward_model_path='the group reward model that scores rollouts; default: outputs/reward_model/group_reward_{dataset}_{model}',
+    rollout_server_url="a server for the rollouts' speaker and user calls (never the director's); unset: the run's routes",
+    horizon='steps each sampled directive is rolled forward before the group RM scores it',
+    holdout_fraction='share of the contexts held out for the random/untrained/trained comparison',
+    unparsed_directive_reward='reward of a directive that does not parse (not rolled out); None rolls it out with a random speaker',
+    eval_samples_per_state='directives sampled per held-out state, for every director compared',
+    num_turns='length of a rollout conversation in director steps (the episode it continues)',
+    enable_user_simulation='let the simulated user take turns in the rollouts',
+    user_response_probability='chance that the simulated user answers after a speaker turn in a rollout',
+    speaker_max_tokens='token cap of a speaker turn in a rollout',
+    user_max_tokens='token cap of a user turn in a rollout',
+    roster_path='a roster YAML instead of the dataset\'s built-in roster')
+
 # %% ../nbs/22_director_grpo.ipynb #41730534
 def _text(c) -> str: return c[-1]["content"] if isinstance(c, list) else str(c)
 

@@ -41,6 +41,13 @@ def system_config(cfg: EvalConfig, system: str) -> EpisodeConfig:
     return EpisodeConfig(**{**fields, **roles, "system": system, "lora_modules": m.lora_modules, "output_dir": str(out),
                             "output_name": f"{system}_{model_slug(cfg.model_name)}"})
 
+# %% ../nbs/30_evaluate.ipynb #9ffe6dec
+describe(EvalConfig,
+    systems='systems to generate conversations for (systems.SYSTEMS); default: all',
+    director_adapter="the trained director's LoRA adapter (mascot, mascot-g)",
+    speaker_adapter="the trained speaker's LoRA adapter (mascot, mascot-i)",
+    sft_adapter="the SFT baseline's adapter (sft)")
+
 # %% ../nbs/30_evaluate.ipynb #607d1ea6
 async def evaluate_async(cfg: EvalConfig, embedded: EmbeddedBackend | None = None) -> dict[str, Path]:
     from mascot.data import load_contexts

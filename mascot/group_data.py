@@ -50,6 +50,17 @@ def group_dir(cfg: GroupDataConfig) -> Path:
     kind = "group" if cfg.generation_mode == "independent" else "branching"
     return Path(cfg.output_dir) / f"{kind}_{cfg.dataset}_{model_slug(cfg.directive_model or cfg.model_name)}"
 
+# %% ../nbs/20_group_data.ipynb #05cabb97
+describe(GroupDataConfig,
+    mode='group (this stage); stage-1 data is --mode individual',
+    generation_mode='independent: whole episodes judged as trajectories (group RM data); branching: K directives per state rolled forward (director data)',
+    num_episodes='independent mode: episodes per context',
+    num_candidates='branching mode: directives proposed per state (K)',
+    horizon='branching mode: steps each directive is rolled forward before judging (0: to the end)',
+    score_margin="least difference of the judge's overall score (1-10) for two trajectories or directives to form a pair",
+    judge_max_tokens='token cap of one judgement',
+    judge_examples='worked examples in the judge prompt')
+
 # %% ../nbs/20_group_data.ipynb #26872b51
 async def score_trajectory(runner: EpisodeRunner, st: EpisodeState) -> tuple[float | None, dict | None]:
     rec = episode_record(runner, st).to_dict()

@@ -37,3 +37,8 @@ def main(argv: list[str] | None = None):
     print(f"{out}\nheld-out pairwise accuracy: {m['heldout_accuracy_before']:.3f} -> {m['heldout_accuracy_after']:.3f}")
 
 if __name__ == "__main__" and "IPython" not in sys.modules: main()
+
+# %% ../nbs/21_group_reward_model.ipynb #a61c4d56
+describe(GroupRewardModelConfig,
+    mode='train-reward-model (this stage of mascot train-group)',
+    group_reward_model_name="the group reward model's base model")

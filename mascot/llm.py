@@ -526,6 +526,25 @@ def parse_lora_modules(specs: list[str]) -> dict[str, str]:
         out[alias] = path
     return out
 
+# %% ../nbs/01_llm.ipynb #d8bf2b19
+describe(EndpointConfig,
+    model_name='the base model every role uses unless its own flag names another (a hub id, a local folder, or the embedded default)',
+    vllm_server_url='an OpenAI-compatible server (vLLM) for the director, speaker and user calls; unset: the embedded in-process model',
+    director_server_url="a server for the director's calls only (wins over --vllm-server-url)",
+    speaker_server_url="a server for the speaker's calls only (wins over --vllm-server-url)",
+    user_server_url="a server for the simulated user's calls only (wins over --vllm-server-url)",
+    judge_server_url="a server for the judge's calls; unset: the embedded model judges",
+    directive_model="the director's model (or LoRA alias on its server); default: --model-name",
+    agent_model="the speakers' model (or LoRA alias on its server); default: --model-name",
+    user_model="the simulated user's model; default: --model-name",
+    judge="the judge's model (name on the judge server, or a local model); default: --model-name",
+    share_model="load one model and reuse it for every generating role (the reference's flag); the role flags may name at most one model",
+    lora_modules='LoRA adapters for the embedded backend as alias=path (the vLLM --lora-modules syntax)',
+    trace_role_calls='record every role call (messages and reply) in the run folder, for debugging prompts',
+    max_concurrency='requests in flight at once, over all roles',
+    request_timeout='seconds before one request to a server is abandoned (then retried)',
+    max_retries='retries of a failed or empty request before it counts as a failure')
+
 # %% ../nbs/01_llm.ipynb #8c9a319b
 class LLMClient:
     "Role-aware chat: `await client.chat('speaker', messages, temperature=0.7)`."

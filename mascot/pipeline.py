@@ -135,7 +135,13 @@ def run_dir_of(cfg: PipelineConfig) -> Path:
 
 def check_stage(cfg: PipelineConfig, stage: Stage, params: dict, source: str, pending: set[str] = frozenset()) -> None:
     "Validate with the stage's config class and check every input path exists (`pending`: produced earlier in this run)."
-    config_class(stage).from_params(params, source=f"{source}: stages.{stage.key}")
+    stage_cfg = config_class(stage).from_params(params, source=f"{source}: stages.{stage.key}")
+    from mascot.training import TrainingConfig
+    if isinstance(stage_cfg, TrainingConfig):  # TRL's own checks of the `trl` keys now, not when the stage starts
+        import tempfile
+        with tempfile.TemporaryDirectory() as d:
+            try: stage_cfg.trl_config(d)
+            except (ConfigError, ValueError) as e: raise ConfigError(f"{source}: stages.{stage.key}: {' '.join(str(e).split())}") from None
     for fld in stage.inputs:
         if fld in pending: continue
         v = params.get(fld)

@@ -98,10 +98,19 @@ class RewardModelConfig(EpochTrainingConfig):
         super().model_post_init(_)
         if not 0 < self.holdout_fraction < 1: raise ConfigError("--holdout-fraction must be within (0, 1)")
 
+    def trl_config(self, output_dir: str): return reward_config(self, output_dir)
+
 def reward_config(cfg: RewardModelConfig, output_dir: str):
     "TRL's RewardConfig from our fields."
     from trl import RewardConfig
     return cfg.trl_args(RewardConfig, output_dir, dataloader_num_workers=0)
+
+# %% ../nbs/08b_reward_models.ipynb #e9a93998
+describe(RewardModelConfig,
+    data_path='the pair folder (from mascot generate); default: data/rl/individual_{dataset}_{model}',
+    holdout_fraction='share of the contexts held out to measure pairwise accuracy',
+    lora_dropout='LoRA dropout',
+    full_finetune='train every weight instead of a LoRA adapter (and the score head)')
 
 # %% ../nbs/08b_reward_models.ipynb #3741d003
 def train_reward_model(cfg: RewardModelConfig, pairs=None, out_name: str | None = None) -> Path:

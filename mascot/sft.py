@@ -27,6 +27,10 @@ class SFTConfig_(EpochTrainingConfig):
     min_score: float = 0.0
     learning_rate: float = 1e-4
 
+    def trl_config(self, output_dir: str):
+        from trl import SFTConfig
+        return self.trl_args(SFTConfig, output_dir)
+
 def sft_rows(data_path: str | Path, dataset: str, min_score: float = 0.0) -> list[dict]:
     p = Path(data_path) / "candidates.jsonl"
     if not p.exists(): raise FileNotFoundError(f"{data_path}: no candidates.jsonl (make it with `mascot generate --mode individual`)")
@@ -44,14 +48,14 @@ def sft_rows(data_path: str | Path, dataset: str, min_score: float = 0.0) -> lis
 def train_sft(cfg: SFTConfig_) -> Path:
     import torch, datasets
     from transformers import set_seed
-    from trl import SFTTrainer, SFTConfig
+    from trl import SFTTrainer
     rows = sft_rows(cfg.data_path, cfg.dataset, cfg.min_score)
     if not rows: raise ValueError(f"{cfg.data_path}: no scored candidate at or above --min-score {cfg.min_score}")
     out = Path(cfg.output_dir) / (cfg.run_name or f"sft_Speaker_{cfg.dataset}_{model_slug(cfg.model_name)}")
     with training_run(out, cfg) as run:
         set_seed(cfg.seed)
         model, tok = load_causal_lm(cfg.model_name, pad_from_eos=False)
-        sargs = cfg.trl_args(SFTConfig, str(out / "trainer"))
+        sargs = cfg.trl_config(str(out / "trainer"))
         ds = datasets.Dataset.from_list([{"prompt": r["prompt"], "completion": r["completion"]} for r in rows])
         trainer = SFTTrainer(model=model, args=sargs, train_dataset=ds, processing_class=tok,
                              peft_config=lora_config(cfg, "CAUSAL_LM"))
@@ -71,6 +75,11 @@ def main(argv: list[str] | None = None):
     print(train_sft(SFTConfig_.from_cli(argv, prog="mascot train-sft")))
 
 if __name__ == "__main__" and "IPython" not in sys.modules: main()
+
+# %% ../nbs/13_sft.ipynb #b0abd216
+describe(SFTConfig_,
+    data_path='the stage-1 folder whose best candidates are the targets; default: data/rl/individual_{dataset}_{model}',
+    min_score="leave out queries whose best candidate scores below this (judge's overall, 1-10)")
 
 # %% ../nbs/13_sft.ipynb #a1e4a12e
 def completion_logprobs(model, tokenizer, prompts: list[list[dict]], completions: list[str]) -> list[float]:

@@ -95,6 +95,17 @@ class SpeakerGRPOConfig(GRPOTrainingConfig):
         if len(self.reward_weights) != 3: raise ConfigError("--reward-weights takes 3 numbers: reward model, format, conciseness")
         if self.eval_samples_per_prompt < 1: raise ConfigError("--eval-samples-per-prompt must be >= 1")
 
+# %% ../nbs/12_speaker_grpo.ipynb #e3061818
+describe(SpeakerGRPOConfig,
+    algorithm='grpo (the only one here; the SFT baseline is mascot train-sft)',
+    data_path='the stage-1 folder whose prompts the speaker trains on; default: data/rl/individual_{dataset}_{model}',
+    reward_model_path='the persona reward model; default: outputs/reward_model/Individual_{dataset}_{model}',
+    holdout_fraction='share of the contexts held out for the base-vs-trained comparison',
+    concise_min_words='the conciseness reward is 1 from this many words',
+    concise_max_words='... up to this many words, falling to 0 at twice as many',
+    eval_max_tokens="token cap of the held-out evaluation's replies",
+    eval_samples_per_prompt='replies sampled per held-out prompt, for base and trained alike')
+
 # %% ../nbs/12_speaker_grpo.ipynb #cd73b761
 def speaker_prompts(data_path: str | Path):
     import datasets

@@ -73,6 +73,10 @@ class TrainingConfig(Config):
         return trl_config(config_cls, dict(output_dir=output_dir, learning_rate=self.learning_rate, seed=self.seed,
                                            per_device_train_batch_size=self.per_device_train_batch_size, **stage), self.trl)
 
+    def trl_config(self, output_dir: str):
+        "The stage's TRL config as its trainer builds it; `mascot run` builds it while checking the plan, so a bad `trl` key fails before any work."
+        raise NotImplementedError(f"{type(self).__name__} names no TRL config")
+
 class EpochTrainingConfig(TrainingConfig):
     "Training by epochs over a fixed dataset (reward models, SFT, DPO)."
     num_train_epochs: float = 2.0
@@ -80,6 +84,25 @@ class EpochTrainingConfig(TrainingConfig):
 
     def trl_args(self, config_cls, output_dir: str, **stage):
         return super().trl_args(config_cls, output_dir, num_train_epochs=self.num_train_epochs, max_length=self.max_length, **stage)
+
+# %% ../nbs/08_training.ipynb #33f27fd2
+describe(EpochTrainingConfig,
+    num_train_epochs="passes over the training data (TRL's num_train_epochs)",
+    max_length="token cap of one training example (TRL's max_length; longer ones are truncated or dropped, as TRL does)")
+
+# %% ../nbs/08_training.ipynb #b35e4743
+describe(TrainingConfig,
+    dataset='ED, ESConv or QMSum: names the default input and output folders',
+    model_name='the base model trained (hub id, local folder, or the embedded default)',
+    output_dir="the folder the trained adapter's own folder is created in",
+    run_name="the adapter folder's name; default: the reference's name from the stage, dataset and model",
+    seed="seed of the held-out split, the model's new weights and TRL's sampling",
+    lora_r='LoRA rank',
+    lora_alpha='LoRA scaling alpha',
+    lora_target_modules='modules LoRA adapts: comma-separated names, or all-linear',
+    learning_rate="optimiser learning rate (TRL's learning_rate)",
+    per_device_train_batch_size="examples per device and optimiser micro-step (TRL's per_device_train_batch_size)",
+    trl="any other argument of the stage's TRL config (RewardConfig, GRPOConfig, DPOConfig, SFTConfig), passed as it is; wins over our fields")
 
 # %% ../nbs/08_training.ipynb #9b758358
 class GRPOTrainingConfig(TrainingConfig):
@@ -104,6 +127,8 @@ class GRPOTrainingConfig(TrainingConfig):
     def prompts_per_step(self) -> float:
         return self.per_device_train_batch_size * self.gradient_accumulation_steps / self.num_generations
 
+    def trl_config(self, output_dir: str): return grpo_config(self, output_dir)
+
 def grpo_config(cfg: GRPOTrainingConfig, output_dir: str):
     "TRL's GRPOConfig for the speaker or the director."
     from trl import GRPOConfig
@@ -113,6 +138,22 @@ def grpo_config(cfg: GRPOTrainingConfig, output_dir: str):
                         multi_objective_aggregation=cfg.multi_objective_aggregation,
                         max_completion_length=cfg.max_completion_length, reward_weights=list(cfg.reward_weights), use_vllm=cfg.use_vllm,
                         **({"vllm_mode": cfg.vllm_mode} if cfg.use_vllm else {}))
+
+# %% ../nbs/08_training.ipynb #977e4d70
+describe(GRPOTrainingConfig,
+    max_steps="optimiser steps (TRL's max_steps)",
+    num_generations="completions sampled per prompt; a group's rewards are compared among themselves (TRL's num_generations)",
+    gradient_accumulation_steps="micro-steps per optimiser step (TRL's gradient_accumulation_steps)",
+    max_completion_length="token cap of one sampled completion (TRL's max_completion_length)",
+    temperature="sampling temperature of the completions (TRL's temperature)",
+    top_p="nucleus sampling of the completions (TRL's top_p)",
+    beta="weight of the KL penalty to the reference model (TRL's beta)",
+    mask_truncated_completions="leave completions cut at the length cap out of the loss (TRL's mask_truncated_completions)",
+    scale_rewards="how rewards are standardised: group, batch or none (TRL's scale_rewards)",
+    multi_objective_aggregation="how several reward functions combine (TRL's multi_objective_aggregation)",
+    reward_weights="one weight per reward function, in the stage's order",
+    use_vllm="generate the completions with vLLM (TRL's use_vllm; GPUs)",
+    vllm_mode="with --use-vllm: server (a trl vllm-serve process) or colocate (TRL's vllm_mode)")
 
 # %% ../nbs/08_training.ipynb #1c9281f4
 def split_by_context(ds, holdout_fraction: float, seed: int, key: str = "context_id"):
