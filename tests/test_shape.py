@@ -60,3 +60,12 @@ def test_no_import_cycle():
 def test_no_stage_imports_another_stage():
     edges = sorted(f"{m} -> {n}" for m, deps in import_graph().items() if m in STAGES for n in deps if n in STAGES)
     assert not edges, "stage modules importing stage modules (move what they share to a shared module): " + ", ".join(edges)
+
+
+def test_readme_stage_table_is_the_generated_one():
+    import re
+    from mascot.pipeline import stage_table
+    readme = (PKG.parent / "README.md").read_text()
+    m = re.search(r"<!-- stage-table: made by mascot.pipeline.stage_table\(\) -->\n(.*?)\n<!-- /stage-table -->", readme, re.S)
+    assert m, "README.md: no stage table between the stage-table markers"
+    assert m.group(1) == stage_table(), "README.md's stage table differs from mascot.pipeline.stage_table(): paste the generated one"
