@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 # %% auto #0
-__all__ = ['EMBEDDED_DEFAULT', 'PREFIX_CACHE_MIN_TOKENS', 'GEN_ROLES', 'ROLES', 'ChatRequest', 'TokenLogprob', 'ChatResponse',
-           'LLMError', 'BackendUnavailable', 'ModelNotFound', 'MalformedResponse', 'ChatBackend', 'OpenAIBackend',
-           'smollm2_gguf', 'convert_smollm2', 'embedded_dtype', 'resolve_model_path', 'shared_prefix_len',
-           'embedded_stats', 'EmbeddedBackend', 'make_random_lora', 'EndpointConfig', 'RoleRoute', 'route_roles',
-           'parse_lora_modules', 'LLMClient']
+__all__ = ['EMBEDDED_DEFAULT', 'TINY_MODEL_ENV', 'PREFIX_CACHE_MIN_TOKENS', 'GEN_ROLES', 'ROLES', 'ChatRequest', 'TokenLogprob',
+           'ChatResponse', 'LLMError', 'BackendUnavailable', 'ModelNotFound', 'MalformedResponse', 'ChatBackend',
+           'OpenAIBackend', 'smollm2_gguf', 'convert_smollm2', 'embedded_dtype', 'resolve_model_path', 'tiny_model',
+           'shared_prefix_len', 'embedded_stats', 'EmbeddedBackend', 'make_random_lora', 'EndpointConfig', 'RoleRoute',
+           'route_roles', 'parse_lora_modules', 'LLMClient']
 
 # %% ../nbs/01_llm.ipynb #b15fcbfb
 @dataclass
@@ -234,9 +234,35 @@ def embedded_dtype(device: str = "cpu") -> str:
 
 def resolve_model_path(name: str) -> str:
     "Map a model name to something `from_pretrained` loads: the embedded default, a local folder, or a hub id."
-    if name == EMBEDDED_DEFAULT: return str(convert_smollm2())
+    if name == EMBEDDED_DEFAULT: return str(tiny_model() if os.environ.get(TINY_MODEL_ENV) == "1" else convert_smollm2())
     if Path(name).expanduser().is_dir(): return str(Path(name).expanduser())
     return name
+
+# %% ../nbs/01_llm.ipynb #b79e6931
+TINY_MODEL_ENV = "MASCOT_TINY_MODEL"
+
+def tiny_model(dest: Path | None = None, seed: int = 0) -> Path:
+    "A 2-layer Llama (hidden size 64) with random weights and the embedded default's tokenizer, built once into the cache (no download)."
+    dest = Path(dest or cache_dir() / "models" / "tiny-random-llama")
+    if (dest / "model.safetensors").exists(): return dest
+    import torch
+    from transformers import AutoTokenizer, GenerationConfig, LlamaConfig, LlamaForCausalLM
+    real = convert_smollm2()
+    tok = AutoTokenizer.from_pretrained(real)
+    cfg = json.loads((real / "config.json").read_text())
+    tiny = LlamaConfig(vocab_size=cfg["vocab_size"], hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                       num_key_value_heads=2, max_position_embeddings=cfg.get("max_position_embeddings", 8192), tie_word_embeddings=True,
+                       bos_token_id=cfg.get("bos_token_id"), eos_token_id=cfg.get("eos_token_id"), pad_token_id=cfg.get("pad_token_id"))
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(tiny)
+    if (real / "generation_config.json").exists(): model.generation_config = GenerationConfig.from_pretrained(real)
+    tmp = dest.with_name(dest.name + f".tmp-{os.getpid()}")
+    model.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    try: os.replace(tmp, dest)
+    except OSError: shutil.rmtree(tmp, ignore_errors=True)  # another process won the race
+    return dest
 
 # %% ../nbs/01_llm.ipynb #6cb2154b
 @dataclass

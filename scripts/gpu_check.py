@@ -26,7 +26,8 @@ def main():
         print(name, results[name].get("ok"), {k: v for k, v in results[name].items() if k not in ("trace",)}, flush=True)
 
     from mascot.training import training_dtype
-    from mascot.reward_model import RewardModelConfig, train_reward_model, known_label_pairs, RewardModel
+    from mascot.reward_model import known_label_pairs
+    from mascot.reward_models import RewardModelConfig, train_reward_model, RewardModel
     from mascot.pairs import save_pairs
     from mascot.data import load_contexts
     from mascot.llm import EmbeddedBackend, ChatRequest
