@@ -11,7 +11,7 @@ export OMP_WAIT_POLICY := PASSIVE
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup vllm chromium test test-slow demo chat site bench clean-venv
+.PHONY: setup vllm chromium test test-fast test-slow demo chat site bench clean-venv
 
 setup: $(STAMP)
 
@@ -55,12 +55,20 @@ chromium:
 	  || echo "chromium or chromedriver is missing: apt-get install chromium chromium-driver (the browser tests need them)"
 
 test: setup vllm chromium
-	$(BIN)/nbdev_test --n_workers 2
+	$(BIN)/nbdev_test --n_workers 2 --flags real_model
 	$(BIN)/python -m pytest -q --durations=12 tests
 
 test-slow: setup
-	$(BIN)/nbdev_test --n_workers 1 --flags slow
+	$(BIN)/nbdev_test --n_workers 1 --flags "slow real_model"
 	$(BIN)/python -m pytest -q --durations=12 tests
+
+# The fast tier, for a developer's loop (CI runs `make test`): every notebook's examples with MASCOT_TINY_MODEL=1 (a 2-layer
+# random-weight Llama with the real SmolLM2 tokenizer, built once into ~/.cache/mascot, stands in for the embedded model), then the unit
+# suites that start no server. Examples that need a real model's quality are flagged `real_model` and run only in `make test`.
+FAST_TESTS ?= tests/test_shape.py tests/test_config_help.py tests/test_data.py tests/test_personas.py
+test-fast: setup
+	MASCOT_TINY_MODEL=1 $(BIN)/nbdev_test --n_workers 2
+	MASCOT_TINY_MODEL=1 $(BIN)/python -m pytest -q $(FAST_TESTS)
 
 # the main job: every stage, candidates to figures, on the embedded model and the shipped demo contexts
 demo: setup

@@ -15,7 +15,7 @@ import argparse, json, os, tempfile, time
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 from pathlib import Path
 from mascot.data import load_contexts, shared_data_dir
-from mascot.candidates import save_pairs
+from mascot.pairs import save_pairs
 from mascot.reward_model import RewardModelConfig, known_label_pairs, train_reward_model
 from mascot.speaker_grpo import SpeakerGRPOConfig, train_speaker
 

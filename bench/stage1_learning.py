@@ -12,8 +12,9 @@ from pathlib import Path
 from mascot.core import read_jsonl
 from mascot.data import shared_data_dir
 from mascot.llm import EmbeddedBackend
-from mascot.candidates import CandidatesConfig, generate_individual_async, load_pairs
-from mascot.reward_model import RewardModelConfig, train_reward_model
+from mascot.candidates import CandidatesConfig, generate_individual_async
+from mascot.pairs import load_pairs
+from mascot.reward_models import RewardModelConfig, train_reward_model
 from mascot.speaker_grpo import SpeakerGRPOConfig, train_speaker
 
 def data_summary(folder: Path) -> dict:

@@ -13,10 +13,11 @@ from mascot.core import read_jsonl
 from mascot.data import shared_data_dir
 from mascot.llm import EmbeddedBackend
 from mascot.group_data import GroupDataConfig, generate_group_async
-from mascot.group_reward_model import GroupRewardModelConfig, train_group_reward_model, GroupRewardModel
+from mascot.group_reward_model import GroupRewardModelConfig, train_group_reward_model
+from mascot.reward_models import GroupRewardModel
 from mascot.director_grpo import DirectorGRPOConfig, train_director_grpo, director_group_reward, director_prompts
 from mascot.director_dpo import DirectorDPOConfig, train_director_dpo
-from mascot.reward_model import split_by_context
+from mascot.training import split_by_context
 from mascot.episodes import EpisodeRunner
 from mascot.llm import LLMClient
 

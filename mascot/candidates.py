@@ -10,13 +10,13 @@ from .data import Context, load_contexts
 from .personas import *
 from .judge import get_rubric, judge_reply, JudgeParseError
 from .jobs import Job
+from .pairs import model_slug, preference_pairs, save_pairs, load_pairs
 import asyncio, itertools, json, os, re, shutil, sys
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['PAIR_COLUMNS', 'CandidatesConfig', 'model_slug', 'individual_dir', 'preference_pairs', 'query_messages',
-           'score_query', 'pairs_from_records', 'save_pairs', 'load_pairs', 'generate_individual_async',
-           'generate_individual', 'main']
+__all__ = ['CandidatesConfig', 'individual_dir', 'query_messages', 'score_query', 'pairs_from_records',
+           'generate_individual_async', 'generate_individual', 'main']
 
 # %% ../nbs/10_candidates.ipynb #43b9096b
 @judging_config
@@ -49,22 +49,32 @@ class CandidatesConfig(EndpointConfig):
         if self.num_candidates < 2: raise ConfigError("--num-candidates must be at least 2 to form pairs")
         if self.score_margin < 0: raise ConfigError("--score-margin must be >= 0")
 
-def model_slug(name: str) -> str:
-    "A model name as a folder-name part: the last path component, safe characters only."
-    return re.sub(r"[^A-Za-z0-9._-]+", "-", Path(name.rstrip("/")).name or name)
-
 def individual_dir(cfg: CandidatesConfig) -> Path:
     return Path(cfg.output_dir) / f"individual_{cfg.dataset}_{model_slug(cfg.agent_model or cfg.model_name)}"
 
-# %% ../nbs/10_candidates.ipynb #b49cb27c
-def preference_pairs(candidates: list[dict], margin: float) -> list[tuple[int, int]]:
-    "(chosen, rejected) index pairs whose overall score difference is >= margin."
-    out = []
-    for i, j in itertools.combinations(range(len(candidates)), 2):
-        a, b = candidates[i], candidates[j]
-        if a.get("overall") is None or b.get("overall") is None or a["text"].strip() == b["text"].strip(): continue
-        if abs(a["overall"] - b["overall"]) >= margin: out.append((i, j) if a["overall"] > b["overall"] else (j, i))
-    return out
+# %% ../nbs/10_candidates.ipynb #247e39e1
+describe(CandidatesConfig,
+    mode='individual (this stage); group data is --mode group',
+    dataset='ED, ESConv or QMSum',
+    data_path="the dataset's original files, or demo:<folder> for the shipped demo contexts",
+    split='the dataset split the contexts come from',
+    num_samples='how many contexts (a seeded sample); None: all of them',
+    seed='seed of the context sample and of the sampling',
+    num_candidates='candidate replies per context and persona (K)',
+    score_margin="least difference of the judge's overall score (1-10) for two candidates to form a pair",
+    temperature='sampling temperature of the candidates',
+    top_p='nucleus sampling of the candidates',
+    max_tokens='token cap of one candidate',
+    judge_max_tokens='token cap of one judgement',
+    judge_examples='worked examples in the judge prompt (small judges need them to follow the format; strong ones can take 0)',
+    personas="personas to generate for (names in the roster); default: all of the roster's",
+    roster_path="a roster YAML instead of the dataset's built-in roster",
+    max_transcript_tokens='QMSum: the transcript window (tokens) the speaker sees',
+    output_dir='where the pair folder individual_{dataset}_{model} is created',
+    resume='continue an interrupted run: queries already in candidates.jsonl are skipped',
+    overwrite='replace an existing folder (only once the first new record is written)',
+    strict='stop at the first empty candidate or unparsable judgement instead of counting it',
+    progress='show a progress bar')
 
 # %% ../nbs/10_candidates.ipynb #9b326fb4
 def query_messages(persona: Persona, ctx: Context, roster: Roster) -> list[dict]:
@@ -107,27 +117,6 @@ def pairs_from_records(records: Iterable[dict], margin: float) -> list[dict]:
                          "score_rejected": cs[r]["overall"], "persona": rec["persona"], "context_id": rec["context_id"], "query_id": rec["query_id"]})
     return rows
 
-PAIR_COLUMNS = ["prompt", "chosen", "rejected", "score_chosen", "score_rejected", "persona", "context_id", "query_id"]
-
-def save_pairs(rows: list[dict], folder: Path):
-    "Write the pairs with `datasets` (`load_from_disk(folder / 'pairs')`) and as readable JSONL."
-    import datasets
-    ds = datasets.Dataset.from_list(rows) if rows else datasets.Dataset.from_dict({c: [] for c in PAIR_COLUMNS})
-    tmp = folder / "pairs.tmp"
-    ds.save_to_disk(str(tmp))
-    import shutil; shutil.rmtree(folder / "pairs", ignore_errors=True); os.replace(tmp, folder / "pairs")
-    with open(folder / "pairs.jsonl", "w") as f:
-        for r in rows: f.write(json.dumps(r, ensure_ascii=False) + "\n")
-    return ds
-
-def load_pairs(data_path: str | Path):
-    "The pair dataset of a stage-1 (or stage-2) data folder, with a clear error when it is not one."
-    import datasets
-    p = Path(data_path) / "pairs"
-    if not p.exists(): raise FileNotFoundError(f"{data_path}: no pairs/ dataset here (make one with `mascot generate`)")
-    if not list(p.glob("*.arrow")): return datasets.Dataset.from_dict({c: [] for c in PAIR_COLUMNS})  # no pair passed the margin
-    return datasets.load_from_disk(str(p))
-
 # %% ../nbs/10_candidates.ipynb #01543ec6
 async def generate_individual_async(cfg: CandidatesConfig, contexts: list[Context] | None = None, embedded: EmbeddedBackend | None = None) -> Path:
     require_judge(cfg)  # every candidate is judged: no judge chosen stops here, before any work
@@ -155,12 +144,8 @@ async def generate_individual_async(cfg: CandidatesConfig, contexts: list[Contex
 def generate_individual(cfg: CandidatesConfig, **kw) -> Path: return run_sync(generate_individual_async(cfg, **kw))
 
 def main(argv: list[str] | None = None):
-    "`mascot generate --mode individual|group ...`: stage-1 (individual) or stage-2 (group) data."
-    argv = list(sys.argv[1:] if argv is None else argv)
-    mode = flag_value(argv, "--mode", "individual")  # --mode group and --mode=group
-    if mode == "group":
-        from mascot.group_data import main as group_main
-        return group_main(argv)
+    "`mascot generate --mode individual ...` (`mascot.cli.generate_main` sends `--mode group` to `group_data.main`)."
     print(generate_individual(CandidatesConfig.from_cli(argv, prog="mascot generate")))
+
 
 if __name__ == "__main__" and "IPython" not in sys.modules: main()

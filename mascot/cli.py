@@ -7,17 +7,17 @@ from __future__ import annotations
 import importlib, os, sys
 
 # %% auto #0
-__all__ = ['COMMANDS', 'main', 'exit_code']
+__all__ = ['COMMANDS', 'main', 'exit_code', 'generate_main', 'train_group_main']
 
 # %% ../nbs/09_cli.ipynb #64ab20d1
 COMMANDS: dict[str, tuple[str, str]] = {
     # the reference's entry points, in pipeline order ("module" runs module.main; "module:fn" runs fn)
-    "generate": ("mascot.candidates", "stage-1 candidates + pairs (--mode individual) or stage-2 group data (--mode group)"),
+    "generate": ("mascot.cli:generate_main", "stage-1 candidates + pairs (--mode individual) or stage-2 group data (--mode group)"),
     "judge": ("mascot.rubric_eval", "rubric evaluation of conversations by LLM judges (persona and collective rubrics, 0-100 metrics)"),
     "train-reward-model": ("mascot.reward_model", "persona reward model (LoRA, score head) with TRL's RewardTrainer"),
     "train-speaker": ("mascot.speaker_grpo", "speaker policy with TRL's GRPOTrainer on reward-model, format and conciseness rewards"),
     "train-sft": ("mascot.sft", "the SFT baseline: LoRA SFT of the speaker on the best stage-1 candidates"),
-    "train-group": ("mascot.director_grpo:train_group_main", "stage 2: --mode train-reward-model | train-director-grpo | train-director-dpo"),
+    "train-group": ("mascot.cli:train_group_main", "stage 2: --mode train-reward-model | train-director-grpo | train-director-dpo"),
     "episode": ("mascot.episodes", "directed multi-agent conversations (and baselines/ablations) on ED, ESConv or QMSum"),
     "eval": ("mascot.evaluate", "evaluation generation: trained system, stage ablations, MASCOT-P/-C and baselines"),
     "judge-all": ("mascot.llm_judge", "judge every conversation file of a folder into one tidy score table"),
@@ -73,3 +73,22 @@ def exit_code(e: BaseException) -> int | None:
     return 2 if isinstance(e, _user_errors()) else None
 
 if __name__ == "__main__" and "IPython" not in sys.modules: raise SystemExit(main())
+
+# %% ../nbs/09_cli.ipynb #b5c08fe7
+def generate_main(argv: list[str] | None = None):
+    "`mascot generate --mode individual|group ...`: stage-1 (individual) or stage-2 (group) data."
+    from mascot.core import flag_value
+    argv = list(sys.argv[1:] if argv is None else argv)
+    mode = flag_value(argv, "--mode", "individual")  # --mode group and --mode=group
+    target = "mascot.group_data" if mode == "group" else "mascot.candidates"
+    return importlib.import_module(target).main(argv)
+
+def train_group_main(argv: list[str] | None = None):
+    "`mascot train-group --mode train-reward-model|train-director-grpo|train-director-dpo ...` (director GRPO when --mode is absent, as in the reference)"
+    from mascot.core import ConfigError, flag_value
+    argv = list(sys.argv[1:] if argv is None else argv)
+    mode = flag_value(argv, "--mode", "train-director-grpo")
+    targets = {"train-reward-model": "mascot.group_reward_model", "train-director-grpo": "mascot.director_grpo", "train-director-dpo": "mascot.director_dpo"}
+    if mode not in targets:
+        raise ConfigError(f"--mode {mode!r}: train-group takes train-reward-model, train-director-grpo (the default) or train-director-dpo")
+    return importlib.import_module(targets[mode]).main(argv)

@@ -18,13 +18,14 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 __all__ = ['SCHEMA_VERSION', 'RUBRIC_VERSION', 'MEETING_DATASETS', 'SECRET_KEY', 'COUNTERS', 'NOT_FINGERPRINTED',
            'FINGERPRINT_FILE', 'Directive', 'Turn', 'Persona', 'EpisodeMetadata', 'Episode', 'SchemaError',
            'validate_episode', 'OutputExistsError', 'CorruptRecordError', 'StrictModeError', 'RunInterrupted',
-           'record_id', 'JsonlStore', 'read_jsonl', 'ConfigError', 'Config', 'numeric_problem', 'redact',
-           'load_env_file', 'flag_value', 'new_run_id', 'RunDir', 'mark_stale_runs', 'record_fingerprint',
-           'fingerprint_changes', 'check_fingerprint', 'write_fingerprint', 'seed_everything', 'cache_dir', 'run_sync',
-           'write_stage_outputs', 'CPU_MODEL', 'PAPER_POLICY_MODEL', 'PAPER_REWARD_MODEL', 'NUM_CANDIDATES',
-           'SCORE_MARGIN', 'NUM_TURNS', 'USER_RESPONSE_PROBABILITY', 'NUM_EPISODES', 'GROUP_NUM_CANDIDATES',
-           'GROUP_NUM_TURNS', 'LORA_R', 'LORA_ALPHA', 'LORA_TARGETS', 'GRPO_MAX_STEPS', 'GRPO_NUM_GENERATIONS',
-           'GRPO_PER_DEVICE_BATCH', 'GRPO_GRAD_ACCUMULATION', 'GRPO_MAX_COMPLETION', 'GRPO_BETA']
+           'record_id', 'JsonlStore', 'read_jsonl', 'ConfigError', 'Config', 'numeric_problem', 'describe',
+           'field_description', 'redact', 'load_env_file', 'flag_value', 'new_run_id', 'RunDir', 'mark_stale_runs',
+           'record_fingerprint', 'fingerprint_changes', 'check_fingerprint', 'write_fingerprint', 'seed_everything',
+           'cache_dir', 'run_sync', 'write_stage_outputs', 'CPU_MODEL', 'PAPER_POLICY_MODEL', 'PAPER_REWARD_MODEL',
+           'NUM_CANDIDATES', 'SCORE_MARGIN', 'NUM_TURNS', 'USER_RESPONSE_PROBABILITY', 'NUM_EPISODES',
+           'GROUP_NUM_CANDIDATES', 'GROUP_NUM_TURNS', 'LORA_R', 'LORA_ALPHA', 'LORA_TARGETS', 'GRPO_MAX_STEPS',
+           'GRPO_NUM_GENERATIONS', 'GRPO_PER_DEVICE_BATCH', 'GRPO_GRAD_ACCUMULATION', 'GRPO_MAX_COMPLETION',
+           'GRPO_BETA']
 
 # %% ../nbs/00_core.ipynb #955cff4f
 # the canonical defaults (mascot.defaults), re-exported so every module that imports core reads them in its field defaults
@@ -318,7 +319,7 @@ class Config(BaseModel):
     @classmethod
     def add_arguments(cls, parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         for name, f in cls.model_fields.items():
-            ann, kw = f.annotation, {"dest": name, "default": argparse.SUPPRESS, "help": f.description}
+            ann, kw = f.annotation, {"dest": name, "default": argparse.SUPPRESS, "help": (field_description(cls, name) or "").replace("%", "%%")}
             base = [a for a in get_args(ann) if a is not type(None)] if get_origin(ann) in (typing.Union, types.UnionType) else [ann]
             typ = base[0] if len(base) == 1 else str
             if typ is bool:
@@ -366,6 +367,23 @@ def numeric_problem(name: str, value) -> str | None:
     if name.endswith("timeout") and not value > 0: return f"{_flag(name)} must be > 0 seconds (got {value})"
     if name.endswith("_probability") and not 0 <= value <= 1: return f"{_flag(name)} must be within [0, 1] (got {value})"
     if name == "max_retries" and value < 0: return f"{_flag(name)} must be >= 0 (got {value})"
+    return None
+
+# %% ../nbs/00_core.ipynb #da998ce8
+def describe(cls: type[Config], **descriptions: str) -> type[Config]:
+    """Give fields of `cls` their description (what `--help` shows), in a cell beside the class so the field lines stay short.
+    A subclass that redeclares a field (another default) keeps the description unless it gives its own."""
+    for name, text in descriptions.items():
+        if name not in cls.model_fields: raise ConfigError(f"describe({cls.__name__}): {name!r} is not one of its fields")
+        if not str(text).strip(): raise ConfigError(f"describe({cls.__name__}): the description of {name!r} is empty")
+        cls.model_fields[name].description = text
+    return cls
+
+def field_description(cls: type[Config], name: str) -> str | None:
+    "The description of field `name`: its own, else the nearest base class's (a redeclared default keeps its meaning)."
+    for base in cls.__mro__:
+        f = getattr(base, "model_fields", {}).get(name) if isinstance(base, type) and issubclass(base, BaseModel) else None
+        if f is not None and f.description: return f.description
     return None
 
 # %% ../nbs/00_core.ipynb #7df7fad3

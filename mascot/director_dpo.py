@@ -6,10 +6,10 @@
 from __future__ import annotations
 from .core import *
 from .llm import resolve_model_path, EMBEDDED_DEFAULT
-from .candidates import load_pairs, model_slug
-from .reward_model import split_by_context, package_versions, data_hash, EpochTrainingConfig, lora_config, save_trained, rank_run_dir, write_metadata, training_dtype
+from .pairs import load_pairs, model_slug
+from .training import (split_by_context, package_versions, data_hash, EpochTrainingConfig, lora_config, save_trained, write_metadata,
+                             training_run, load_causal_lm, trainable_snapshot, weights_changed)
 from .personas import roster_for_dataset, parse_directive
-from .speaker_grpo import trainable_snapshot, weights_changed
 import json, sys
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,8 @@ class DirectorDPOConfig(EpochTrainingConfig):
     beta: float = 0.1
     format_pairs: bool = False  # also keep "parses vs does not parse" pairs: they teach the output format only (the 135M smoke director needs them)
 
+    def trl_config(self, output_dir: str): return dpo_config(self, output_dir)
+
 def dpo_config(cfg: DirectorDPOConfig, output_dir: str):
     from trl import DPOConfig
     return cfg.trl_args(DPOConfig, output_dir, beta=cfg.beta)
@@ -42,7 +44,7 @@ def parsed_pairs(pairs, roster, format_pairs: bool = False):
 
 def train_director_dpo(cfg: DirectorDPOConfig) -> Path:
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
+    from transformers import set_seed
     from trl import DPOTrainer
     pairs = load_pairs(cfg.episode_dataset_path)
     if len(pairs) == 0: raise ValueError(f"{cfg.episode_dataset_path}: no directive pairs (generate branching data with more candidates or a lower margin)")
@@ -52,13 +54,9 @@ def train_director_dpo(cfg: DirectorDPOConfig) -> Path:
     train = pairs
     if cfg.holdout_fraction > 0: train, _, _ = split_by_context(pairs, cfg.holdout_fraction, cfg.seed)
     out = Path(cfg.output_dir) / (cfg.run_name or f"dpo_Director_{cfg.dataset}_{model_slug(cfg.model_name)}")
-    run = rank_run_dir(out, cfg)
-    try:
+    with training_run(out, cfg) as run:
         set_seed(cfg.seed)
-        path = resolve_model_path(cfg.model_name)
-        tok = AutoTokenizer.from_pretrained(path)
-        if tok.pad_token is None: tok.pad_token = tok.eos_token
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=training_dtype())
+        model, tok = load_causal_lm(cfg.model_name)
         trainer = DPOTrainer(model=model, args=dpo_config(cfg, str(out / "trainer")), train_dataset=train.select_columns(["prompt", "chosen", "rejected"]),
                              processing_class=tok, peft_config=lora_config(cfg, "CAUSAL_LM"))
         before = trainable_snapshot(trainer.model)
@@ -72,13 +70,17 @@ def train_director_dpo(cfg: DirectorDPOConfig) -> Path:
                 "versions": package_versions(), "config": cfg.resolved()}
         write_metadata(out, meta)
         run.extra.update(steps=result.global_step, max_weight_change=change, **{k: saved[k] for k in ("trainable_parameters", "total_parameters", "trainable_fraction")})
-        run.finish("completed")
-    except BaseException as e:
-        run.finish("failed", f"{e.__class__.__name__}: {e}"); raise
-    import shutil; shutil.rmtree(out / "trainer", ignore_errors=True)
     return out
 
 def main(argv: list[str] | None = None):
     print(train_director_dpo(DirectorDPOConfig.from_cli(argv, prog="mascot train-group --mode train-director-dpo")))
 
 if __name__ == "__main__" and "IPython" not in sys.modules: main()
+
+# %% ../nbs/23_director_dpo.ipynb #729f32a2
+describe(DirectorDPOConfig,
+    mode='train-director-dpo (this stage of mascot train-group)',
+    episode_dataset_path='the branching folder whose directive pairs are trained on; default: data/rl/branching_{dataset}_{model}',
+    holdout_fraction='share of the contexts left out of training (0: train on all)',
+    beta="DPO's beta: how far the policy may move from the reference (TRL's beta)",
+    format_pairs='also keep pairs whose rejected directive does not parse (they teach the output format only)')

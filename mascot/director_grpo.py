@@ -8,11 +8,11 @@ from .core import *
 from .llm import *
 from .personas import *
 from .episodes import EpisodeConfig, EpisodeRunner, EpisodeState
-from .group_data import state_from_dict, roll_forward
-from .group_reward_model import GroupRewardModel
-from .candidates import model_slug
-from .reward_model import split_by_context, package_versions, data_hash, lora_config, save_trained, rank_run_dir, write_metadata, process_rank, training_dtype
-from .speaker_grpo import trainable_snapshot, weights_changed, grpo_config, GRPOTrainingConfig, paired_summary
+from .rollouts import state_from_dict, roll_forward, random_directive
+from .reward_models import GroupRewardModel
+from .pairs import model_slug
+from .training import (split_by_context, package_versions, data_hash, lora_config, save_trained, write_metadata, training_run, process_rank,
+                             load_causal_lm, trainable_snapshot, weights_changed, grpo_config, GRPOTrainingConfig, paired_summary)
 import asyncio, json, random, statistics, sys
 from pathlib import Path
 from typing import Any
@@ -21,7 +21,7 @@ from typing import ClassVar
 # %% auto #0
 __all__ = ['DirectorGRPOConfig', 'make_directive_format_reward', 'rollout_states', 'make_rollout_reward',
            'heldout_director_backend', 'director_group_reward', 'director_prompts', 'heldout_directors',
-           'train_director_grpo', 'main', 'train_group_main']
+           'train_director_grpo', 'main']
 
 # %% ../nbs/22_director_grpo.ipynb #ac38dd7a
 class DirectorGRPOConfig(EndpointConfig, GRPOTrainingConfig):
@@ -55,6 +55,23 @@ class DirectorGRPOConfig(EndpointConfig, GRPOTrainingConfig):
                              user_response_probability=self.user_response_probability, speaker_max_tokens=self.speaker_max_tokens,
                              user_max_tokens=self.user_max_tokens, roster_path=self.roster_path, seed=self.seed, progress=False)
 
+# %% ../nbs/22_director_grpo.ipynb #395142d1
+describe(DirectorGRPOConfig,
+    mode='train-director-grpo (this stage of mascot train-group)',
+    episode_dataset_path='the branching folder whose director states are the prompts; default: data/rl/branching_{dataset}_{model}',
+    group_reward_model_path='the group reward model that scores rollouts; default: outputs/reward_model/group_reward_{dataset}_{model}',
+    rollout_server_url="a server for the rollouts' speaker and user calls (never the director's); unset: the run's routes",
+    horizon='steps each sampled directive is rolled forward before the group RM scores it',
+    holdout_fraction='share of the contexts held out for the random/untrained/trained comparison',
+    unparsed_directive_reward='reward of a directive that does not parse (not rolled out); None rolls it out with a random speaker',
+    eval_samples_per_state='directives sampled per held-out state, for every director compared',
+    num_turns='length of a rollout conversation in director steps (the episode it continues)',
+    enable_user_simulation='let the simulated user take turns in the rollouts',
+    user_response_probability='chance that the simulated user answers after a speaker turn in a rollout',
+    speaker_max_tokens='token cap of a speaker turn in a rollout',
+    user_max_tokens='token cap of a user turn in a rollout',
+    roster_path='a roster YAML instead of the dataset\'s built-in roster')
+
 # %% ../nbs/22_director_grpo.ipynb #41730534
 def _text(c) -> str: return c[-1]["content"] if isinstance(c, list) else str(c)
 
@@ -68,7 +85,7 @@ async def rollout_states(runner: EpisodeRunner, states: list[EpisodeState], text
     async def one(st, text):
         d = parse_directive(text, runner.roster)
         if d is None:
-            p = st.rng.choice(runner.roster.personas); d = Directive(p.name, DEFAULT_ACTION, p.tone)
+            d = random_directive(st.rng, runner.roster)
         return (await roll_forward(runner, st, d, text, horizon, num_turns))[1]
     return list(await asyncio.gather(*[one(s, t) for s, t in zip(states, texts)]))
 
@@ -109,7 +126,7 @@ async def director_group_reward(runner: EpisodeRunner, grm: GroupRewardModel, st
     if director == "random":
         texts = []
         for st in sts:
-            p = st.rng.choice(runner.roster.personas); texts.append(json.dumps(Directive(p.name, DEFAULT_ACTION, p.tone).to_dict()))
+            texts.append(json.dumps(random_directive(st.rng, runner.roster).to_dict()))
     else:
         emb = backend or runner.client.backend("director")
         rs = await asyncio.gather(*[emb.chat(ChatRequest(director_messages(st.situation, st.turns, runner.roster), model=director, max_tokens=max_tokens,
@@ -150,23 +167,19 @@ async def heldout_directors(runner: EpisodeRunner, grm: GroupRewardModel, states
 
 def train_director_grpo(cfg: DirectorGRPOConfig, embedded: EmbeddedBackend | None = None) -> Path:
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
+    from transformers import set_seed
     from trl import GRPOTrainer
     prompts = director_prompts(cfg.episode_dataset_path)
     train, held, held_ids = split_by_context(prompts, cfg.holdout_fraction, cfg.seed)
     grm = GroupRewardModel.load(cfg.group_reward_model_path)
     ecfg = cfg.episode_config()
     out = Path(cfg.output_dir) / (cfg.run_name or f"grpo_Director_{cfg.dataset}_{model_slug(cfg.model_name)}")
-    run = rank_run_dir(out, cfg)
-    client = LLMClient(ecfg, run=run, embedded=embedded)
-    runner = EpisodeRunner(ecfg, client, run)
-    try:
+    with training_run(out, cfg) as run:
+        client = LLMClient(ecfg, run=run, embedded=embedded)
+        runner = EpisodeRunner(ecfg, client, run)
         run.extra["routes"] = client.describe()
         set_seed(cfg.seed)
-        path = resolve_model_path(cfg.model_name)
-        tok = AutoTokenizer.from_pretrained(path); tok.padding_side = "left"
-        if tok.pad_token is None: tok.pad_token = tok.eos_token
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=training_dtype())
+        model, tok = load_causal_lm(cfg.model_name, padding_side="left")
         args = grpo_config(cfg, str(out / "trainer"))
         rewards = [make_rollout_reward(runner, grm, cfg.horizon, cfg.num_turns, cfg.seed, cfg.num_generations, cfg.unparsed_directive_reward),
                    make_directive_format_reward(runner.roster)]
@@ -193,10 +206,6 @@ def train_director_grpo(cfg: DirectorGRPOConfig, embedded: EmbeddedBackend | Non
         run.extra.update(steps=result.global_step, max_weight_change=change, heldout_untrained=untrained["mean_group_reward"],
                          heldout_trained=trained["mean_group_reward"],
                          **{k: saved[k] for k in ("trainable_parameters", "total_parameters", "trainable_fraction")})
-        run.finish("completed")
-    except BaseException as e:
-        run.finish("failed", f"{e.__class__.__name__}: {e}"); raise
-    import shutil; shutil.rmtree(out / "trainer", ignore_errors=True)
     return out
 
 def main(argv: list[str] | None = None):
@@ -206,17 +215,5 @@ def main(argv: list[str] | None = None):
     u, r = m["paired_diff_vs_untrained"], m["paired_diff_vs_random"]
     print(f"{out}\nheld-out group reward: untrained {m['heldout_untrained']['mean_group_reward']:.3f} -> trained {m['heldout_trained']['mean_group_reward']:.3f} "
           f"(paired {u['paired_diff']:+.3f} +- {u['se']:.3f} s.e.; vs random order {r['paired_diff']:+.3f} +- {r['se']:.3f}; {u['n_prompts']} states)")
-
-def train_group_main(argv: list[str] | None = None):
-    "`mascot train-group --mode train-reward-model|train-director-grpo|train-director-dpo ...` (director GRPO when --mode is absent, as in the reference)"
-    argv = list(sys.argv[1:] if argv is None else argv)
-    mode = flag_value(argv, "--mode", "train-director-grpo")
-    if mode == "train-reward-model":
-        from mascot.group_reward_model import main as m
-    elif mode == "train-director-grpo": m = main
-    elif mode == "train-director-dpo":
-        from mascot.director_dpo import main as m
-    else: raise ConfigError(f"--mode {mode!r}: train-group takes train-reward-model, train-director-grpo (the default) or train-director-dpo")
-    return m(argv)
 
 if __name__ == "__main__" and "IPython" not in sys.modules: main()

@@ -73,6 +73,36 @@ class EpisodeConfig(EndpointConfig):
     @property
     def name(self) -> str: return self.output_name or f"{self.system}_{self.dataset}_{self.split}"
 
+# %% ../nbs/04_episodes.ipynb #d7e027e0
+describe(EpisodeConfig,
+    dataset='ED, ESConv or QMSum: the roster (support or meeting) and the context format',
+    data_path="the dataset's original files (a folder or file), or demo:<folder> for the shipped demo contexts",
+    split='the dataset split the contexts come from',
+    num_samples='how many contexts to use (a seeded sample of the split); None: all of them',
+    num_turns='director -> speaker steps per conversation',
+    user_response_probability="chance that the simulated user answers after a speaker's turn",
+    seed='seed of the context sample, the sampling and every random choice of the loop',
+    enable_user_simulation='let a simulated user take turns (with --user-response-probability)',
+    enable_big_five='give the simulated user a Big Five personality profile',
+    user_big_five_profile="the profile's name (one of personas.BIG_FIVE_PROFILES); default: one drawn per context",
+    system='the system that plays the conversation: mascot, an ablation or a baseline (systems.SYSTEMS)',
+    roster_path="a roster YAML instead of the dataset's built-in roster",
+    output_dir='where the output files are written',
+    output_name="the output file's stem; default: the system and the model",
+    resume='continue an interrupted run: records already in the output are kept and skipped',
+    overwrite='replace existing output (only once the first new record is written)',
+    strict='stop at the first parse failure, empty reply or fallback instead of counting it',
+    director_temperature='sampling temperature of the director',
+    speaker_temperature='sampling temperature of the speakers',
+    user_temperature='sampling temperature of the simulated user',
+    director_max_tokens='token cap of one directive',
+    speaker_max_tokens='token cap of one speaker turn',
+    user_max_tokens='token cap of one user turn',
+    few_shot_k="worked examples in the few-shot baseline's prompt",
+    self_consistency_k='samples the self-consistency baseline votes over',
+    max_transcript_tokens='QMSum: the transcript window (tokens) the group sees',
+    progress='show a progress bar')
+
 # %% ../nbs/04_episodes.ipynb #dad61176
 # StrictModeError (raised under --strict at the first counted failure) lives in mascot.core, beside the job scaffold that stops on it.
 @dataclass

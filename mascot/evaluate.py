@@ -8,7 +8,7 @@ from .core import *
 from .llm import *
 from .episodes import EpisodeConfig, run_episodes_async
 from .systems import SYSTEMS, SYSTEM_REGISTRY, DIRECTOR_ALIAS, SPEAKER_ALIAS, SFT_ALIAS, get_system, assign_models, check_model_flags
-from .candidates import model_slug
+from .pairs import model_slug
 import asyncio, json, sys
 from pathlib import Path
 from pydantic import Field
@@ -40,6 +40,13 @@ def system_config(cfg: EvalConfig, system: str) -> EpisodeConfig:
     roles = {"directive_model": m.director, "agent_model": m.speaker, "user_model": m.user}
     return EpisodeConfig(**{**fields, **roles, "system": system, "lora_modules": m.lora_modules, "output_dir": str(out),
                             "output_name": f"{system}_{model_slug(cfg.model_name)}"})
+
+# %% ../nbs/30_evaluate.ipynb #9ffe6dec
+describe(EvalConfig,
+    systems='systems to generate conversations for (systems.SYSTEMS); default: all',
+    director_adapter="the trained director's LoRA adapter (mascot, mascot-g)",
+    speaker_adapter="the trained speaker's LoRA adapter (mascot, mascot-i)",
+    sft_adapter="the SFT baseline's adapter (sft)")
 
 # %% ../nbs/30_evaluate.ipynb #607d1ea6
 async def evaluate_async(cfg: EvalConfig, embedded: EmbeddedBackend | None = None) -> dict[str, Path]:

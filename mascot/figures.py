@@ -244,3 +244,12 @@ def run_figures(cfg: FiguresConfig) -> dict[str, Path]:
         except Exception as e: failed.append(f"{nb.stem}: {getattr(e, 'ename', type(e).__name__)}: {getattr(e, 'evalue', e)} (see {out / 'executed.ipynb'})")
     if failed: raise RuntimeError("figure notebooks failed:\n" + "\n".join(failed))
     return done
+
+# %% ../nbs/50_figures.ipynb #bedf25df
+describe(FiguresConfig,
+    judge_dir="the judge stage's folder (judge_scores.csv; required)",
+    metrics_dir="the automatic metrics' folder (optional)",
+    output_dir="where each figure notebook's PNG and CSV are written",
+    runs="other runs' judge folders for the sensitivity figures, beside this run's",
+    labels='a label per run (one per --runs entry, or one more for this run first); default: the folder names',
+    progress='show a progress bar')

@@ -10,27 +10,17 @@ from .data import Context, load_contexts
 from .personas import *
 from .episodes import (EpisodeConfig, EpisodeRunner, EpisodeState, new_state, episode_record, episode_rng, StrictModeError)
 from .judge import get_rubric, judge_conversation, JudgeParseError
-from .candidates import preference_pairs, save_pairs, model_slug
+from .pairs import preference_pairs, save_pairs, model_slug
 from .jobs import Job
+from .reward_models import GROUP_RM_INSTRUCTION, trajectory_messages
+from .rollouts import state_to_dict, state_from_dict, roll_forward
 import asyncio, json, random, sys
 from pathlib import Path
 from typing import Literal
 
 # %% auto #0
-__all__ = ['GROUP_RM_INSTRUCTION', 'UNPARSED_SCORE', 'render_conversation', 'trajectory_messages', 'GroupDataConfig', 'group_dir',
-           'score_trajectory', 'independent_context', 'trajectory_pairs', 'state_to_dict', 'state_from_dict',
-           'roll_forward', 'branching_context', 'directive_pairs', 'generate_group_async', 'generate_group', 'main']
-
-# %% ../nbs/20_group_data.ipynb #a365ef8f
-GROUP_RM_INSTRUCTION = ("Rate this conversation between a person and a team of companions as a whole: do the team's contributions stay consistent "
-                        "with what was already said, complement each other instead of repeating, avoid echoing agreement, and move the person forward?")
-
-def render_conversation(turns: list[Turn], roster: Roster) -> str: return render_history(turns, roster)
-
-def trajectory_messages(situation: str, turns: list[Turn], roster: Roster) -> tuple[list[dict], list[dict]]:
-    "(prompt, reply) for the group reward model."
-    return ([{"role": "system", "content": GROUP_RM_INSTRUCTION}, {"role": "user", "content": situation}],
-            [{"role": "assistant", "content": render_conversation(turns, roster)}])
+__all__ = ['UNPARSED_SCORE', 'GroupDataConfig', 'group_dir', 'score_trajectory', 'independent_context', 'trajectory_pairs',
+           'branching_context', 'directive_pairs', 'generate_group_async', 'generate_group', 'main']
 
 # %% ../nbs/20_group_data.ipynb #bc7edf45
 @judging_config
@@ -60,6 +50,17 @@ class GroupDataConfig(EpisodeConfig):
 def group_dir(cfg: GroupDataConfig) -> Path:
     kind = "group" if cfg.generation_mode == "independent" else "branching"
     return Path(cfg.output_dir) / f"{kind}_{cfg.dataset}_{model_slug(cfg.directive_model or cfg.model_name)}"
+
+# %% ../nbs/20_group_data.ipynb #05cabb97
+describe(GroupDataConfig,
+    mode='group (this stage); stage-1 data is --mode individual',
+    generation_mode='independent: whole episodes judged as trajectories (group RM data); branching: K directives per state rolled forward (director data)',
+    num_episodes='independent mode: episodes per context',
+    num_candidates='branching mode: directives proposed per state (K)',
+    horizon='branching mode: steps each directive is rolled forward before judging (0: to the end)',
+    score_margin="least difference of the judge's overall score (1-10) for two trajectories or directives to form a pair",
+    judge_max_tokens='token cap of one judgement',
+    judge_examples='worked examples in the judge prompt')
 
 # %% ../nbs/20_group_data.ipynb #26872b51
 async def score_trajectory(runner: EpisodeRunner, st: EpisodeState) -> tuple[float | None, dict | None]:
@@ -102,23 +103,6 @@ def trajectory_pairs(episodes: list[dict], margin: float, roster: Roster) -> lis
 
 # %% ../nbs/20_group_data.ipynb #750dd0cc
 UNPARSED_SCORE = 1.0
-
-def state_to_dict(st: EpisodeState) -> dict:
-    return {"context": st.context.to_dict(), "turns": [t.to_dict() for t in st.turns], "round_id": st.round_id,
-            "emotion_trajectory": list(st.emotion_trajectory), "big_five": st.big_five.name if st.big_five else None}
-
-def state_from_dict(d: dict, roster: Roster, seed: str = "0") -> EpisodeState:
-    return EpisodeState(Context.from_dict(d["context"]), roster, random.Random(seed), [Turn.from_dict(t) for t in d["turns"]], d["round_id"],
-                        list(d["emotion_trajectory"]), get_big_five(d["big_five"]) if d.get("big_five") else None)
-
-async def roll_forward(runner: EpisodeRunner, st: EpisodeState, directive: Directive, raw: str, horizon: int, num_turns: int) -> tuple[EpisodeState, EpisodeState]:
-    "Play `directive` from `st`: (state after its own step, state at the horizon, counted in steps)."
-    b = st.fork(raw)
-    await runner.step(b, directive, raw)
-    first = b.fork("continue")
-    end = num_turns if horizon <= 0 else min(num_turns, st.steps + horizon)
-    while b.steps < end: await runner.step(b)
-    return first, b
 
 async def branching_context(runner: EpisodeRunner, cfg: GroupDataConfig, ctx: Context) -> list[dict]:
     st, states = new_state(runner, ctx), []

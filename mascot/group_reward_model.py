@@ -6,16 +6,15 @@
 from __future__ import annotations
 from .core import *
 from .llm import EMBEDDED_DEFAULT
-from .reward_model import RewardModel, RewardModelConfig, train_reward_model
-from .candidates import model_slug
-from .group_data import trajectory_messages
+from .reward_models import RewardModel, RewardModelConfig, train_reward_model, GroupRewardModel
+from .pairs import model_slug
 from .personas import Roster
 import json, sys
 from pathlib import Path
 from typing import ClassVar
 
 # %% auto #0
-__all__ = ['GroupRewardModelConfig', 'train_group_reward_model', 'GroupRewardModel', 'main']
+__all__ = ['GroupRewardModelConfig', 'train_group_reward_model', 'main']
 
 # %% ../nbs/21_group_reward_model.ipynb #31a2d204
 class GroupRewardModelConfig(RewardModelConfig):
@@ -31,12 +30,6 @@ def train_group_reward_model(cfg: GroupRewardModelConfig) -> Path:
                                model_name=cfg.group_reward_model_name)
     return train_reward_model(rm_cfg, out_name=cfg.run_name or f"group_reward_{cfg.dataset}_{model_slug(cfg.group_reward_model_name)}")
 
-class GroupRewardModel(RewardModel):
-    "A reward model over whole conversations."
-    def score_states(self, situations: list[str], turns: list[list[Turn]], roster: Roster) -> list[float]:
-        pairs = [trajectory_messages(s, t, roster) for s, t in zip(situations, turns)]
-        return self.score([p for p, _ in pairs], [r for _, r in pairs])
-
 def main(argv: list[str] | None = None):
     cfg = GroupRewardModelConfig.from_cli(argv, prog="mascot train-group --mode train-reward-model")
     out = train_group_reward_model(cfg)
@@ -44,3 +37,8 @@ def main(argv: list[str] | None = None):
     print(f"{out}\nheld-out pairwise accuracy: {m['heldout_accuracy_before']:.3f} -> {m['heldout_accuracy_after']:.3f}")
 
 if __name__ == "__main__" and "IPython" not in sys.modules: main()
+
+# %% ../nbs/21_group_reward_model.ipynb #a61c4d56
+describe(GroupRewardModelConfig,
+    mode='train-reward-model (this stage of mascot train-group)',
+    group_reward_model_name="the group reward model's base model")

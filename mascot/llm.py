@@ -12,12 +12,12 @@ from typing import Any, ClassVar, Literal
 from pydantic import model_validator
 
 # %% auto #0
-__all__ = ['EMBEDDED_DEFAULT', 'PREFIX_CACHE_MIN_TOKENS', 'GEN_ROLES', 'ROLES', 'API_PROVIDERS', 'NO_JUDGE', 'ChatRequest',
-           'TokenLogprob', 'ChatResponse', 'LLMError', 'BackendUnavailable', 'ModelNotFound', 'MalformedResponse',
-           'ChatBackend', 'served_base', 'served_model', 'OpenAIBackend', 'smollm2_gguf', 'convert_smollm2',
-           'embedded_dtype', 'resolve_model_path', 'shared_prefix_len', 'embedded_stats', 'EmbeddedBackend',
-           'make_random_lora', 'EndpointConfig', 'judging_config', 'RoleRoute', 'route_roles', 'require_judge',
-           'public_url', 'judge_record', 'parse_lora_modules', 'LLMClient', 'chat_demo', 'main']
+__all__ = ['EMBEDDED_DEFAULT', 'TINY_MODEL_ENV', 'PREFIX_CACHE_MIN_TOKENS', 'GEN_ROLES', 'ROLES', 'API_PROVIDERS', 'NO_JUDGE',
+           'ChatRequest', 'TokenLogprob', 'ChatResponse', 'LLMError', 'BackendUnavailable', 'ModelNotFound',
+           'MalformedResponse', 'ChatBackend', 'served_base', 'served_model', 'OpenAIBackend', 'smollm2_gguf',
+           'convert_smollm2', 'embedded_dtype', 'resolve_model_path', 'tiny_model', 'shared_prefix_len',
+           'embedded_stats', 'EmbeddedBackend', 'make_random_lora', 'EndpointConfig', 'judging_config', 'RoleRoute',
+           'route_roles', 'require_judge', 'public_url', 'judge_record', 'parse_lora_modules', 'LLMClient']
 
 # %% ../nbs/01_llm.ipynb #b15fcbfb
 @dataclass
@@ -252,9 +252,35 @@ def embedded_dtype(device: str = "cpu") -> str:
 
 def resolve_model_path(name: str) -> str:
     "Map a model name to something `from_pretrained` loads: the embedded default, a local folder, or a hub id."
-    if name == EMBEDDED_DEFAULT: return str(convert_smollm2())
+    if name == EMBEDDED_DEFAULT: return str(tiny_model() if os.environ.get(TINY_MODEL_ENV) == "1" else convert_smollm2())
     if Path(name).expanduser().is_dir(): return str(Path(name).expanduser())
     return name
+
+# %% ../nbs/01_llm.ipynb #b79e6931
+TINY_MODEL_ENV = "MASCOT_TINY_MODEL"
+
+def tiny_model(dest: Path | None = None, seed: int = 0) -> Path:
+    "A 2-layer Llama (hidden size 64) with random weights and the embedded default's tokenizer, built once into the cache (no download)."
+    dest = Path(dest or cache_dir() / "models" / "tiny-random-llama")
+    if (dest / "model.safetensors").exists(): return dest
+    import torch
+    from transformers import AutoTokenizer, GenerationConfig, LlamaConfig, LlamaForCausalLM
+    real = convert_smollm2()
+    tok = AutoTokenizer.from_pretrained(real)
+    cfg = json.loads((real / "config.json").read_text())
+    tiny = LlamaConfig(vocab_size=cfg["vocab_size"], hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                       num_key_value_heads=2, max_position_embeddings=cfg.get("max_position_embeddings", 8192), tie_word_embeddings=True,
+                       bos_token_id=cfg.get("bos_token_id"), eos_token_id=cfg.get("eos_token_id"), pad_token_id=cfg.get("pad_token_id"))
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(tiny)
+    if (real / "generation_config.json").exists(): model.generation_config = GenerationConfig.from_pretrained(real)
+    tmp = dest.with_name(dest.name + f".tmp-{os.getpid()}")
+    model.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    try: os.replace(tmp, dest)
+    except OSError: shutil.rmtree(tmp, ignore_errors=True)  # another process won the race
+    return dest
 
 # %% ../nbs/01_llm.ipynb #6cb2154b
 @dataclass
@@ -598,6 +624,26 @@ def parse_lora_modules(specs: list[str]) -> dict[str, str]:
         out[alias] = path
     return out
 
+# %% ../nbs/01_llm.ipynb #d8bf2b19
+describe(EndpointConfig,
+    judge_provider='embedded: run the judge in this process on the embedded model (an explicit choice); unset: judging needs --judge-server-url',
+    model_name='the base model every role uses unless its own flag names another (a hub id, a local folder, or the embedded default)',
+    vllm_server_url='an OpenAI-compatible server (vLLM) for the director, speaker and user calls; unset: the embedded in-process model',
+    director_server_url="a server for the director's calls only (wins over --vllm-server-url)",
+    speaker_server_url="a server for the speaker's calls only (wins over --vllm-server-url)",
+    user_server_url="a server for the simulated user's calls only (wins over --vllm-server-url)",
+    judge_server_url="a server for the judge's calls; unset: the embedded model judges",
+    directive_model="the director's model (or LoRA alias on its server); default: --model-name",
+    agent_model="the speakers' model (or LoRA alias on its server); default: --model-name",
+    user_model="the simulated user's model; default: --model-name",
+    judge="the judge's model (name on the judge server, or a local model); default: --model-name",
+    share_model="load one model and reuse it for every generating role (the reference's flag); the role flags may name at most one model",
+    lora_modules='LoRA adapters for the embedded backend as alias=path (the vLLM --lora-modules syntax)',
+    trace_role_calls='record every role call (messages and reply) in the run folder, for debugging prompts',
+    max_concurrency='requests in flight at once, over all roles',
+    request_timeout='seconds before one request to a server is abandoned (then retried)',
+    max_retries='retries of a failed or empty request before it counts as a failure')
+
 # %% ../nbs/01_llm.ipynb #8c9a319b
 class LLMClient:
     "Role-aware chat: `await client.chat('speaker', messages, temperature=0.7)`."
@@ -695,29 +741,3 @@ def _fill_empty(resp: ChatResponse, empty: list[int], again: ChatResponse) -> Ch
         if lps is not None: lps[i] = again.logprobs[j] if again.logprobs else []
     return ChatResponse(texts, reasons, resp.prompt_tokens, resp.completion_tokens + again.completion_tokens, resp.model, resp.backend,
                         resp.latency_s + again.latency_s, lps)
-
-# %% ../nbs/01_llm.ipynb #302319dc
-def chat_demo(message: str = "I have been feeling lonely since I moved to a new city.", cfg: EndpointConfig | None = None, max_tokens: int = 48) -> dict:
-    "One director → speaker exchange on the configured backends."
-    async def go():
-        client = LLMClient(cfg or EndpointConfig())
-        await client.check()
-        d = await client.chat("director", [{"role": "system", "content": "You coordinate The Anchor (validates feelings), The Catalyst (suggests small steps) "
-                                                     "and The Beacon (points out strengths). Name who should answer and how, in one line."},
-                                           {"role": "user", "content": message}], max_tokens=max_tokens)
-        s = await client.chat("speaker", [{"role": "system", "content": f"You are a supportive companion. Director's note: {d.text}"},
-                                          {"role": "user", "content": message}], max_tokens=max_tokens)
-        await client.aclose()
-        return {"user": message, "director": d.text, "speaker": s.text, "routes": client.describe()}
-    return run_sync(go())
-
-def main(argv: list[str] | None = None):
-    import argparse
-    p = argparse.ArgumentParser(prog="mascot chat", description="One director -> speaker exchange (a smoke test of the LLM layer).")
-    p.add_argument("message", nargs="?", default="I have been feeling lonely since I moved to a new city.")
-    EndpointConfig.add_arguments(p)
-    ns = vars(p.parse_args(argv)); msg = ns.pop("message")
-    out = chat_demo(msg, EndpointConfig.from_dict(ns, "command line"))
-    for k in ("user", "director", "speaker"): print(f"{k:>8}: {out[k]}")
-
-if __name__ == "__main__" and "IPython" not in sys.modules: main()  # `python -m mascot.<module>`; never inside a notebook

@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 # %% auto #0
-__all__ = ['GEN', 'STAGES', 'STAGE_BY_KEY', 'JOB_HEADING', 'PEAK_FILE', 'IMPORT_CELL', 'PEAK_CELL', 'Stage', 'config_class',
-           'PipelineConfig', 'expand_env', 'load_pipeline_config', 'stage_params', 'absolute_paths', 'run_dir_of',
-           'check_stage', 'nbs_dir', 'job_notebook', 'StageFailed', 'job_runs', 'summed_counters', 'plan_pipeline',
-           'run_pipeline', 'main']
+__all__ = ['GEN', 'STAGES', 'STAGE_BY_KEY', 'STAGE_DOCS', 'JOB_HEADING', 'PEAK_FILE', 'IMPORT_CELL', 'PEAK_CELL', 'Stage',
+           'config_class', 'stage_table', 'PipelineConfig', 'expand_env', 'load_pipeline_config', 'stage_params',
+           'absolute_paths', 'run_dir_of', 'check_stage', 'nbs_dir', 'job_notebook', 'StageFailed', 'job_runs',
+           'summed_counters', 'plan_pipeline', 'run_pipeline', 'main']
 
 # %% ../nbs/40_pipeline.ipynb #4aea4c38
 @dataclass
@@ -59,6 +59,31 @@ STAGE_BY_KEY = {s.key: s for s in STAGES}
 def config_class(stage: Stage):
     mod, cls = stage.config_class.split(":")
     return getattr(importlib.import_module(mod), cls)
+
+# %% ../nbs/40_pipeline.ipynb #5159e978
+STAGE_DOCS: dict[str, tuple[str | None, str]] = {  # stage key -> (the command that runs the stage alone, or None; what it writes)
+    "candidates": ("mascot generate --mode individual", "`individual_<D>_<M>/`: `candidates.jsonl` (K judged replies per context and persona), `pairs/` and `pairs.jsonl`"),
+    "reward_model": ("mascot train-reward-model", "`Individual_<D>_<M>/`: LoRA adapter with score head, `mascot_metadata.json` (held-out accuracy before/after), `log_history.json`, `training_curves.png`"),
+    "speaker_grpo": ("mascot train-speaker", "`grpo_Speaker_individual_<D>_<M>/`: speaker adapter, metadata (held-out RM score base vs trained), log, curves"),
+    "sft": ("mascot train-sft", "`sft_Speaker_<D>_<M>/`: the SFT baseline's adapter, metadata, log, curves"),
+    "group_data": ("mascot generate --mode group --generation-mode independent", "`group_<D>_<M>/`: `episodes.jsonl` (judged trajectories), `pairs/`"),
+    "branching": ("mascot generate --mode group --generation-mode branching", "`branching_<D>_<M>/`: `states.jsonl` (director states, K rolled-out directives each), `pairs/`"),
+    "group_reward_model": ("mascot train-group --mode train-reward-model", "`group_reward_<D>_<M>/`: the group reward model (adapter with score head), metadata"),
+    "director_grpo": ("mascot train-group --mode train-director-grpo", "`grpo_Director_<D>_<M>/`: director adapter, metadata (held-out group reward: random, untrained, trained)"),
+    "director_dpo": ("mascot train-group --mode train-director-dpo", "`dpo_Director_<D>_<M>/`: the DPO director's adapter, metadata"),
+    "evaluate": ("mascot eval", "`<system>_<M>.jsonl`: one conversation file per system"),
+    "judge": ("mascot judge-all", "`judge_scores.csv` (a row per conversation, criterion and judge), `judge_summary.csv`"),
+    "auto_metrics": (None, "`auto_metrics_<file>.json` per conversation file: NLI contradiction, Self-BLEU, echo (`mascot metrics` does one file)"),
+    "figures": (None, "a PNG and a CSV per paper table or figure (`nbs/figures/`)"),
+}
+
+def stage_table() -> str:
+    "The README's table of the pipeline's stages: stage, notebook, command, artefacts (from `STAGES` and `STAGE_DOCS`)."
+    rows = ["| stage | notebook | command | artefacts |", "|---|---|---|---|"]
+    for s in STAGES:
+        command, artefacts = STAGE_DOCS[s.key]
+        rows.append(f"| `{s.key}` | `nbs/{s.notebook}` | {f'`{command}`' if command else 'only in `mascot run`'} | {artefacts} |")
+    return "\n".join(rows)
 
 # %% ../nbs/40_pipeline.ipynb #50539d95
 class PipelineConfig(Config):
@@ -140,6 +165,12 @@ def check_stage(cfg: PipelineConfig, stage: Stage, params: dict, source: str, pe
     if getattr(stage_cfg, "uses_judge", False):  # a stage that judges needs its judge chosen (endpoints.judge_server_url or judge_provider: embedded)
         try: require_judge(stage_cfg)
         except ConfigError as e: raise ConfigError(f"{source}: stages.{stage.key}: {e} (in a config: endpoints.judge_server_url, or endpoints.judge_provider: embedded)") from None
+    from mascot.training import TrainingConfig
+    if isinstance(stage_cfg, TrainingConfig):  # TRL's own checks of the `trl` keys now, not when the stage starts
+        import tempfile
+        with tempfile.TemporaryDirectory() as d:
+            try: stage_cfg.trl_config(d)
+            except (ConfigError, ValueError) as e: raise ConfigError(f"{source}: stages.{stage.key}: {' '.join(str(e).split())}") from None
     for fld in stage.inputs:
         if fld in pending: continue
         v = params.get(fld)
@@ -252,7 +283,7 @@ def plan_pipeline(cfg: PipelineConfig, source: str = "config", from_stage: str |
 
 def run_pipeline(cfg: PipelineConfig, source: str = "config", from_stage: str | None = None, only: str | None = None, resume: bool = False,
                  log=print) -> Path:
-    from mascot.reward_model import package_versions
+    from mascot.training import package_versions
     run_dir = run_dir_of(cfg)
     todo, outputs = plan_pipeline(cfg, source, from_stage, only, resume)
     run_dir.mkdir(parents=True, exist_ok=True)

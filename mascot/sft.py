@@ -6,11 +6,11 @@
 from __future__ import annotations
 from .core import *
 from .llm import resolve_model_path, EMBEDDED_DEFAULT
-from .candidates import model_slug
+from .pairs import model_slug
 from .personas import roster_for_dataset
 from .episodes import baseline_messages
-from .reward_model import package_versions, data_hash, EpochTrainingConfig, lora_config, save_trained, rank_run_dir, write_metadata, training_dtype
-from .speaker_grpo import trainable_snapshot, weights_changed
+from .training import (package_versions, data_hash, EpochTrainingConfig, lora_config, save_trained, write_metadata, training_run, load_causal_lm,
+                             trainable_snapshot, weights_changed)
 import json, sys
 from pathlib import Path
 from typing import Any
@@ -26,6 +26,10 @@ class SFTConfig_(EpochTrainingConfig):
     PATH_DEFAULTS: ClassVar[dict[str, str]] = {"data_path": "data/rl/individual_{dataset}_{model}"}
     min_score: float = 0.0
     learning_rate: float = 1e-4
+
+    def trl_config(self, output_dir: str):
+        from trl import SFTConfig
+        return self.trl_args(SFTConfig, output_dir)
 
 def sft_rows(data_path: str | Path, dataset: str, min_score: float = 0.0) -> list[dict]:
     p = Path(data_path) / "candidates.jsonl"
@@ -43,18 +47,15 @@ def sft_rows(data_path: str | Path, dataset: str, min_score: float = 0.0) -> lis
 
 def train_sft(cfg: SFTConfig_) -> Path:
     import torch, datasets
-    from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
-    from trl import SFTTrainer, SFTConfig
+    from transformers import set_seed
+    from trl import SFTTrainer
     rows = sft_rows(cfg.data_path, cfg.dataset, cfg.min_score)
     if not rows: raise ValueError(f"{cfg.data_path}: no scored candidate at or above --min-score {cfg.min_score}")
     out = Path(cfg.output_dir) / (cfg.run_name or f"sft_Speaker_{cfg.dataset}_{model_slug(cfg.model_name)}")
-    run = rank_run_dir(out, cfg)
-    try:
+    with training_run(out, cfg) as run:
         set_seed(cfg.seed)
-        path = resolve_model_path(cfg.model_name)
-        tok = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=training_dtype())
-        sargs = cfg.trl_args(SFTConfig, str(out / "trainer"))
+        model, tok = load_causal_lm(cfg.model_name, pad_from_eos=False)
+        sargs = cfg.trl_config(str(out / "trainer"))
         ds = datasets.Dataset.from_list([{"prompt": r["prompt"], "completion": r["completion"]} for r in rows])
         trainer = SFTTrainer(model=model, args=sargs, train_dataset=ds, processing_class=tok,
                              peft_config=lora_config(cfg, "CAUSAL_LM"))
@@ -68,16 +69,17 @@ def train_sft(cfg: SFTConfig_) -> Path:
                 "versions": package_versions(), "config": cfg.resolved()}
         write_metadata(out, meta)
         run.extra.update(steps=result.global_step, max_weight_change=change, **{k: saved[k] for k in ("trainable_parameters", "total_parameters", "trainable_fraction")})
-        run.finish("completed")
-    except BaseException as e:
-        run.finish("failed", f"{e.__class__.__name__}: {e}"); raise
-    import shutil; shutil.rmtree(out / "trainer", ignore_errors=True)
     return out
 
 def main(argv: list[str] | None = None):
     print(train_sft(SFTConfig_.from_cli(argv, prog="mascot train-sft")))
 
 if __name__ == "__main__" and "IPython" not in sys.modules: main()
+
+# %% ../nbs/13_sft.ipynb #b0abd216
+describe(SFTConfig_,
+    data_path='the stage-1 folder whose best candidates are the targets; default: data/rl/individual_{dataset}_{model}',
+    min_score="leave out queries whose best candidate scores below this (judge's overall, 1-10)")
 
 # %% ../nbs/13_sft.ipynb #a1e4a12e
 def completion_logprobs(model, tokenizer, prompts: list[list[dict]], completions: list[str]) -> list[float]:

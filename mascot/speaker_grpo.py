@@ -6,8 +6,10 @@
 from __future__ import annotations
 from .core import *
 from .llm import resolve_model_path, EMBEDDED_DEFAULT, EmbeddedBackend, ChatRequest
-from .candidates import model_slug
-from .reward_model import RewardModel, split_by_context, package_versions, data_hash, TrainingConfig, lora_config, save_trained, rank_run_dir, write_metadata, process_rank, training_dtype
+from .pairs import model_slug
+from .reward_models import RewardModel
+from .training import (TrainingConfig, GRPOTrainingConfig, grpo_config, split_by_context, package_versions, data_hash, lora_config, save_trained,
+                             write_metadata, training_run, process_rank, load_causal_lm, trainable_snapshot, weights_changed, paired_summary)
 from .personas import ROSTERS, SUPPORT_ROSTER, MEETING_ROSTER
 import asyncio, json, re, statistics, sys
 from pathlib import Path
@@ -15,9 +17,8 @@ from typing import Any
 from typing import ClassVar
 
 # %% auto #0
-__all__ = ['degenerate_reason', 'format_reward', 'make_conciseness_reward', 'PersonaRMReward', 'GRPOTrainingConfig',
-           'SpeakerGRPOConfig', 'grpo_config', 'speaker_prompts', 'paired_summary', 'evaluate_policies',
-           'trainable_snapshot', 'weights_changed', 'train_speaker', 'main']
+__all__ = ['degenerate_reason', 'format_reward', 'make_conciseness_reward', 'PersonaRMReward', 'SpeakerGRPOConfig',
+           'speaker_prompts', 'evaluate_policies', 'train_speaker', 'main']
 
 # %% ../nbs/12_speaker_grpo.ipynb #26dd1118
 def _text(c) -> str: return c[-1]["content"] if isinstance(c, list) else str(c)
@@ -74,28 +75,6 @@ class PersonaRMReward:
         return [s if g else s - shift for s, g in zip(scores, ok)]
 
 # %% ../nbs/12_speaker_grpo.ipynb #961d61c9
-class GRPOTrainingConfig(TrainingConfig):
-    """What both GRPO stages (speaker, director) take; `reward_weights` has one weight per reward function. The defaults are a CPU-sized step that
-    still follows the reference's shape: 4 prompts per optimiser step (batch 4 completions x 4 accumulation / 4 generations), a small KL, completions
-    cut at the cap masked out of the loss, sampling as the episodes sample, rewards standardised per function before they are weighted."""
-    max_steps: int = GRPO_MAX_STEPS
-    num_generations: int = GRPO_NUM_GENERATIONS
-    per_device_train_batch_size: int = GRPO_PER_DEVICE_BATCH
-    gradient_accumulation_steps: int = GRPO_GRAD_ACCUMULATION
-    max_completion_length: int = GRPO_MAX_COMPLETION
-    temperature: float = 0.7  # the episodes' speaker temperature: train on the samples the system will produce
-    top_p: float = 1.0
-    beta: float = GRPO_BETA
-    mask_truncated_completions: bool = True
-    scale_rewards: str = "batch"
-    multi_objective_aggregation: str = "normalize_then_sum"
-    reward_weights: list[float] = []
-    use_vllm: bool = False
-    vllm_mode: str = "server"
-
-    def prompts_per_step(self) -> float:
-        return self.per_device_train_batch_size * self.gradient_accumulation_steps / self.num_generations
-
 class SpeakerGRPOConfig(GRPOTrainingConfig):
     "Flags of `mascot train-speaker`."
     algorithm: str = "grpo"
@@ -116,15 +95,16 @@ class SpeakerGRPOConfig(GRPOTrainingConfig):
         if len(self.reward_weights) != 3: raise ConfigError("--reward-weights takes 3 numbers: reward model, format, conciseness")
         if self.eval_samples_per_prompt < 1: raise ConfigError("--eval-samples-per-prompt must be >= 1")
 
-def grpo_config(cfg: GRPOTrainingConfig, output_dir: str):
-    "TRL's GRPOConfig for the speaker or the director."
-    from trl import GRPOConfig
-    return cfg.trl_args(GRPOConfig, output_dir, max_steps=cfg.max_steps, num_generations=cfg.num_generations, temperature=cfg.temperature,
-                        top_p=cfg.top_p, beta=cfg.beta, gradient_accumulation_steps=cfg.gradient_accumulation_steps,
-                        mask_truncated_completions=cfg.mask_truncated_completions, scale_rewards=cfg.scale_rewards,
-                        multi_objective_aggregation=cfg.multi_objective_aggregation,
-                        max_completion_length=cfg.max_completion_length, reward_weights=list(cfg.reward_weights), use_vllm=cfg.use_vllm,
-                        **({"vllm_mode": cfg.vllm_mode} if cfg.use_vllm else {}))
+# %% ../nbs/12_speaker_grpo.ipynb #e3061818
+describe(SpeakerGRPOConfig,
+    algorithm='grpo (the only one here; the SFT baseline is mascot train-sft)',
+    data_path='the stage-1 folder whose prompts the speaker trains on; default: data/rl/individual_{dataset}_{model}',
+    reward_model_path='the persona reward model; default: outputs/reward_model/Individual_{dataset}_{model}',
+    holdout_fraction='share of the contexts held out for the base-vs-trained comparison',
+    concise_min_words='the conciseness reward is 1 from this many words',
+    concise_max_words='... up to this many words, falling to 0 at twice as many',
+    eval_max_tokens="token cap of the held-out evaluation's replies",
+    eval_samples_per_prompt='replies sampled per held-out prompt, for base and trained alike')
 
 # %% ../nbs/12_speaker_grpo.ipynb #cd73b761
 def speaker_prompts(data_path: str | Path):
@@ -134,12 +114,6 @@ def speaker_prompts(data_path: str | Path):
     rows = [{"prompt": r["prompt"], "persona": r["persona"], "context_id": r["context_id"]} for r in read_jsonl(p)]
     if not rows: raise ValueError(f"{p} holds no prompts")
     return datasets.Dataset.from_list(rows)
-
-def paired_summary(base: list[float], trained: list[float]) -> dict:
-    "Mean paired difference (trained - base, one value per prompt) with its standard error and the number of prompts."
-    diffs = [t - b for b, t in zip(base, trained)]
-    se = statistics.stdev(diffs) / len(diffs) ** 0.5 if len(diffs) > 1 else float("nan")
-    return {"paired_diff": statistics.fmean(diffs), "se": se, "n_prompts": len(diffs)}
 
 async def _sampled_rm(emb: EmbeddedBackend, rm: RewardModel, prompts, model: str | None, max_tokens: int, samples: int, temperature: float,
                       top_p: float, seed: int) -> tuple[list[float], list[list[str]], float]:
@@ -171,30 +145,17 @@ def evaluate_policies(base: str, adapter_dir: str | Path | None, rm: RewardModel
     return run_sync(go())
 
 # %% ../nbs/12_speaker_grpo.ipynb #eef48684
-def trainable_snapshot(model) -> dict:
-    import torch
-    return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
-
-def weights_changed(before: dict, model) -> float:
-    "Largest absolute change of any trainable weight since the snapshot."
-    now = dict(model.named_parameters())
-    return max(float((now[n].detach() - w).abs().max()) for n, w in before.items())
-
 def train_speaker(cfg: SpeakerGRPOConfig) -> Path:
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
+    from transformers import set_seed
     from trl import GRPOTrainer
     prompts = speaker_prompts(cfg.data_path)
     train, held, held_ids = split_by_context(prompts, cfg.holdout_fraction, cfg.seed)
     rm = RewardModel.load(cfg.reward_model_path)
     out = Path(cfg.output_dir) / (cfg.run_name or f"grpo_Speaker_individual_{cfg.dataset}_{model_slug(cfg.model_name)}")
-    run = rank_run_dir(out, cfg)
-    try:
+    with training_run(out, cfg) as run:
         set_seed(cfg.seed)
-        path = resolve_model_path(cfg.model_name)
-        tok = AutoTokenizer.from_pretrained(path); tok.padding_side = "left"
-        if tok.pad_token is None: tok.pad_token = tok.eos_token
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=training_dtype())
+        model, tok = load_causal_lm(cfg.model_name, padding_side="left")
         rewards = [PersonaRMReward(rm), format_reward, make_conciseness_reward(cfg.concise_min_words, cfg.concise_max_words)]
         trainer = GRPOTrainer(model=model, reward_funcs=rewards, args=grpo_config(cfg, str(out / "trainer")), train_dataset=train,
                               processing_class=tok, peft_config=lora_config(cfg, "CAUSAL_LM"))
@@ -211,10 +172,6 @@ def train_speaker(cfg: SpeakerGRPOConfig) -> Path:
         write_metadata(out, meta)
         run.extra.update({k: meta.get(k) for k in ("steps", "max_weight_change", "base_mean_rm", "trained_mean_rm", "paired_diff", "se",
                                                       "trainable_parameters", "total_parameters", "trainable_fraction")})
-        run.finish("completed")
-    except BaseException as e:
-        run.finish("failed", f"{e.__class__.__name__}: {e}"); raise
-    import shutil; shutil.rmtree(out / "trainer", ignore_errors=True)
     return out
 
 def main(argv: list[str] | None = None):

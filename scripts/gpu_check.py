@@ -25,8 +25,10 @@ def main():
             ok = False; results[name] = {"ok": False, "error": f"{e.__class__.__name__}: {e}", "trace": traceback.format_exc()[-2000:]}
         print(name, results[name].get("ok"), {k: v for k, v in results[name].items() if k not in ("trace",)}, flush=True)
 
-    from mascot.reward_model import training_dtype, RewardModelConfig, train_reward_model, known_label_pairs, RewardModel
-    from mascot.candidates import save_pairs
+    from mascot.training import training_dtype
+    from mascot.reward_model import known_label_pairs
+    from mascot.reward_models import RewardModelConfig, train_reward_model, RewardModel
+    from mascot.pairs import save_pairs
     from mascot.data import load_contexts
     from mascot.llm import EmbeddedBackend, ChatRequest
     def dtype():

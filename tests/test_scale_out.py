@@ -8,7 +8,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_reward_model_trains_on_two_ranks_and_saves_one_adapter(shared_data_dir, tmp_path):
     from mascot.data import load_contexts
-    from mascot.candidates import save_pairs
+    from mascot.pairs import save_pairs
     from mascot.reward_model import known_label_pairs
     rows = known_label_pairs(load_contexts("ESConv", split="train", data_path=str(shared_data_dir / "esconv"))[:8])
     (tmp_path / "pairs").mkdir(); save_pairs(rows, tmp_path / "pairs")
