@@ -11,11 +11,12 @@ from pathlib import Path
 from typing import Callable, Literal, Sequence
 
 # %% auto #0
-__all__ = ['DEFAULT_NLI_MODEL', 'PAIRING_MODES', 'NLI_DIRECTIONS', 'Pair', 'Scorer', 'minilm_path', 'MetricsConfig', 'AgentTurn',
-           'Conversation', 'RoundIdError', 'conversation_from_record', 'load_conversations', 'turn_pairs',
-           'pair_contradiction_probs', 'resolve_device', 'contradiction_index', 'NliScorer', 'tiny_nli_model',
-           'self_bleu_scores', 'SentenceEmbedder', 'echo_similarities', 'degenerate_reasons', 'conversation_row',
-           'pool', 'evaluate', 'main', 'MetricsStageConfig', 'metrics_folder']
+__all__ = ['DEFAULT_NLI_MODEL', 'PAIRING_MODES', 'NLI_DIRECTIONS', 'Pair', 'Scorer', 'GROUP_REWARD_PARTS', 'minilm_path',
+           'MetricsConfig', 'AgentTurn', 'Conversation', 'RoundIdError', 'conversation_from_record',
+           'load_conversations', 'turn_pairs', 'pair_contradiction_probs', 'resolve_device', 'contradiction_index',
+           'NliScorer', 'tiny_nli_model', 'self_bleu_scores', 'SentenceEmbedder', 'echo_similarities',
+           'degenerate_reasons', 'conversation_row', 'pool', 'ProgrammaticGroupReward', 'evaluate', 'main',
+           'MetricsStageConfig', 'metrics_folder']
 
 # %% ../nbs/32_auto_metrics.ipynb #c0bc50c5
 DEFAULT_NLI_MODEL = "FacebookAI/roberta-large-mnli"  # the reference's NLI model
@@ -273,6 +274,38 @@ def pool(rows: list[dict]) -> dict:
             "self_bleu": bleu, "num_replies": num_replies, "echo_score": echo, "num_echo_pairs": num_echo,
             "degenerate_rate": bad / turns if turns else None, "degenerate_ci95": wilson_interval(bad, turns) if turns else None,
             "num_degenerate": bad, "num_agent_turns": turns, "degenerate_reasons": dict(sorted(reasons.items()))}
+
+# %% ../nbs/32_auto_metrics.ipynb #6c4ae0ac
+GROUP_REWARD_PARTS = ("distinct_speakers", "diversity", "relevance", "clean")
+
+class ProgrammaticGroupReward:
+    "Distinct speakers, low Self-BLEU, relevance to the situation (MiniLM) and clean replies, averaged: a learnable stand-in for the group RM."
+    def __init__(self, embed: Callable | None = None):
+        self._embed = embed
+
+    @property
+    def embed(self) -> Callable:
+        if self._embed is None: self._embed = SentenceEmbedder()
+        return self._embed
+
+    def parts(self, situation: str, turns, roster) -> dict[str, float]:
+        "The four parts for one conversation (`turns`: `mascot.core.Turn`s, user turns included)."
+        import torch
+        from mascot.speaker_grpo import degenerate_reason
+        agent = [(i, t) for i, t in enumerate(turns) if t.turn_type != "user" and str(t.response).strip()]
+        if not agent: return dict.fromkeys(GROUP_REWARD_PARTS, 0.0)
+        replies = [t.response for _, t in agent]
+        bleus = self_bleu_scores(replies)
+        vecs = torch.nn.functional.normalize(torch.as_tensor(self.embed([situation, *replies])).float(), dim=-1)
+        shown = lambda i: situation + "\n" + "\n".join(t.response for t in turns[:i])
+        return {"distinct_speakers": len({t.agent_name for _, t in agent}) / min(len(agent), len(roster.personas)),
+                "diversity": 1 - _mean(bleus) / 100 if bleus else 1.0,
+                "relevance": _mean([max(0.0, float(vecs[0] @ v)) for v in vecs[1:]]),
+                "clean": 1 - _mean([float(degenerate_reason(t.response, shown(i)) is not None) for i, t in agent])}
+
+    def score_states(self, situations: list[str], turns: list[list], roster) -> list[float]:
+        "One reward in [0, 1] per conversation: the mean of its parts."
+        return [_mean(list(self.parts(s, t, roster).values())) for s, t in zip(situations, turns)]
 
 # %% ../nbs/32_auto_metrics.ipynb #a5a85f9e
 def evaluate(cfg: MetricsConfig, scorer: Scorer | None = None, embed: Callable | None = None) -> dict:
