@@ -222,12 +222,15 @@ def main():
     def save():
         out.parent.mkdir(parents=True, exist_ok=True); out.write_text(json.dumps(res, indent=2))
     res.setdefault("settings_by_section", {})
+    def todo(name):  # absent, recorded as not measured (a stopped run), or its files are gone (director states of another machine)
+        r = res.get(name)
+        return r is None or r.get("measured") is False or (name == "director_states" and not Path(r["path"], "states.jsonl").exists())
     def run(name, fn, needed=False):
-        if (needed or name in a.sections) and name not in res:
+        if (needed or name in a.sections) and todo(name):
             res[name] = fn(); res["settings_by_section"][name] = vars(a); save(); print(name, res[name], flush=True)
     run("reward_model", lambda: section_reward_model(a, work))
     run("speaker", lambda: section_speaker(a, work, res["reward_model"]["path"]))
-    if any(s in a.sections and s not in res for s in ("group_reward_model", "director", "dpo_director")):
+    if any(s in a.sections and todo(s) for s in ("group_reward_model", "director", "dpo_director")):
         from mascot.llm import EmbeddedBackend
         from mascot.auto_metrics import ProgrammaticGroupReward
         embedded, reward = EmbeddedBackend(), ProgrammaticGroupReward()
