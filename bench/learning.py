@@ -97,6 +97,8 @@ def section_group_reward_model(a, work: Path, states_path: str, embedded, reward
     from mascot.group_data import state_from_dict, trajectory_messages
     from mascot.group_reward_model import GroupRewardModelConfig, train_group_reward_model
     from mascot.core import read_jsonl, run_sync
+    folder = work / "group_pairs"
+    if (folder / "pairs.jsonl").exists(): return train_group_rm(a, work, folder)  # a stopped run's pairs: the rollouts are not redone
     runner = director_runner(embedded)
     states = list(read_jsonl(Path(states_path) / "states.jsonl"))
     async def rollouts(s, k):
@@ -116,7 +118,11 @@ def section_group_reward_model(a, work: Path, states_path: str, embedded, reward
             _, rejected = trajectory_messages(eps[r].situation, eps[r].turns, runner.roster)
             rows.append({"prompt": prompt, "chosen": chosen, "rejected": rejected, "score_chosen": cands[c]["overall"],
                          "score_rejected": cands[r]["overall"], "persona": "group", "context_id": s["context_id"], "query_id": f"{s['state_id']}:{c}>{r}"})
-    folder = work / "group_pairs"; folder.mkdir(parents=True, exist_ok=True); save_pairs(rows, folder)
+    folder.mkdir(parents=True, exist_ok=True); save_pairs(rows, folder)
+    return train_group_rm(a, work, folder)
+
+def train_group_rm(a, work: Path, folder: Path) -> dict:
+    from mascot.group_reward_model import GroupRewardModelConfig, train_group_reward_model
     t = time.time()
     out = train_group_reward_model(GroupRewardModelConfig(dataset="ESConv", data_path=str(folder), output_dir=str(work / "grm"),
                                                           num_train_epochs=a.rm_epochs, max_length=512, lora_r=8, learning_rate=1e-3,
