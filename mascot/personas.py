@@ -209,24 +209,35 @@ def _context(situation: str, history: list[Turn], roster: Roster) -> str:
 def _msgs(system: str, user: str) -> list[dict]: return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 # %% ../nbs/03_personas.ipynb #5b1927e7
-def _reply_rules(roster: Roster) -> str:
-    return (f"Reply with ONE short message (1-3 sentences). Do not start with your name, "
-            f"and do not write lines for the other team members or the {roster.user_label.lower()}.")
+_LINE_LABEL = re.compile(r"^\s*(situation|user)\s*:\s*(.*)$", re.I)
+
+def _background(situation: str, history: list[Turn], roster: Roster) -> str:
+    """The situation as a speaker sees it: for support, without its 'Situation:' label and without the opening lines the history already shows
+    (a context's text repeats them), so the prompt offers no label and no second copy to parrot; a meeting keeps its labelled transcript."""
+    if roster.domain != "support": return f"{_DOMAIN_TEXT[roster.domain]['context']}:\n{situation.strip()}"
+    shown = {" ".join(t.response.split()) for t in history}
+    kept = []
+    for line in situation.strip().splitlines():
+        m = _LINE_LABEL.match(line)
+        if m and m.group(1).lower() == "user" and " ".join(m.group(2).split()) in shown: continue
+        kept.append(m.group(2) if m else line)
+    return " ".join(kept).strip()
 
 def speaker_messages(persona: Persona, directive: Directive, situation: str, history: list[Turn], roster: Roster,
                      persona_prompting: bool = True) -> list[dict]:
-    "Chat messages asking `persona` for its next in-character reply, following the director's `directive`."
+    """Chat messages asking `persona` for its next in-character reply, following the director's `directive`. The shape is measured
+    (`bench/prompt_degenerate.py`): the situation once and unlabelled, the directive as a short instruction, and no "reply as <name>", which a
+    small model answers by writing the name and copying the prompt."""
     team = _DOMAIN_TEXT[roster.domain]["team"]
     if persona_prompting:
         system = (f"You are {persona.name}, the {persona.role} in {team}.\nYou contribute: {persona.contribution}.\n"
                   "Do:\n" + "".join(f"- {b}\n" for b in persona.behaviours) +
                   "Avoid:\n" + "".join(f"- {a}\n" for a in persona.avoid) + f"Tone: {persona.tone}.")
-        ask = f"Write your next reply as {persona.name}."
     else:
         system = f"You are a {'supportive' if roster.domain == 'support' else 'helpful'} assistant in {team}."
-        ask = "Write your next reply."
-    user = (f"{_context(situation, history, roster)}\n\nThe director asks you to: {directive.action} (tone: {directive.tone}).\n"
-            f"{ask} {_reply_rules(roster)}")
+    user = (f"{_background(situation, history, roster)}\n\nConversation so far:\n{render_history(history, roster)}\n\n"
+            f"Now {directive.action} (tone: {directive.tone}). Reply to the {roster.user_label.lower()} in 1-3 sentences of your own, "
+            "with no name or label.")
     return _msgs(system, user)
 
 # %% ../nbs/03_personas.ipynb #273a18c6

@@ -15,8 +15,8 @@ __all__ = ['PALETTE', 'esc', 'SKIP_KEYS', 'KEY_ORDER', 'SKIP_META', 'CSS', 'ERRO
            'conversations_section', 'curve_family', 'training_series', 'curve_svg', 'heldout_figures', 'training_log',
            'training_section', 'judge_files', 'parse_rates', 'is_embedded_small', 'histogram_svg', 'judge_section',
            'table_html', 'tables_section', 'role_models', 'provenance_section', 'page', 'notebook_html',
-           'render_notebooks', 'csv_table', 'overview_section', 'build_run_page', 'headline', 'compare_runs',
-           'build_docs', 'build_site', 'main']
+           'render_notebooks', 'csv_table', 'degenerate_counts', 'degenerate_table', 'overview_section',
+           'build_run_page', 'headline', 'compare_runs', 'build_docs', 'build_site', 'main']
 
 # %% ../nbs/42_site.ipynb #beaa2df8
 def read_json(p: Path, default=None):
@@ -603,6 +603,43 @@ def csv_table(path: Path) -> str:
     import pandas as pd
     return pd.read_csv(path).to_html(index=False, float_format=lambda x: f"{x:.2f}", border=0)
 
+# %% ../nbs/42_site.ipynb #ec22609e
+def degenerate_counts(info: dict) -> dict[str, dict]:
+    "{system: {num_degenerate, num_agent_turns, degenerate_reasons}} from the metrics stage, or counted from the evaluated conversations."
+    from mascot.auto_metrics import conversation_from_record, degenerate_reasons
+    out: dict[str, dict] = {}
+    d = stage_output(info, "32_auto_metrics", "output_dir")
+    for p in sorted(d.glob("auto_metrics_*.json")) if d else []:
+        for system, pooled in (read_json(p).get("by_system") or {}).items():
+            if pooled.get("num_agent_turns") is None: continue  # written before the metric existed
+            o = out.setdefault(system, {"num_degenerate": 0, "num_agent_turns": 0, "degenerate_reasons": {}})
+            o["num_degenerate"] += pooled["num_degenerate"]; o["num_agent_turns"] += pooled["num_agent_turns"]
+            for k, v in (pooled.get("degenerate_reasons") or {}).items(): o["degenerate_reasons"][k] = o["degenerate_reasons"].get(k, 0) + v
+    if out: return out
+    for system, (_, recs) in load_conversations(info).items():
+        reasons = [r for rec in recs for r in degenerate_reasons(conversation_from_record(rec))]
+        bad = [r for r in reasons if r]
+        out[system] = {"num_degenerate": len(bad), "num_agent_turns": len(reasons), "degenerate_reasons": {k: bad.count(k) for k in sorted(set(bad))}}
+    return out
+
+def degenerate_table(info: dict) -> str:
+    "Degenerate replies per system: count, rate with its Wilson 95% interval, and the reasons."
+    from mascot.reward_models import wilson_interval
+    from mascot.figures import SYSTEMS, ordered
+    counts = degenerate_counts(info)
+    if not counts: return "<p class='nodata'>No evaluated conversations in this run.</p>"
+    rows = []
+    for s in ordered(list(counts), SYSTEMS):
+        c = counts[s]
+        n, bad = c["num_agent_turns"], c["num_degenerate"]
+        lo, hi = wilson_interval(bad, n) if n else (None, None)
+        rate = f"{100 * bad / n:.1f}% ({100 * lo:.0f}–{100 * hi:.0f}%)" if n else "–"
+        why = ", ".join(f"{k} {v}" for k, v in c["degenerate_reasons"].items())
+        rows.append(f"<tr><td>{esc(s)}</td><td class='num'>{n}</td><td class='num'>{bad}</td><td class='num' data-v='{bad / n if n else ''}'>{rate}</td>"
+                    f"<td>{esc(why)}</td></tr>")
+    return ("<table class='sortable data' id='degenerate'><thead><tr><th>system</th><th>agent replies</th><th>degenerate</th><th>rate (95% CI)</th>"
+            "<th>reasons</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>")
+
 # %% ../nbs/42_site.ipynb #7093843a
 def overview_section(info: dict, out: Path, jobs: list) -> str:
     "Status, and per stage: status, wall time, peak memory, a link to its executed notebook (rendered by `jobs`), its error."
@@ -621,7 +658,9 @@ def overview_section(info: dict, out: Path, jobs: list) -> str:
     return (f"<p>Status: <b class='{esc(info['status'])}'>{esc(info['status'])}</b>; stage time {info['duration_s']:.0f} s; highest peak memory {peak:.0f} MB.</p>"
             "<table id='stages'><tr><th>stage</th><th>status</th><th>wall time</th><th>peak memory</th><th>notebook</th><th>error</th></tr>" + "".join(rows) + "</table>"
             "<h3>Headline metrics</h3>" + (f"<p class='warn'>Judged by the embedded 135M model: plumbing only (see <a href='#judge'>Judge reliability</a>).</p>" if small else "")
-            + "<p>Overall per system (0-100), mean ± s.e. over conversations.</p>" + compare_runs([info]).replace("id='compare'", "id='headline'"))
+            + "<p>Overall per system (0-100), mean ± s.e. over conversations.</p>" + compare_runs([info]).replace("id='compare'", "id='headline'")
+            + "<h3>Degenerate replies</h3><p>Agent replies that parrot the prompt, give only a name, or write other speakers' or the user's lines.</p>"
+            + degenerate_table(info))
 
 SECTIONS = (("overview", "Overview"), ("conversations", "Conversations"), ("training", "Training"), ("judge", "Judge reliability"),
             ("tables", "Tables and figures"), ("provenance", "Provenance"))
