@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 # %% auto #0
-__all__ = ['EMBEDDED_DEFAULT', 'PREFIX_CACHE_MIN_TOKENS', 'GEN_ROLES', 'ROLES', 'ChatRequest', 'TokenLogprob', 'ChatResponse',
-           'LLMError', 'BackendUnavailable', 'ModelNotFound', 'MalformedResponse', 'ChatBackend', 'OpenAIBackend',
-           'smollm2_gguf', 'convert_smollm2', 'embedded_dtype', 'resolve_model_path', 'shared_prefix_len',
-           'embedded_stats', 'EmbeddedBackend', 'make_random_lora', 'EndpointConfig', 'RoleRoute', 'route_roles',
-           'parse_lora_modules', 'LLMClient', 'chat_demo', 'main']
+__all__ = ['EMBEDDED_DEFAULT', 'PREFIX_CACHE_MIN_TOKENS', 'MAX_SKIPS', 'GEN_ROLES', 'ROLES', 'ChatRequest', 'TokenLogprob',
+           'ChatResponse', 'LLMError', 'BackendUnavailable', 'ModelNotFound', 'MalformedResponse', 'ChatBackend',
+           'OpenAIBackend', 'smollm2_gguf', 'convert_smollm2', 'embedded_dtype', 'resolve_model_path',
+           'shared_prefix_len', 'prefix_groups', 'embedded_stats', 'EmbeddedBackend', 'make_random_lora',
+           'EndpointConfig', 'RoleRoute', 'route_roles', 'parse_lora_modules', 'LLMClient', 'chat_demo', 'main']
 
 # %% ../nbs/01_llm.ipynb #b15fcbfb
 @dataclass
@@ -245,6 +245,8 @@ class _Pending:
     adapter: str | None
     future: asyncio.Future
     t0: float
+    skipped: int = 0  # batches formed while this request waited (bounded: see `MAX_SKIPS`)
+    ids: list[int] | None = None  # the prompt's tokens, once a batch choice needed them
 
 def _group_key(p: _Pending):
     "Requests that can share one `generate`: same adapter, same sampling settings, logprobs or not."
@@ -268,6 +270,25 @@ def shared_prefix_len(rows: list[list[int]]) -> int:
         t = rows[0][i]
         if any(r[i] != t for r in rows): return i
     return max(0, n)
+
+def prefix_groups(rows: list[list[int]], min_tokens: int = PREFIX_CACHE_MIN_TOKENS) -> list[tuple[list[int], int]]:
+    "Rows clustered by a shared prefix of at least `min_tokens` tokens: (row indices, prefix length) per cluster; a lone row's prefix is 0."
+    order = sorted(range(len(rows)), key=lambda i: rows[i])  # sorted, a cluster's common prefix is that of its last row and the next
+    clusters: list[list] = []
+    for i in order:
+        if clusters:
+            members, p = clusters[-1]
+            last = rows[members[-1]]
+            q = min(len(os.path.commonprefix([last, rows[i]])), p, len(rows[i]) - 1)
+            # join when the tokens saved grow: k rows sharing q beat k-1 rows sharing p
+            if q >= min_tokens and q * len(members) >= p * (len(members) - 1):
+                members.append(i)
+                clusters[-1][1] = q
+                continue
+        clusters.append([[i], len(rows[i]) - 1])
+    return [(sorted(m), p if len(m) > 1 else 0) for m, p in sorted(clusters, key=lambda c: min(c[0]))]
+
+MAX_SKIPS = 2  # a request passed over this many times goes into the next batch, whatever its prefix
 
 _STAT_KEYS = ("load_s", "prefill_s", "decode_s", "generate_calls", "rows", "prompt_tokens", "prefill_tokens", "prefix_cached_tokens", "new_tokens")
 # the whole process's totals, kept here so they outlive the backends (a stage's backend is gone by the time its job records them)
@@ -355,10 +376,8 @@ class EmbeddedBackend(ChatBackend):
         await asyncio.sleep(0)  # let requests issued in the same tick join the first batch
         while self._queue:
             first = self._queue[0]; key = _group_key(first)
-            batch, rows = [], 0
-            for p in list(self._queue):
-                if _group_key(p) == key and (rows + p.req.n <= self.max_batch_size or not batch):
-                    batch.append(p); rows += p.req.n; self._queue.remove(p)
+            batch = self._pick_batch([p for p in self._queue if _group_key(p) == key])
+            for p in batch: self._queue.remove(p)
             try: results = await asyncio.to_thread(self._generate, [p.req for p in batch], first.adapter)
             except Exception as e:
                 for p in batch:
@@ -367,6 +386,29 @@ class EmbeddedBackend(ChatBackend):
             for p, r in zip(batch, results):
                 r.latency_s = time.perf_counter() - p.t0
                 if not p.future.done(): p.future.set_result(r)
+
+    def _pick_batch(self, waiting: list[_Pending]) -> list[_Pending]:
+        "Requests for the next `generate`: all when they fit; else whole shared-prefix groups, overdue ones first, then the largest."
+        if sum(p.req.n for p in waiting) <= self.max_batch_size: return waiting
+        tok = self.tokenizer
+        for p in waiting:
+            if p.ids is None: p.ids = tok.apply_chat_template(p.req.messages, tokenize=True, add_generation_prompt=True, return_dict=False)
+        groups = prefix_groups([p.ids for p in waiting])
+        def rank(group):
+            members, prefix = group
+            overdue = any(waiting[i].skipped >= MAX_SKIPS for i in members)
+            # overdue groups in arrival order (members index `waiting`, which is in arrival order), then the largest group
+            return (not overdue, members[0] if overdue else -(len(members) if prefix else 1), members[0])
+        batch, rows = [], 0
+        for members, _ in sorted(groups, key=rank):
+            for i in members:
+                if rows + waiting[i].req.n <= self.max_batch_size or not batch:
+                    batch.append(waiting[i])
+                    rows += waiting[i].req.n
+        chosen = {id(p) for p in batch}
+        for p in waiting:
+            if id(p) not in chosen: p.skipped += 1
+        return batch
 
     def _adapter_context(self, adapter: str | None):
         "Base weights (adapters disabled) or the named adapter, for one generate."
@@ -385,14 +427,19 @@ class EmbeddedBackend(ChatBackend):
         max_new = max(r.max_tokens for r in reqs)
         limit = max(16, self.max_context - max_new)  # keep the end of an over-long conversation, where the question is
         prompt_ids = [x[-limit:] for x in tok(prompts, add_special_tokens=False)["input_ids"]]
-        prefix = shared_prefix_len(prompt_ids) if len(prompt_ids) > 1 else 0
-        if prefix < PREFIX_CACHE_MIN_TOKENS: prefix = 0
-        # left padding, or, when the rows share a long prefix (rubric, worked examples, one prompt sampled n times):
-        # the prefix once, padding between it and each row's own suffix (positions follow the attention mask)
-        width = max(len(x) for x in prompt_ids) - prefix
+        groups = [g for g in prefix_groups(prompt_ids) if g[1]]  # rows sharing a rubric, worked examples, a persona, one prompt sampled n times
+        row_prefix, row_group = [0] * len(prompt_ids), [0] * len(prompt_ids)
+        for g, (members, p) in enumerate(groups):
+            for i in members: row_prefix[i], row_group[i] = p, g
+        prefix = max(row_prefix)  # columns [0, prefix) come from the cache: each group's prefix, left-padded to the longest
+        # left padding, or, when rows share long prefixes: each group's prefix once, padding between it and each row's own suffix
+        # (positions follow the attention mask); a row in no group has only padding in the prefix columns
+        width = max(len(x) - q for x, q in zip(prompt_ids, row_prefix))
         pad = tok.pad_token_id
-        input_ids = torch.tensor([x[:prefix] + [pad] * (width - len(x) + prefix) + x[prefix:] for x in prompt_ids], device=self.device)
-        attention = torch.tensor([[1] * prefix + [0] * (width - len(x) + prefix) + [1] * (len(x) - prefix) for x in prompt_ids], device=self.device)
+        input_ids = torch.tensor([[pad] * (prefix - q) + x[:q] + [pad] * (width - len(x) + q) + x[q:] for x, q in zip(prompt_ids, row_prefix)],
+                                 device=self.device)
+        attention = torch.tensor([[0] * (prefix - q) + [1] * q + [0] * (width - len(x) + q) + [1] * (len(x) - q) for x, q in zip(prompt_ids, row_prefix)],
+                                 device=self.device)
         enc = {"input_ids": input_ids, "attention_mask": attention}
         prompt_len = input_ids.shape[1]
         sampled = r0.temperature > 0
@@ -407,15 +454,18 @@ class EmbeddedBackend(ChatBackend):
         with self._load_lock, torch.inference_mode():
             kw = {}
             with self._adapter_context(adapter):
-                if prefix:  # the shared prefix's keys and values, computed once and repeated for every row
+                if prefix:  # each group's prefix keys and values, computed once and copied to the group's rows
                     from transformers import DynamicCache
                     import inspect
                     cache = DynamicCache(config=self.model.config)
                     base = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
                     # transformers 5.2x names it `cache`; earlier 5.x releases `past_key_values`
                     name = "cache" if "cache" in inspect.signature(type(base).forward).parameters else "past_key_values"
-                    self.model(input_ids=input_ids[:1, :prefix], use_cache=True, **{name: cache})
-                    cache.batch_repeat_interleave(len(prompt_ids))
+                    heads = [members[0] for members, _ in groups]
+                    mask = attention[heads, :prefix]
+                    positions = (mask.long().cumsum(-1) - 1).clamp(min=0)  # as generate numbers a left-padded row
+                    self.model(input_ids=input_ids[heads, :prefix], attention_mask=mask, position_ids=positions, use_cache=True, **{name: cache})
+                    cache.batch_select_indices(torch.tensor(row_group, device=self.device))
                     kw[name] = cache
                 out = self.model.generate(**enc, generation_config=gen, logits_processor=LogitsProcessorList([_PrefillClock(prof)]), **kw)
         t1 = time.perf_counter()
@@ -448,8 +498,8 @@ class EmbeddedBackend(ChatBackend):
                                         lps if r.logprobs else None))
         pre = prof.get("prefill_end", t1) - t0
         _count(self, generate_calls=1, rows=len(prompts), new_tokens=sum(r.completion_tokens for r in results),
-               prompt_tokens=int(sum(prompt_lens)), prefill_tokens=int(input_ids.numel()) - prefix * (len(prompt_ids) - 1),  # what the model processed
-               prefix_cached_tokens=prefix * (len(prompt_ids) - 1), prefill_s=pre, decode_s=(t1 - t0) - pre)
+               prompt_tokens=int(sum(prompt_lens)), prefill_tokens=len(prompt_ids) * width + len(groups) * prefix,  # what the model processed
+               prefix_cached_tokens=sum(row_prefix) - sum(p for _, p in groups), prefill_s=pre, decode_s=(t1 - t0) - pre)
         return results
 
 # %% ../nbs/01_llm.ipynb #bbaffe03
