@@ -249,10 +249,27 @@ class _Pending:
     ids: list[int] | None = None  # the prompt's tokens, once a batch choice needed them
 
 def _group_key(p: _Pending):
-    "Requests that can share one `generate`: same adapter, same sampling settings, logprobs or not."
-    r = p.req
-    sampled = r.temperature > 0
-    return (p.adapter, sampled, round(r.temperature, 6) if sampled else 0, round(r.top_p, 6) if sampled else 1, r.logprobs)
+    "Requests that can share one `generate`: same adapter, logprobs or not (greedy and sampled rows mix: see `_RowSampling`)."
+    return (p.adapter, p.req.logprobs)
+
+class _RowSampling:
+    "Each row's own temperature and top-p, for a batch that mixes them; a greedy row (temperature 0) keeps only its argmax."
+    def __init__(self, temperatures: list[float], top_ps: list[float]):
+        import torch
+        self.temperature = torch.tensor([t if t > 0 else 1.0 for t in temperatures]).unsqueeze(1)
+        self.greedy = torch.tensor([t <= 0 for t in temperatures]).unsqueeze(1)
+        self.top_p = torch.tensor([p if t > 0 else 1.0 for t, p in zip(temperatures, top_ps)]).unsqueeze(1)
+    def __call__(self, input_ids, scores):
+        import torch
+        scores = scores / self.temperature.to(scores.device, scores.dtype)
+        # top-p as transformers' TopPLogitsWarper: drop the low tail whose mass is at most 1 - top_p, keeping at least one token
+        ordered, order = torch.sort(scores, descending=False)
+        tail = ordered.softmax(-1).cumsum(-1) <= (1 - self.top_p.to(scores.device, scores.dtype))
+        tail[:, -1] = False
+        scores = scores.masked_fill(tail.scatter(1, order, tail), -float("inf"))
+        best = scores.argmax(-1, keepdim=True)
+        only_best = torch.full_like(scores, -float("inf")).scatter(1, best, scores.gather(1, best))
+        return torch.where(self.greedy.to(scores.device), only_best, scores)
 
 class _PrefillClock:
     "A logits processor that only notes when it is first called: the prompt has then been processed (prefill), decoding starts."
@@ -386,6 +403,8 @@ class EmbeddedBackend(ChatBackend):
             for p, r in zip(batch, results):
                 r.latency_s = time.perf_counter() - p.t0
                 if not p.future.done(): p.future.set_result(r)
+            # let the callers just answered (an episode's next role, its speakers' gather) queue their next calls before the next batch forms
+            for _ in range(3): await asyncio.sleep(0)
 
     def _pick_batch(self, waiting: list[_Pending]) -> list[_Pending]:
         "Requests for the next `generate`: all when they fit; else whole shared-prefix groups, overdue ones first, then the largest."
@@ -442,10 +461,14 @@ class EmbeddedBackend(ChatBackend):
                                  device=self.device)
         enc = {"input_ids": input_ids, "attention_mask": attention}
         prompt_len = input_ids.shape[1]
-        sampled = r0.temperature > 0
+        settings = {(r.temperature, r.top_p) if r.temperature > 0 else (0.0, 1.0) for r in reqs}
+        sampled = any(r.temperature > 0 for r in reqs)
+        mixed = len(settings) > 1  # rows with different settings: each row's own, through `_RowSampling`
         prof: dict = {}
-        gen = GenerationConfig(max_new_tokens=max_new, do_sample=sampled, temperature=r0.temperature if sampled else None,
-                               top_p=r0.top_p if sampled else None, top_k=None, pad_token_id=tok.pad_token_id,
+        processors = [_PrefillClock(prof)]
+        if mixed: processors.append(_RowSampling([r.temperature for r in reqs for _ in range(r.n)], [r.top_p for r in reqs for _ in range(r.n)]))
+        gen = GenerationConfig(max_new_tokens=max_new, do_sample=sampled, temperature=(1.0 if mixed else r0.temperature) if sampled else None,
+                               top_p=(1.0 if mixed else r0.top_p) if sampled else None, top_k=None, pad_token_id=tok.pad_token_id,
                                eos_token_id=tok.eos_token_id, return_dict_in_generate=True, output_logits=r0.logprobs)
         if sampled:  # a batch-level seed: reproducible whenever the same requests are batched together
             seeds = [r.seed for r in reqs if r.seed is not None]
@@ -467,7 +490,7 @@ class EmbeddedBackend(ChatBackend):
                     self.model(input_ids=input_ids[heads, :prefix], attention_mask=mask, position_ids=positions, use_cache=True, **{name: cache})
                     cache.batch_select_indices(torch.tensor(row_group, device=self.device))
                     kw[name] = cache
-                out = self.model.generate(**enc, generation_config=gen, logits_processor=LogitsProcessorList([_PrefillClock(prof)]), **kw)
+                out = self.model.generate(**enc, generation_config=gen, logits_processor=LogitsProcessorList(processors), **kw)
         t1 = time.perf_counter()
         self.batches.append(len(prompts))
         new = out.sequences[:, prompt_len:]
