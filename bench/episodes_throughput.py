@@ -4,7 +4,7 @@
     python bench/episodes_throughput.py [--num-samples 16] [--c1-samples 4] [--num-turns 2] [--fp32] [--data-path ../shared/data/esconv]
 
 Concurrency 1 runs fewer episodes (`--c1-samples`): one at a time, its rate per episode does not depend on how many. The backend's gain is
-measured as bench/llm_throughput.py does (16 short requests, 64 new tokens, one at a time vs all 16 at once).
+measured as bench/llm_throughput.py does (short requests, 64 new tokens: 4 one at a time vs 16 at once).
 Writes bench/results/episodes_throughput[-fp32].json. One run on a shared machine: read the ratios, not the absolute times.
 """
 import argparse, asyncio, json, os, sys, tempfile, time
@@ -43,7 +43,7 @@ def main():
     emb = EmbeddedBackend(dtype="float32" if a.fp32 else "auto").load()
     res = {"num_samples": a.num_samples, "c1_samples": a.c1_samples, "num_turns": a.num_turns, "dtype": emb.dtype, "cpus": os.cpu_count(),
            "load_before": os.getloadavg()}
-    backend = {c: asyncio.run(embedded_rate(emb, c, 16, 64)) for c in (1, 16)}
+    backend = {c: asyncio.run(embedded_rate(emb, c, n, 64)) for c, n in ((1, 4), (16, 16))}  # one at a time: the rate does not depend on how many
     res["backend_tokens_per_s"] = {c: round(v, 2) for c, v in backend.items()}
     res["backend_speedup_16_vs_1"] = round(backend[16] / backend[1], 3)
     print("backend", res["backend_tokens_per_s"], flush=True)
