@@ -51,7 +51,7 @@ def profile_run(run_dir: Path) -> dict:
         row["other_in_cells_s"] = round(max(0.0, t["cells_s"] - accounted), 1)  # scoring, judging glue, I/O, Python
         row["outside_cells_s"] = round(max(0.0, meta["seconds"] - t["cells_s"] - row["kernel_start_s"]), 1)  # papermill, kernel shutdown
         if emb:
-            row.update({k: emb[k] for k in ("generate_calls", "rows", "prompt_tokens", "prefill_tokens", "new_tokens")})
+            row.update({k: emb.get(k, 0) for k in ("generate_calls", "rows", "prompt_tokens", "prefill_tokens", "prefix_cached_tokens", "new_tokens")})
             row["mean_batch_rows"] = round(emb["rows"] / max(1, emb["generate_calls"]), 2)
             row["decode_tok_per_s"] = round(emb["new_tokens"] / emb["decode_s"], 1) if emb["decode_s"] else None
             row["prefill_tok_per_s"] = round(emb["prefill_tokens"] / emb["prefill_s"], 1) if emb["prefill_s"] else None
@@ -86,6 +86,7 @@ def main():
     if not (a.run_dir or a.config): ap.error("give --run-dir or --config")
     env = {**os.environ, **({"MASCOT_EMBEDDED_DTYPE": "float32"} if a.fp32 else {})}
     wall = None
+    load_before = os.getloadavg()  # the machine may be shared: the 1, 5 and 15 minute load averages around the run
     if a.config:
         runs = Path(tempfile.mkdtemp(prefix="profile-runs-"))
         t0 = time.time()
@@ -98,6 +99,7 @@ def main():
     prof["pipeline_wall_s"] = wall
     prof["dtype"] = env.get("MASCOT_EMBEDDED_DTYPE", "auto")
     prof["cpus"] = os.cpu_count()
+    prof["load_avg_before"], prof["load_avg_after"] = [round(x, 2) for x in load_before], [round(x, 2) for x in os.getloadavg()]
     out = Path(a.out_dir) / f"pipeline_profile{'-' + a.name if a.name else ''}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(prof, indent=2))

@@ -12,12 +12,12 @@ from typing import Any, ClassVar, Literal
 from pydantic import model_validator
 
 # %% auto #0
-__all__ = ['EMBEDDED_DEFAULT', 'TINY_MODEL_ENV', 'PREFIX_CACHE_MIN_TOKENS', 'GEN_ROLES', 'ROLES', 'API_PROVIDERS', 'NO_JUDGE',
-           'ChatRequest', 'TokenLogprob', 'ChatResponse', 'LLMError', 'BackendUnavailable', 'ModelNotFound',
+__all__ = ['EMBEDDED_DEFAULT', 'TINY_MODEL_ENV', 'PREFIX_CACHE_MIN_TOKENS', 'MAX_SKIPS', 'GEN_ROLES', 'ROLES', 'API_PROVIDERS',
+           'NO_JUDGE', 'ChatRequest', 'TokenLogprob', 'ChatResponse', 'LLMError', 'BackendUnavailable', 'ModelNotFound',
            'MalformedResponse', 'ChatBackend', 'served_base', 'served_model', 'OpenAIBackend', 'smollm2_gguf',
            'convert_smollm2', 'embedded_dtype', 'resolve_model_path', 'tiny_model', 'shared_prefix_len',
-           'embedded_stats', 'EmbeddedBackend', 'make_random_lora', 'EndpointConfig', 'judging_config', 'RoleRoute',
-           'route_roles', 'require_judge', 'public_url', 'judge_record', 'parse_lora_modules', 'LLMClient']
+           'prefix_groups', 'embedded_stats', 'EmbeddedBackend', 'make_random_lora', 'EndpointConfig', 'judging_config',
+           'RoleRoute', 'route_roles', 'require_judge', 'public_url', 'judge_record', 'parse_lora_modules', 'LLMClient']
 
 # %% ../nbs/01_llm.ipynb #b15fcbfb
 @dataclass
@@ -289,12 +289,31 @@ class _Pending:
     adapter: str | None
     future: asyncio.Future
     t0: float
+    skipped: int = 0  # batches formed while this request waited (bounded: see `MAX_SKIPS`)
+    ids: list[int] | None = None  # the prompt's tokens, once a batch choice needed them
 
 def _group_key(p: _Pending):
-    "Requests that can share one `generate`: same adapter, same sampling settings, logprobs or not."
-    r = p.req
-    sampled = r.temperature > 0
-    return (p.adapter, sampled, round(r.temperature, 6) if sampled else 0, round(r.top_p, 6) if sampled else 1, r.logprobs)
+    "Requests that can share one `generate`: same adapter, logprobs or not (greedy and sampled rows mix: see `_RowSampling`)."
+    return (p.adapter, p.req.logprobs)
+
+class _RowSampling:
+    "Each row's own temperature and top-p, for a batch that mixes them; a greedy row (temperature 0) keeps only its argmax."
+    def __init__(self, temperatures: list[float], top_ps: list[float]):
+        import torch
+        self.temperature = torch.tensor([t if t > 0 else 1.0 for t in temperatures]).unsqueeze(1)
+        self.greedy = torch.tensor([t <= 0 for t in temperatures]).unsqueeze(1)
+        self.top_p = torch.tensor([p if t > 0 else 1.0 for t, p in zip(temperatures, top_ps)]).unsqueeze(1)
+    def __call__(self, input_ids, scores):
+        import torch
+        scores = scores / self.temperature.to(scores.device, scores.dtype)
+        # top-p as transformers' TopPLogitsWarper: drop the low tail whose mass is at most 1 - top_p, keeping at least one token
+        ordered, order = torch.sort(scores, descending=False)
+        tail = ordered.softmax(-1).cumsum(-1) <= (1 - self.top_p.to(scores.device, scores.dtype))
+        tail[:, -1] = False
+        scores = scores.masked_fill(tail.scatter(1, order, tail), -float("inf"))
+        best = scores.argmax(-1, keepdim=True)
+        only_best = torch.full_like(scores, -float("inf")).scatter(1, best, scores.gather(1, best))
+        return torch.where(self.greedy.to(scores.device), only_best, scores)
 
 class _PrefillClock:
     "A logits processor that only notes when it is first called: the prompt has then been processed (prefill), decoding starts."
@@ -312,6 +331,25 @@ def shared_prefix_len(rows: list[list[int]]) -> int:
         t = rows[0][i]
         if any(r[i] != t for r in rows): return i
     return max(0, n)
+
+def prefix_groups(rows: list[list[int]], min_tokens: int = PREFIX_CACHE_MIN_TOKENS) -> list[tuple[list[int], int]]:
+    "Rows clustered by a shared prefix of at least `min_tokens` tokens: (row indices, prefix length) per cluster; a lone row's prefix is 0."
+    order = sorted(range(len(rows)), key=lambda i: rows[i])  # sorted, a cluster's common prefix is that of its last row and the next
+    clusters: list[list] = []
+    for i in order:
+        if clusters:
+            members, p = clusters[-1]
+            last = rows[members[-1]]
+            q = min(len(os.path.commonprefix([last, rows[i]])), p, len(rows[i]) - 1)
+            # join when the tokens saved grow: k rows sharing q beat k-1 rows sharing p
+            if q >= min_tokens and q * len(members) >= p * (len(members) - 1):
+                members.append(i)
+                clusters[-1][1] = q
+                continue
+        clusters.append([[i], len(rows[i]) - 1])
+    return [(sorted(m), p if len(m) > 1 else 0) for m, p in sorted(clusters, key=lambda c: min(c[0]))]
+
+MAX_SKIPS = 2  # a request passed over this many times goes into the next batch, whatever its prefix
 
 _STAT_KEYS = ("load_s", "prefill_s", "decode_s", "generate_calls", "rows", "prompt_tokens", "prefill_tokens", "prefix_cached_tokens", "new_tokens")
 # the whole process's totals, kept here so they outlive the backends (a stage's backend is gone by the time its job records them)
@@ -399,10 +437,8 @@ class EmbeddedBackend(ChatBackend):
         await asyncio.sleep(0)  # let requests issued in the same tick join the first batch
         while self._queue:
             first = self._queue[0]; key = _group_key(first)
-            batch, rows = [], 0
-            for p in list(self._queue):
-                if _group_key(p) == key and (rows + p.req.n <= self.max_batch_size or not batch):
-                    batch.append(p); rows += p.req.n; self._queue.remove(p)
+            batch = self._pick_batch([p for p in self._queue if _group_key(p) == key])
+            for p in batch: self._queue.remove(p)
             try: results = await asyncio.to_thread(self._generate, [p.req for p in batch], first.adapter)
             except Exception as e:
                 for p in batch:
@@ -411,6 +447,31 @@ class EmbeddedBackend(ChatBackend):
             for p, r in zip(batch, results):
                 r.latency_s = time.perf_counter() - p.t0
                 if not p.future.done(): p.future.set_result(r)
+            # let the callers just answered (an episode's next role, its speakers' gather) queue their next calls before the next batch forms
+            for _ in range(3): await asyncio.sleep(0)
+
+    def _pick_batch(self, waiting: list[_Pending]) -> list[_Pending]:
+        "Requests for the next `generate`: all when they fit; else whole shared-prefix groups, overdue ones first, then the largest."
+        if sum(p.req.n for p in waiting) <= self.max_batch_size: return waiting
+        tok = self.tokenizer
+        for p in waiting:
+            if p.ids is None: p.ids = tok.apply_chat_template(p.req.messages, tokenize=True, add_generation_prompt=True, return_dict=False)
+        groups = prefix_groups([p.ids for p in waiting])
+        def rank(group):
+            members, prefix = group
+            overdue = any(waiting[i].skipped >= MAX_SKIPS for i in members)
+            # overdue groups in arrival order (members index `waiting`, which is in arrival order), then the largest group
+            return (not overdue, members[0] if overdue else -(len(members) if prefix else 1), members[0])
+        batch, rows = [], 0
+        for members, _ in sorted(groups, key=rank):
+            for i in members:
+                if rows + waiting[i].req.n <= self.max_batch_size or not batch:
+                    batch.append(waiting[i])
+                    rows += waiting[i].req.n
+        chosen = {id(p) for p in batch}
+        for p in waiting:
+            if id(p) not in chosen: p.skipped += 1
+        return batch
 
     def _adapter_context(self, adapter: str | None):
         "Base weights (adapters disabled) or the named adapter, for one generate."
@@ -429,20 +490,29 @@ class EmbeddedBackend(ChatBackend):
         max_new = max(r.max_tokens for r in reqs)
         limit = max(16, self.max_context - max_new)  # keep the end of an over-long conversation, where the question is
         prompt_ids = [x[-limit:] for x in tok(prompts, add_special_tokens=False)["input_ids"]]
-        prefix = shared_prefix_len(prompt_ids) if len(prompt_ids) > 1 else 0
-        if prefix < PREFIX_CACHE_MIN_TOKENS: prefix = 0
-        # left padding, or, when the rows share a long prefix (rubric, worked examples, one prompt sampled n times):
-        # the prefix once, padding between it and each row's own suffix (positions follow the attention mask)
-        width = max(len(x) for x in prompt_ids) - prefix
+        groups = [g for g in prefix_groups(prompt_ids) if g[1]]  # rows sharing a rubric, worked examples, a persona, one prompt sampled n times
+        row_prefix, row_group = [0] * len(prompt_ids), [0] * len(prompt_ids)
+        for g, (members, p) in enumerate(groups):
+            for i in members: row_prefix[i], row_group[i] = p, g
+        prefix = max(row_prefix)  # columns [0, prefix) come from the cache: each group's prefix, left-padded to the longest
+        # left padding, or, when rows share long prefixes: each group's prefix once, padding between it and each row's own suffix
+        # (positions follow the attention mask); a row in no group has only padding in the prefix columns
+        width = max(len(x) - q for x, q in zip(prompt_ids, row_prefix))
         pad = tok.pad_token_id
-        input_ids = torch.tensor([x[:prefix] + [pad] * (width - len(x) + prefix) + x[prefix:] for x in prompt_ids], device=self.device)
-        attention = torch.tensor([[1] * prefix + [0] * (width - len(x) + prefix) + [1] * (len(x) - prefix) for x in prompt_ids], device=self.device)
+        input_ids = torch.tensor([[pad] * (prefix - q) + x[:q] + [pad] * (width - len(x) + q) + x[q:] for x, q in zip(prompt_ids, row_prefix)],
+                                 device=self.device)
+        attention = torch.tensor([[0] * (prefix - q) + [1] * q + [0] * (width - len(x) + q) + [1] * (len(x) - q) for x, q in zip(prompt_ids, row_prefix)],
+                                 device=self.device)
         enc = {"input_ids": input_ids, "attention_mask": attention}
         prompt_len = input_ids.shape[1]
-        sampled = r0.temperature > 0
+        settings = {(r.temperature, r.top_p) if r.temperature > 0 else (0.0, 1.0) for r in reqs}
+        sampled = any(r.temperature > 0 for r in reqs)
+        mixed = len(settings) > 1  # rows with different settings: each row's own, through `_RowSampling`
         prof: dict = {}
-        gen = GenerationConfig(max_new_tokens=max_new, do_sample=sampled, temperature=r0.temperature if sampled else None,
-                               top_p=r0.top_p if sampled else None, top_k=None, pad_token_id=tok.pad_token_id,
+        processors = [_PrefillClock(prof)]
+        if mixed: processors.append(_RowSampling([r.temperature for r in reqs for _ in range(r.n)], [r.top_p for r in reqs for _ in range(r.n)]))
+        gen = GenerationConfig(max_new_tokens=max_new, do_sample=sampled, temperature=(1.0 if mixed else r0.temperature) if sampled else None,
+                               top_p=(1.0 if mixed else r0.top_p) if sampled else None, top_k=None, pad_token_id=tok.pad_token_id,
                                eos_token_id=tok.eos_token_id, return_dict_in_generate=True, output_logits=r0.logprobs)
         if sampled:  # a batch-level seed: reproducible whenever the same requests are batched together
             seeds = [r.seed for r in reqs if r.seed is not None]
@@ -451,17 +521,20 @@ class EmbeddedBackend(ChatBackend):
         with self._load_lock, torch.inference_mode():
             kw = {}
             with self._adapter_context(adapter):
-                if prefix:  # the shared prefix's keys and values, computed once and repeated for every row
+                if prefix:  # each group's prefix keys and values, computed once and copied to the group's rows
                     from transformers import DynamicCache
                     import inspect
                     cache = DynamicCache(config=self.model.config)
                     base = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
                     # transformers 5.2x names it `cache`; earlier 5.x releases `past_key_values`
                     name = "cache" if "cache" in inspect.signature(type(base).forward).parameters else "past_key_values"
-                    self.model(input_ids=input_ids[:1, :prefix], use_cache=True, **{name: cache})
-                    cache.batch_repeat_interleave(len(prompt_ids))
+                    heads = [members[0] for members, _ in groups]
+                    mask = attention[heads, :prefix]
+                    positions = (mask.long().cumsum(-1) - 1).clamp(min=0)  # as generate numbers a left-padded row
+                    self.model(input_ids=input_ids[heads, :prefix], attention_mask=mask, position_ids=positions, use_cache=True, **{name: cache})
+                    cache.batch_select_indices(torch.tensor(row_group, device=self.device))
                     kw[name] = cache
-                out = self.model.generate(**enc, generation_config=gen, logits_processor=LogitsProcessorList([_PrefillClock(prof)]), **kw)
+                out = self.model.generate(**enc, generation_config=gen, logits_processor=LogitsProcessorList(processors), **kw)
         t1 = time.perf_counter()
         self.batches.append(len(prompts))
         new = out.sequences[:, prompt_len:]
@@ -492,8 +565,8 @@ class EmbeddedBackend(ChatBackend):
                                         lps if r.logprobs else None))
         pre = prof.get("prefill_end", t1) - t0
         _count(self, generate_calls=1, rows=len(prompts), new_tokens=sum(r.completion_tokens for r in results),
-               prompt_tokens=int(sum(prompt_lens)), prefill_tokens=int(input_ids.numel()) - prefix * (len(prompt_ids) - 1),  # what the model processed
-               prefix_cached_tokens=prefix * (len(prompt_ids) - 1), prefill_s=pre, decode_s=(t1 - t0) - pre)
+               prompt_tokens=int(sum(prompt_lens)), prefill_tokens=len(prompt_ids) * width + len(groups) * prefix,  # what the model processed
+               prefix_cached_tokens=sum(row_prefix) - sum(p for _, p in groups), prefill_s=pre, decode_s=(t1 - t0) - pre)
         return results
 
 # %% ../nbs/01_llm.ipynb #bbaffe03
