@@ -11,7 +11,7 @@ export OMP_WAIT_POLICY := PASSIVE
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup vllm chromium test test-fast test-slow demo chat site bench clean-venv
+.PHONY: setup vllm chromium test test-fast test-slow format demo chat site bench clean-venv
 
 setup: $(STAMP)
 
@@ -69,6 +69,11 @@ FAST_TESTS ?= tests/test_shape.py tests/test_config_help.py tests/test_data.py t
 test-fast: setup
 	MASCOT_TINY_MODEL=1 $(BIN)/nbdev_test --n_workers 2
 	MASCOT_TINY_MODEL=1 $(BIN)/python -m pytest -q $(FAST_TESTS)
+
+# one formatting for notebooks, tests, bench and scripts (ruff, 120 columns; see pyproject.toml), then the modules re-exported from the notebooks
+format: setup
+	$(BIN)/ruff format nbs tests bench scripts
+	$(BIN)/nbdev_export
 
 # the main job: every stage, candidates to figures, on the embedded model and the shipped demo contexts
 demo: setup

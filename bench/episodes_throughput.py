@@ -7,19 +7,33 @@ Concurrency 1 runs fewer episodes (`--c1-samples`): one at a time, its rate per 
 measured as bench/llm_throughput.py does (short requests, 64 new tokens: 4 one at a time vs 16 at once).
 Writes bench/results/episodes_throughput[-fp32].json. One run on a shared machine: read the ratios, not the absolute times.
 """
+
 import argparse, asyncio, json, os, sys, tempfile, time
+
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 from pathlib import Path
 from mascot.llm import EmbeddedBackend
 from mascot.episodes import EpisodeConfig, run_episodes_async
 from mascot.data import shared_data_dir
+
 sys.path.insert(0, str(Path(__file__).parent))
 from llm_throughput import embedded_rate
 
+
 def measure(emb, concurrency, num_samples, a, out_dir):
-    cfg = EpisodeConfig(dataset="ESConv", data_path=a.data_path, split="train", num_samples=num_samples, num_turns=a.num_turns,
-                        enable_user_simulation=True, user_response_probability=0.5, max_concurrency=concurrency,
-                        output_dir=str(out_dir), output_name=f"c{concurrency}", progress=False)
+    cfg = EpisodeConfig(
+        dataset="ESConv",
+        data_path=a.data_path,
+        split="train",
+        num_samples=num_samples,
+        num_turns=a.num_turns,
+        enable_user_simulation=True,
+        user_response_probability=0.5,
+        max_concurrency=concurrency,
+        output_dir=str(out_dir),
+        output_name=f"c{concurrency}",
+        progress=False,
+    )
     emb.batches.clear()
     t = time.perf_counter()
     path = asyncio.run(run_episodes_async(cfg, embedded=emb))
@@ -27,8 +41,15 @@ def measure(emb, concurrency, num_samples, a, out_dir):
     summ = json.loads(next(Path(str(path) + ".runs").glob("*/run_summary.json")).read_text())
     toks = sum(r["completion_tokens"] for r in summ["roles"].values())
     n = sum(1 for _ in open(path))
-    return {"conversations": n, "seconds": round(dt, 2), "conversations_per_min": round(60 * n / dt, 2), "completion_tokens": toks,
-            "tokens_per_s": round(toks / dt, 2), "mean_batch": round(sum(emb.batches) / max(1, len(emb.batches)), 2)}
+    return {
+        "conversations": n,
+        "seconds": round(dt, 2),
+        "conversations_per_min": round(60 * n / dt, 2),
+        "completion_tokens": toks,
+        "tokens_per_s": round(toks / dt, 2),
+        "mean_batch": round(sum(emb.batches) / max(1, len(emb.batches)), 2),
+    }
+
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -41,9 +62,17 @@ def main():
     a = ap.parse_args()
     a.data_path = a.data_path or str(shared_data_dir() / "esconv")
     emb = EmbeddedBackend(dtype="float32" if a.fp32 else "auto").load()
-    res = {"num_samples": a.num_samples, "c1_samples": a.c1_samples, "num_turns": a.num_turns, "dtype": emb.dtype, "cpus": os.cpu_count(),
-           "load_before": os.getloadavg()}
-    backend = {c: asyncio.run(embedded_rate(emb, c, n, 64)) for c, n in ((1, 4), (16, 16))}  # one at a time: the rate does not depend on how many
+    res = {
+        "num_samples": a.num_samples,
+        "c1_samples": a.c1_samples,
+        "num_turns": a.num_turns,
+        "dtype": emb.dtype,
+        "cpus": os.cpu_count(),
+        "load_before": os.getloadavg(),
+    }
+    backend = {
+        c: asyncio.run(embedded_rate(emb, c, n, 64)) for c, n in ((1, 4), (16, 16))
+    }  # one at a time: the rate does not depend on how many
     res["backend_tokens_per_s"] = {c: round(v, 2) for c, v in backend.items()}
     res["backend_speedup_16_vs_1"] = round(backend[16] / backend[1], 3)
     print("backend", res["backend_tokens_per_s"], flush=True)
@@ -51,9 +80,13 @@ def main():
         for c, n in ((1, a.c1_samples), (16, a.num_samples)):
             res[f"concurrency_{c}"] = measure(emb, c, n, a, Path(d))
             print(c, res[f"concurrency_{c}"], flush=True)
-    res["speedup_conversations_per_min"] = round(res["concurrency_16"]["conversations_per_min"] / res["concurrency_1"]["conversations_per_min"], 3)
+    res["speedup_conversations_per_min"] = round(
+        res["concurrency_16"]["conversations_per_min"] / res["concurrency_1"]["conversations_per_min"], 3
+    )
     res["speedup_tokens_per_s"] = round(res["concurrency_16"]["tokens_per_s"] / res["concurrency_1"]["tokens_per_s"], 3)
-    res["ratio_episode_speedup_vs_backend_speedup"] = round(res["speedup_tokens_per_s"] / res["backend_speedup_16_vs_1"], 3)
+    res["ratio_episode_speedup_vs_backend_speedup"] = round(
+        res["speedup_tokens_per_s"] / res["backend_speedup_16_vs_1"], 3
+    )
     res["ratio_episodes16_vs_backend16_tokens_per_s"] = round(res["concurrency_16"]["tokens_per_s"] / backend[16], 3)
     res["load_after"] = os.getloadavg()
     out = Path(a.out or f"bench/results/episodes_throughput{'-fp32' if a.fp32 else ''}.json")
@@ -61,4 +94,6 @@ def main():
     out.write_text(json.dumps(res, indent=2))
     print({k: v for k, v in res.items() if k.startswith(("ratio", "speedup"))})
 
-if __name__ == "__main__": main()
+
+if __name__ == "__main__":
+    main()

@@ -8,7 +8,9 @@ prompts with `record_items`, batches them 16 at a time in arrival order with pla
 
 Writes bench/results/judge_throughput[-fp32].json. One run on a shared machine: read the ratios, not the absolute times.
 """
+
 import argparse, asyncio, json, os, statistics, tempfile, time
+
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 from pathlib import Path
 from unittest.mock import patch
@@ -19,6 +21,7 @@ from mascot.judge import record_items, record_domain
 from mascot.llm_judge import JudgeStageConfig, judge_folder_async
 from mascot.core import read_jsonl
 
+
 def judge_prompts(eval_dir: Path, examples: int) -> list[list[dict]]:
     "Every judge call the stage makes on `eval_dir`: persona items then collective ones, file by file."
     msgs = []
@@ -28,30 +31,60 @@ def judge_prompts(eval_dir: Path, examples: int) -> list[list[dict]]:
                 msgs += [it.messages for it in record_items(rec, kind, record_domain(rec, f), examples)]
     return msgs
 
+
 def raw_generate(emb: EmbeddedBackend, prompts: list[list[dict]], max_new: int, batch: int = 16) -> dict:
     tok, model = emb.tokenizer, emb.model
     total, t = 0, time.perf_counter()
     for start in range(0, len(prompts), batch):
-        texts = [tok.apply_chat_template(m, tokenize=False, add_generation_prompt=True) for m in prompts[start:start + batch]]
+        texts = [
+            tok.apply_chat_template(m, tokenize=False, add_generation_prompt=True)
+            for m in prompts[start : start + batch]
+        ]
         enc = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False)
         with torch.inference_mode():
             out = model.generate(**enc, max_new_tokens=max_new, do_sample=False, pad_token_id=tok.pad_token_id)
-        for row in out[:, enc["input_ids"].shape[1]:].tolist():  # count up to the first end token, as the backend does
+        for row in out[:, enc["input_ids"].shape[1] :].tolist():  # count up to the first end token, as the backend does
             total += next((i for i, x in enumerate(row) if x == tok.eos_token_id), len(row))
     dt = time.perf_counter() - t
     return {"seconds": round(dt, 2), "new_tokens": total, "tokens_per_s": round(total / dt, 2)}
 
+
 def stage(emb: EmbeddedBackend, eval_dir: Path, a, reuse: bool) -> dict:
     before = embedded_stats()
     no_groups = lambda rows, min_tokens=0: [([i], 0) for i in range(len(rows))]
-    with tempfile.TemporaryDirectory() as out, patch.object(llm, "prefix_groups", llm.prefix_groups if reuse else no_groups):
-        cfg = JudgeStageConfig(input_dir=str(eval_dir), output_dir=out, judge_examples=a.judge_examples, judge_max_tokens=a.max_tokens, progress=False)
+    with (
+        tempfile.TemporaryDirectory() as out,
+        patch.object(llm, "prefix_groups", llm.prefix_groups if reuse else no_groups),
+    ):
+        cfg = JudgeStageConfig(
+            input_dir=str(eval_dir),
+            output_dir=out,
+            judge_examples=a.judge_examples,
+            judge_max_tokens=a.max_tokens,
+            progress=False,
+        )
         t = time.perf_counter()
         asyncio.run(judge_folder_async(cfg, embedded=emb))
         dt = time.perf_counter() - t
     d = {k: round(v - before[k], 2) for k, v in embedded_stats().items()}
-    return {"seconds": round(dt, 2), "tokens_per_s": round(d["new_tokens"] / dt, 2), **{k: d[k] for k in
-            ("prefill_s", "decode_s", "generate_calls", "rows", "prompt_tokens", "prefill_tokens", "prefix_cached_tokens", "new_tokens")}}
+    return {
+        "seconds": round(dt, 2),
+        "tokens_per_s": round(d["new_tokens"] / dt, 2),
+        **{
+            k: d[k]
+            for k in (
+                "prefill_s",
+                "decode_s",
+                "generate_calls",
+                "rows",
+                "prompt_tokens",
+                "prefill_tokens",
+                "prefix_cached_tokens",
+                "new_tokens",
+            )
+        },
+    }
+
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -59,30 +92,50 @@ def main():
     ap.add_argument("--judge-examples", type=int, default=1)
     ap.add_argument("--max-tokens", type=int, default=100)
     ap.add_argument("--reps", type=int, default=1)
-    ap.add_argument("--skip-no-reuse", action="store_true", help="skip the stage with prefix reuse off (when its time is known from elsewhere)")
+    ap.add_argument(
+        "--skip-no-reuse",
+        action="store_true",
+        help="skip the stage with prefix reuse off (when its time is known from elsewhere)",
+    )
     ap.add_argument("--fp32", action="store_true", help="fp32 serving (what a CPU without bf16 units gets)")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
     eval_dir = Path(a.eval_dir)
     emb = EmbeddedBackend(dtype="float32" if a.fp32 else "auto").load()
     prompts = judge_prompts(eval_dir, a.judge_examples)
-    res = {"eval_dir": str(eval_dir), "judge_calls": len(prompts), "dtype": emb.dtype, "max_tokens": a.max_tokens, "load_before": os.getloadavg(),
-           "raw_generate": [], "stage_no_prefix_reuse": [], "stage": []}
+    res = {
+        "eval_dir": str(eval_dir),
+        "judge_calls": len(prompts),
+        "dtype": emb.dtype,
+        "max_tokens": a.max_tokens,
+        "load_before": os.getloadavg(),
+        "raw_generate": [],
+        "stage_no_prefix_reuse": [],
+        "stage": [],
+    }
     for _ in range(a.reps):
-        res["raw_generate"].append(raw_generate(emb, prompts, a.max_tokens)); print("raw", res["raw_generate"][-1], flush=True)
+        res["raw_generate"].append(raw_generate(emb, prompts, a.max_tokens))
+        print("raw", res["raw_generate"][-1], flush=True)
         if not a.skip_no_reuse:
-            res["stage_no_prefix_reuse"].append(stage(emb, eval_dir, a, False)); print("stage, no reuse", res["stage_no_prefix_reuse"][-1], flush=True)
-        res["stage"].append(stage(emb, eval_dir, a, True)); print("stage", res["stage"][-1], flush=True)
+            res["stage_no_prefix_reuse"].append(stage(emb, eval_dir, a, False))
+            print("stage, no reuse", res["stage_no_prefix_reuse"][-1], flush=True)
+        res["stage"].append(stage(emb, eval_dir, a, True))
+        print("stage", res["stage"][-1], flush=True)
     rate = lambda k: statistics.fmean(x["tokens_per_s"] for x in res[k])
     res["ratio_stage_vs_raw"] = round(rate("stage") / rate("raw_generate"), 3)
     if res["stage_no_prefix_reuse"]:
         res["ratio_stage_no_reuse_vs_raw"] = round(rate("stage_no_prefix_reuse") / rate("raw_generate"), 3)
-        res["speedup_prefix_reuse_seconds"] = round(statistics.fmean(x["seconds"] for x in res["stage_no_prefix_reuse"]) /
-                                                    statistics.fmean(x["seconds"] for x in res["stage"]), 3)
+        res["speedup_prefix_reuse_seconds"] = round(
+            statistics.fmean(x["seconds"] for x in res["stage_no_prefix_reuse"])
+            / statistics.fmean(x["seconds"] for x in res["stage"]),
+            3,
+        )
     res["load_after"] = os.getloadavg()
     out = Path(a.out or f"bench/results/judge_throughput{'-fp32' if a.fp32 else ''}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(res, indent=2))
     print({k: v for k, v in res.items() if k.startswith(("ratio", "speedup"))})
 
-if __name__ == "__main__": main()
+
+if __name__ == "__main__":
+    main()

@@ -18,7 +18,9 @@ Every section writes its figures into --out as soon as it finishes; a rerun skip
     python bench/learning.py [--rm-epochs 2] [--grpo-steps 20] [--eval-samples 4] [--director-contexts 40] [--director-steps 10]
                              [--work-dir DIR] [--out bench/results/learning.json]
 """
+
 import argparse, asyncio, json, os, random, tempfile, time
+
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 from pathlib import Path
 from mascot.data import load_contexts, shared_data_dir
@@ -26,43 +28,109 @@ from mascot.pairs import save_pairs
 from mascot.reward_model import RewardModelConfig, known_label_pairs, train_reward_model
 from mascot.speaker_grpo import SpeakerGRPOConfig, train_speaker
 
+
 def contexts():
     d = str(shared_data_dir() / "esconv")
     return [c for s in ("train", "valid", "test") for c in load_contexts("ESConv", split=s, data_path=d)]
 
+
 def section_reward_model(a, work: Path) -> dict:
     rows = known_label_pairs(contexts())
-    (work / "pairs").mkdir(parents=True, exist_ok=True); save_pairs(rows, work / "pairs")
+    (work / "pairs").mkdir(parents=True, exist_ok=True)
+    save_pairs(rows, work / "pairs")
     t = time.time()
-    out = train_reward_model(RewardModelConfig(dataset="ESConv", data_path=str(work / "pairs"), output_dir=str(work / "rm"), num_train_epochs=a.rm_epochs,
-                                               max_length=256, lora_r=8, learning_rate=1e-3, per_device_train_batch_size=8, holdout_fraction=0.3))
+    out = train_reward_model(
+        RewardModelConfig(
+            dataset="ESConv",
+            data_path=str(work / "pairs"),
+            output_dir=str(work / "rm"),
+            num_train_epochs=a.rm_epochs,
+            max_length=256,
+            lora_r=8,
+            learning_rate=1e-3,
+            per_device_train_batch_size=8,
+            holdout_fraction=0.3,
+        )
+    )
     m = json.loads((out / "mascot_metadata.json").read_text())
-    return {"heldout_accuracy": m["heldout_accuracy_after"], "ci95": m["heldout_accuracy_after_ci95"], "heldout_accuracy_before": m["heldout_accuracy_before"],
-            "n_pairs": m["num_heldout_pairs"], "n_train_pairs": m["num_train_pairs"], "heldout_contexts": len(m["heldout_contexts"]),
-            "steps": m["steps"], "seconds": round(time.time() - t, 1), "path": str(out)}
+    return {
+        "heldout_accuracy": m["heldout_accuracy_after"],
+        "ci95": m["heldout_accuracy_after_ci95"],
+        "heldout_accuracy_before": m["heldout_accuracy_before"],
+        "n_pairs": m["num_heldout_pairs"],
+        "n_train_pairs": m["num_train_pairs"],
+        "heldout_contexts": len(m["heldout_contexts"]),
+        "steps": m["steps"],
+        "seconds": round(time.time() - t, 1),
+        "path": str(out),
+    }
+
 
 def section_speaker(a, work: Path, rm_path: str) -> dict:
-    folder = work / "speaker_prompts"; folder.mkdir(parents=True, exist_ok=True)
+    folder = work / "speaker_prompts"
+    folder.mkdir(parents=True, exist_ok=True)
     rows = known_label_pairs(contexts(), kinds=("name_only",))  # one persona prompt per context
-    (folder / "candidates.jsonl").write_text("".join(json.dumps({"prompt": r["prompt"], "persona": r["persona"], "context_id": r["context_id"]}) + "\n"
-                                                     for r in rows))
+    (folder / "candidates.jsonl").write_text(
+        "".join(
+            json.dumps({"prompt": r["prompt"], "persona": r["persona"], "context_id": r["context_id"]}) + "\n"
+            for r in rows
+        )
+    )
     t = time.time()
-    out = train_speaker(SpeakerGRPOConfig(dataset="ESConv", data_path=str(folder), reward_model_path=rm_path, output_dir=str(work / "llm"),
-                                          max_steps=a.grpo_steps, learning_rate=a.grpo_lr, max_completion_length=48, eval_max_tokens=48,
-                                          eval_samples_per_prompt=a.eval_samples, holdout_fraction=0.3, lora_r=8))
+    out = train_speaker(
+        SpeakerGRPOConfig(
+            dataset="ESConv",
+            data_path=str(folder),
+            reward_model_path=rm_path,
+            output_dir=str(work / "llm"),
+            max_steps=a.grpo_steps,
+            learning_rate=a.grpo_lr,
+            max_completion_length=48,
+            eval_max_tokens=48,
+            eval_samples_per_prompt=a.eval_samples,
+            holdout_fraction=0.3,
+            lora_r=8,
+        )
+    )
     m = json.loads((out / "mascot_metadata.json").read_text())
-    return {k: m[k] for k in ("paired_diff", "se", "n_prompts", "samples_per_prompt", "degenerate_rate_base", "degenerate_rate_trained",
-                              "base_mean_rm", "trained_mean_rm", "steps", "prompts_per_step")} | {"seconds": round(time.time() - t, 1), "path": str(out)}
+    return {
+        k: m[k]
+        for k in (
+            "paired_diff",
+            "se",
+            "n_prompts",
+            "samples_per_prompt",
+            "degenerate_rate_base",
+            "degenerate_rate_trained",
+            "base_mean_rm",
+            "trained_mean_rm",
+            "steps",
+            "prompts_per_step",
+        )
+    } | {"seconds": round(time.time() - t, 1), "path": str(out)}
+
 
 # ---- stage 2: director checks on the programmatic group reward ----
-DIRECTOR_EPISODE = dict(dataset="ESConv", system="mascot-c", num_turns=2, enable_user_simulation=True, user_response_probability=0.5,
-                        speaker_max_tokens=32, user_max_tokens=24, seed=0, progress=False)
+DIRECTOR_EPISODE = dict(
+    dataset="ESConv",
+    system="mascot-c",
+    num_turns=2,
+    enable_user_simulation=True,
+    user_response_probability=0.5,
+    speaker_max_tokens=32,
+    user_max_tokens=24,
+    seed=0,
+    progress=False,
+)
+
 
 def director_runner(embedded):
     from mascot.episodes import EpisodeConfig, EpisodeRunner
     from mascot.llm import LLMClient
+
     cfg = EpisodeConfig(**DIRECTOR_EPISODE)
     return EpisodeRunner(cfg, LLMClient(cfg, embedded=embedded))
+
 
 def section_director_states(a, work: Path, embedded) -> dict:
     "Director states: each context's opening plus one random-speaker round (mascot-c), as states.jsonl for train_director_grpo."
@@ -70,26 +138,39 @@ def section_director_states(a, work: Path, embedded) -> dict:
     from mascot.rollouts import state_to_dict
     from mascot.personas import director_messages
     from mascot.core import run_sync
+
     runner = director_runner(embedded)
     ctxs = contexts()[: a.director_contexts]
+
     async def one(ctx):
         st = new_state(runner, ctx)
         await runner.step(st)
-        return {"state_id": f"{ctx.context_id}::s{st.steps}", "context_id": ctx.context_id, "step": st.steps,
-                "prompt": director_messages(st.situation, st.turns, runner.roster), "state": state_to_dict(st)}
+        return {
+            "state_id": f"{ctx.context_id}::s{st.steps}",
+            "context_id": ctx.context_id,
+            "step": st.steps,
+            "prompt": director_messages(st.situation, st.turns, runner.roster),
+            "state": state_to_dict(st),
+        }
+
     async def all_():
         return list(await asyncio.gather(*[one(c) for c in ctxs]))
+
     states = run_sync(all_())
-    folder = work / "director_states"; folder.mkdir(parents=True, exist_ok=True)
+    folder = work / "director_states"
+    folder.mkdir(parents=True, exist_ok=True)
     (folder / "states.jsonl").write_text("".join(json.dumps(s) + "\n" for s in states))
     return {"path": str(folder), "n_states": len(states)}
+
 
 def held_split(states_path: str, a):
     "The held-out contexts train_director_grpo will use (split_by_context with the same fraction and seed)."
     from mascot.director_grpo import director_prompts
     from mascot.training import split_by_context
+
     train, held, held_ids = split_by_context(director_prompts(states_path), a.holdout_fraction, 0)
     return [json.loads(s) for s in train["state"]], [json.loads(s) for s in held["state"]], held_ids
+
 
 def section_group_reward_model(a, work: Path, states_path: str, embedded, reward) -> dict:
     "Conversations continued from every state by random speakers, ranked by the programmatic reward, as group-RM pairs; held-out accuracy."
@@ -98,65 +179,145 @@ def section_group_reward_model(a, work: Path, states_path: str, embedded, reward
     from mascot.reward_models import trajectory_messages
     from mascot.group_reward_model import GroupRewardModelConfig, train_group_reward_model
     from mascot.core import read_jsonl, run_sync
+
     folder = work / "group_pairs"
-    if (folder / "pairs.jsonl").exists(): return train_group_rm(a, work, folder)  # a stopped run's pairs: the rollouts are not redone
+    if (folder / "pairs.jsonl").exists():
+        return train_group_rm(a, work, folder)  # a stopped run's pairs: the rollouts are not redone
     runner = director_runner(embedded)
     states = list(read_jsonl(Path(states_path) / "states.jsonl"))
+
     async def rollouts(s, k):
         st = state_from_dict(s["state"], runner.roster, seed=f"grm:{s['state_id']}:{k}")
         await runner.step(st)
         return st
+
     async def all_():
         return list(await asyncio.gather(*[rollouts(s, k) for s in states for k in range(a.grm_rollouts)]))
+
     ends = run_sync(all_())
     scores = reward.score_states([e.situation for e in ends], [e.turns for e in ends], runner.roster)
     rows = []
     for i, s in enumerate(states):
-        eps = ends[i * a.grm_rollouts:(i + 1) * a.grm_rollouts]
-        cands = [{"text": json.dumps([t.to_dict() for t in e.turns]), "overall": sc} for e, sc in zip(eps, scores[i * a.grm_rollouts:])]
+        eps = ends[i * a.grm_rollouts : (i + 1) * a.grm_rollouts]
+        cands = [
+            {"text": json.dumps([t.to_dict() for t in e.turns]), "overall": sc}
+            for e, sc in zip(eps, scores[i * a.grm_rollouts :])
+        ]
         for c, r in preference_pairs(cands, a.grm_margin):
             prompt, chosen = trajectory_messages(eps[c].situation, eps[c].turns, runner.roster)
             _, rejected = trajectory_messages(eps[r].situation, eps[r].turns, runner.roster)
-            rows.append({"prompt": prompt, "chosen": chosen, "rejected": rejected, "score_chosen": cands[c]["overall"],
-                         "score_rejected": cands[r]["overall"], "persona": "group", "context_id": s["context_id"], "query_id": f"{s['state_id']}:{c}>{r}"})
-    folder.mkdir(parents=True, exist_ok=True); save_pairs(rows, folder)
+            rows.append(
+                {
+                    "prompt": prompt,
+                    "chosen": chosen,
+                    "rejected": rejected,
+                    "score_chosen": cands[c]["overall"],
+                    "score_rejected": cands[r]["overall"],
+                    "persona": "group",
+                    "context_id": s["context_id"],
+                    "query_id": f"{s['state_id']}:{c}>{r}",
+                }
+            )
+    folder.mkdir(parents=True, exist_ok=True)
+    save_pairs(rows, folder)
     return train_group_rm(a, work, folder)
+
 
 def train_group_rm(a, work: Path, folder: Path) -> dict:
     from mascot.group_reward_model import GroupRewardModelConfig, train_group_reward_model
+
     t = time.time()
-    out = train_group_reward_model(GroupRewardModelConfig(dataset="ESConv", data_path=str(folder), output_dir=str(work / "grm"),
-                                                          num_train_epochs=a.rm_epochs, max_length=512, lora_r=8, learning_rate=1e-3,
-                                                          per_device_train_batch_size=8, holdout_fraction=0.3))
+    out = train_group_reward_model(
+        GroupRewardModelConfig(
+            dataset="ESConv",
+            data_path=str(folder),
+            output_dir=str(work / "grm"),
+            num_train_epochs=a.rm_epochs,
+            max_length=512,
+            lora_r=8,
+            learning_rate=1e-3,
+            per_device_train_batch_size=8,
+            holdout_fraction=0.3,
+        )
+    )
     m = json.loads((out / "mascot_metadata.json").read_text())
-    return {"heldout_accuracy": m["heldout_accuracy_after"], "ci95": m["heldout_accuracy_after_ci95"], "heldout_accuracy_before": m["heldout_accuracy_before"],
-            "n_pairs": m["num_heldout_pairs"], "n_train_pairs": m["num_train_pairs"], "heldout_contexts": len(m["heldout_contexts"]),
-            "rollouts_per_state": a.grm_rollouts, "margin": a.grm_margin, "steps": m["steps"], "seconds": round(time.time() - t, 1), "path": str(out)}
+    return {
+        "heldout_accuracy": m["heldout_accuracy_after"],
+        "ci95": m["heldout_accuracy_after_ci95"],
+        "heldout_accuracy_before": m["heldout_accuracy_before"],
+        "n_pairs": m["num_heldout_pairs"],
+        "n_train_pairs": m["num_train_pairs"],
+        "heldout_contexts": len(m["heldout_contexts"]),
+        "rollouts_per_state": a.grm_rollouts,
+        "margin": a.grm_margin,
+        "steps": m["steps"],
+        "seconds": round(time.time() - t, 1),
+        "path": str(out),
+    }
+
 
 class _ProgrammaticAsGroupRM:
     "Stands in for GroupRewardModel in train_director_grpo: `load` returns the programmatic reward (the reference judge of this check)."
+
     reward = None
+
     @classmethod
-    def load(cls, path): return cls.reward
+    def load(cls, path):
+        return cls.reward
+
 
 def section_director(a, work: Path, states_path: str, reward) -> dict:
     import mascot.director_grpo as dg
-    dg.GroupRewardModel = _ProgrammaticAsGroupRM  # this check trains against the programmatic reward, not a learnt group RM
+
+    dg.GroupRewardModel = (
+        _ProgrammaticAsGroupRM  # this check trains against the programmatic reward, not a learnt group RM
+    )
     _ProgrammaticAsGroupRM.reward = reward
-    ep = {k: v for k, v in DIRECTOR_EPISODE.items() if k in ("speaker_max_tokens", "user_max_tokens", "num_turns", "user_response_probability")}
+    ep = {
+        k: v
+        for k, v in DIRECTOR_EPISODE.items()
+        if k in ("speaker_max_tokens", "user_max_tokens", "num_turns", "user_response_probability")
+    }
     t = time.time()
-    out = dg.train_director_grpo(dg.DirectorGRPOConfig(dataset="ESConv", episode_dataset_path=states_path, group_reward_model_path="programmatic",
-                                                       output_dir=str(work / "director"), max_steps=a.director_steps, learning_rate=a.grpo_lr,
-                                                       num_generations=4, per_device_train_batch_size=4, gradient_accumulation_steps=2,
-                                                       max_completion_length=40, temperature=1.0, horizon=1, unparsed_directive_reward=0.0,
-                                                       eval_samples_per_state=a.eval_samples, holdout_fraction=a.holdout_fraction, lora_r=8, **ep))
+    out = dg.train_director_grpo(
+        dg.DirectorGRPOConfig(
+            dataset="ESConv",
+            episode_dataset_path=states_path,
+            group_reward_model_path="programmatic",
+            output_dir=str(work / "director"),
+            max_steps=a.director_steps,
+            learning_rate=a.grpo_lr,
+            num_generations=4,
+            per_device_train_batch_size=4,
+            gradient_accumulation_steps=2,
+            max_completion_length=40,
+            temperature=1.0,
+            horizon=1,
+            unparsed_directive_reward=0.0,
+            eval_samples_per_state=a.eval_samples,
+            holdout_fraction=a.holdout_fraction,
+            lora_r=8,
+            **ep,
+        )
+    )
     m = json.loads((out / "mascot_metadata.json").read_text())
     r, u = m["paired_diff_vs_random"], m["paired_diff_vs_untrained"]
-    return {"paired_diff_vs_random": r["paired_diff"], "se": r["se"], "paired_diff_vs_untrained": u["paired_diff"], "se_vs_untrained": u["se"],
-            "n_states": r["n_prompts"], "samples_per_state": a.eval_samples, "steps": m["steps"], "prompts_per_step": m["prompts_per_step"],
-            **{f"{k}_mean_reward": m[f"heldout_{k}"]["mean_group_reward"] for k in ("random", "untrained", "trained")},
-            **{f"{k}_parse_rate": m[f"heldout_{k}"]["parse_rate"] for k in ("untrained", "trained")},
-            "max_weight_change": m["max_weight_change"], "seconds": round(time.time() - t, 1), "path": str(out)}
+    return {
+        "paired_diff_vs_random": r["paired_diff"],
+        "se": r["se"],
+        "paired_diff_vs_untrained": u["paired_diff"],
+        "se_vs_untrained": u["se"],
+        "n_states": r["n_prompts"],
+        "samples_per_state": a.eval_samples,
+        "steps": m["steps"],
+        "prompts_per_step": m["prompts_per_step"],
+        **{f"{k}_mean_reward": m[f"heldout_{k}"]["mean_group_reward"] for k in ("random", "untrained", "trained")},
+        **{f"{k}_parse_rate": m[f"heldout_{k}"]["parse_rate"] for k in ("untrained", "trained")},
+        "max_weight_change": m["max_weight_change"],
+        "seconds": round(time.time() - t, 1),
+        "path": str(out),
+    }
+
 
 def section_dpo_director(a, work: Path, states_path: str, embedded, reward) -> dict:
     "Pairs of the base director's sampled directives (both parsed, ranked by the reward of their rollouts), DPO, then the held-out comparison."
@@ -168,57 +329,134 @@ def section_dpo_director(a, work: Path, states_path: str, embedded, reward) -> d
     from mascot.llm import ChatRequest
     from mascot.personas import director_messages, parse_directive
     from mascot.training import paired_summary
+
     runner = director_runner(embedded)
     train_states, held_states, held_ids = held_split(states_path, a)
+
     async def candidates(i, s):
         st = state_from_dict(s, runner.roster)
-        r = await embedded.chat(ChatRequest(director_messages(st.situation, st.turns, runner.roster), n=a.dpo_candidates, temperature=1.0, max_tokens=40, seed=i))
+        r = await embedded.chat(
+            ChatRequest(
+                director_messages(st.situation, st.turns, runner.roster),
+                n=a.dpo_candidates,
+                temperature=1.0,
+                max_tokens=40,
+                seed=i,
+            )
+        )
         texts = [t for t in r.texts if parse_directive(t, runner.roster) is not None]
-        sts = [state_from_dict(s, runner.roster, seed=f"dpo:{i}") for _ in texts]  # one rollout seed per state: the directive is what differs
+        sts = [
+            state_from_dict(s, runner.roster, seed=f"dpo:{i}") for _ in texts
+        ]  # one rollout seed per state: the directive is what differs
         ends = await rollout_states(runner, sts, texts, 1, DIRECTOR_EPISODE["num_turns"])
         return s, st, texts, ends
+
     async def all_():
         return list(await asyncio.gather(*[candidates(i, s) for i, s in enumerate(train_states)]))
+
     rows, n_parsed, n_sampled = [], 0, 0
     for i, (s, st, texts, ends) in enumerate(run_sync(all_())):
-        n_parsed += len(texts); n_sampled += a.dpo_candidates
-        if len(texts) < 2: continue
+        n_parsed += len(texts)
+        n_sampled += a.dpo_candidates
+        if len(texts) < 2:
+            continue
         scores = reward.score_states([e.situation for e in ends], [e.turns for e in ends], runner.roster)
         cands = [{"text": t, "overall": sc} for t, sc in zip(texts, scores)]
         for c, r in preference_pairs(cands, a.dpo_margin):
-            rows.append({"prompt": director_messages(st.situation, st.turns, runner.roster), "chosen": [{"role": "assistant", "content": texts[c]}],
-                         "rejected": [{"role": "assistant", "content": texts[r]}], "score_chosen": scores[c], "score_rejected": scores[r],
-                         "persona": "director", "context_id": s["context"]["context_id"], "query_id": f"dpo:{i}:{c}>{r}"})
-    res = {"n_train_states": len(train_states), "n_pairs": len(rows), "candidates_per_state": a.dpo_candidates,
-           "base_parse_rate_sampled": n_parsed / max(1, n_sampled)}
-    if not rows: return res | {"paired_diff_vs_random": None, "se": None, "why": "no state had two parsed directives with different rewards"}
-    folder = work / "dpo_pairs"; folder.mkdir(parents=True, exist_ok=True); save_pairs(rows, folder)
+            rows.append(
+                {
+                    "prompt": director_messages(st.situation, st.turns, runner.roster),
+                    "chosen": [{"role": "assistant", "content": texts[c]}],
+                    "rejected": [{"role": "assistant", "content": texts[r]}],
+                    "score_chosen": scores[c],
+                    "score_rejected": scores[r],
+                    "persona": "director",
+                    "context_id": s["context"]["context_id"],
+                    "query_id": f"dpo:{i}:{c}>{r}",
+                }
+            )
+    res = {
+        "n_train_states": len(train_states),
+        "n_pairs": len(rows),
+        "candidates_per_state": a.dpo_candidates,
+        "base_parse_rate_sampled": n_parsed / max(1, n_sampled),
+    }
+    if not rows:
+        return res | {
+            "paired_diff_vs_random": None,
+            "se": None,
+            "why": "no state had two parsed directives with different rewards",
+        }
+    folder = work / "dpo_pairs"
+    folder.mkdir(parents=True, exist_ok=True)
+    save_pairs(rows, folder)
     t = time.time()
-    out = train_director_dpo(DirectorDPOConfig(dataset="ESConv", episode_dataset_path=str(folder), output_dir=str(work / "dpo"),
-                                               num_train_epochs=a.dpo_epochs, lora_r=8, learning_rate=a.grpo_lr, per_device_train_batch_size=4))
-    ecfg = DirectorGRPOConfig(dataset="ESConv", max_completion_length=40, temperature=1.0, horizon=1, eval_samples_per_state=a.eval_samples,
-                              num_turns=DIRECTOR_EPISODE["num_turns"])
+    out = train_director_dpo(
+        DirectorDPOConfig(
+            dataset="ESConv",
+            episode_dataset_path=str(folder),
+            output_dir=str(work / "dpo"),
+            num_train_epochs=a.dpo_epochs,
+            lora_r=8,
+            learning_rate=a.grpo_lr,
+            per_device_train_batch_size=4,
+        )
+    )
+    ecfg = DirectorGRPOConfig(
+        dataset="ESConv",
+        max_completion_length=40,
+        temperature=1.0,
+        horizon=1,
+        eval_samples_per_state=a.eval_samples,
+        num_turns=DIRECTOR_EPISODE["num_turns"],
+    )
     backend = heldout_director_backend(runner.client, ecfg.model_name, out)
-    random_, untrained, trained = run_sync(heldout_directors(runner, reward, held_states, ["random", None, "trained-director"], ecfg, backend))
-    r, u = paired_summary(random_["per_state"], trained["per_state"]), paired_summary(untrained["per_state"], trained["per_state"])
+    random_, untrained, trained = run_sync(
+        heldout_directors(runner, reward, held_states, ["random", None, "trained-director"], ecfg, backend)
+    )
+    r, u = (
+        paired_summary(random_["per_state"], trained["per_state"]),
+        paired_summary(untrained["per_state"], trained["per_state"]),
+    )
     m = json.loads((out / "mascot_metadata.json").read_text())
-    return res | {"paired_diff_vs_random": r["paired_diff"], "se": r["se"], "paired_diff_vs_untrained": u["paired_diff"], "se_vs_untrained": u["se"],
-                  "n_states": r["n_prompts"], "heldout_contexts": held_ids, "samples_per_state": a.eval_samples, "steps": m["steps"],
-                  "random_mean_reward": random_["mean_group_reward"], "untrained_mean_reward": untrained["mean_group_reward"],
-                  "trained_mean_reward": trained["mean_group_reward"], "untrained_parse_rate": untrained["parse_rate"],
-                  "trained_parse_rate": trained["parse_rate"], "seconds": round(time.time() - t, 1), "path": str(out)}
+    return res | {
+        "paired_diff_vs_random": r["paired_diff"],
+        "se": r["se"],
+        "paired_diff_vs_untrained": u["paired_diff"],
+        "se_vs_untrained": u["se"],
+        "n_states": r["n_prompts"],
+        "heldout_contexts": held_ids,
+        "samples_per_state": a.eval_samples,
+        "steps": m["steps"],
+        "random_mean_reward": random_["mean_group_reward"],
+        "untrained_mean_reward": untrained["mean_group_reward"],
+        "trained_mean_reward": trained["mean_group_reward"],
+        "untrained_parse_rate": untrained["parse_rate"],
+        "trained_parse_rate": trained["parse_rate"],
+        "seconds": round(time.time() - t, 1),
+        "path": str(out),
+    }
+
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rm-epochs", type=float, default=2); ap.add_argument("--grpo-steps", type=int, default=20)
-    ap.add_argument("--grpo-lr", type=float, default=5e-4); ap.add_argument("--eval-samples", type=int, default=4)
+    ap.add_argument("--rm-epochs", type=float, default=2)
+    ap.add_argument("--grpo-steps", type=int, default=20)
+    ap.add_argument("--grpo-lr", type=float, default=5e-4)
+    ap.add_argument("--eval-samples", type=int, default=4)
     ap.add_argument("--director-contexts", type=int, default=40, help="ESConv contexts for the director states")
-    ap.add_argument("--holdout-fraction", type=float, default=0.3); ap.add_argument("--grm-rollouts", type=int, default=3)
-    ap.add_argument("--grm-margin", type=float, default=0.05); ap.add_argument("--director-steps", type=int, default=10)
-    ap.add_argument("--dpo-candidates", type=int, default=6); ap.add_argument("--dpo-margin", type=float, default=0.05)
+    ap.add_argument("--holdout-fraction", type=float, default=0.3)
+    ap.add_argument("--grm-rollouts", type=int, default=3)
+    ap.add_argument("--grm-margin", type=float, default=0.05)
+    ap.add_argument("--director-steps", type=int, default=10)
+    ap.add_argument("--dpo-candidates", type=int, default=6)
+    ap.add_argument("--dpo-margin", type=float, default=0.05)
     ap.add_argument("--dpo-epochs", type=float, default=2)
-    ap.add_argument("--sections", nargs="+", default=["reward_model", "speaker", "group_reward_model", "director", "dpo_director"])
-    ap.add_argument("--work-dir", default=None); ap.add_argument("--out", default="bench/results/learning.json")
+    ap.add_argument(
+        "--sections", nargs="+", default=["reward_model", "speaker", "group_reward_model", "director", "dpo_director"]
+    )
+    ap.add_argument("--work-dir", default=None)
+    ap.add_argument("--out", default="bench/results/learning.json")
     ap.add_argument("--force", action="store_true", help="rerun the sections already in --out")
     a = ap.parse_args()
     out = Path(a.out)
@@ -226,26 +464,45 @@ def main():
     work = Path(a.work_dir or res.get("work_dir") or tempfile.mkdtemp(prefix="learning_"))
     res.update(work_dir=str(work))
     res.setdefault("settings", vars(a))  # the first run's; each later section records its own under settings_by_section
+
     def save():
-        out.parent.mkdir(parents=True, exist_ok=True); out.write_text(json.dumps(res, indent=2))
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(res, indent=2))
+
     res.setdefault("settings_by_section", {})
-    def todo(name):  # absent, recorded as not measured (a stopped run), or its files are gone (director states of another machine)
+
+    def todo(
+        name,
+    ):  # absent, recorded as not measured (a stopped run), or its files are gone (director states of another machine)
         r = res.get(name)
-        return r is None or r.get("measured") is False or (name == "director_states" and not Path(r["path"], "states.jsonl").exists())
+        return (
+            r is None
+            or r.get("measured") is False
+            or (name == "director_states" and not Path(r["path"], "states.jsonl").exists())
+        )
+
     def run(name, fn, needed=False):
         if (needed or name in a.sections) and todo(name):
-            res[name] = fn(); res["settings_by_section"][name] = vars(a); save(); print(name, res[name], flush=True)
+            res[name] = fn()
+            res["settings_by_section"][name] = vars(a)
+            save()
+            print(name, res[name], flush=True)
+
     run("reward_model", lambda: section_reward_model(a, work))
     run("speaker", lambda: section_speaker(a, work, res["reward_model"]["path"]))
     if any(s in a.sections and todo(s) for s in ("group_reward_model", "director", "dpo_director")):
         from mascot.llm import EmbeddedBackend
         from mascot.auto_metrics import ProgrammaticGroupReward
+
         embedded, reward = EmbeddedBackend(), ProgrammaticGroupReward()
         run("director_states", lambda: section_director_states(a, work, embedded), needed=True)
         states = res["director_states"]["path"]
         run("group_reward_model", lambda: section_group_reward_model(a, work, states, embedded, reward))
         run("director", lambda: section_director(a, work, states, reward))
         run("dpo_director", lambda: section_dpo_director(a, work, states, embedded, reward))
-    save(); print(f"wrote {out}")
+    save()
+    print(f"wrote {out}")
 
-if __name__ == "__main__": main()
+
+if __name__ == "__main__":
+    main()

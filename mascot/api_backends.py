@@ -14,52 +14,106 @@ __all__ = ['AnthropicBackend', 'GeminiBackend']
 # %% ../nbs/01a_api_backends.ipynb #b1209c81
 def _optional_module(module: str, package: str, provider: str):
     import importlib
-    try: return importlib.import_module(module)
-    except ImportError: raise ConfigError(f"--provider {provider} needs the {package} package: pip install {package} (or pip install 'mascot[api_judges]')") from None
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise ConfigError(
+            f"--provider {provider} needs the {package} package: pip install {package} (or pip install 'mascot[api_judges]')"
+        ) from None
+
 
 def _env_key(provider: str, *names: str) -> str:
     for n in names:
-        if os.environ.get(n): return os.environ[n]
-    raise ConfigError(f"--provider {provider} needs {' or '.join(names)} in the environment (keys are read only from there)")
+        if os.environ.get(n):
+            return os.environ[n]
+    raise ConfigError(
+        f"--provider {provider} needs {' or '.join(names)} in the environment (keys are read only from there)"
+    )
+
 
 def _split_system(messages: list[dict]) -> tuple[str, list[dict]]:
-    return "\n\n".join(m["content"] for m in messages if m["role"] == "system"), [m for m in messages if m["role"] != "system"]
+    return "\n\n".join(m["content"] for m in messages if m["role"] == "system"), [
+        m for m in messages if m["role"] != "system"
+    ]
+
 
 class AnthropicBackend(ChatBackend):
     kind = "anthropic"
+
     def __init__(self, max_concurrency: int = 8):
         anthropic = _optional_module("anthropic", "anthropic", "anthropic")
         self.client = anthropic.AsyncAnthropic(api_key=_env_key("anthropic", "ANTHROPIC_API_KEY"))
         self.sem = asyncio.Semaphore(max_concurrency)
-    async def served_models(self) -> list[str]: return []
+
+    async def served_models(self) -> list[str]:
+        return []
+
     async def check_model(self, model: str | None) -> str:
-        if not model: raise ModelNotFound("--provider anthropic needs --judge MODEL")
+        if not model:
+            raise ModelNotFound("--provider anthropic needs --judge MODEL")
         return model
+
     async def chat(self, req: ChatRequest) -> ChatResponse:
         t0, (system, msgs) = time.perf_counter(), _split_system(req.messages)
         async with self.sem:
-            r = await self.client.messages.create(model=req.model, messages=msgs, max_tokens=req.max_tokens, temperature=req.temperature,
-                                                  **({"system": system} if system else {}))
+            r = await self.client.messages.create(
+                model=req.model,
+                messages=msgs,
+                max_tokens=req.max_tokens,
+                temperature=req.temperature,
+                **({"system": system} if system else {}),
+            )
         text = "".join(getattr(b, "text", "") for b in r.content)
-        return ChatResponse([text], [r.stop_reason or "stop"], r.usage.input_tokens, r.usage.output_tokens, r.model, self.kind, time.perf_counter() - t0)
+        return ChatResponse(
+            [text],
+            [r.stop_reason or "stop"],
+            r.usage.input_tokens,
+            r.usage.output_tokens,
+            r.model,
+            self.kind,
+            time.perf_counter() - t0,
+        )
+
 
 class GeminiBackend(ChatBackend):
     kind = "gemini"
+
     def __init__(self, max_concurrency: int = 8):
         genai = _optional_module("google.genai", "google-genai", "gemini")
         self.client = genai.Client(api_key=_env_key("gemini", "GEMINI_API_KEY", "GOOGLE_API_KEY"))
         self.sem = asyncio.Semaphore(max_concurrency)
-    async def served_models(self) -> list[str]: return []
+
+    async def served_models(self) -> list[str]:
+        return []
+
     async def check_model(self, model: str | None) -> str:
-        if not model: raise ModelNotFound("--provider gemini needs --judge MODEL")
+        if not model:
+            raise ModelNotFound("--provider gemini needs --judge MODEL")
         return model
+
     async def chat(self, req: ChatRequest) -> ChatResponse:
         t0, (system, msgs) = time.perf_counter(), _split_system(req.messages)
-        contents = [{"role": "model" if m["role"] == "assistant" else "user", "parts": [{"text": m["content"]}]} for m in msgs]
+        contents = [
+            {"role": "model" if m["role"] == "assistant" else "user", "parts": [{"text": m["content"]}]} for m in msgs
+        ]
         async with self.sem:
-            r = await self.client.aio.models.generate_content(model=req.model, contents=contents, config={
-                "system_instruction": system or None, "temperature": req.temperature, "max_output_tokens": req.max_tokens})
+            r = await self.client.aio.models.generate_content(
+                model=req.model,
+                contents=contents,
+                config={
+                    "system_instruction": system or None,
+                    "temperature": req.temperature,
+                    "max_output_tokens": req.max_tokens,
+                },
+            )
         u = r.usage_metadata
-        return ChatResponse([r.text or ""], ["stop"], getattr(u, "prompt_token_count", 0) or 0, getattr(u, "candidates_token_count", 0) or 0,
-                            req.model, self.kind, time.perf_counter() - t0)
-
+        return ChatResponse(
+            [r.text or ""],
+            ["stop"],
+            getattr(u, "prompt_token_count", 0) or 0,
+            getattr(u, "candidates_token_count", 0) or 0,
+            req.model,
+            self.kind,
+            time.perf_counter() - t0,
+        )

@@ -26,70 +26,102 @@ __all__ = ['CHOICES', 'ANNOTATOR_RE', 'ARENA_HTML', 'ArenaError', 'load_side', '
 class ArenaError(Exception):
     "A problem with the study's input, named by file or flag."
 
+
 def load_side(path: str | Path) -> tuple[str, str, dict[str, dict]]:
     "A conversation file: (system, dataset, {context id: record})."
     path = Path(path)
-    if not path.exists(): raise ArenaError(f"--files: {path} does not exist")
+    if not path.exists():
+        raise ArenaError(f"--files: {path} does not exist")
     recs: dict[str, dict] = {}
     for i, rec in enumerate(read_jsonl(path), 1):
-        try: validate_episode(rec, f"{path}:{i}")
-        except SchemaError as e: raise ArenaError(str(e)) from None
+        try:
+            validate_episode(rec, f"{path}:{i}")
+        except SchemaError as e:
+            raise ArenaError(str(e)) from None
         recs[record_id(rec)] = rec
-    if not recs: raise ArenaError(f"--files: {path} holds no conversations")
+    if not recs:
+        raise ArenaError(f"--files: {path} holds no conversations")
     systems = {r["metadata"]["system"] for r in recs.values()}
     datasets = {r["metadata"]["dataset"] for r in recs.values()}
-    if len(systems) != 1: raise ArenaError(f"--files: {path} mixes systems {sorted(systems)}; give one file per system")
-    if len(datasets) != 1: raise ArenaError(f"--files: {path} mixes datasets {sorted(datasets)}")
+    if len(systems) != 1:
+        raise ArenaError(f"--files: {path} mixes systems {sorted(systems)}; give one file per system")
+    if len(datasets) != 1:
+        raise ArenaError(f"--files: {path} mixes datasets {sorted(datasets)}")
     system = systems.pop()
-    if system not in SYSTEMS: raise ArenaError(f"--files: {path}: unknown system {system!r} (known: {', '.join(SYSTEMS)})")
+    if system not in SYSTEMS:
+        raise ArenaError(f"--files: {path}: unknown system {system!r} (known: {', '.join(SYSTEMS)})")
     return system, datasets.pop(), recs
 
 # %% ../nbs/44_arena.ipynb #cebad3e7
 @dataclass
 class Arena:
     "Two systems' conversations on the same contexts."
+
     systems: tuple[str, str]
     dataset: str
     records: dict[str, dict[str, dict]]  # system -> context id -> record
     study: str
 
     @property
-    def pair_ids(self) -> list[str]: return sorted(self.records[self.systems[0]])
+    def pair_ids(self) -> list[str]:
+        return sorted(self.records[self.systems[0]])
+
 
 def study_id(systems, ids) -> str:
     "The id of a study: its systems (sorted) and a digest of its contexts."
     a, b = sorted(systems)
     return f"{a}-vs-{b}-" + hashlib.sha256("\n".join(sorted(ids)).encode()).hexdigest()[:8]
 
-def _some(ids) -> str: return ", ".join(sorted(ids)[:3]) + (" ..." if len(ids) > 3 else "")
+
+def _some(ids) -> str:
+    return ", ".join(sorted(ids)[:3]) + (" ..." if len(ids) > 3 else "")
+
 
 def load_arena(files: list[str], study: str | None = None) -> Arena:
     "The study of two conversation files, or an `ArenaError` naming what does not fit."
-    if len(files) != 2: raise ArenaError(f"--files: give exactly two conversation files (got {len(files)})")
+    if len(files) != 2:
+        raise ArenaError(f"--files: give exactly two conversation files (got {len(files)})")
     (sa, da, ra), (sb, db, rb) = load_side(files[0]), load_side(files[1])
-    if sa == sb: raise ArenaError(f"--files: both files hold system {sa!r}; compare two different systems")
-    if da != db: raise ArenaError(f"--files: {files[0]} is on {da}, {files[1]} on {db}")
+    if sa == sb:
+        raise ArenaError(f"--files: both files hold system {sa!r}; compare two different systems")
+    if da != db:
+        raise ArenaError(f"--files: {files[0]} is on {da}, {files[1]} on {db}")
     only_a, only_b = set(ra) - set(rb), set(rb) - set(ra)
     if only_a or only_b:
-        raise ArenaError(f"--files: {files[0]} and {files[1]} are on different contexts: {len(only_a)} only in the first ({_some(only_a)}), "
-                         f"{len(only_b)} only in the second ({_some(only_b)})")
+        raise ArenaError(
+            f"--files: {files[0]} and {files[1]} are on different contexts: {len(only_a)} only in the first ({_some(only_a)}), "
+            f"{len(only_b)} only in the second ({_some(only_b)})"
+        )
     return Arena((sa, sb), da, {sa: ra, sb: rb}, study or study_id((sa, sb), ra))
 
 # %% ../nbs/44_arena.ipynb #a29162c3
 def demo_record(conv_id: str, system: str, reply: str, dataset: str = "ED") -> dict:
     "A minimal valid conversation: the user's opening and one reply."
     name = "Supporter" if system not in ("mascot", "mascot-g", "mascot-i", "mascot-c", "mascot-p") else "The Anchor"
-    turns = [Turn(0, 0, "User", f"Context {conv_id}: I feel anxious about tomorrow.", turn_type="user"),
-             Turn(1, 0, name, reply, Directive(name, "validate", "warm") if name != "Supporter" else None)]
-    return Episode(conv_id, turns, EpisodeMetadata(system, dataset, "demo-director", "demo-speaker"), "anxious", "anxious", ["anxious"]).to_dict()
+    turns = [
+        Turn(0, 0, "User", f"Context {conv_id}: I feel anxious about tomorrow.", turn_type="user"),
+        Turn(1, 0, name, reply, Directive(name, "validate", "warm") if name != "Supporter" else None),
+    ]
+    return Episode(
+        conv_id,
+        turns,
+        EpisodeMetadata(system, dataset, "demo-director", "demo-speaker"),
+        "anxious",
+        "anxious",
+        ["anxious"],
+    ).to_dict()
+
 
 def demo_files(folder: str | Path, systems=("mascot", "zero-shot"), ids=("ed-1", "ed-2", "ed-3")) -> list[Path]:
     "One conversation file per system; replies name their system in capitals (MASCOT / ZERO-SHOT) so a test can tell the sides apart."
-    folder = Path(folder); folder.mkdir(parents=True, exist_ok=True)
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
     out = []
     for s in systems:
         p = folder / f"{s}.jsonl"
-        p.write_text("".join(json.dumps(demo_record(i, s, f"{s.upper()} reply on {i}: that sounds hard.")) + "\n" for i in ids))
+        p.write_text(
+            "".join(json.dumps(demo_record(i, s, f"{s.upper()} reply on {i}: that sounds hard.")) + "\n" for i in ids)
+        )
         out.append(p)
     return out
 
@@ -98,6 +130,7 @@ def pair_order(arena: Arena, annotator: str, seed: int = 0) -> list[str]:
     ids = list(arena.pair_ids)
     random.Random(f"{seed}:{arena.study}:{annotator}").shuffle(ids)
     return ids
+
 
 def pair_sides(arena: Arena, annotator: str, pair_id: str, seed: int = 0) -> tuple[str, str]:
     "(left system, right system) of one pair for one annotator."
@@ -108,8 +141,10 @@ def pair_sides(arena: Arena, annotator: str, pair_id: str, seed: int = 0) -> tup
 CHOICES = ("A", "B", "tie")
 ANNOTATOR_RE = re.compile(r"^[\w.@+-]{1,64}$")
 
+
 class VoteStore:
     "The votes of one study, durably appended."
+
     def __init__(self, path: str | Path, arena: Arena, seed: int = 0, anonymous: bool = False):
         self.arena, self.seed, self.anonymous = arena, seed, anonymous  # anonymous: speakers shown as Speaker 1, 2 ...
         self.store = JsonlStore(path, resume=True, id_key="vote_id")
@@ -117,10 +152,13 @@ class VoteStore:
         self.votes: list[dict] = list(self.store) if self.path.exists() else []
         studies = {v.get("study") for v in self.votes}
         if studies - {arena.study}:
-            raise ArenaError(f"--votes {self.path} holds votes of study {sorted(map(str, studies - {arena.study}))[0]!r}, not {arena.study!r}; "
-                             "use another --votes file for this study")
+            raise ArenaError(
+                f"--votes {self.path} holds votes of study {sorted(map(str, studies - {arena.study}))[0]!r}, not {arena.study!r}; "
+                "use another --votes file for this study"
+            )
 
-    def done(self, annotator: str) -> set[str]: return {v["pair_id"] for v in self.votes if v["annotator"] == annotator}
+    def done(self, annotator: str) -> set[str]:
+        return {v["pair_id"] for v in self.votes if v["annotator"] == annotator}
 
     def next_pair(self, annotator: str) -> str | None:
         done = self.done(annotator)
@@ -128,16 +166,30 @@ class VoteStore:
 
     def vote(self, annotator: str, pair_id: str, choice: str, reason: str = "") -> dict:
         "Record one vote: `choice` A (left), B (right) or tie."
-        if not ANNOTATOR_RE.match(annotator or ""): raise ArenaError(f"annotator id {annotator!r}: use 1-64 letters, digits or ._@+-")
-        if pair_id not in self.arena.records[self.arena.systems[0]]: raise ArenaError(f"pair {pair_id!r} is not in study {self.arena.study!r}")
-        if choice not in CHOICES: raise ArenaError(f"choice {choice!r}: one of {', '.join(CHOICES)}")
-        if pair_id in self.done(annotator): raise ArenaError(f"{annotator} has already voted on pair {pair_id!r}")
+        if not ANNOTATOR_RE.match(annotator or ""):
+            raise ArenaError(f"annotator id {annotator!r}: use 1-64 letters, digits or ._@+-")
+        if pair_id not in self.arena.records[self.arena.systems[0]]:
+            raise ArenaError(f"pair {pair_id!r} is not in study {self.arena.study!r}")
+        if choice not in CHOICES:
+            raise ArenaError(f"choice {choice!r}: one of {', '.join(CHOICES)}")
+        if pair_id in self.done(annotator):
+            raise ArenaError(f"{annotator} has already voted on pair {pair_id!r}")
         left, right = pair_sides(self.arena, annotator, pair_id, self.seed)
-        v = {"vote_id": f"{annotator}/{pair_id}", "study": self.arena.study, "pair_id": pair_id, "annotator": annotator, "dataset": self.arena.dataset,
-             "systems": sorted(self.arena.systems), "left": left, "right": right, "choice": choice,
-             "winner": {"A": left, "B": right, "tie": "tie"}[choice], "reason": (reason or "").strip()[:2000],
-             "speakers": "anonymous" if self.anonymous else "named",
-             "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+        v = {
+            "vote_id": f"{annotator}/{pair_id}",
+            "study": self.arena.study,
+            "pair_id": pair_id,
+            "annotator": annotator,
+            "dataset": self.arena.dataset,
+            "systems": sorted(self.arena.systems),
+            "left": left,
+            "right": right,
+            "choice": choice,
+            "winner": {"A": left, "B": right, "tie": "tie"}[choice],
+            "reason": (reason or "").strip()[:2000],
+            "speakers": "anonymous" if self.anonymous else "named",
+            "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        }
         self.store.append(v)
         self.votes.append(v)
         return v
@@ -148,25 +200,35 @@ def speaker_labels(turns: list[dict], anonymous: bool = False) -> list[str]:
     seen: dict[str, str] = {}
     out = []
     for t in turns:
-        if t.get("turn_type") == "user" or not anonymous: out.append(t["agent_name"]); continue
+        if t.get("turn_type") == "user" or not anonymous:
+            out.append(t["agent_name"])
+            continue
         out.append(seen.setdefault(t["agent_name"], f"Speaker {len(seen) + 1}"))
     return out
 
+
 def pair_view(arena: Arena, annotator: str, pair_id: str, seed: int = 0, anonymous: bool = False) -> dict:
     left, right = pair_sides(arena, annotator, pair_id, seed)
+
     def side(s):
         turns = arena.records[s][pair_id]["turns"]
-        return [{"name": n, "user": t.get("turn_type") == "user", "text": t["response"]} for t, n in zip(turns, speaker_labels(turns, anonymous))]
+        return [
+            {"name": n, "user": t.get("turn_type") == "user", "text": t["response"]}
+            for t, n in zip(turns, speaker_labels(turns, anonymous))
+        ]
+
     rec = arena.records[left][pair_id]
     return {"pair_id": pair_id, "situation": record_situation(rec), "A": side(left), "B": side(right)}
 
 # %% ../nbs/44_arena.ipynb #0ad8d576
 class VoteIn(BaseModel):
     "The body of `POST /api/vote`."
+
     annotator: str
     pair_id: str
     choice: str
     reason: str = ""
+
 
 ARENA_HTML = """<!doctype html><html><head><meta charset="utf-8"><title>mascot arena</title><style>
 body{font-family:system-ui,sans-serif;max-width:1200px;margin:1.5em auto;padding:0 1em;color:#222}
@@ -202,41 +264,57 @@ fetch("/api/study").then(r=>r.json()).then(s=>{const q=new URLSearchParams(locat
   $("annotator").value=q||s.annotator||localStorage.getItem("mascot-annotator")||""; if($("annotator").value) next()});
 </script></body></html>"""
 
+
 def arena_app(store: VoteStore, annotator: str | None = None):
     "The study's web app."
     from fastapi import FastAPI, HTTPException
     from fastapi.responses import HTMLResponse
+
     app, lock, arena, seed = FastAPI(title="mascot arena"), asyncio.Lock(), store.arena, store.seed
 
     def progress(a: str) -> dict:
         nxt = store.next_pair(a)
-        return {"done": len(store.done(a)), "total": len(arena.pair_ids), "pair": pair_view(arena, a, nxt, seed, store.anonymous) if nxt else None}
+        return {
+            "done": len(store.done(a)),
+            "total": len(arena.pair_ids),
+            "pair": pair_view(arena, a, nxt, seed, store.anonymous) if nxt else None,
+        }
 
     @app.get("/", response_class=HTMLResponse)
-    async def index(): return ARENA_HTML
+    async def index():
+        return ARENA_HTML
 
     @app.get("/api/study")
-    async def study(): return {"pairs": len(arena.pair_ids), "annotator": annotator, "dataset": arena.dataset}
+    async def study():
+        return {"pairs": len(arena.pair_ids), "annotator": annotator, "dataset": arena.dataset}
 
     @app.get("/api/next")
     async def next_pair(annotator: str):
-        if not ANNOTATOR_RE.match(annotator): raise HTTPException(400, f"annotator id {annotator!r}: use 1-64 letters, digits or ._@+-")
+        if not ANNOTATOR_RE.match(annotator):
+            raise HTTPException(400, f"annotator id {annotator!r}: use 1-64 letters, digits or ._@+-")
         return progress(annotator)
 
     @app.post("/api/vote")
     async def vote(v: VoteIn):
         async with lock:
-            try: store.vote(v.annotator, v.pair_id, v.choice, v.reason)
-            except ArenaError as e: raise HTTPException(409 if "already" in str(e) else 400, str(e)) from None
+            try:
+                store.vote(v.annotator, v.pair_id, v.choice, v.reason)
+            except ArenaError as e:
+                raise HTTPException(409 if "already" in str(e) else 400, str(e)) from None
         return progress(v.annotator)
+
     return app
 
 # %% ../nbs/44_arena.ipynb #21a4c68b
-def bootstrap_ci(clusters: list[list[float]], n_boot: int = 2000, seed: int = 0, level: float = 0.95) -> tuple[float, float]:
+def bootstrap_ci(
+    clusters: list[list[float]], n_boot: int = 2000, seed: int = 0, level: float = 0.95
+) -> tuple[float, float]:
     "Percentile interval of the pooled mean of `clusters`' values, resampling whole clusters with replacement."
     import numpy as np
+
     clusters = [c for c in clusters if c]
-    if not clusters: return (math.nan, math.nan)
+    if not clusters:
+        return (math.nan, math.nan)
     sums, ns = np.array([sum(c) for c in clusters], float), np.array([len(c) for c in clusters], float)
     idx = np.random.default_rng(seed).integers(0, len(clusters), size=(n_boot, len(clusters)))
     stats = sums[idx].sum(1) / ns[idx].sum(1)
@@ -245,75 +323,130 @@ def bootstrap_ci(clusters: list[list[float]], n_boot: int = 2000, seed: int = 0,
 
 # %% ../nbs/44_arena.ipynb #650b9136
 def _clean(x):
-    if isinstance(x, float) and math.isnan(x): return None
-    if isinstance(x, float): return round(x, 4)
-    if isinstance(x, dict): return {k: _clean(v) for k, v in x.items()}
-    if isinstance(x, list): return [_clean(v) for v in x]
+    if isinstance(x, float) and math.isnan(x):
+        return None
+    if isinstance(x, float):
+        return round(x, 4)
+    if isinstance(x, dict):
+        return {k: _clean(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_clean(v) for v in x]
     return x
+
 
 def majority(labels: list[str]) -> str:
     "The most frequent label; 'tie' when two labels share the top count."
     top = collections.Counter(labels).most_common()
     return top[0][0] if len(top) == 1 or top[0][1] > top[1][1] else "tie"
 
+
 def annotator_agreement(votes: list[dict], systems: list[str]) -> dict:
     by = collections.defaultdict(dict)
-    for v in votes: by[v["annotator"]][v["pair_id"]] = v["winner"]
+    for v in votes:
+        by[v["annotator"]][v["pair_id"]] = v["winner"]
     names, pairs = sorted(by), sorted({v["pair_id"] for v in votes})
     kappas = []
     for i, a in enumerate(names):
-        for b in names[i + 1:]:
+        for b in names[i + 1 :]:
             common = sorted(set(by[a]) & set(by[b]))
-            if len(common) < 2: continue
+            if len(common) < 2:
+                continue
             la, lb = [by[a][p] for p in common], [by[b][p] for p in common]
-            kappas.append({"annotators": [a, b], "n": len(common), "kappa": cohen_kappa(la, lb),
-                           "percent_agreement": sum(x == y for x, y in zip(la, lb)) / len(common)})
+            kappas.append(
+                {
+                    "annotators": [a, b],
+                    "n": len(common),
+                    "kappa": cohen_kappa(la, lb),
+                    "percent_agreement": sum(x == y for x, y in zip(la, lb)) / len(common),
+                }
+            )
     scale = {systems[0]: 1.0, "tie": 0.5, systems[1]: 0.0}
-    alpha = krippendorff_alpha([[scale[by[a][p]] if p in by[a] else None for p in pairs] for a in names]) if len(names) >= 2 else math.nan
+    alpha = (
+        krippendorff_alpha([[scale[by[a][p]] if p in by[a] else None for p in pairs] for a in names])
+        if len(names) >= 2
+        else math.nan
+    )
     multi = sum(sum(p in by[a] for a in names) >= 2 for p in pairs)
-    return {"num_annotators": len(names), "num_pairs_multiply_annotated": multi, "pairwise": kappas,
-            "cohen_kappa_mean": sum(k["kappa"] for k in kappas) / len(kappas) if kappas else math.nan, "krippendorff_alpha": alpha}
+    return {
+        "num_annotators": len(names),
+        "num_pairs_multiply_annotated": multi,
+        "pairwise": kappas,
+        "cohen_kappa_mean": sum(k["kappa"] for k in kappas) / len(kappas) if kappas else math.nan,
+        "krippendorff_alpha": alpha,
+    }
+
 
 def judge_agreement(votes: list[dict], judge: dict[str, str]) -> dict:
     "The LLM judge against the people, on the pairs both judged."
     by_pair = collections.defaultdict(list)
-    for v in votes: by_pair[v["pair_id"]].append(v["winner"])
+    for v in votes:
+        by_pair[v["pair_id"]].append(v["winner"])
     common = sorted(p for p in by_pair if judge.get(p) is not None)
-    if not common: return {"n_pairs": 0, "agreement": math.nan, "cohen_kappa": math.nan, "vote_agreement": math.nan}
+    if not common:
+        return {"n_pairs": 0, "agreement": math.nan, "cohen_kappa": math.nan, "vote_agreement": math.nan}
     human, llm = [majority(by_pair[p]) for p in common], [judge[p] for p in common]
     each = [w == judge[p] for p in common for w in by_pair[p]]
-    return {"n_pairs": len(common), "agreement": sum(h == j for h, j in zip(human, llm)) / len(common), "cohen_kappa": cohen_kappa(human, llm),
-            "n_votes": len(each), "vote_agreement": sum(each) / len(each)}
+    return {
+        "n_pairs": len(common),
+        "agreement": sum(h == j for h, j in zip(human, llm)) / len(common),
+        "cohen_kappa": cohen_kappa(human, llm),
+        "n_votes": len(each),
+        "vote_agreement": sum(each) / len(each),
+    }
 
 # %% ../nbs/44_arena.ipynb #ebd441d3
 def arena_report(votes: list[dict], judge: dict[str, str] | None = None, n_boot: int = 2000, seed: int = 0) -> dict:
     "Win rates with bootstrap 95% intervals, tie rate, inter-annotator agreement and (given `judge`: pair -> winner) the judge's agreement."
-    if not votes: raise ArenaError("no votes to report")
+    if not votes:
+        raise ArenaError("no votes to report")
     studies = sorted({str(v.get("study")) for v in votes})
-    if len(studies) != 1: raise ArenaError(f"the votes belong to several studies {studies}; report one study at a time")
+    if len(studies) != 1:
+        raise ArenaError(f"the votes belong to several studies {studies}; report one study at a time")
     systems = sorted(votes[0]["systems"])
     by_pair = collections.defaultdict(list)
-    for v in votes: by_pair[v["pair_id"]].append(v["winner"])
+    for v in votes:
+        by_pair[v["pair_id"]].append(v["winner"])
     n = len(votes)
-    out = {"study": studies[0], "systems": systems, "num_votes": n, "num_pairs": len(by_pair), "bootstrap": {"n_boot": n_boot, "seed": seed, "unit": "pair"}}
+    out = {
+        "study": studies[0],
+        "systems": systems,
+        "num_votes": n,
+        "num_pairs": len(by_pair),
+        "bootstrap": {"n_boot": n_boot, "seed": seed, "unit": "pair"},
+    }
     per = {}
     for s in systems:
         wins, ties = sum(v["winner"] == s for v in votes), sum(v["winner"] == "tie" for v in votes)
         losses = n - wins - ties
         lo, hi = bootstrap_ci([[float(w == s) for w in ws] for ws in by_pair.values()], n_boot, seed)
-        per[s] = {"wins": wins, "losses": losses, "ties": ties, "n": n, "win_rate": wins / n, "ci95": [lo, hi],
-                  "decisive_win_rate": wins / (wins + losses) if wins + losses else math.nan}
+        per[s] = {
+            "wins": wins,
+            "losses": losses,
+            "ties": ties,
+            "n": n,
+            "win_rate": wins / n,
+            "ci95": [lo, hi],
+            "decisive_win_rate": wins / (wins + losses) if wins + losses else math.nan,
+        }
     out["by_system"] = per
     ties = sum(v["winner"] == "tie" for v in votes)
-    out["tie_rate"] = {"ties": ties, "rate": ties / n, "ci95": list(bootstrap_ci([[float(w == "tie") for w in ws] for ws in by_pair.values()], n_boot, seed))}
+    out["tie_rate"] = {
+        "ties": ties,
+        "rate": ties / n,
+        "ci95": list(bootstrap_ci([[float(w == "tie") for w in ws] for ws in by_pair.values()], n_boot, seed)),
+    }
     out["annotators"] = annotator_agreement(votes, systems)
-    if judge is not None: out["judge"] = judge_agreement(votes, judge)
+    if judge is not None:
+        out["judge"] = judge_agreement(votes, judge)
     return _clean(out)
 
 # %% ../nbs/44_arena.ipynb #dfffdf40
-async def judge_arena(arena: Arena, cfg: EndpointConfig, path: str | Path, embedded: ChatBackend | None = None) -> dict[str, str | None]:
+async def judge_arena(
+    arena: Arena, cfg: EndpointConfig, path: str | Path, embedded: ChatBackend | None = None
+) -> dict[str, str | None]:
     "Judge every pair (those already in `path` are kept); returns {pair: winner system | 'tie' | None when unparsable}."
     from mascot.judge import JudgeParseError
+
     require_judge(cfg)  # the pairwise judge is an explicit choice too
     store = JsonlStore(path, resume=True, id_key="pair_id")
     client = LLMClient(cfg, embedded=embedded)
@@ -322,46 +455,71 @@ async def judge_arena(arena: Arena, cfg: EndpointConfig, path: str | Path, embed
     text = lambda s, p: render_history([Turn.from_dict(t) for t in arena.records[s][p]["turns"]], roster)
     sem = asyncio.Semaphore(cfg.max_concurrency)
 
-    async def one(p: str):  # pairs in flight together share the embedded model's batches; each result is stored as it comes
+    async def one(
+        p: str,
+    ):  # pairs in flight together share the embedded model's batches; each result is stored as it comes
         async with sem:
             try:
                 pref = await judge_pair(client, rubric, record_situation(arena.records[a][p]), text(a, p), text(b, p))
                 winner, raw = {"A": a, "B": b, "tie": "tie"}[pref], None
-            except JudgeParseError as e: winner, raw = None, e.raw[:300]
-        store.append({"pair_id": p, "study": arena.study, "systems": sorted(arena.systems), "judge": client.routes["judge"].model,
-                      "winner": winner, **({"unparsed": raw} if raw is not None else {})})
+            except JudgeParseError as e:
+                winner, raw = None, e.raw[:300]
+        store.append(
+            {
+                "pair_id": p,
+                "study": arena.study,
+                "systems": sorted(arena.systems),
+                "judge": client.routes["judge"].model,
+                "winner": winner,
+                **({"unparsed": raw} if raw is not None else {}),
+            }
+        )
+
     try:
         await client.check()
         await asyncio.gather(*[one(p) for p in arena.pair_ids if p not in store])
-    finally: await client.aclose()
+    finally:
+        await client.aclose()
     return load_judge_file(path, arena.study)
+
 
 def load_judge_file(path: str | Path, study: str | None = None) -> dict[str, str | None]:
     "{pair: winner} from a JSONL of {pair_id (or conv_id), winner[, study]} lines."
     out = {}
     for i, r in enumerate(read_jsonl(path), 1):
-        if study and r.get("study") not in (None, study): raise ArenaError(f"--judge-file {path}:{i} is from study {r['study']!r}, not {study!r}")
+        if study and r.get("study") not in (None, study):
+            raise ArenaError(f"--judge-file {path}:{i} is from study {r['study']!r}, not {study!r}")
         pid = r.get("pair_id", r.get("conv_id"))
-        if pid is None or "winner" not in r: raise ArenaError(f"--judge-file {path}:{i}: needs 'pair_id' (or 'conv_id') and 'winner'")
+        if pid is None or "winner" not in r:
+            raise ArenaError(f"--judge-file {path}:{i}: needs 'pair_id' (or 'conv_id') and 'winner'")
         out[str(pid)] = r["winner"]
     return out
 
 # %% ../nbs/44_arena.ipynb #d5be6599
 class ArenaConfig(Config):
     "Flags of `mascot arena`."
+
     files: list[str] = Field([], description="the two systems' conversation files, on the same contexts")
-    votes: str = Field("outputs/arena/votes.jsonl", description="the study's vote file (appended; resumed when it exists)")
+    votes: str = Field(
+        "outputs/arena/votes.jsonl", description="the study's vote file (appended; resumed when it exists)"
+    )
     study: str | None = Field(None, description="the study's id; default: the two systems and a digest of the contexts")
-    annotator: str | None = Field(None, description="the annotator id filled in on the page (each annotator can also type theirs)")
+    annotator: str | None = Field(
+        None, description="the annotator id filled in on the page (each annotator can also type theirs)"
+    )
     seed: int = Field(0, description="seed of the pair order and the left/right sides")
     anonymous_speakers: bool = Field(False, description="show 'Speaker 1', 'Speaker 2' ... instead of persona names")
     host: str = Field("127.0.0.1", description="address to bind (loopback by default)")
     port: int = Field(8766, description="port")
 
+
 class ArenaReportConfig(EndpointConfig):
     "Flags of `mascot arena-report` (the endpoint flags choose the judge for --compute-judge)."
+
     votes: str = Field(..., description="the vote file written by mascot arena")
-    files: list[str] = Field([], description="the study's two conversation files (needed by --compute-judge; checks the study)")
+    files: list[str] = Field(
+        [], description="the study's two conversation files (needed by --compute-judge; checks the study)"
+    )
     study: str | None = Field(None, description="the study's id, if mascot arena was given one")
     judge_file: str | None = Field(None, description="pairwise judge results: JSONL of {pair_id, winner}")
     compute_judge: bool = Field(False, description="ask the LLM pairwise judge about every pair (needs --files)")
@@ -369,65 +527,100 @@ class ArenaReportConfig(EndpointConfig):
     bootstrap: int = Field(2000, description="bootstrap resamples for the 95% intervals")
     seed: int = Field(0, description="bootstrap seed")
 
-def _fail(prog: str, e: Exception): raise SystemExit(f"{prog}: {e}") from None
+
+def _fail(prog: str, e: Exception):
+    raise SystemExit(f"{prog}: {e}") from None
+
 
 def main(argv: list[str] | None = None):
     try:
         cfg = ArenaConfig.from_cli(argv, prog="mascot arena")
         store = VoteStore(cfg.votes, load_arena(cfg.files, cfg.study), cfg.seed, cfg.anonymous_speakers)
-    except (ArenaError, ConfigError, CorruptRecordError) as e: _fail("mascot arena", e)
+    except (ArenaError, ConfigError, CorruptRecordError) as e:
+        _fail("mascot arena", e)
     import uvicorn
+
     a = store.arena
-    print(f"mascot arena: study {a.study} ({len(a.pair_ids)} pairs, {len(store.votes)} votes so far) at http://{cfg.host}:{cfg.port}/ "
-          f"(votes: {store.path}; Ctrl-C to stop)", flush=True)
-    try: uvicorn.run(arena_app(store, cfg.annotator), host=cfg.host, port=cfg.port, log_level="warning")
-    except KeyboardInterrupt: pass  # every vote is on disk already
+    print(
+        f"mascot arena: study {a.study} ({len(a.pair_ids)} pairs, {len(store.votes)} votes so far) at http://{cfg.host}:{cfg.port}/ "
+        f"(votes: {store.path}; Ctrl-C to stop)",
+        flush=True,
+    )
+    try:
+        uvicorn.run(arena_app(store, cfg.annotator), host=cfg.host, port=cfg.port, log_level="warning")
+    except KeyboardInterrupt:
+        pass  # every vote is on disk already
     print(f"mascot arena: {len(store.votes)} votes in {store.path}", flush=True)
 
 # %% ../nbs/44_arena.ipynb #d45a873c
 def summary_lines(rep: dict) -> list[str]:
     f = lambda x: "n/a" if x is None else f"{x:.3f}"
-    lines = [f"study {rep['study']}: {rep['num_votes']} votes on {rep['num_pairs']} pairs by {rep['annotators']['num_annotators']} annotator(s)"]
+    lines = [
+        f"study {rep['study']}: {rep['num_votes']} votes on {rep['num_pairs']} pairs by {rep['annotators']['num_annotators']} annotator(s)"
+    ]
     for s, r in rep["by_system"].items():
-        lines.append(f"  {s}: win rate {f(r['win_rate'])} [95% CI {f(r['ci95'][0])}, {f(r['ci95'][1])}] "
-                     f"(wins {r['wins']}, losses {r['losses']}, ties {r['ties']}; without ties {f(r['decisive_win_rate'])})")
+        lines.append(
+            f"  {s}: win rate {f(r['win_rate'])} [95% CI {f(r['ci95'][0])}, {f(r['ci95'][1])}] "
+            f"(wins {r['wins']}, losses {r['losses']}, ties {r['ties']}; without ties {f(r['decisive_win_rate'])})"
+        )
     t, a = rep["tie_rate"], rep["annotators"]
     lines.append(f"  tie rate {f(t['rate'])} [95% CI {f(t['ci95'][0])}, {f(t['ci95'][1])}]")
-    lines.append(f"  annotators: Cohen's kappa {f(a['cohen_kappa_mean'])} (mean of {len(a['pairwise'])} pair(s)), Krippendorff's alpha {f(a['krippendorff_alpha'])}")
+    lines.append(
+        f"  annotators: Cohen's kappa {f(a['cohen_kappa_mean'])} (mean of {len(a['pairwise'])} pair(s)), Krippendorff's alpha {f(a['krippendorff_alpha'])}"
+    )
     if "judge" in rep:
         j = rep["judge"]
-        lines.append(f"  LLM judge vs people: agreement {f(j['agreement'])}, kappa {f(j['cohen_kappa'])} on {j['n_pairs']} pairs")
+        lines.append(
+            f"  LLM judge vs people: agreement {f(j['agreement'])}, kappa {f(j['cohen_kappa'])} on {j['n_pairs']} pairs"
+        )
     return lines
+
 
 def report(cfg: ArenaReportConfig) -> tuple[Path, dict]:
     "Read the votes, get the judge's results if asked, write `arena_report.json`."
     vp = Path(cfg.votes)
-    if not vp.exists(): raise ArenaError(f"--votes {vp} does not exist")
+    if not vp.exists():
+        raise ArenaError(f"--votes {vp} does not exist")
     votes = list(read_jsonl(vp))
     arena = load_arena(cfg.files, cfg.study) if cfg.files else None
     if arena is not None and {v.get("study") for v in votes} - {arena.study}:
-        raise ArenaError(f"--votes {vp} holds votes of study {sorted(map(str, {v.get('study') for v in votes} - {arena.study}))[0]!r}, "
-                         f"not {arena.study!r} of --files")
+        raise ArenaError(
+            f"--votes {vp} holds votes of study {sorted(map(str, {v.get('study') for v in votes} - {arena.study}))[0]!r}, "
+            f"not {arena.study!r} of --files"
+        )
     out_dir = Path(cfg.output_dir) if cfg.output_dir else vp.parent
     out_dir.mkdir(parents=True, exist_ok=True)
     judge = None
-    if cfg.judge_file: judge = load_judge_file(cfg.judge_file, votes[0].get("study") if votes else None)
+    if cfg.judge_file:
+        judge = load_judge_file(cfg.judge_file, votes[0].get("study") if votes else None)
     elif cfg.compute_judge:
-        if arena is None: raise ArenaError("--compute-judge needs --files (the conversations the judge reads)")
+        if arena is None:
+            raise ArenaError("--compute-judge needs --files (the conversations the judge reads)")
         judge = run_sync(judge_arena(arena, cfg, out_dir / f"judge_pairwise_{arena.study}.jsonl"))
     rep = arena_report(votes, judge, cfg.bootstrap, cfg.seed)
-    rep.update(votes_file=str(vp), judge_file=cfg.judge_file or (str(out_dir / f"judge_pairwise_{arena.study}.jsonl") if cfg.compute_judge else None))
+    rep.update(
+        votes_file=str(vp),
+        judge_file=cfg.judge_file
+        or (str(out_dir / f"judge_pairwise_{arena.study}.jsonl") if cfg.compute_judge else None),
+    )
     path = out_dir / "arena_report.json"
-    tmp_path = path.with_name(path.name + ".tmp"); tmp_path.write_text(json.dumps(rep, indent=2)); tmp_path.replace(path)
+    tmp_path = path.with_name(path.name + ".tmp")
+    tmp_path.write_text(json.dumps(rep, indent=2))
+    tmp_path.replace(path)
     return path, rep
+
 
 def report_main(argv: list[str] | None = None):
     try:
         path, rep = report(ArenaReportConfig.from_cli(argv, prog="mascot arena-report"))
-    except (ArenaError, ConfigError, CorruptRecordError, ModelNotFound, BackendUnavailable) as e: _fail("mascot arena-report", e)
-    print("\n".join(summary_lines(rep))); print(path)
+    except (ArenaError, ConfigError, CorruptRecordError, ModelNotFound, BackendUnavailable) as e:
+        _fail("mascot arena-report", e)
+    print("\n".join(summary_lines(rep)))
+    print(path)
 
-if __name__ == "__main__" and "IPython" not in sys.modules: main()  # `python -m mascot.arena`; never inside a notebook
+
+if __name__ == "__main__" and "IPython" not in sys.modules:
+    main()  # `python -m mascot.arena`; never inside a notebook
 
 # %% ../nbs/44_arena.ipynb #90e3bc4b
 def demo_votes(folder: str | Path, n_pairs: int = 12, annotators=("ann1", "ann2", "ann3"), seed: int = 0) -> Path:
@@ -438,7 +631,8 @@ def demo_votes(folder: str | Path, n_pairs: int = 12, annotators=("ann1", "ann2"
     rng = random.Random(seed)
     for a in annotators:
         for p in store.arena.pair_ids:
-            if p in store.done(a): continue
+            if p in store.done(a):
+                continue
             pick = rng.choices(["mascot", "zero-shot", "tie"], [0.6, 0.25, 0.15])[0]
             left, right = pair_sides(store.arena, a, p)
             store.vote(a, p, "tie" if pick == "tie" else "A" if left == pick else "B")

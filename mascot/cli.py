@@ -12,83 +12,144 @@ __all__ = ['COMMANDS', 'main', 'exit_code', 'generate_main', 'train_group_main']
 # %% ../nbs/09_cli.ipynb #64ab20d1
 COMMANDS: dict[str, tuple[str, str]] = {
     # the reference's entry points, in pipeline order ("module" runs module.main; "module:fn" runs fn)
-    "generate": ("mascot.cli:generate_main", "stage-1 candidates + pairs (--mode individual) or stage-2 group data (--mode group)"),
-    "judge": ("mascot.rubric_eval", "rubric evaluation of conversations by LLM judges (persona and collective rubrics, 0-100 metrics)"),
+    "generate": (
+        "mascot.cli:generate_main",
+        "stage-1 candidates + pairs (--mode individual) or stage-2 group data (--mode group)",
+    ),
+    "judge": (
+        "mascot.rubric_eval",
+        "rubric evaluation of conversations by LLM judges (persona and collective rubrics, 0-100 metrics)",
+    ),
     "train-reward-model": ("mascot.reward_model", "persona reward model (LoRA, score head) with TRL's RewardTrainer"),
-    "train-speaker": ("mascot.speaker_grpo", "speaker policy with TRL's GRPOTrainer on reward-model, format and conciseness rewards"),
+    "train-speaker": (
+        "mascot.speaker_grpo",
+        "speaker policy with TRL's GRPOTrainer on reward-model, format and conciseness rewards",
+    ),
     "train-sft": ("mascot.sft", "the SFT baseline: LoRA SFT of the speaker on the best stage-1 candidates"),
-    "train-group": ("mascot.cli:train_group_main", "stage 2: --mode train-reward-model | train-director-grpo | train-director-dpo"),
-    "episode": ("mascot.episodes", "directed multi-agent conversations (and baselines/ablations) on ED, ESConv or QMSum"),
+    "train-group": (
+        "mascot.cli:train_group_main",
+        "stage 2: --mode train-reward-model | train-director-grpo | train-director-dpo",
+    ),
+    "episode": (
+        "mascot.episodes",
+        "directed multi-agent conversations (and baselines/ablations) on ED, ESConv or QMSum",
+    ),
     "eval": ("mascot.evaluate", "evaluation generation: trained system, stage ablations, MASCOT-P/-C and baselines"),
     "judge-all": ("mascot.llm_judge", "judge every conversation file of a folder into one tidy score table"),
     "metrics": ("mascot.auto_metrics", "NLI contradiction, Self-BLEU and echo score of conversations"),
     "serve": ("mascot.serve", "vLLM OpenAI server for a base model with LoRA adapters by alias (--dry-run prints it)"),
     "merge-lora": ("mascot.serve:merge_main", "merge a LoRA adapter into full weights"),
-    "chat": ("mascot.chat", "talk to the companion group as the user, in the terminal or the browser (--web); saved as an episode"),
-    "arena": ("mascot.arena", "blind side-by-side human preference study of two systems' conversations (votes to JSONL)"),
-    "arena-report": ("mascot.arena:report_main", "win rates with bootstrap 95% CIs, ties, annotator and LLM-judge agreement of a study"),
+    "chat": (
+        "mascot.chat",
+        "talk to the companion group as the user, in the terminal or the browser (--web); saved as an episode",
+    ),
+    "arena": (
+        "mascot.arena",
+        "blind side-by-side human preference study of two systems' conversations (votes to JSONL)",
+    ),
+    "arena-report": (
+        "mascot.arena:report_main",
+        "win rates with bootstrap 95% CIs, ties, annotator and LLM-judge agreement of a study",
+    ),
     "run": ("mascot.pipeline", "run the pipeline's stage notebooks through papermill into runs/<run>/"),
     "site": ("mascot.site", "build the static results site from runs/ (no Quarto needed)"),
 }
+
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
         print("usage: mascot COMMAND [flags]   (mascot COMMAND --help for its flags)\n\ncommands:")
-        for name, (_, doc) in COMMANDS.items(): print(f"  {name:<20} {doc}")
+        for name, (_, doc) in COMMANDS.items():
+            print(f"  {name:<20} {doc}")
         return 0
     name = argv.pop(0)
     if name not in COMMANDS:
         import difflib
+
         close = difflib.get_close_matches(name, COMMANDS, n=1)
-        print(f"mascot: unknown command {name!r}" + (f" (did you mean {close[0]!r}?)" if close else "") + "; see mascot --help", file=sys.stderr)
+        print(
+            f"mascot: unknown command {name!r}"
+            + (f" (did you mean {close[0]!r}?)" if close else "")
+            + "; see mascot --help",
+            file=sys.stderr,
+        )
         return 2
     mod, _, fn = COMMANDS[name][0].partition(":")
     from mascot.core import load_env_file
+
     load_env_file()  # API keys from a .env file, as the reference reads them (the environment wins)
-    try: getattr(importlib.import_module(mod), fn or "main")(argv)
+    try:
+        getattr(importlib.import_module(mod), fn or "main")(argv)
     except Exception as e:
         code = exit_code(e)
-        if code is None or os.environ.get("MASCOT_DEBUG") == "1": raise  # a real bug keeps its traceback
+        if code is None or os.environ.get("MASCOT_DEBUG") == "1":
+            raise  # a real bug keeps its traceback
         print(f"mascot {name}: {' '.join(str(e).split())}", file=sys.stderr)
         return code
     except KeyboardInterrupt:
-        if os.environ.get("MASCOT_DEBUG") == "1": raise
+        if os.environ.get("MASCOT_DEBUG") == "1":
+            raise
         print(f"mascot {name}: interrupted", file=sys.stderr)
         return 130
     return 0
+
 
 def _user_errors() -> tuple[type, ...]:
     "The package's own errors: bad input or an environment problem, each already worded as one line naming the file, field or flag."
     from mascot.core import ConfigError, OutputExistsError, CorruptRecordError, SchemaError, StrictModeError
     from mascot.llm import LLMError
     from mascot.data import DataFormatError, DatasetUnavailableError
-    return (ConfigError, OutputExistsError, CorruptRecordError, SchemaError, StrictModeError, LLMError, DataFormatError,
-            DatasetUnavailableError, FileNotFoundError)
+
+    return (
+        ConfigError,
+        OutputExistsError,
+        CorruptRecordError,
+        SchemaError,
+        StrictModeError,
+        LLMError,
+        DataFormatError,
+        DatasetUnavailableError,
+        FileNotFoundError,
+    )
+
 
 def exit_code(e: BaseException) -> int | None:
     "2 for the package's own errors, 128 + signal for an interrupted run, None (a traceback) for anything else."
     from mascot.core import RunInterrupted
-    if isinstance(e, RunInterrupted): return 128 + getattr(e, "signum", 2)
+
+    if isinstance(e, RunInterrupted):
+        return 128 + getattr(e, "signum", 2)
     return 2 if isinstance(e, _user_errors()) else None
 
-if __name__ == "__main__" and "IPython" not in sys.modules: raise SystemExit(main())
+
+if __name__ == "__main__" and "IPython" not in sys.modules:
+    raise SystemExit(main())
 
 # %% ../nbs/09_cli.ipynb #b5c08fe7
 def generate_main(argv: list[str] | None = None):
     "`mascot generate --mode individual|group ...`: stage-1 (individual) or stage-2 (group) data."
     from mascot.core import flag_value
+
     argv = list(sys.argv[1:] if argv is None else argv)
     mode = flag_value(argv, "--mode", "individual")  # --mode group and --mode=group
     target = "mascot.group_data" if mode == "group" else "mascot.candidates"
     return importlib.import_module(target).main(argv)
 
+
 def train_group_main(argv: list[str] | None = None):
     "`mascot train-group --mode train-reward-model|train-director-grpo|train-director-dpo ...` (director GRPO when --mode is absent, as in the reference)"
     from mascot.core import ConfigError, flag_value
+
     argv = list(sys.argv[1:] if argv is None else argv)
     mode = flag_value(argv, "--mode", "train-director-grpo")
-    targets = {"train-reward-model": "mascot.group_reward_model", "train-director-grpo": "mascot.director_grpo", "train-director-dpo": "mascot.director_dpo"}
+    targets = {
+        "train-reward-model": "mascot.group_reward_model",
+        "train-director-grpo": "mascot.director_grpo",
+        "train-director-dpo": "mascot.director_dpo",
+    }
     if mode not in targets:
-        raise ConfigError(f"--mode {mode!r}: train-group takes train-reward-model, train-director-grpo (the default) or train-director-dpo")
+        raise ConfigError(
+            f"--mode {mode!r}: train-group takes train-reward-model, train-director-grpo (the default) or train-director-dpo"
+        )
     return importlib.import_module(targets[mode]).main(argv)

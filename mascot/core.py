@@ -5,6 +5,7 @@
 # %% ../nbs/00_core.ipynb #6e2d54e0
 from __future__ import annotations
 import os
+
 # On CPU VMs OpenMP's busy-waiting threads stall torch 5-30x at random; set it before torch is ever imported.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import json, re, random, socket, time, uuid, difflib, datetime, argparse, typing, types
@@ -30,25 +31,50 @@ __all__ = ['SCHEMA_VERSION', 'RUBRIC_VERSION', 'MEETING_DATASETS', 'SECRET_KEY',
 # %% ../nbs/00_core.ipynb #955cff4f
 # the canonical defaults (mascot.defaults), re-exported so every module that imports core reads them in its field defaults
 from .defaults import *
-_all_ = ["CPU_MODEL", "PAPER_POLICY_MODEL", "PAPER_REWARD_MODEL", "NUM_CANDIDATES", "SCORE_MARGIN", "NUM_TURNS", "USER_RESPONSE_PROBABILITY",
-         "NUM_EPISODES", "GROUP_NUM_CANDIDATES", "GROUP_NUM_TURNS", "LORA_R", "LORA_ALPHA", "LORA_TARGETS", "GRPO_MAX_STEPS", "GRPO_NUM_GENERATIONS",
-         "GRPO_PER_DEVICE_BATCH", "GRPO_GRAD_ACCUMULATION", "GRPO_MAX_COMPLETION", "GRPO_BETA"]
+
+_all_ = [
+    "CPU_MODEL",
+    "PAPER_POLICY_MODEL",
+    "PAPER_REWARD_MODEL",
+    "NUM_CANDIDATES",
+    "SCORE_MARGIN",
+    "NUM_TURNS",
+    "USER_RESPONSE_PROBABILITY",
+    "NUM_EPISODES",
+    "GROUP_NUM_CANDIDATES",
+    "GROUP_NUM_TURNS",
+    "LORA_R",
+    "LORA_ALPHA",
+    "LORA_TARGETS",
+    "GRPO_MAX_STEPS",
+    "GRPO_NUM_GENERATIONS",
+    "GRPO_PER_DEVICE_BATCH",
+    "GRPO_GRAD_ACCUMULATION",
+    "GRPO_MAX_COMPLETION",
+    "GRPO_BETA",
+]
 
 # %% ../nbs/00_core.ipynb #3f3e15c2
 SCHEMA_VERSION = "1.0"
 RUBRIC_VERSION = "paper_v1"
 
+
 @dataclass
 class Directive:
     "The director's instruction for one round."
+
     agent_name: str
     action: str
     tone: str
-    def to_dict(self) -> dict: return {"agent_name": self.agent_name, "action": self.action, "tone": self.tone}
+
+    def to_dict(self) -> dict:
+        return {"agent_name": self.agent_name, "action": self.action, "tone": self.tone}
+
 
 @dataclass
 class Turn:
     "One utterance. Agent turns carry the directive and the director's raw text; user turns carry `turn_type: user`."
+
     turn_idx: int
     round_id: int
     agent_name: str
@@ -59,7 +85,8 @@ class Turn:
 
     def to_dict(self) -> dict:
         d = {"turn_idx": self.turn_idx, "round_id": self.round_id}
-        if self.turn_type == "user": d["turn_type"] = "user"
+        if self.turn_type == "user":
+            d["turn_type"] = "user"
         else:
             d["directive"] = self.directive.to_dict() if self.directive else None
             d["directive_output"] = self.directive_output
@@ -69,26 +96,36 @@ class Turn:
     @classmethod
     def from_dict(cls, d: dict) -> "Turn":
         dr = d.get("directive")
-        return cls(turn_idx=d["turn_idx"], round_id=d.get("round_id", -1), agent_name=d["agent_name"], response=d["response"],
-                   directive=Directive(**dr) if dr else None, directive_output=d.get("directive_output"),
-                   turn_type="user" if d.get("turn_type") == "user" else "agent")
+        return cls(
+            turn_idx=d["turn_idx"],
+            round_id=d.get("round_id", -1),
+            agent_name=d["agent_name"],
+            response=d["response"],
+            directive=Directive(**dr) if dr else None,
+            directive_output=d.get("directive_output"),
+            turn_type="user" if d.get("turn_type") == "user" else "agent",
+        )
 
 # %% ../nbs/00_core.ipynb #cb11864e
 @dataclass
 class Persona:
     "A speaker's persona, as typed data so prompts and judges are built from one definition."
+
     name: str
     role: str
     contribution: str
     behaviours: list[str] = field(default_factory=list)
     avoid: list[str] = field(default_factory=list)
     tone: str = "warm"
-    def to_dict(self) -> dict: return asdict(self)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
 
 # %% ../nbs/00_core.ipynb #71594551
 @dataclass
 class EpisodeMetadata:
     "The `metadata` block of a conversation record."
+
     system: str
     dataset: str
     director_model: str | None
@@ -99,27 +136,54 @@ class EpisodeMetadata:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
-        d = {"schema_version": SCHEMA_VERSION, "system": self.system, "dataset": self.dataset, "persona_set": self.persona_set,
-             "director_model": self.director_model, "speaker_model": self.speaker_model}
-        if self.user_model is not None: d["user_model"] = self.user_model
+        d = {
+            "schema_version": SCHEMA_VERSION,
+            "system": self.system,
+            "dataset": self.dataset,
+            "persona_set": self.persona_set,
+            "director_model": self.director_model,
+            "speaker_model": self.speaker_model,
+        }
+        if self.user_model is not None:
+            d["user_model"] = self.user_model
         d["rubric_version"] = RUBRIC_VERSION
-        if self.adapters: d["adapters"] = dict(self.adapters)
+        if self.adapters:
+            d["adapters"] = dict(self.adapters)
         d.update(self.extra)
         return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "EpisodeMetadata":
-        known = {"schema_version", "system", "dataset", "persona_set", "director_model", "speaker_model", "user_model", "rubric_version", "adapters"}
-        return cls(system=d["system"], dataset=d["dataset"], director_model=d.get("director_model"), speaker_model=d.get("speaker_model"),
-                   persona_set=d.get("persona_set", "default"), user_model=d.get("user_model"), adapters=d.get("adapters"),
-                   extra={k: v for k, v in d.items() if k not in known})
+        known = {
+            "schema_version",
+            "system",
+            "dataset",
+            "persona_set",
+            "director_model",
+            "speaker_model",
+            "user_model",
+            "rubric_version",
+            "adapters",
+        }
+        return cls(
+            system=d["system"],
+            dataset=d["dataset"],
+            director_model=d.get("director_model"),
+            speaker_model=d.get("speaker_model"),
+            persona_set=d.get("persona_set", "default"),
+            user_model=d.get("user_model"),
+            adapters=d.get("adapters"),
+            extra={k: v for k, v in d.items() if k not in known},
+        )
 
 # %% ../nbs/00_core.ipynb #e52c0a44
 MEETING_DATASETS = ("QMSum",)
 
+
 @dataclass
 class Episode:
     "One conversation. QMSum records are keyed by `id`, `start_idx`, `meeting`; the others by `conv_id` plus the user's emotion track."
+
     conv_id: str
     turns: list[Turn]
     metadata: EpisodeMetadata
@@ -133,88 +197,153 @@ class Episode:
     meeting: str | None = None
 
     @property
-    def is_meeting(self) -> bool: return self.metadata.dataset in MEETING_DATASETS
+    def is_meeting(self) -> bool:
+        return self.metadata.dataset in MEETING_DATASETS
 
     @property
     def agents_spoken(self) -> dict[str, int]:
         "How often each agent spoke (user turns excluded), derived from the turns so it can never disagree with them."
         counts: dict[str, int] = {}
         for t in self.turns:
-            if t.turn_type == "agent": counts[t.agent_name] = counts.get(t.agent_name, 0) + 1
+            if t.turn_type == "agent":
+                counts[t.agent_name] = counts.get(t.agent_name, 0) + 1
         return counts
 
     def to_dict(self) -> dict:
-        d: dict[str, Any] = {"id": self.conv_id, "start_idx": self.start_idx, "meeting": self.meeting} if self.is_meeting else {"conv_id": self.conv_id}
+        d: dict[str, Any] = (
+            {"id": self.conv_id, "start_idx": self.start_idx, "meeting": self.meeting}
+            if self.is_meeting
+            else {"conv_id": self.conv_id}
+        )
         d["turns"] = [t.to_dict() for t in self.turns]
         d["agents_spoken"] = self.agents_spoken
         if not self.is_meeting:
-            d.update(initial_emotion=self.initial_emotion, final_emotion=self.final_emotion,
-                     emotion_trajectory=list(self.emotion_trajectory), user_big_five=self.user_big_five)
+            d.update(
+                initial_emotion=self.initial_emotion,
+                final_emotion=self.final_emotion,
+                emotion_trajectory=list(self.emotion_trajectory),
+                user_big_five=self.user_big_five,
+            )
         d["metadata"] = self.metadata.to_dict()
         return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "Episode":
-        meta = EpisodeMetadata.from_dict(d["metadata"]) if "metadata" in d else EpisodeMetadata("unknown", "unknown", None, None)
-        return cls(conv_id=str(d.get("conv_id", d.get("id"))), turns=[Turn.from_dict(t) for t in d["turns"]], metadata=meta,
-                   initial_emotion=d.get("initial_emotion"), final_emotion=d.get("final_emotion"),
-                   emotion_trajectory=list(d.get("emotion_trajectory") or []), user_big_five=d.get("user_big_five"),
-                   start_idx=d.get("start_idx"), meeting=d.get("meeting"))
+        meta = (
+            EpisodeMetadata.from_dict(d["metadata"])
+            if "metadata" in d
+            else EpisodeMetadata("unknown", "unknown", None, None)
+        )
+        return cls(
+            conv_id=str(d.get("conv_id", d.get("id"))),
+            turns=[Turn.from_dict(t) for t in d["turns"]],
+            metadata=meta,
+            initial_emotion=d.get("initial_emotion"),
+            final_emotion=d.get("final_emotion"),
+            emotion_trajectory=list(d.get("emotion_trajectory") or []),
+            user_big_five=d.get("user_big_five"),
+            start_idx=d.get("start_idx"),
+            meeting=d.get("meeting"),
+        )
 
 # %% ../nbs/00_core.ipynb #5fc0a525
 class SchemaError(ValueError):
     "A record does not have the SPEC.md schema."
 
+
 def validate_episode(d: dict, where: str = "record") -> dict:
     "Check a conversation record against the SPEC.md schema; raise `SchemaError` naming the field."
+
     def need(obj, key, typ, ctx):
-        if key not in obj: raise SchemaError(f"{ctx}: missing field '{key}'")
-        if typ is not None and not isinstance(obj[key], typ): raise SchemaError(f"{ctx}: field '{key}' should be {typ}, got {type(obj[key]).__name__}")
+        if key not in obj:
+            raise SchemaError(f"{ctx}: missing field '{key}'")
+        if typ is not None and not isinstance(obj[key], typ):
+            raise SchemaError(f"{ctx}: field '{key}' should be {typ}, got {type(obj[key]).__name__}")
+
     need(d, "metadata", dict, where)
     m = d["metadata"]
-    for k in ("schema_version", "system", "dataset", "persona_set", "rubric_version"): need(m, k, str, f"{where}.metadata")
+    for k in ("schema_version", "system", "dataset", "persona_set", "rubric_version"):
+        need(m, k, str, f"{where}.metadata")
     meeting = m["dataset"] in MEETING_DATASETS
-    for k, typ in ([("id", str), ("start_idx", int), ("meeting", str)] if meeting else [("conv_id", str), ("emotion_trajectory", list)]):
+    for k, typ in (
+        [("id", str), ("start_idx", int), ("meeting", str)]
+        if meeting
+        else [("conv_id", str), ("emotion_trajectory", list)]
+    ):
         need(d, k, typ, where)
-    need(d, "turns", list, where); need(d, "agents_spoken", dict, where)
+    need(d, "turns", list, where)
+    need(d, "agents_spoken", dict, where)
     for i, t in enumerate(d["turns"]):
         ctx = f"{where}.turns[{i}]"
-        for k, typ in (("turn_idx", int), ("round_id", int), ("agent_name", str), ("response", str)): need(t, k, typ, ctx)
+        for k, typ in (("turn_idx", int), ("round_id", int), ("agent_name", str), ("response", str)):
+            need(t, k, typ, ctx)
         if t.get("turn_type") != "user":
-            need(t, "directive", None, ctx); need(t, "directive_output", None, ctx)
+            need(t, "directive", None, ctx)
+            need(t, "directive_output", None, ctx)
             if t["directive"] is not None:
-                for k in ("agent_name", "action", "tone"): need(t["directive"], k, str, f"{ctx}.directive")
+                for k in ("agent_name", "action", "tone"):
+                    need(t["directive"], k, str, f"{ctx}.directive")
     counts: dict[str, int] = {}
     for t in d["turns"]:
-        if t.get("turn_type") != "user": counts[t["agent_name"]] = counts.get(t["agent_name"], 0) + 1
-    if counts != d["agents_spoken"]: raise SchemaError(f"{where}: agents_spoken {d['agents_spoken']} disagrees with the turns {counts}")
+        if t.get("turn_type") != "user":
+            counts[t["agent_name"]] = counts.get(t["agent_name"], 0) + 1
+    if counts != d["agents_spoken"]:
+        raise SchemaError(f"{where}: agents_spoken {d['agents_spoken']} disagrees with the turns {counts}")
     return d
 
 # %% ../nbs/00_core.ipynb #510d95fd
-class OutputExistsError(FileExistsError): pass
-class CorruptRecordError(ValueError): pass
-class StrictModeError(RuntimeError): "Raised under --strict at the first counted failure."
-class RunInterrupted(RuntimeError): "A run stopped by SIGTERM or SIGINT (its status says `interrupted`)."
+class OutputExistsError(FileExistsError):
+    pass
+
+
+class CorruptRecordError(ValueError):
+    pass
+
+
+class StrictModeError(RuntimeError):
+    "Raised under --strict at the first counted failure."
+
+
+class RunInterrupted(RuntimeError):
+    "A run stopped by SIGTERM or SIGINT (its status says `interrupted`)."
+
 
 def record_id(rec: dict, id_key: str | tuple[str, ...] = ("conv_id", "id")) -> str:
     "The id of a record: the first of `id_key` present."
     keys = (id_key,) if isinstance(id_key, str) else id_key
     for k in keys:
-        if k in rec: return str(rec[k])
+        if k in rec:
+            return str(rec[k])
     raise KeyError(f"record has none of the id fields {keys}")
+
 
 class JsonlStore:
     "Append-only JSONL output with resume, torn-line repair and duplicate protection."
-    def __init__(self, path: str | Path, resume: bool = False, overwrite: bool = False, id_key: str | tuple[str, ...] = ("conv_id", "id")):
-        if resume and overwrite: raise ValueError("--resume and --overwrite exclude each other")
+
+    def __init__(
+        self,
+        path: str | Path,
+        resume: bool = False,
+        overwrite: bool = False,
+        id_key: str | tuple[str, ...] = ("conv_id", "id"),
+    ):
+        if resume and overwrite:
+            raise ValueError("--resume and --overwrite exclude each other")
         self.path, self.id_key = Path(path), id_key
         self.ids: set[str] = set()
         self.repaired: Path | None = None
-        self.replacing = False  # --overwrite: the old file stays until the first new record is durably written beside it
+        self.replacing = (
+            False  # --overwrite: the old file stays until the first new record is durably written beside it
+        )
         if self.path.exists() and self.path.stat().st_size > 0:
-            if overwrite: self.replacing = True
-            elif resume: self._scan()
-            else: raise OutputExistsError(f"{self.path} already exists: pass --resume to continue it or --overwrite to start afresh")
+            if overwrite:
+                self.replacing = True
+            elif resume:
+                self._scan()
+            else:
+                raise OutputExistsError(
+                    f"{self.path} already exists: pass --resume to continue it or --overwrite to start afresh"
+                )
         self.path.parent.mkdir(parents=True, exist_ok=True)
 
     def _scan(self):
@@ -222,65 +351,93 @@ class JsonlStore:
         lines = raw.split(b"\n")
         torn = lines[-1] != b""  # a complete file ends with a newline
         for i, line in enumerate(lines[:-1] if not torn else lines):
-            if not line.strip(): continue
+            if not line.strip():
+                continue
             last = torn and i == len(lines) - 1
-            try: rec = json.loads(line)
+            try:
+                rec = json.loads(line)
             except json.JSONDecodeError as e:
-                if last: return self._repair(raw, len(raw) - len(line))
-                raise CorruptRecordError(f"{self.path}:{i + 1}: not valid JSON ({e.msg} at column {e.colno}); "
-                                         "the file was not changed: fix or remove that line, or pass --overwrite") from None
+                if last:
+                    return self._repair(raw, len(raw) - len(line))
+                raise CorruptRecordError(
+                    f"{self.path}:{i + 1}: not valid JSON ({e.msg} at column {e.colno}); "
+                    "the file was not changed: fix or remove that line, or pass --overwrite"
+                ) from None
             if last:  # a whole record missing only its newline: keep it
-                with open(self.path, "ab") as f: f.write(b"\n")
+                with open(self.path, "ab") as f:
+                    f.write(b"\n")
             self.ids.add(record_id(rec, self.id_key))
 
     def _repair(self, raw: bytes, cut: int):
         self.repaired = self.path.with_name(self.path.name + f".torn-{int(time.time())}")
         self.repaired.write_bytes(raw[cut:])
-        with open(self.path, "r+b") as f: f.truncate(cut); f.flush(); os.fsync(f.fileno())
+        with open(self.path, "r+b") as f:
+            f.truncate(cut)
+            f.flush()
+            os.fsync(f.fileno())
 
-    def __contains__(self, rid) -> bool: return str(rid) in self.ids
-    def __len__(self) -> int: return len(self.ids)
+    def __contains__(self, rid) -> bool:
+        return str(rid) in self.ids
+
+    def __len__(self) -> int:
+        return len(self.ids)
 
     def append(self, rec: dict | Any) -> None:
         "Write one finished record durably."
-        if not isinstance(rec, dict): rec = rec.to_dict()
+        if not isinstance(rec, dict):
+            rec = rec.to_dict()
         rid = record_id(rec, self.id_key)
-        if rid in self.ids: raise ValueError(f"{self.path}: record id {rid!r} is already written")
+        if rid in self.ids:
+            raise ValueError(f"{self.path}: record id {rid!r} is already written")
         line = json.dumps(rec, ensure_ascii=False) + "\n"
-        if self.replacing: self._replace_with(line)
+        if self.replacing:
+            self._replace_with(line)
         else:
             with open(self.path, "a", encoding="utf-8") as f:
-                f.write(line); f.flush(); os.fsync(f.fileno())
+                f.write(line)
+                f.flush()
+                os.fsync(f.fileno())
         self.ids.add(rid)
 
     def _replace_with(self, text: str):
         "Write `text` beside the old output, then rename it over the old one: the old records go only once the new are on disk."
         new = self.path.with_name(self.path.name + ".new")
         with open(new, "w", encoding="utf-8") as f:
-            f.write(text); f.flush(); os.fsync(f.fileno())
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(new, self.path)
         self.replacing = False
 
     def commit(self) -> None:
         "At the end of a completed run: an --overwrite that wrote nothing still replaces the old output (by an empty file)."
-        if self.replacing: self._replace_with("")
+        if self.replacing:
+            self._replace_with("")
 
-    def __iter__(self) -> Iterator[dict]: return iter(()) if self.replacing or not self.path.exists() else read_jsonl(self.path)
+    def __iter__(self) -> Iterator[dict]:
+        return iter(()) if self.replacing or not self.path.exists() else read_jsonl(self.path)
+
 
 def read_jsonl(path: str | Path) -> Iterator[dict]:
     "Read records, naming file and line of any that is not JSON."
     path = Path(path)
     with open(path, encoding="utf-8") as f:
         for i, line in enumerate(f, 1):
-            if not line.strip(): continue
-            try: yield json.loads(line)
-            except json.JSONDecodeError as e: raise CorruptRecordError(f"{path}:{i}: not valid JSON ({e.msg})") from None
+            if not line.strip():
+                continue
+            try:
+                yield json.loads(line)
+            except json.JSONDecodeError as e:
+                raise CorruptRecordError(f"{path}:{i}: not valid JSON ({e.msg})") from None
 
 # %% ../nbs/00_core.ipynb #28fd656d
 class ConfigError(Exception):
     "A configuration problem, named by key. Deliberately not a ValueError: pydantic would wrap it and bury the message."
 
-def _flag(name: str) -> str: return "--" + name.replace("_", "-")
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
 
 def _explain(err: ValidationError, cls: type, source: str) -> str:
     msgs = []
@@ -289,26 +446,36 @@ def _explain(err: ValidationError, cls: type, source: str) -> str:
         if e["type"] == "extra_forbidden":
             close = difflib.get_close_matches(str(e["loc"][0]), list(cls.model_fields), n=1)
             msgs.append(f"unknown key '{key}'" + (f" (did you mean '{close[0]}'?)" if close else ""))
-        elif not key: msgs.append(str(e["msg"]).removeprefix("Value error, "))  # raised by the config's own checks
-        else: msgs.append(f"'{key}': {e['msg']}")
+        elif not key:
+            msgs.append(str(e["msg"]).removeprefix("Value error, "))  # raised by the config's own checks
+        else:
+            msgs.append(f"'{key}': {e['msg']}")
     return f"{source}: " + "; ".join(msgs) + f" [{cls.__name__}]"
+
 
 class Config(BaseModel):
     "Base of every typed config: unknown keys are errors; YAML, CLI flags and papermill parameters build the same object."
+
     model_config = ConfigDict(extra="forbid", validate_assignment=True, protected_namespaces=())
 
     @classmethod
     def from_dict(cls, d: dict, source: str = "config"):
-        try: return cls.model_validate(d or {})
-        except ValidationError as e: raise ConfigError(_explain(e, cls, source)) from None
+        try:
+            return cls.model_validate(d or {})
+        except ValidationError as e:
+            raise ConfigError(_explain(e, cls, source)) from None
 
     @classmethod
     def from_yaml(cls, path: str | Path, **overrides):
         path = Path(path)
-        if not path.exists(): raise ConfigError(f"config file {path} does not exist")
-        try: d = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as e: raise ConfigError(f"{path}: not valid YAML: {e}") from None
-        if not isinstance(d, dict): raise ConfigError(f"{path}: expected a mapping of keys to values")
+        if not path.exists():
+            raise ConfigError(f"config file {path} does not exist")
+        try:
+            d = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{path}: not valid YAML: {e}") from None
+        if not isinstance(d, dict):
+            raise ConfigError(f"{path}: expected a mapping of keys to values")
         return cls.from_dict({**d, **overrides}, source=str(path))
 
     @classmethod
@@ -319,8 +486,19 @@ class Config(BaseModel):
     @classmethod
     def add_arguments(cls, parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         for name, f in cls.model_fields.items():
-            ann, kw = f.annotation, {"dest": name, "default": argparse.SUPPRESS, "help": (field_description(cls, name) or "").replace("%", "%%")}
-            base = [a for a in get_args(ann) if a is not type(None)] if get_origin(ann) in (typing.Union, types.UnionType) else [ann]
+            ann, kw = (
+                f.annotation,
+                {
+                    "dest": name,
+                    "default": argparse.SUPPRESS,
+                    "help": (field_description(cls, name) or "").replace("%", "%%"),
+                },
+            )
+            base = (
+                [a for a in get_args(ann) if a is not type(None)]
+                if get_origin(ann) in (typing.Union, types.UnionType)
+                else [ann]
+            )
             typ = base[0] if len(base) == 1 else str
             if typ is bool:
                 parser.add_argument(_flag(name), action=argparse.BooleanOptionalAction, **kw)
@@ -328,7 +506,8 @@ class Config(BaseModel):
                 parser.add_argument(_flag(name), nargs="*", **kw)
             elif get_origin(typ) is dict:
                 parser.add_argument(_flag(name), type=json.loads, **kw)
-            else: parser.add_argument(_flag(name), **kw)
+            else:
+                parser.add_argument(_flag(name), **kw)
         return parser
 
     @classmethod
@@ -338,7 +517,8 @@ class Config(BaseModel):
         p.add_argument("--config", default=None, help="YAML file with any of the flags below (flags win)")
         ns = vars(cls.add_arguments(p).parse_args(argv))
         path = ns.pop("config")
-        if path: return cls.from_yaml(path, **ns)
+        if path:
+            return cls.from_yaml(path, **ns)
         return cls.from_dict(ns, source="command line")
 
     def resolved(self) -> dict:
@@ -349,7 +529,11 @@ class Config(BaseModel):
     @classmethod
     def _all_samples(cls, data):
         "`--num-samples all` (the reference's spelling) means every context of the split, as None does."
-        if isinstance(data, dict) and isinstance(data.get("num_samples"), str) and data["num_samples"].strip().lower() == "all":
+        if (
+            isinstance(data, dict)
+            and isinstance(data.get("num_samples"), str)
+            and data["num_samples"].strip().lower() == "all"
+        ):
             data = {**data, "num_samples": None}
         return data
 
@@ -357,16 +541,23 @@ class Config(BaseModel):
     def _check_numbers(self):
         "Numeric flags that would hang or silently misbehave are refused, naming the flag (ValueError: pydantic adds the source)."
         problems = [p for name in type(self).model_fields if (p := numeric_problem(name, getattr(self, name, None)))]
-        if problems: raise ValueError("; ".join(problems))
+        if problems:
+            raise ValueError("; ".join(problems))
         return self
+
 
 def numeric_problem(name: str, value) -> str | None:
     "What is wrong with a numeric setting, by the naming rules every config follows, or None."
-    if value is None or isinstance(value, bool) or not isinstance(value, (int, float)): return None
-    if name in ("max_concurrency", "num_turns") and value < 1: return f"{_flag(name)} must be >= 1 (got {value})"
-    if name.endswith("timeout") and not value > 0: return f"{_flag(name)} must be > 0 seconds (got {value})"
-    if name.endswith("_probability") and not 0 <= value <= 1: return f"{_flag(name)} must be within [0, 1] (got {value})"
-    if name == "max_retries" and value < 0: return f"{_flag(name)} must be >= 0 (got {value})"
+    if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if name in ("max_concurrency", "num_turns") and value < 1:
+        return f"{_flag(name)} must be >= 1 (got {value})"
+    if name.endswith("timeout") and not value > 0:
+        return f"{_flag(name)} must be > 0 seconds (got {value})"
+    if name.endswith("_probability") and not 0 <= value <= 1:
+        return f"{_flag(name)} must be within [0, 1] (got {value})"
+    if name == "max_retries" and value < 0:
+        return f"{_flag(name)} must be >= 0 (got {value})"
     return None
 
 # %% ../nbs/00_core.ipynb #da998ce8
@@ -374,43 +565,64 @@ def describe(cls: type[Config], **descriptions: str) -> type[Config]:
     """Give fields of `cls` their description (what `--help` shows), in a cell beside the class so the field lines stay short.
     A subclass that redeclares a field (another default) keeps the description unless it gives its own."""
     for name, text in descriptions.items():
-        if name not in cls.model_fields: raise ConfigError(f"describe({cls.__name__}): {name!r} is not one of its fields")
-        if not str(text).strip(): raise ConfigError(f"describe({cls.__name__}): the description of {name!r} is empty")
+        if name not in cls.model_fields:
+            raise ConfigError(f"describe({cls.__name__}): {name!r} is not one of its fields")
+        if not str(text).strip():
+            raise ConfigError(f"describe({cls.__name__}): the description of {name!r} is empty")
         cls.model_fields[name].description = text
     return cls
+
 
 def field_description(cls: type[Config], name: str) -> str | None:
     "The description of field `name`: its own, else the nearest base class's (a redeclared default keeps its meaning)."
     for base in cls.__mro__:
-        f = getattr(base, "model_fields", {}).get(name) if isinstance(base, type) and issubclass(base, BaseModel) else None
-        if f is not None and f.description: return f.description
+        f = (
+            getattr(base, "model_fields", {}).get(name)
+            if isinstance(base, type) and issubclass(base, BaseModel)
+            else None
+        )
+        if f is not None and f.description:
+            return f.description
     return None
 
 # %% ../nbs/00_core.ipynb #7df7fad3
 # Names that hold secrets (OPENAI_API_KEY, HF_TOKEN, api_key ...), but not counters like `completion_tokens`.
 SECRET_KEY = re.compile(r"(?:^|[_-])(?:api[_-]?key|token|secret|password|passwd|authorization|access[_-]?key)$", re.I)
 
+
 def _secret_values() -> list[str]:
     return [v for k, v in os.environ.items() if SECRET_KEY.search(k) and v and len(v) >= 8]
+
 
 def redact(obj: Any) -> Any:
     "Remove secrets: values under secret-looking keys, and any string containing a secret from the environment."
     secrets = _secret_values()
+
     def walk(o, key=""):
-        if isinstance(o, dict): return {k: ("<redacted>" if SECRET_KEY.search(str(k)) and v not in (None, "") else walk(v, k)) for k, v in o.items()}
-        if isinstance(o, (list, tuple)): return [walk(x) for x in o]
+        if isinstance(o, dict):
+            return {
+                k: ("<redacted>" if SECRET_KEY.search(str(k)) and v not in (None, "") else walk(v, k))
+                for k, v in o.items()
+            }
+        if isinstance(o, (list, tuple)):
+            return [walk(x) for x in o]
         if isinstance(o, str):
-            for s in secrets: o = o.replace(s, "<redacted>")
+            for s in secrets:
+                o = o.replace(s, "<redacted>")
         return o
+
     return walk(obj)
 
 # %% ../nbs/00_core.ipynb #59184ab3
 def load_env_file(path: str | Path | None = None) -> Path | None:
     "Read API keys (and any other variables) from a `.env` file as the reference does (python-dotenv); the environment wins over the file."
-    if os.environ.get("MASCOT_NO_DOTENV"): return None
+    if os.environ.get("MASCOT_NO_DOTENV"):
+        return None
     from dotenv import find_dotenv, load_dotenv
+
     found = Path(path) if path else (Path(p) if (p := find_dotenv(usecwd=True)) else None)
-    if found is None or not found.is_file(): return None
+    if found is None or not found.is_file():
+        return None
     load_dotenv(found, override=False)
     return found
 
@@ -418,24 +630,40 @@ def load_env_file(path: str | Path | None = None) -> Path | None:
 def flag_value(argv: list[str], flag: str, default: str | None = None) -> str | None:
     "The value of `flag` in `argv` in either spelling (`--mode group`, `--mode=group`), for commands that dispatch on one flag."
     for i, a in enumerate(argv):
-        if a == flag and i + 1 < len(argv): return argv[i + 1]
-        if a.startswith(flag + "="): return a.split("=", 1)[1]
+        if a == flag and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith(flag + "="):
+            return a.split("=", 1)[1]
     return default
 
 # %% ../nbs/00_core.ipynb #4e70856f
-COUNTERS = ("num_generation_failures", "num_directive_parse_failures", "num_random_agent_fallbacks",
-            "num_empty_responses", "num_annotation_failures", "num_skipped_samples")
+COUNTERS = (
+    "num_generation_failures",
+    "num_directive_parse_failures",
+    "num_random_agent_fallbacks",
+    "num_empty_responses",
+    "num_annotation_failures",
+    "num_skipped_samples",
+)
 
-def _now() -> str: return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
-def new_run_id() -> str: return datetime.datetime.now().strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def new_run_id() -> str:
+    return datetime.datetime.now().strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+
 
 class RunDir:
     "A run folder with `run_config.json` and a live `run_summary.json`."
+
     def __init__(self, path: str | Path, config: Config | dict | None = None, extra_config: dict | None = None):
-        self.path = Path(path); self.path.mkdir(parents=True, exist_ok=True)
+        self.path = Path(path)
+        self.path.mkdir(parents=True, exist_ok=True)
         cfg = config.resolved() if isinstance(config, Config) else redact(dict(config or {}))
-        if extra_config: cfg.update(redact(extra_config))
+        if extra_config:
+            cfg.update(redact(extra_config))
         self.config = cfg
         (self.path / "run_config.json").write_text(json.dumps(cfg, indent=2, default=str))
         self.counters = {k: 0 for k in COUNTERS}
@@ -446,61 +674,116 @@ class RunDir:
         self.write_summary()
 
     def count(self, name: str, k: int = 1):
-        if name not in self.counters: raise KeyError(f"unknown counter {name!r}; known: {list(self.counters)}")
+        if name not in self.counters:
+            raise KeyError(f"unknown counter {name!r}; known: {list(self.counters)}")
         self.counters[name] += k
 
     def add_usage(self, role: str, prompt_tokens: int = 0, completion_tokens: int = 0, latency_s: float = 0.0):
         r = self.roles.setdefault(role, {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "latency_s": 0.0})
-        r["calls"] += 1; r["prompt_tokens"] += prompt_tokens; r["completion_tokens"] += completion_tokens; r["latency_s"] += latency_s
+        r["calls"] += 1
+        r["prompt_tokens"] += prompt_tokens
+        r["completion_tokens"] += completion_tokens
+        r["latency_s"] += latency_s
 
     def summary(self) -> dict:
-        return {"status": self.status, "started": self.started, "ended": self.ended, "pid": self.pid, "host": self.host,
-                "elapsed_s": round((time.time() - self._t0), 3), **self.counters,
-                "roles": self.roles, **self.extra, **({"error": self.error} if self.error else {})}
+        return {
+            "status": self.status,
+            "started": self.started,
+            "ended": self.ended,
+            "pid": self.pid,
+            "host": self.host,
+            "elapsed_s": round((time.time() - self._t0), 3),
+            **self.counters,
+            "roles": self.roles,
+            **self.extra,
+            **({"error": self.error} if self.error else {}),
+        }
 
     def write_summary(self):
-        p = self.path / "run_summary.json"; tmp = p.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(redact(self.summary()), indent=2, default=str)); os.replace(tmp, p)  # atomic: never half a summary
+        p = self.path / "run_summary.json"
+        tmp = p.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(redact(self.summary()), indent=2, default=str))
+        os.replace(tmp, p)  # atomic: never half a summary
 
     def finish(self, status: str = "completed", error: str | None = None):
         self.status, self.ended, self.error = status, _now(), error
         self.write_summary()
 
-    def __enter__(self): return self
+    def __enter__(self):
+        return self
+
     def __exit__(self, et, ev, tb):
-        if et is None: self.finish("completed")
-        else: self.finish("interrupted" if _is_interruption(et) else "failed", f"{et.__name__}: {ev}")
+        if et is None:
+            self.finish("completed")
+        else:
+            self.finish("interrupted" if _is_interruption(et) else "failed", f"{et.__name__}: {ev}")
         return False
+
 
 def _is_interruption(et) -> bool:
     import asyncio
+
     return issubclass(et, (KeyboardInterrupt, asyncio.CancelledError, RunInterrupted))
 
+
 def _alive(pid) -> bool:
-    try: os.kill(int(pid), 0)
-    except ProcessLookupError: return False
-    except (PermissionError, TypeError, ValueError): return True  # someone else's process, or no pid recorded: leave it alone
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, TypeError, ValueError):
+        return True  # someone else's process, or no pid recorded: leave it alone
     return True
+
 
 def mark_stale_runs(runs_root: str | Path) -> list[Path]:
     "Runs under `runs_root` still saying `running` whose process is gone (SIGKILL, power loss): marked `interrupted`."
     marked = []
     for p in sorted(Path(runs_root).glob("*/run_summary.json")):
-        try: d = json.loads(p.read_text())
-        except (OSError, json.JSONDecodeError): continue
-        if d.get("status") != "running": continue
-        if d.get("host") == socket.gethostname() and _alive(d.get("pid")): continue
-        d.update(status="interrupted", error="the process ended without closing the run (killed); found by a later --resume",
-                 marked_interrupted=_now())
-        tmp = p.with_suffix(".json.tmp"); tmp.write_text(json.dumps(d, indent=2)); os.replace(tmp, p)
+        try:
+            d = json.loads(p.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        if d.get("status") != "running":
+            continue
+        if d.get("host") == socket.gethostname() and _alive(d.get("pid")):
+            continue
+        d.update(
+            status="interrupted",
+            error="the process ended without closing the run (killed); found by a later --resume",
+            marked_interrupted=_now(),
+        )
+        tmp = p.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(d, indent=2))
+        os.replace(tmp, p)
         marked.append(p.parent)
     return marked
 
+
 # Settings that never change what a record says: where it goes, how fast, how it is shown, which server answers.
-NOT_FINGERPRINTED = ("resume", "overwrite", "strict", "progress", "max_concurrency", "request_timeout", "max_retries", "num_samples",
-                     "output_dir", "output_name", "data_path", "input_file", "trace_role_calls", "vllm_server_url", "director_server_url",
-                     "speaker_server_url", "user_server_url", "judge_server_url", "config")
+NOT_FINGERPRINTED = (
+    "resume",
+    "overwrite",
+    "strict",
+    "progress",
+    "max_concurrency",
+    "request_timeout",
+    "max_retries",
+    "num_samples",
+    "output_dir",
+    "output_name",
+    "data_path",
+    "input_file",
+    "trace_role_calls",
+    "vllm_server_url",
+    "director_server_url",
+    "speaker_server_url",
+    "user_server_url",
+    "judge_server_url",
+    "config",
+)
 FINGERPRINT_FILE = "fingerprint.json"
+
 
 def record_fingerprint(cfg: Config | dict, exclude: Iterable[str] = ()) -> dict:
     "The settings that shape a record (dataset, split, system, num_turns, models, seed ...), as compared on --resume."
@@ -508,34 +791,54 @@ def record_fingerprint(cfg: Config | dict, exclude: Iterable[str] = ()) -> dict:
     drop = set(NOT_FINGERPRINTED) | set(exclude)
     return {k: v for k, v in sorted(d.items()) if k not in drop}
 
+
 def fingerprint_changes(old: dict, new: dict) -> list[str]:
     "`key: old -> new` for every setting that differs."
-    return [f"{k}: {old.get(k, '<unset>')!r} -> {new.get(k, '<unset>')!r}" for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
+    return [
+        f"{k}: {old.get(k, '<unset>')!r} -> {new.get(k, '<unset>')!r}"
+        for k in sorted(set(old) | set(new))
+        if old.get(k) != new.get(k)
+    ]
+
 
 def check_fingerprint(folder: str | Path, fingerprint: dict, output: str | Path) -> None:
     "Refuse to continue `output` under other settings than those that made its records (a ConfigError listing what changed)."
     p = Path(folder) / FINGERPRINT_FILE
-    if not p.exists(): return  # output from before fingerprints: nothing to compare with
+    if not p.exists():
+        return  # output from before fingerprints: nothing to compare with
     changed = fingerprint_changes(json.loads(p.read_text()), fingerprint)
     if changed:
-        raise ConfigError(f"--resume: {output} was made with other settings ({'; '.join(changed)}); "
-                          "use the same settings, another --output-dir/--output-name, or --overwrite")
+        raise ConfigError(
+            f"--resume: {output} was made with other settings ({'; '.join(changed)}); "
+            "use the same settings, another --output-dir/--output-name, or --overwrite"
+        )
+
 
 def write_fingerprint(folder: str | Path, fingerprint: dict) -> Path:
-    p = Path(folder) / FINGERPRINT_FILE; p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_suffix(".json.tmp"); tmp.write_text(json.dumps(fingerprint, indent=2, default=str)); os.replace(tmp, p)
+    p = Path(folder) / FINGERPRINT_FILE
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(fingerprint, indent=2, default=str))
+    os.replace(tmp, p)
     return p
 
 # %% ../nbs/00_core.ipynb #6cc36d33
 def seed_everything(seed: int) -> None:
     "Seed Python, NumPy and (if loaded) torch."
     import sys
+
     random.seed(seed)
     try:
-        import numpy as np; np.random.seed(seed % 2**32)
-    except ImportError: pass
+        import numpy as np
+
+        np.random.seed(seed % 2**32)
+    except ImportError:
+        pass
     if "torch" in sys.modules:
-        import torch; torch.manual_seed(seed)
+        import torch
+
+        torch.manual_seed(seed)
+
 
 def cache_dir() -> Path:
     "Where converted models and other caches live: `$MASCOT_CACHE`, else `~/.cache/mascot`."
@@ -545,14 +848,23 @@ def cache_dir() -> Path:
 def run_sync(coro):
     "Run a coroutine to completion, whether or not an event loop is running in this thread."
     import asyncio, concurrent.futures
-    try: asyncio.get_running_loop()
-    except RuntimeError: running = False
-    else: running = True
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        running = False
+    else:
+        running = True
     # asyncio.run outside the except block: its errors must not arrive chained to "no running event loop"
-    if not running: return asyncio.run(coro)
-    with concurrent.futures.ThreadPoolExecutor(1) as ex: return ex.submit(asyncio.run, coro).result()
+    if not running:
+        return asyncio.run(coro)
+    with concurrent.futures.ThreadPoolExecutor(1) as ex:
+        return ex.submit(asyncio.run, coro).result()
+
 
 def write_stage_outputs(stage_dir: str | Path, **outputs) -> dict:
     "Record a pipeline stage's artefact paths in `<stage_dir>/outputs.json`, where later stages find them."
-    p = Path(stage_dir) / "outputs.json"; p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(json.dumps(outputs, indent=2, default=str)); return outputs
+    p = Path(stage_dir) / "outputs.json"
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(json.dumps(outputs, indent=2, default=str))
+    return outputs

@@ -27,23 +27,28 @@ def shared_data_dir() -> Path:
     "The folder of dataset samples: `$MASCOT_SHARED_DATA`, else the first `shared/data` found walking up from the cwd."
     env = os.environ.get("MASCOT_SHARED_DATA")
     if env:
-        if not Path(env).is_dir(): raise FileNotFoundError(f"MASCOT_SHARED_DATA={env} is not a folder")
+        if not Path(env).is_dir():
+            raise FileNotFoundError(f"MASCOT_SHARED_DATA={env} is not a folder")
         return Path(env)
     here = Path.cwd().resolve()
     for d in (here, *here.parents):  # checking d/shared/data at every level also covers ../shared/data
-        if (d / "shared" / "data").is_dir(): return d / "shared" / "data"
+        if (d / "shared" / "data").is_dir():
+            return d / "shared" / "data"
     raise FileNotFoundError(f"no shared/data folder at or above {here}; set MASCOT_SHARED_DATA to the samples folder")
 
 # %% ../nbs/02_data.ipynb #d21747ac
 class DataFormatError(ValueError):
     "A data file does not have its dataset's layout; the message names the file, the line or record, and the field."
 
+
 class DatasetUnavailableError(RuntimeError):
     "A dataset could not be loaded from the Hugging Face hub."
+
 
 @dataclass
 class Context:
     "One starting point for a conversation (ED, ESConv) or a meeting discussion (QMSum)."
+
     dataset: Literal["ED", "ESConv", "QMSum"]
     context_id: str
     split: str
@@ -62,63 +67,134 @@ class Context:
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
-    def is_meeting(self) -> bool: return self.dataset in MEETING_DATASETS
+    def is_meeting(self) -> bool:
+        return self.dataset in MEETING_DATASETS
 
     def prompt_text(self) -> str:
         "The context as plain text for an LLM prompt."
         if self.is_meeting:
-            return "\n".join([f"Meeting: {self.situation}", f"Domain: {self.domain}", f"Query: {self.query}", "Transcript:",
-                              *(f"{t['speaker']}: {t['content']}" for t in self.transcript)])
+            return "\n".join(
+                [
+                    f"Meeting: {self.situation}",
+                    f"Domain: {self.domain}",
+                    f"Query: {self.query}",
+                    "Transcript:",
+                    *(f"{t['speaker']}: {t['content']}" for t in self.transcript),
+                ]
+            )
         return "\n".join([f"Situation: {self.situation}", *(f"User: {u}" for u in self.opening)])
 
-    def to_dict(self) -> dict: return asdict(self)
+    def to_dict(self) -> dict:
+        return asdict(self)
+
     @classmethod
-    def from_dict(cls, d: dict) -> "Context": return cls(**d)
+    def from_dict(cls, d: dict) -> "Context":
+        return cls(**d)
 
 # %% ../nbs/02_data.ipynb #a0987959
-DATASET_ALIASES = {"ed": "ED", "empathetic_dialogues": "ED", "empatheticdialogues": "ED", "esconv": "ESConv", "qmsum": "QMSum"}
-SPLIT_ALIASES = {"train": "train", "valid": "valid", "validation": "valid", "val": "valid", "dev": "valid", "test": "test"}
+DATASET_ALIASES = {
+    "ed": "ED",
+    "empathetic_dialogues": "ED",
+    "empatheticdialogues": "ED",
+    "esconv": "ESConv",
+    "qmsum": "QMSum",
+}
+SPLIT_ALIASES = {
+    "train": "train",
+    "valid": "valid",
+    "validation": "valid",
+    "val": "valid",
+    "dev": "valid",
+    "test": "test",
+}
+
 
 def canonical_dataset(name: str) -> str:
     "`ED`, `ESConv` or `QMSum` for any accepted spelling."
     key = str(name).strip().lower().replace("-", "_")
     if key not in DATASET_ALIASES:
-        raise ConfigError(f"unknown dataset {name!r}: use ED, ESConv or QMSum (accepted: {', '.join(sorted(DATASET_ALIASES))})")
+        raise ConfigError(
+            f"unknown dataset {name!r}: use ED, ESConv or QMSum (accepted: {', '.join(sorted(DATASET_ALIASES))})"
+        )
     return DATASET_ALIASES[key]
+
 
 def canonical_split(split: str) -> str:
     "`train`, `valid` or `test`."
     key = str(split).strip().lower()
-    if key not in SPLIT_ALIASES: raise ConfigError(f"unknown split {split!r}: use train, valid or test")
+    if key not in SPLIT_ALIASES:
+        raise ConfigError(f"unknown split {split!r}: use train, valid or test")
     return SPLIT_ALIASES[key]
 
 # %% ../nbs/02_data.ipynb #4b91d2d5
 _REQUIRED = object()
 
+
 def _field(obj: Any, key: str, typ: type, where: str, default: Any = _REQUIRED) -> Any:
     "`obj[key]`, checked to be a `typ`; a malformed value raises `DataFormatError` naming `where` and the field."
-    if not isinstance(obj, dict): raise DataFormatError(f"{where}: expected an object, got {type(obj).__name__}")
+    if not isinstance(obj, dict):
+        raise DataFormatError(f"{where}: expected an object, got {type(obj).__name__}")
     if key not in obj:
-        if default is not _REQUIRED: return default
+        if default is not _REQUIRED:
+            return default
         raise DataFormatError(f"{where}: missing field '{key}'")
-    if not isinstance(obj[key], typ): raise DataFormatError(f"{where}: field '{key}' should be {typ.__name__}, got {type(obj[key]).__name__}")
+    if not isinstance(obj[key], typ):
+        raise DataFormatError(f"{where}: field '{key}' should be {typ.__name__}, got {type(obj[key]).__name__}")
     return obj[key]
 
+
 def _read_json(path: Path) -> Any:
-    try: return json.loads(Path(path).read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e: raise DataFormatError(f"{path}: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise DataFormatError(f"{path}: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
+
 
 def _listing(folder: Path) -> str:
     "What a folder holds, for 'file not found' messages."
-    if not folder.is_dir(): return "nothing (not a folder)"
+    if not folder.is_dir():
+        return "nothing (not a folder)"
     return ", ".join(sorted(p.name for p in folder.iterdir())) or "nothing"
 
 # %% ../nbs/02_data.ipynb #2d5f0c3c
 ED_VALENCE: dict[str, str] = {
-    **dict.fromkeys(["excited", "proud", "grateful", "impressed", "hopeful", "confident", "joyful", "content",
-                     "caring", "trusting", "faithful"], "positive"),
-    **dict.fromkeys(["angry", "sad", "annoyed", "lonely", "afraid", "terrified", "guilty", "disgusted", "furious", "anxious",
-                     "disappointed", "jealous", "devastated", "embarrassed", "ashamed", "apprehensive"], "negative"),
+    **dict.fromkeys(
+        [
+            "excited",
+            "proud",
+            "grateful",
+            "impressed",
+            "hopeful",
+            "confident",
+            "joyful",
+            "content",
+            "caring",
+            "trusting",
+            "faithful",
+        ],
+        "positive",
+    ),
+    **dict.fromkeys(
+        [
+            "angry",
+            "sad",
+            "annoyed",
+            "lonely",
+            "afraid",
+            "terrified",
+            "guilty",
+            "disgusted",
+            "furious",
+            "anxious",
+            "disappointed",
+            "jealous",
+            "devastated",
+            "embarrassed",
+            "ashamed",
+            "apprehensive",
+        ],
+        "negative",
+    ),
     **dict.fromkeys(["surprised", "anticipating", "nostalgic", "sentimental", "prepared"], "neutral"),
 }
 
@@ -126,9 +202,11 @@ ED_VALENCE: dict[str, str] = {
 ED_COLUMNS = ("conv_id", "utterance_idx", "context", "prompt", "speaker_idx", "utterance", "selfeval", "tags")
 ED_FILES = {"train": "train.csv", "valid": "valid.csv", "test": "test.csv"}
 
+
 def ed_text(s: str) -> str:
     "Restore the commas that ED writes as `_comma_`."
     return s.replace("_comma_", ",")
+
 
 def read_ed_csv(path: str | Path) -> list[dict]:
     "The rows of an original ED CSV as dicts (text still escaped), each with `_where` = `file:line`."
@@ -138,9 +216,11 @@ def read_ed_csv(path: str | Path) -> list[dict]:
         raise DataFormatError(f"{path}:1: not an Empathetic Dialogues header (expected {','.join(ED_COLUMNS)})")
     rows = []
     for lineno, line in enumerate(lines[1:], 2):
-        if not line.strip(): continue
+        if not line.strip():
+            continue
         parts = line.split(",")
-        if len(parts) < 6: raise DataFormatError(f"{path}:{lineno}: missing field '{ED_COLUMNS[len(parts)]}'")
+        if len(parts) < 6:
+            raise DataFormatError(f"{path}:{lineno}: missing field '{ED_COLUMNS[len(parts)]}'")
         parts += [""] * (7 - len(parts))
         rows.append({**dict(zip(ED_COLUMNS[:7], parts[:7])), "tags": ",".join(parts[7:]), "_where": f"{path}:{lineno}"})
     return rows
@@ -152,27 +232,47 @@ def ed_contexts_from_rows(rows: Iterable[dict], split: str, source: str = "ED") 
     for i, row in enumerate(rows):
         where = row.get("_where") or f"{source}[{i}]"
         for key in ("conv_id", "utterance_idx", "context", "prompt", "speaker_idx", "utterance"):
-            if row.get(key) is None or (row[key] == "" and key != "prompt"): raise DataFormatError(f"{where}: missing field '{key}'")
+            if row.get(key) is None or (row[key] == "" and key != "prompt"):
+                raise DataFormatError(f"{where}: missing field '{key}'")
         nums = {}
         for key in ("utterance_idx", "speaker_idx"):
-            try: nums[key] = int(row[key])
-            except (TypeError, ValueError): raise DataFormatError(f"{where}: field '{key}' should be an integer, got {row[key]!r}") from None
-        if row["context"] not in ED_VALENCE: raise DataFormatError(f"{where}: field 'context' is not an ED emotion label: {row['context']!r}")
+            try:
+                nums[key] = int(row[key])
+            except (TypeError, ValueError):
+                raise DataFormatError(f"{where}: field '{key}' should be an integer, got {row[key]!r}") from None
+        if row["context"] not in ED_VALENCE:
+            raise DataFormatError(f"{where}: field 'context' is not an ED emotion label: {row['context']!r}")
         convs.setdefault(str(row["conv_id"]), []).append({**row, **nums})
     return [_ed_context(cid, sorted(utts, key=lambda u: u["utterance_idx"]), split) for cid, utts in convs.items()]
+
 
 def _ed_context(conv_id: str, utts: list[dict], split: str) -> Context:
     user = utts[0]["speaker_idx"]
     n_open = next((i for i, u in enumerate(utts) if u["speaker_idx"] != user), len(utts))
     text = [ed_text(u["utterance"]).strip() for u in utts]
     first = utts[0]
-    return Context("ED", conv_id, split, situation=ed_text(first["prompt"]).strip(), opening=text[:n_open],
-                   emotion=first["context"], valence=ED_VALENCE[first["context"]], reference=text[n_open] if n_open < len(text) else None,
-                   extra={"dialog": [{"speaker": "user" if u["speaker_idx"] == user else "supporter", "content": t} for u, t in zip(utts, text)],
-                          "selfeval": first.get("selfeval") or "", "tags": first.get("tags") or ""})
+    return Context(
+        "ED",
+        conv_id,
+        split,
+        situation=ed_text(first["prompt"]).strip(),
+        opening=text[:n_open],
+        emotion=first["context"],
+        valence=ED_VALENCE[first["context"]],
+        reference=text[n_open] if n_open < len(text) else None,
+        extra={
+            "dialog": [
+                {"speaker": "user" if u["speaker_idx"] == user else "supporter", "content": t}
+                for u, t in zip(utts, text)
+            ],
+            "selfeval": first.get("selfeval") or "",
+            "tags": first.get("tags") or "",
+        },
+    )
 
 # %% ../nbs/02_data.ipynb #25e190df
 ESCONV_SPLIT_SEED = 13
+
 
 def esconv_splits(n: int, seed: int = ESCONV_SPLIT_SEED) -> list[str]:
     "The split of each of `n` conversations, by file index: a seeded shuffle cut 70/15/15."
@@ -180,74 +280,121 @@ def esconv_splits(n: int, seed: int = ESCONV_SPLIT_SEED) -> list[str]:
     random.Random(seed).shuffle(order)
     n_train, n_valid = round(n * 0.70), round(n * 0.15)
     split = [""] * n
-    for rank, i in enumerate(order): split[i] = "train" if rank < n_train else "valid" if rank < n_train + n_valid else "test"
+    for rank, i in enumerate(order):
+        split[i] = "train" if rank < n_train else "valid" if rank < n_train + n_valid else "test"
     return split
 
 # %% ../nbs/02_data.ipynb #5a44d93b
-_SMALL_TALK = set("""hello hi hey hiya there how are you u i im i'm am fine good great ok okay thanks thank doing well yes no yeah morning evening
-afternoon night is anyone someone still what about and the a to so too also you're your it its it's here just not bad alright dong me doin""".split())
+_SMALL_TALK = set(
+    """hello hi hey hiya there how are you u i im i'm am fine good great ok okay thanks thank doing well yes no yeah morning evening
+afternoon night is anyone someone still what about and the a to so too also you're your it its it's here just not bad alright dong me doin""".split()
+)
+
 
 def is_substantive(text: str) -> bool:
     "A seeker turn that says something beyond a greeting or small talk: at least two words outside the small-talk vocabulary."
     words = re.findall(r"[a-z']+", text.lower())
     return sum(w not in _SMALL_TALK for w in words) >= 2
 
+
 def esconv_context(rec: dict, context_id: str, split: str, where: str) -> Context:
     "One ESConv conversation in the original layout as a `Context`; `where` names it in errors (e.g. `ESConv.json[3]`)."
-    for key in ("emotion_type", "problem_type", "situation"): _field(rec, key, str, where)
+    for key in ("emotion_type", "problem_type", "situation"):
+        _field(rec, key, str, where)
     dialog = _field(rec, "dialog", list, where)
-    if not dialog: raise DataFormatError(f"{where}: field 'dialog' is empty")
+    if not dialog:
+        raise DataFormatError(f"{where}: field 'dialog' is empty")
     for j, t in enumerate(dialog):
         if _field(t, "speaker", str, f"{where}.dialog[{j}]") not in ("seeker", "supporter"):
-            raise DataFormatError(f"{where}.dialog[{j}]: field 'speaker' should be 'seeker' or 'supporter', got {t['speaker']!r}")
+            raise DataFormatError(
+                f"{where}.dialog[{j}]: field 'speaker' should be 'seeker' or 'supporter', got {t['speaker']!r}"
+            )
         _field(t, "content", str, f"{where}.dialog[{j}]")
-    turns = [{"speaker": "user" if t["speaker"] == "seeker" else "supporter", "content": t["content"].strip()} for t in dialog]
+    turns = [
+        {"speaker": "user" if t["speaker"] == "seeker" else "supporter", "content": t["content"].strip()}
+        for t in dialog
+    ]
     # the context is the seeker's first substantive run of turns: greetings ("Hello?", "hi how are you") and the supporter's replies to them go to
     # extra["greeting"]; without a substantive seeker turn the first seeker run is kept as before
     first_user = next((i for i, t in enumerate(turns) if t["speaker"] == "user"), len(turns))
     said = next((i for i, t in enumerate(turns) if t["speaker"] == "user" and is_substantive(t["content"])), first_user)
     start = said
-    while start > first_user and turns[start - 1]["speaker"] == "user": start -= 1
+    while start > first_user and turns[start - 1]["speaker"] == "user":
+        start -= 1
     end = next((i for i in range(start, len(turns)) if turns[i]["speaker"] == "supporter"), len(turns))
     answer = dialog[end] if end < len(dialog) else None
-    return Context("ESConv", context_id, split, situation=rec["situation"].strip(), opening=[t["content"] for t in turns[start:end]],
-                   emotion=rec["emotion_type"], problem_type=rec["problem_type"], initial_intensity=_intensity(rec, where),
-                   reference=turns[end]["content"] if answer else None,
-                   extra={"dialog": turns, "greeting": [t["content"] for t in turns[:start]], "experience_type": rec.get("experience_type"),
-                          "reference_strategy": (answer.get("annotation") or {}).get("strategy") if answer else None})
+    return Context(
+        "ESConv",
+        context_id,
+        split,
+        situation=rec["situation"].strip(),
+        opening=[t["content"] for t in turns[start:end]],
+        emotion=rec["emotion_type"],
+        problem_type=rec["problem_type"],
+        initial_intensity=_intensity(rec, where),
+        reference=turns[end]["content"] if answer else None,
+        extra={
+            "dialog": turns,
+            "greeting": [t["content"] for t in turns[:start]],
+            "experience_type": rec.get("experience_type"),
+            "reference_strategy": (answer.get("annotation") or {}).get("strategy") if answer else None,
+        },
+    )
+
 
 def _intensity(rec: dict, where: str) -> int | None:
     score = _field(rec, "survey_score", dict, where, default={})
     raw = _field(score, "seeker", dict, f"{where}.survey_score", default={}).get("initial_emotion_intensity")
-    if raw in (None, ""): return None
-    try: return int(raw)
+    if raw in (None, ""):
+        return None
+    try:
+        return int(raw)
     except (TypeError, ValueError):
-        raise DataFormatError(f"{where}: field 'survey_score.seeker.initial_emotion_intensity' should be an integer, got {raw!r}") from None
+        raise DataFormatError(
+            f"{where}: field 'survey_score.seeker.initial_emotion_intensity' should be an integer, got {raw!r}"
+        ) from None
+
 
 def read_esconv_json(path: str | Path) -> list[dict]:
     "The conversations of an `ESConv.json`."
     recs = _read_json(path)
-    if not isinstance(recs, list): raise DataFormatError(f"{path}: expected a JSON list of conversations, got {type(recs).__name__}")
+    if not isinstance(recs, list):
+        raise DataFormatError(f"{path}: expected a JSON list of conversations, got {type(recs).__name__}")
     return recs
+
 
 def esconv_contexts_from_file(path: str | Path, split: str) -> list[Context]:
     "The contexts of one split of an original `ESConv.json` (every record is checked, whatever its split)."
     recs = read_esconv_json(path)
-    ctxs = [esconv_context(r, f"esconv_{i}", s, f"{path}[{i}]") for i, (r, s) in enumerate(zip(recs, esconv_splits(len(recs))))]
+    ctxs = [
+        esconv_context(r, f"esconv_{i}", s, f"{path}[{i}]")
+        for i, (r, s) in enumerate(zip(recs, esconv_splits(len(recs))))
+    ]
     return [c for c in ctxs if c.split == split]
 
 # %% ../nbs/02_data.ipynb #81c5eb84
 def esconv_record_from_hf_row(row: dict, where: str = "row") -> dict:
     "A hub row `{'text': json}` back in the original record layout."
-    try: rec = json.loads(_field(row, "text", str, where))
-    except json.JSONDecodeError as e: raise DataFormatError(f"{where}: field 'text' is not valid JSON ({e.msg})") from None
+    try:
+        rec = json.loads(_field(row, "text", str, where))
+    except json.JSONDecodeError as e:
+        raise DataFormatError(f"{where}: field 'text' is not valid JSON ({e.msg})") from None
     turns = []
     for j, t in enumerate(_field(rec, "dialog", list, where)):
         speaker = {"usr": "seeker", "sys": "supporter"}.get(_field(t, "speaker", str, f"{where}.dialog[{j}]"))
-        if speaker is None: raise DataFormatError(f"{where}.dialog[{j}]: field 'speaker' should be 'usr' or 'sys', got {t['speaker']!r}")
-        turns.append({"speaker": speaker, "content": _field(t, "text", str, f"{where}.dialog[{j}]"),
-                      "annotation": {"strategy": t["strategy"]} if t.get("strategy") else {}})
+        if speaker is None:
+            raise DataFormatError(
+                f"{where}.dialog[{j}]: field 'speaker' should be 'usr' or 'sys', got {t['speaker']!r}"
+            )
+        turns.append(
+            {
+                "speaker": speaker,
+                "content": _field(t, "text", str, f"{where}.dialog[{j}]"),
+                "annotation": {"strategy": t["strategy"]} if t.get("strategy") else {},
+            }
+        )
     return {**rec, "dialog": turns}
+
 
 def esconv_contexts_from_hf_rows(rows: Iterable[dict], split: str, source: str = "thu-coai/esconv") -> list[Context]:
     "Contexts from rows in the `thu-coai/esconv` layout."
@@ -265,19 +412,25 @@ _AMI_NAME = re.compile(r"^(ES|IS|TS|IB|IN|EN)\d{4}[a-z]?$")
 _AMI_ROLES = {"Project Manager", "Marketing", "User Interface", "Industrial Designer"}
 _ICSI_ROLE = re.compile(r"^(Grad|Professor|PhD|Postdoc|Undergrad)\b")
 
+
 def infer_domain(meeting: str, speakers: Iterable[str] = ()) -> str:
     "Academic (ICSI), Product (AMI) or Committee, from the meeting name or else the speakers' role names."
-    if _ICSI_NAME.match(meeting): return "Academic"
-    if _AMI_NAME.match(meeting): return "Product"
+    if _ICSI_NAME.match(meeting):
+        return "Academic"
+    if _AMI_NAME.match(meeting):
+        return "Product"
     speakers = set(speakers)
-    if speakers & _AMI_ROLES: return "Product"
-    if any(_ICSI_ROLE.match(s) for s in speakers): return "Academic"
+    if speakers & _AMI_ROLES:
+        return "Product"
+    if any(_ICSI_ROLE.match(s) for s in speakers):
+        return "Academic"
     return "Committee"
 
 # %% ../nbs/02_data.ipynb #5e8e25c4
 def approx_tokens(text: str) -> int:
     "A cheap token count: words × 1.3, rounded up."
     return math.ceil(len(text.split()) * 1.3)
+
 
 def transcript_window(turns: list[dict], start_idx: int, max_tokens: int) -> list[dict]:
     "The turns from `start_idx` whose `Speaker: content` lines fit in `max_tokens` (never empty)."
@@ -296,34 +449,69 @@ def transcript_window(turns: list[dict], start_idx: int, max_tokens: int) -> lis
 # %% ../nbs/02_data.ipynb #01128bed
 def _span_start(spans: Any, n_turns: int, where: str) -> int:
     "The first turn of a query's relevant text: the smallest start among its [start, end] spans (indices as strings), else 0."
-    try: start = min(int(s[0]) for s in spans) if spans else 0
+    try:
+        start = min(int(s[0]) for s in spans) if spans else 0
     except (TypeError, ValueError, IndexError, KeyError):
-        raise DataFormatError(f"{where}: field 'relevant_text_span' should be a list of [start, end] turn indices, got {spans!r:.80}") from None
-    if not 0 <= start < n_turns: raise DataFormatError(f"{where}: field 'relevant_text_span' starts at turn {start}, outside the {n_turns}-turn transcript")
+        raise DataFormatError(
+            f"{where}: field 'relevant_text_span' should be a list of [start, end] turn indices, got {spans!r:.80}"
+        ) from None
+    if not 0 <= start < n_turns:
+        raise DataFormatError(
+            f"{where}: field 'relevant_text_span' starts at turn {start}, outside the {n_turns}-turn transcript"
+        )
     return start
 
-def qmsum_contexts(meeting: dict, name: str, split: str, domain: str | None = None, max_transcript_tokens: int = 1024,
-                   where: str = "") -> list[Context]:
+
+def qmsum_contexts(
+    meeting: dict, name: str, split: str, domain: str | None = None, max_transcript_tokens: int = 1024, where: str = ""
+) -> list[Context]:
     "One `Context` per query of a meeting in the original layout; `where` names it in errors."
     where = where or name
     turns = _field(meeting, "meeting_transcripts", list, where)
-    if not turns: raise DataFormatError(f"{where}: field 'meeting_transcripts' is empty")
+    if not turns:
+        raise DataFormatError(f"{where}: field 'meeting_transcripts' is empty")
     for j, t in enumerate(turns):
-        for key in ("speaker", "content"): _field(t, key, str, f"{where}.meeting_transcripts[{j}]")
+        for key in ("speaker", "content"):
+            _field(t, key, str, f"{where}.meeting_transcripts[{j}]")
     domain = domain or infer_domain(name, (t["speaker"] for t in turns))
-    topics = [t["topic"] for t in _field(meeting, "topic_list", list, where, default=[]) if isinstance(t, dict) and t.get("topic")]
+    topics = [
+        t["topic"]
+        for t in _field(meeting, "topic_list", list, where, default=[])
+        if isinstance(t, dict) and t.get("topic")
+    ]
     situation = f"{domain} meeting {name} ({len(turns)} turns)" + (f" on: {'; '.join(topics)}" if topics else "")
-    queries = [("general", "g", k, q) for k, q in enumerate(_field(meeting, "general_query_list", list, where, default=[]))]
-    queries += [("specific", "q", k, q) for k, q in enumerate(_field(meeting, "specific_query_list", list, where, default=[]))]
+    queries = [
+        ("general", "g", k, q) for k, q in enumerate(_field(meeting, "general_query_list", list, where, default=[]))
+    ]
+    queries += [
+        ("specific", "q", k, q) for k, q in enumerate(_field(meeting, "specific_query_list", list, where, default=[]))
+    ]
     out = []
     for kind, tag, k, q in queries:
         qwhere = f"{where}.{kind}_query_list[{k}]"
         query, spans = _field(q, "query", str, qwhere), _field(q, "relevant_text_span", list, qwhere, default=[])
         start = _span_start(spans, len(turns), qwhere)
         window = transcript_window(turns, start, max_transcript_tokens)
-        out.append(Context("QMSum", f"{name}_{start}_{tag}{k}", split, situation=situation, meeting=name, domain=domain, query=query,
-                           transcript=window, start_idx=start, reference=_field(q, "answer", str, qwhere, default="") or None,
-                           extra={"query_type": kind, "relevant_text_span": spans, "end_idx": start + len(window), "num_turns": len(turns)}))
+        out.append(
+            Context(
+                "QMSum",
+                f"{name}_{start}_{tag}{k}",
+                split,
+                situation=situation,
+                meeting=name,
+                domain=domain,
+                query=query,
+                transcript=window,
+                start_idx=start,
+                reference=_field(q, "answer", str, qwhere, default="") or None,
+                extra={
+                    "query_type": kind,
+                    "relevant_text_span": spans,
+                    "end_idx": start + len(window),
+                    "num_turns": len(turns),
+                },
+            )
+        )
     return out
 
 # %% ../nbs/02_data.ipynb #3882494b
@@ -332,49 +520,81 @@ def _domain_of_path(path: Path) -> str | None:
     posix = Path(path).resolve().as_posix() + "/"
     return next((d for d in QMSUM_DOMAINS if f"/data/{d}/" in posix), None)
 
+
 def qmsum_contexts_from_folder(folder: str | Path, split: str, max_transcript_tokens: int = 1024) -> list[Context]:
     "Contexts from a folder of per-meeting JSON files (`Bed016.json`…), named by file stem."
     files = sorted(Path(folder).glob("*.json"))
-    if not files: raise FileNotFoundError(f"no QMSum meeting files (*.json) in {folder}; it holds: {_listing(Path(folder))}")
+    if not files:
+        raise FileNotFoundError(f"no QMSum meeting files (*.json) in {folder}; it holds: {_listing(Path(folder))}")
     domain = _domain_of_path(folder)
-    return [c for f in files for c in qmsum_contexts(_read_json(f), f.stem, split, domain, max_transcript_tokens, str(f))]
+    return [
+        c for f in files for c in qmsum_contexts(_read_json(f), f.stem, split, domain, max_transcript_tokens, str(f))
+    ]
+
 
 def qmsum_contexts_from_jsonl(path: str | Path, split: str, max_transcript_tokens: int = 1024) -> list[Context]:
     "Contexts from a repo `jsonl/<split>.jsonl` file, one meeting a line."
     path, out = Path(path), []
     domain = _domain_of_path(path)
     for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip(): continue
-        try: meeting = json.loads(line)
-        except json.JSONDecodeError as e: raise DataFormatError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
+        if not line.strip():
+            continue
+        try:
+            meeting = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DataFormatError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
         # JSONL lines carry no meeting name: name them by domain folder, file and line
-        out += qmsum_contexts(meeting, f"{domain or 'qmsum'}_{path.stem}_{lineno}", split, domain, max_transcript_tokens, f"{path}:{lineno}")
+        out += qmsum_contexts(
+            meeting,
+            f"{domain or 'qmsum'}_{path.stem}_{lineno}",
+            split,
+            domain,
+            max_transcript_tokens,
+            f"{path}:{lineno}",
+        )
     return out
 
 # %% ../nbs/02_data.ipynb #be695d52
 _SCROLLS_TURN = re.compile(r"^([^:\n]{1,80}): (.*)$")
+
 
 def qmsum_record_from_scrolls_row(row: dict, where: str = "row") -> dict:
     "A SCROLLS row back in the original meeting layout, with its single query."
     query, _, body = _field(row, "input", str, where).partition("\n\n")
     turns: list[dict] = []
     for line in body.splitlines():
-        if m := _SCROLLS_TURN.match(line): turns.append({"speaker": m[1].strip(), "content": m[2].strip()})
-        elif turns and line.strip(): turns[-1]["content"] += " " + line.strip()  # a wrapped line continues its turn
-    return {"specific_query_list": [{"query": query.strip(), "answer": row.get("output") or ""}], "meeting_transcripts": turns}
+        if m := _SCROLLS_TURN.match(line):
+            turns.append({"speaker": m[1].strip(), "content": m[2].strip()})
+        elif turns and line.strip():
+            turns[-1]["content"] += " " + line.strip()  # a wrapped line continues its turn
+    return {
+        "specific_query_list": [{"query": query.strip(), "answer": row.get("output") or ""}],
+        "meeting_transcripts": turns,
+    }
 
-def qmsum_contexts_from_scrolls_rows(rows: Iterable[dict], split: str, source: str = "tau/scrolls", max_transcript_tokens: int = 1024) -> list[Context]:
+
+def qmsum_contexts_from_scrolls_rows(
+    rows: Iterable[dict], split: str, source: str = "tau/scrolls", max_transcript_tokens: int = 1024
+) -> list[Context]:
     "Contexts from rows in the SCROLLS `qmsum` layout (`id`, `pid`, `input`, `output`)."
     out = []
     for i, row in enumerate(rows):
         where = f"{source}:{split}[{i}]"
-        out += qmsum_contexts(qmsum_record_from_scrolls_row(row, where), str(row.get("id") or i), split, None, max_transcript_tokens, where)
+        out += qmsum_contexts(
+            qmsum_record_from_scrolls_row(row, where),
+            str(row.get("id") or i),
+            split,
+            None,
+            max_transcript_tokens,
+            where,
+        )
     return out
 
 # %% ../nbs/02_data.ipynb #ca449396
 @dataclass(frozen=True)
 class HFSource:
     "A dataset on the Hugging Face hub, script-free, and the layout of its rows."
+
     repo_id: str
     layout: Literal["ed_rows", "esconv_text", "scrolls"]
     revision: str | None = None
@@ -382,109 +602,175 @@ class HFSource:
     data_files: dict[str, str] | None = None
     splits: dict[str, str] = field(default_factory=lambda: {"train": "train", "valid": "validation", "test": "test"})
 
+
 DATASET2HF: dict[str, HFSource] = {
     "ED": HFSource("facebook/empathetic_dialogues", "ed_rows", revision="refs/convert/parquet", data_dir="default"),
-    "ESConv": HFSource("thu-coai/esconv", "esconv_text", data_files={"train": "train.txt", "validation": "valid.txt", "test": "test.txt"}),
+    "ESConv": HFSource(
+        "thu-coai/esconv",
+        "esconv_text",
+        data_files={"train": "train.txt", "validation": "valid.txt", "test": "test.txt"},
+    ),
     "QMSum": HFSource("tau/scrolls", "scrolls", revision="refs/convert/parquet", data_dir="qmsum"),
 }
+
 
 def load_hub_rows(source: HFSource, split: str, dataset: str) -> Iterable[dict]:
     "The rows of one split from the hub, or a `DatasetUnavailableError` that says what to do instead."
     import datasets  # only the hub path needs it
+
     try:
-        return datasets.load_dataset(source.repo_id, revision=source.revision, data_dir=source.data_dir,
-                                     data_files=source.data_files, split=source.splits[split])
+        return datasets.load_dataset(
+            source.repo_id,
+            revision=source.revision,
+            data_dir=source.data_dir,
+            data_files=source.data_files,
+            split=source.splits[split],
+        )
     except Exception as e:
         raise DatasetUnavailableError(
             f"could not load {dataset} from the Hugging Face hub ({source.repo_id}, split {source.splits[split]!r}): {type(e).__name__}: "
-            f"{str(e)[:300]}. Without network, pass --data-path with the original files (layouts in shared/data/README.md).") from e
+            f"{str(e)[:300]}. Without network, pass --data-path with the original files (layouts in shared/data/README.md)."
+        ) from e
 
-def hub_contexts(dataset: str, split: str, hf_name: str | None = None, max_transcript_tokens: int = 1024) -> list[Context]:
+
+def hub_contexts(
+    dataset: str, split: str, hf_name: str | None = None, max_transcript_tokens: int = 1024
+) -> list[Context]:
     "Contexts of one split from the hub source in `DATASET2HF` (`hf_name` swaps the repo id, same layout)."
     dataset, split = canonical_dataset(dataset), canonical_split(split)
     source = DATASET2HF[dataset] if hf_name is None else replace(DATASET2HF[dataset], repo_id=hf_name)
     rows = load_hub_rows(source, split, dataset)
-    if source.layout == "ed_rows": return ed_contexts_from_rows(rows, split, source.repo_id)
-    if source.layout == "esconv_text": return esconv_contexts_from_hf_rows(rows, split, source.repo_id)
+    if source.layout == "ed_rows":
+        return ed_contexts_from_rows(rows, split, source.repo_id)
+    if source.layout == "esconv_text":
+        return esconv_contexts_from_hf_rows(rows, split, source.repo_id)
     return qmsum_contexts_from_scrolls_rows(rows, split, source.repo_id, max_transcript_tokens)
 
 # %% ../nbs/02_data.ipynb #285c3b24
 def _ed_local(path: Path, split: str) -> list[Context]:
     csv = path if path.is_file() else path / ED_FILES[split]
-    if not csv.is_file(): raise FileNotFoundError(f"ED split '{split}' needs {csv}; {path} holds: {_listing(path)}")
+    if not csv.is_file():
+        raise FileNotFoundError(f"ED split '{split}' needs {csv}; {path} holds: {_listing(path)}")
     return ed_contexts_from_rows(read_ed_csv(csv), split)
+
 
 def _esconv_local(path: Path, split: str) -> list[Context]:
     file = path if path.is_file() else path / "ESConv.json"
-    if not file.is_file(): raise FileNotFoundError(f"ESConv needs {file}; {path} holds: {_listing(path)}")
+    if not file.is_file():
+        raise FileNotFoundError(f"ESConv needs {file}; {path} holds: {_listing(path)}")
     return esconv_contexts_from_file(file, split)
+
 
 def _qmsum_local(path: Path, split: str, budget: int) -> list[Context]:
     if path.is_file():
-        if path.suffix == ".jsonl": return qmsum_contexts_from_jsonl(path, split, budget)
+        if path.suffix == ".jsonl":
+            return qmsum_contexts_from_jsonl(path, split, budget)
         return qmsum_contexts(_read_json(path), path.stem, split, _domain_of_path(path), budget, str(path))
     name = QMSUM_FILES[split]
     per_domain = [path / "data" / d / "jsonl" / name for d in QMSUM_DOMAINS]
-    if all(p.is_file() for p in per_domain): return [c for p in per_domain for c in qmsum_contexts_from_jsonl(p, split, budget)]
+    if all(p.is_file() for p in per_domain):
+        return [c for p in per_domain for c in qmsum_contexts_from_jsonl(p, split, budget)]
     for jsonl in (path / "data" / "ALL" / "jsonl" / name, path / "jsonl" / name, path / name):
-        if jsonl.is_file(): return qmsum_contexts_from_jsonl(jsonl, split, budget)
-    if any(path.glob("*.json")): return qmsum_contexts_from_folder(path, split, budget)
-    raise FileNotFoundError(f"QMSum split '{split}': no data/ALL/jsonl/{name}, jsonl/{name}, {name} or per-meeting *.json files in {path}; "
-                            f"it holds: {_listing(path)}")
+        if jsonl.is_file():
+            return qmsum_contexts_from_jsonl(jsonl, split, budget)
+    if any(path.glob("*.json")):
+        return qmsum_contexts_from_folder(path, split, budget)
+    raise FileNotFoundError(
+        f"QMSum split '{split}': no data/ALL/jsonl/{name}, jsonl/{name}, {name} or per-meeting *.json files in {path}; "
+        f"it holds: {_listing(path)}"
+    )
+
 
 def sample_contexts(contexts: list[Context], num_samples: int | None, seed: int = 0) -> list[Context]:
     "A seeded random subset of `num_samples`, in the original order (all of them when `None` or more than there are)."
-    if num_samples is None or num_samples >= len(contexts): return list(contexts)
-    if num_samples < 0: raise ConfigError(f"num_samples must be >= 0, got {num_samples}")
+    if num_samples is None or num_samples >= len(contexts):
+        return list(contexts)
+    if num_samples < 0:
+        raise ConfigError(f"num_samples must be >= 0, got {num_samples}")
     keep = sorted(random.Random(seed).sample(range(len(contexts)), num_samples))
     return [contexts[i] for i in keep]
+
 
 def demo_data_dir() -> Path:
     "Demo contexts the package ships, written by the project in the original ED/ESConv/QMSum formats (see mascot/assets/demo/README.md)."
     import mascot
+
     return Path(mascot.__file__).resolve().parent / "assets" / "demo"
+
 
 def resolve_data_path(data_path: str | Path) -> Path:
     "`demo:<folder>` names a folder of the shipped demo data (e.g. `demo:esconv`); anything else is a path."
     s = str(data_path)
-    if s.startswith("demo:"): return demo_data_dir() / s[len("demo:"):]
+    if s.startswith("demo:"):
+        return demo_data_dir() / s[len("demo:") :]
     return Path(s).expanduser()
 
-def load_contexts(dataset: str, split: str = "test", data_path: str | Path | None = None, num_samples: int | None = None,
-                  seed: int = 0, hf_name: str | None = None, max_transcript_tokens: int = 1024) -> list[Context]:
+
+def load_contexts(
+    dataset: str,
+    split: str = "test",
+    data_path: str | Path | None = None,
+    num_samples: int | None = None,
+    seed: int = 0,
+    hf_name: str | None = None,
+    max_transcript_tokens: int = 1024,
+) -> list[Context]:
     "Contexts of `dataset`/`split` from the original files at `data_path`, or from the hub (`DATASET2HF`, or `hf_name`) without one."
     dataset, split = canonical_dataset(dataset), canonical_split(split)
-    if max_transcript_tokens < 1: raise ConfigError(f"max_transcript_tokens must be >= 1, got {max_transcript_tokens}")
-    if data_path is None: contexts = hub_contexts(dataset, split, hf_name, max_transcript_tokens)
+    if max_transcript_tokens < 1:
+        raise ConfigError(f"max_transcript_tokens must be >= 1, got {max_transcript_tokens}")
+    if data_path is None:
+        contexts = hub_contexts(dataset, split, hf_name, max_transcript_tokens)
     else:
         path = resolve_data_path(data_path)
-        if not path.exists(): raise FileNotFoundError(f"--data-path {path} does not exist")
-        if dataset == "ED": contexts = _ed_local(path, split)
-        elif dataset == "ESConv": contexts = _esconv_local(path, split)
-        else: contexts = _qmsum_local(path, split, max_transcript_tokens)
+        if not path.exists():
+            raise FileNotFoundError(f"--data-path {path} does not exist")
+        if dataset == "ED":
+            contexts = _ed_local(path, split)
+        elif dataset == "ESConv":
+            contexts = _esconv_local(path, split)
+        else:
+            contexts = _qmsum_local(path, split, max_transcript_tokens)
     return sample_contexts(contexts, num_samples, seed)
 
 # %% ../nbs/02_data.ipynb #a133d9e2
-def few_shot_examples(dataset: str, data_path: str | Path | None = None, k: int = 3, seed: int = 0, exclude_ids: Iterable[str] = (),
-                      hf_name: str | None = None, max_transcript_tokens: int = 1024) -> list[Context]:
+def few_shot_examples(
+    dataset: str,
+    data_path: str | Path | None = None,
+    k: int = 3,
+    seed: int = 0,
+    exclude_ids: Iterable[str] = (),
+    hf_name: str | None = None,
+    max_transcript_tokens: int = 1024,
+) -> list[Context]:
     "Up to `k` training contexts that have a reference, chosen with `seed`, none of them in `exclude_ids`."
     dataset, excluded = canonical_dataset(dataset), set(exclude_ids)
     splits = ("train", "valid", "test") if dataset == "QMSum" else ("train",)
     for split in splits:
         try:
-            pool = load_contexts(dataset, split, data_path, hf_name=hf_name, max_transcript_tokens=max_transcript_tokens)
+            pool = load_contexts(
+                dataset, split, data_path, hf_name=hf_name, max_transcript_tokens=max_transcript_tokens
+            )
             break
         except FileNotFoundError:
-            if split == splits[-1]: raise
-    pool = [c for c in pool if c.reference and c.context_id not in excluded and (c.meeting is None or c.meeting not in excluded)]
+            if split == splits[-1]:
+                raise
+    pool = [
+        c
+        for c in pool
+        if c.reference and c.context_id not in excluded and (c.meeting is None or c.meeting not in excluded)
+    ]
     return sample_contexts(pool, k, seed)
 
 # %% ../nbs/02_data.ipynb #471351bc
 class DataConfig(Config):
     "Which contexts a stage runs on."
+
     dataset: str = Field("ED", description="ED | ESConv | QMSum (case-insensitive; empathetic_dialogues too)")
     split: str = Field("test", description="train | valid | test")
-    data_path: str | None = Field(None, description="original files (folder or file); without it, the hub id from DATASET2HF")
+    data_path: str | None = Field(
+        None, description="original files (folder or file); without it, the hub id from DATASET2HF"
+    )
     num_samples: int | None = Field(None, description="a seeded random subset of this many contexts")
     seed: int = Field(0, description="seed of the subset")
     hf_name: str | None = Field(None, description="hub repo id to use instead of DATASET2HF's (same layout)")
@@ -492,11 +778,21 @@ class DataConfig(Config):
 
     @field_validator("dataset")
     @classmethod
-    def _dataset(cls, v: str) -> str: return canonical_dataset(v)
+    def _dataset(cls, v: str) -> str:
+        return canonical_dataset(v)
 
     @field_validator("split")
     @classmethod
-    def _split(cls, v: str) -> str: return canonical_split(v)
+    def _split(cls, v: str) -> str:
+        return canonical_split(v)
 
     def load(self) -> list[Context]:
-        return load_contexts(self.dataset, self.split, self.data_path, self.num_samples, self.seed, self.hf_name, self.max_transcript_tokens)
+        return load_contexts(
+            self.dataset,
+            self.split,
+            self.data_path,
+            self.num_samples,
+            self.seed,
+            self.hf_name,
+            self.max_transcript_tokens,
+        )

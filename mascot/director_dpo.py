@@ -7,8 +7,19 @@ from __future__ import annotations
 from .core import *
 from .llm import resolve_model_path, EMBEDDED_DEFAULT
 from .pairs import load_pairs, model_slug
-from .training import (split_by_context, package_versions, data_hash, EpochTrainingConfig, lora_config, save_trained, write_metadata,
-                             training_run, load_causal_lm, trainable_snapshot, weights_changed)
+from mascot.training import (
+    split_by_context,
+    package_versions,
+    data_hash,
+    EpochTrainingConfig,
+    lora_config,
+    save_trained,
+    write_metadata,
+    training_run,
+    load_causal_lm,
+    trainable_snapshot,
+    weights_changed,
+)
 from .personas import roster_for_dataset, parse_directive
 import json, sys
 from pathlib import Path
@@ -21,6 +32,7 @@ __all__ = ['DirectorDPOConfig', 'dpo_config', 'parsed_pairs', 'train_director_dp
 # %% ../nbs/23_director_dpo.ipynb #72cbd548
 class DirectorDPOConfig(EpochTrainingConfig):
     "Flags of `mascot train-group --mode train-director-dpo`."
+
     mode: str = "train-director-dpo"
     episode_dataset_path: str | None = None  # default data/rl/branching_{dataset}_{model}
     PATH_DEFAULTS: ClassVar[dict[str, str]] = {"episode_dataset_path": "data/rl/branching_{dataset}_{model}"}
@@ -28,59 +40,101 @@ class DirectorDPOConfig(EpochTrainingConfig):
     beta: float = 0.1
     format_pairs: bool = False  # also keep "parses vs does not parse" pairs: they teach the output format only (the 135M smoke director needs them)
 
-    def trl_config(self, output_dir: str): return dpo_config(self, output_dir)
+    def trl_config(self, output_dir: str):
+        return dpo_config(self, output_dir)
+
 
 def dpo_config(cfg: DirectorDPOConfig, output_dir: str):
     from trl import DPOConfig
+
     return cfg.trl_args(DPOConfig, output_dir, beta=cfg.beta)
+
 
 def parsed_pairs(pairs, roster, format_pairs: bool = False):
     """Only pairs whose two directives both parse: a parseable directive against an unparseable one teaches the format, not who should speak.
     `format_pairs` also keeps pairs whose chosen directive parses and whose rejected one does not."""
+
     def keep(r):
         ok = [parse_directive(x[-1]["content"], roster) is not None for x in (r["chosen"], r["rejected"])]
         return all(ok) or (format_pairs and ok[0])
+
     return pairs.filter(keep)
+
 
 def train_director_dpo(cfg: DirectorDPOConfig) -> Path:
     import torch
     from transformers import set_seed
     from trl import DPOTrainer
+
     pairs = load_pairs(cfg.episode_dataset_path)
-    if len(pairs) == 0: raise ValueError(f"{cfg.episode_dataset_path}: no directive pairs (generate branching data with more candidates or a lower margin)")
+    if len(pairs) == 0:
+        raise ValueError(
+            f"{cfg.episode_dataset_path}: no directive pairs (generate branching data with more candidates or a lower margin)"
+        )
     pairs = parsed_pairs(all_pairs := pairs, roster_for_dataset(cfg.dataset), cfg.format_pairs)
-    if len(pairs) == 0: raise ValueError(f"{cfg.episode_dataset_path}: none of the {len(all_pairs)} directive pairs has two parseable directives "
-                                         "(generate branching data with more candidates per state, or pass --format-pairs to train on the format alone)")
+    if len(pairs) == 0:
+        raise ValueError(
+            f"{cfg.episode_dataset_path}: none of the {len(all_pairs)} directive pairs has two parseable directives "
+            "(generate branching data with more candidates per state, or pass --format-pairs to train on the format alone)"
+        )
     train = pairs
-    if cfg.holdout_fraction > 0: train, _, _ = split_by_context(pairs, cfg.holdout_fraction, cfg.seed)
+    if cfg.holdout_fraction > 0:
+        train, _, _ = split_by_context(pairs, cfg.holdout_fraction, cfg.seed)
     out = Path(cfg.output_dir) / (cfg.run_name or f"dpo_Director_{cfg.dataset}_{model_slug(cfg.model_name)}")
     with training_run(out, cfg) as run:
         set_seed(cfg.seed)
         model, tok = load_causal_lm(cfg.model_name)
-        trainer = DPOTrainer(model=model, args=dpo_config(cfg, str(out / "trainer")), train_dataset=train.select_columns(["prompt", "chosen", "rejected"]),
-                             processing_class=tok, peft_config=lora_config(cfg, "CAUSAL_LM"))
+        trainer = DPOTrainer(
+            model=model,
+            args=dpo_config(cfg, str(out / "trainer")),
+            train_dataset=train.select_columns(["prompt", "chosen", "rejected"]),
+            processing_class=tok,
+            peft_config=lora_config(cfg, "CAUSAL_LM"),
+        )
         before = trainable_snapshot(trainer.model)
         result = trainer.train()
         change = weights_changed(before, trainer.model)
         saved = save_trained(trainer, tok, out)
-        meta = {"kind": "director", "algorithm": "dpo", "base_model": cfg.model_name, "episode_dataset_path": cfg.episode_dataset_path,
-                "data_sha256": data_hash(cfg.episode_dataset_path), "num_train_pairs": len(train), "num_pairs_dropped_unparsed": len(all_pairs) - len(pairs), "format_pairs": cfg.format_pairs, "steps": result.global_step,
-                "train_loss": result.training_loss, "max_weight_change": change, "seed": cfg.seed,
-                "lora": {"r": cfg.lora_r, "alpha": cfg.lora_alpha, "target_modules": cfg.lora_target_modules}, **saved,
-                "versions": package_versions(), "config": cfg.resolved()}
+        meta = {
+            "kind": "director",
+            "algorithm": "dpo",
+            "base_model": cfg.model_name,
+            "episode_dataset_path": cfg.episode_dataset_path,
+            "data_sha256": data_hash(cfg.episode_dataset_path),
+            "num_train_pairs": len(train),
+            "num_pairs_dropped_unparsed": len(all_pairs) - len(pairs),
+            "format_pairs": cfg.format_pairs,
+            "steps": result.global_step,
+            "train_loss": result.training_loss,
+            "max_weight_change": change,
+            "seed": cfg.seed,
+            "lora": {"r": cfg.lora_r, "alpha": cfg.lora_alpha, "target_modules": cfg.lora_target_modules},
+            **saved,
+            "versions": package_versions(),
+            "config": cfg.resolved(),
+        }
         write_metadata(out, meta)
-        run.extra.update(steps=result.global_step, max_weight_change=change, **{k: saved[k] for k in ("trainable_parameters", "total_parameters", "trainable_fraction")})
+        run.extra.update(
+            steps=result.global_step,
+            max_weight_change=change,
+            **{k: saved[k] for k in ("trainable_parameters", "total_parameters", "trainable_fraction")},
+        )
     return out
+
 
 def main(argv: list[str] | None = None):
     print(train_director_dpo(DirectorDPOConfig.from_cli(argv, prog="mascot train-group --mode train-director-dpo")))
 
-if __name__ == "__main__" and "IPython" not in sys.modules: main()
+
+if __name__ == "__main__" and "IPython" not in sys.modules:
+    main()
 
 # %% ../nbs/23_director_dpo.ipynb #729f32a2
-describe(DirectorDPOConfig,
-    mode='train-director-dpo (this stage of mascot train-group)',
-    episode_dataset_path='the branching folder whose directive pairs are trained on; default: data/rl/branching_{dataset}_{model}',
-    holdout_fraction='share of the contexts left out of training (0: train on all)',
+describe(
+    DirectorDPOConfig,
+    mode="train-director-dpo (this stage of mascot train-group)",
+    episode_dataset_path="the branching folder whose directive pairs are trained on; default: data/rl/branching_{dataset}_{model}",
+    holdout_fraction="share of the contexts left out of training (0: train on all)",
     beta="DPO's beta: how far the policy may move from the reference (TRL's beta)",
-    format_pairs='also keep pairs whose rejected directive does not parse (they teach the output format only)')
+    format_pairs="also keep pairs whose rejected directive does not parse (they teach the output format only)",
+)

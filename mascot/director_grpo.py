@@ -11,8 +11,22 @@ from .episodes import EpisodeConfig, EpisodeRunner, EpisodeState
 from .rollouts import state_from_dict, roll_forward, random_directive
 from .reward_models import GroupRewardModel
 from .pairs import model_slug
-from .training import (split_by_context, package_versions, data_hash, lora_config, save_trained, write_metadata, training_run, process_rank,
-                             load_causal_lm, trainable_snapshot, weights_changed, grpo_config, GRPOTrainingConfig, paired_summary)
+from mascot.training import (
+    split_by_context,
+    package_versions,
+    data_hash,
+    lora_config,
+    save_trained,
+    write_metadata,
+    training_run,
+    process_rank,
+    load_causal_lm,
+    trainable_snapshot,
+    weights_changed,
+    grpo_config,
+    GRPOTrainingConfig,
+    paired_summary,
+)
 import asyncio, json, random, statistics, sys
 from pathlib import Path
 from typing import Any
@@ -26,11 +40,14 @@ __all__ = ['DirectorGRPOConfig', 'make_directive_format_reward', 'rollout_states
 # %% ../nbs/22_director_grpo.ipynb #ac38dd7a
 class DirectorGRPOConfig(EndpointConfig, GRPOTrainingConfig):
     "Flags of `mascot train-group --mode train-director-grpo`."
+
     mode: str = "train-director-grpo"
     episode_dataset_path: str | None = None  # default data/rl/branching_{dataset}_{model}
     group_reward_model_path: str | None = None  # default outputs/reward_model/group_reward_{dataset}_{model}
-    PATH_DEFAULTS: ClassVar[dict[str, str]] = {"episode_dataset_path": "data/rl/branching_{dataset}_{model}",
-                                               "group_reward_model_path": "outputs/reward_model/group_reward_{dataset}_{model}"}
+    PATH_DEFAULTS: ClassVar[dict[str, str]] = {
+        "episode_dataset_path": "data/rl/branching_{dataset}_{model}",
+        "group_reward_model_path": "outputs/reward_model/group_reward_{dataset}_{model}",
+    }
     rollout_server_url: str | None = None
     horizon: int = 1
     num_turns: int = GROUP_NUM_TURNS
@@ -50,60 +67,97 @@ class DirectorGRPOConfig(EndpointConfig, GRPOTrainingConfig):
     def episode_config(self) -> EpisodeConfig:
         "The episode settings the rollouts use (speaker/user routed to the rollout server when given)."
         keep = {k: v for k, v in self.model_dump().items() if k in EndpointConfig.model_fields}
-        if self.rollout_server_url: keep.update(speaker_server_url=self.rollout_server_url, user_server_url=self.rollout_server_url)
-        return EpisodeConfig(**keep, dataset=self.dataset, num_turns=self.num_turns, enable_user_simulation=self.enable_user_simulation,
-                             user_response_probability=self.user_response_probability, speaker_max_tokens=self.speaker_max_tokens,
-                             user_max_tokens=self.user_max_tokens, roster_path=self.roster_path, seed=self.seed, progress=False)
+        if self.rollout_server_url:
+            keep.update(speaker_server_url=self.rollout_server_url, user_server_url=self.rollout_server_url)
+        return EpisodeConfig(
+            **keep,
+            dataset=self.dataset,
+            num_turns=self.num_turns,
+            enable_user_simulation=self.enable_user_simulation,
+            user_response_probability=self.user_response_probability,
+            speaker_max_tokens=self.speaker_max_tokens,
+            user_max_tokens=self.user_max_tokens,
+            roster_path=self.roster_path,
+            seed=self.seed,
+            progress=False,
+        )
 
 # %% ../nbs/22_director_grpo.ipynb #395142d1
-describe(DirectorGRPOConfig,
-    mode='train-director-grpo (this stage of mascot train-group)',
-    episode_dataset_path='the branching folder whose director states are the prompts; default: data/rl/branching_{dataset}_{model}',
-    group_reward_model_path='the group reward model that scores rollouts; default: outputs/reward_model/group_reward_{dataset}_{model}',
+describe(
+    DirectorGRPOConfig,
+    mode="train-director-grpo (this stage of mascot train-group)",
+    episode_dataset_path="the branching folder whose director states are the prompts; default: data/rl/branching_{dataset}_{model}",
+    group_reward_model_path="the group reward model that scores rollouts; default: outputs/reward_model/group_reward_{dataset}_{model}",
     rollout_server_url="a server for the rollouts' speaker and user calls (never the director's); unset: the run's routes",
-    horizon='steps each sampled directive is rolled forward before the group RM scores it',
-    holdout_fraction='share of the contexts held out for the random/untrained/trained comparison',
-    unparsed_directive_reward='reward of a directive that does not parse (not rolled out); None rolls it out with a random speaker',
-    eval_samples_per_state='directives sampled per held-out state, for every director compared',
-    num_turns='length of a rollout conversation in director steps (the episode it continues)',
-    enable_user_simulation='let the simulated user take turns in the rollouts',
-    user_response_probability='chance that the simulated user answers after a speaker turn in a rollout',
-    speaker_max_tokens='token cap of a speaker turn in a rollout',
-    user_max_tokens='token cap of a user turn in a rollout',
-    roster_path='a roster YAML instead of the dataset\'s built-in roster')
+    horizon="steps each sampled directive is rolled forward before the group RM scores it",
+    holdout_fraction="share of the contexts held out for the random/untrained/trained comparison",
+    unparsed_directive_reward="reward of a directive that does not parse (not rolled out); None rolls it out with a random speaker",
+    eval_samples_per_state="directives sampled per held-out state, for every director compared",
+    num_turns="length of a rollout conversation in director steps (the episode it continues)",
+    enable_user_simulation="let the simulated user take turns in the rollouts",
+    user_response_probability="chance that the simulated user answers after a speaker turn in a rollout",
+    speaker_max_tokens="token cap of a speaker turn in a rollout",
+    user_max_tokens="token cap of a user turn in a rollout",
+    roster_path="a roster YAML instead of the dataset's built-in roster",
+)
 
 # %% ../nbs/22_director_grpo.ipynb #41730534
-def _text(c) -> str: return c[-1]["content"] if isinstance(c, list) else str(c)
+def _text(c) -> str:
+    return c[-1]["content"] if isinstance(c, list) else str(c)
+
 
 def make_directive_format_reward(roster: Roster):
     def directive_format_reward(completions, **kwargs) -> list[float]:
         return [1.0 if parse_directive(_text(c), roster) else 0.0 for c in completions]
+
     return directive_format_reward
 
-async def rollout_states(runner: EpisodeRunner, states: list[EpisodeState], texts: list[str], horizon: int, num_turns: int) -> list[EpisodeState]:
+
+async def rollout_states(
+    runner: EpisodeRunner, states: list[EpisodeState], texts: list[str], horizon: int, num_turns: int
+) -> list[EpisodeState]:
     "Play each directive text from its state; unparseable ones fall back to a random speaker."
+
     async def one(st, text):
         d = parse_directive(text, runner.roster)
         if d is None:
             d = random_directive(st.rng, runner.roster)
         return (await roll_forward(runner, st, d, text, horizon, num_turns))[1]
+
     return list(await asyncio.gather(*[one(s, t) for s, t in zip(states, texts)]))
 
-def make_rollout_reward(runner: EpisodeRunner, grm: GroupRewardModel, horizon: int, num_turns: int, seed: int = 0, num_generations: int = 1,
-                        unparsed_reward: float | None = -5.0):
+
+def make_rollout_reward(
+    runner: EpisodeRunner,
+    grm: GroupRewardModel,
+    horizon: int,
+    num_turns: int,
+    seed: int = 0,
+    num_generations: int = 1,
+    unparsed_reward: float | None = -5.0,
+):
     """The group-RM reward of each sampled directive's rollout. An unparseable directive is not played (a fixed `unparsed_reward`); the
     completions of one prompt (TRL puts a group's `num_generations` side by side) share one rollout seed, so the directive is what differs.
     `unparsed_reward=None` rolls unparseable directives out with a random speaker instead."""
     calls = {"n": 0}
+
     async def group_rm_reward(prompts, completions, state, **kwargs) -> list[float]:
         calls["n"] += 1
         texts = [_text(c) for c in completions]
         parsed = [unparsed_reward is None or parse_directive(t, runner.roster) is not None for t in texts]
         keep = [i for i, ok in enumerate(parsed) if ok]
-        sts = [state_from_dict(json.loads(state[i]), runner.roster, seed=f"{seed}:{calls['n']}:{i // num_generations}") for i in keep]
+        sts = [
+            state_from_dict(json.loads(state[i]), runner.roster, seed=f"{seed}:{calls['n']}:{i // num_generations}")
+            for i in keep
+        ]
         ends = await rollout_states(runner, sts, [texts[i] for i in keep], horizon, num_turns)
-        scores = dict(zip(keep, grm.score_states([e.situation for e in ends], [e.turns for e in ends], runner.roster))) if keep else {}
+        scores = (
+            dict(zip(keep, grm.score_states([e.situation for e in ends], [e.turns for e in ends], runner.roster)))
+            if keep
+            else {}
+        )
         return [scores.get(i, unparsed_reward) for i in range(len(texts))]
+
     return group_rm_reward
 
 # %% ../nbs/22_director_grpo.ipynb #f206e703
@@ -111,16 +165,29 @@ def heldout_director_backend(client: LLMClient, base: str, adapter_dir: str | Pa
     """Where the held-out check runs the untrained and the just-trained director: the run's embedded director backend, or, when the director
     is served over HTTP (no server holds an adapter trained a moment ago), an embedded backend of the base model. Both directors run on the
     same backend, so the comparison is like for like; the speakers and the user stay where the run routes them."""
-    if client.routes["director"].backend == "embedded": backend = client.backend("director")
+    if client.routes["director"].backend == "embedded":
+        backend = client.backend("director")
     else:
         import torch
+
         backend = EmbeddedBackend(base, device="cuda" if torch.cuda.is_available() else "cpu")
     backend.load_adapter("trained-director", adapter_dir)
     return backend
 
-async def director_group_reward(runner: EpisodeRunner, grm: GroupRewardModel, states: list[dict], director: str | None, horizon: int, num_turns: int,
-                                max_tokens: int = 48, seed: int = 0, temperature: float = 0.0, top_p: float = 1.0,
-                                backend: ChatBackend | None = None) -> dict:
+
+async def director_group_reward(
+    runner: EpisodeRunner,
+    grm: GroupRewardModel,
+    states: list[dict],
+    director: str | None,
+    horizon: int,
+    num_turns: int,
+    max_tokens: int = 48,
+    seed: int = 0,
+    temperature: float = 0.0,
+    top_p: float = 1.0,
+    backend: ChatBackend | None = None,
+) -> dict:
     "Mean group-RM score of rollouts directed by `director` (a model id or adapter alias on `backend`, None = base, or 'random')."
     sts = [state_from_dict(s, runner.roster, seed=f"eval:{seed}:{i}") for i, s in enumerate(states)]
     if director == "random":
@@ -129,46 +196,102 @@ async def director_group_reward(runner: EpisodeRunner, grm: GroupRewardModel, st
             texts.append(json.dumps(random_directive(st.rng, runner.roster).to_dict()))
     else:
         emb = backend or runner.client.backend("director")
-        rs = await asyncio.gather(*[emb.chat(ChatRequest(director_messages(st.situation, st.turns, runner.roster), model=director, max_tokens=max_tokens,
-                                                     temperature=temperature, top_p=top_p, seed=seed * 100_003 + i))
-                                    for i, st in enumerate(sts)])
+        rs = await asyncio.gather(
+            *[
+                emb.chat(
+                    ChatRequest(
+                        director_messages(st.situation, st.turns, runner.roster),
+                        model=director,
+                        max_tokens=max_tokens,
+                        temperature=temperature,
+                        top_p=top_p,
+                        seed=seed * 100_003 + i,
+                    )
+                )
+                for i, st in enumerate(sts)
+            ]
+        )
         texts = [r.text for r in rs]
     parsed = sum(parse_directive(t, runner.roster) is not None for t in texts)
     ends = await rollout_states(runner, sts, texts, horizon, num_turns)
     scores = grm.score_states([e.situation for e in ends], [e.turns for e in ends], runner.roster)
     import statistics
-    return {"director": director or "base", "mean_group_reward": statistics.fmean(scores), "std": statistics.pstdev(scores),
-            "parse_rate": parsed / len(texts), "n": len(texts), "scores": scores}
+
+    return {
+        "director": director or "base",
+        "mean_group_reward": statistics.fmean(scores),
+        "std": statistics.pstdev(scores),
+        "parse_rate": parsed / len(texts),
+        "n": len(texts),
+        "scores": scores,
+    }
 
 # %% ../nbs/22_director_grpo.ipynb #ca37a85e
 def director_prompts(path: str | Path):
     import datasets
+
     p = Path(path) / "states.jsonl"
-    if not p.exists(): raise FileNotFoundError(f"{path}: no states.jsonl (make it with `mascot generate --mode group --generation-mode branching`)")
-    rows = [{"prompt": s["prompt"], "state": json.dumps(s["state"]), "context_id": s["context_id"]} for s in read_jsonl(p)]
-    if not rows: raise ValueError(f"{p} holds no director states")
+    if not p.exists():
+        raise FileNotFoundError(
+            f"{path}: no states.jsonl (make it with `mascot generate --mode group --generation-mode branching`)"
+        )
+    rows = [
+        {"prompt": s["prompt"], "state": json.dumps(s["state"]), "context_id": s["context_id"]} for s in read_jsonl(p)
+    ]
+    if not rows:
+        raise ValueError(f"{p} holds no director states")
     return datasets.Dataset.from_list(rows)
 
-async def heldout_directors(runner: EpisodeRunner, grm: GroupRewardModel, states: list[dict], directors: list, cfg: DirectorGRPOConfig,
-                            backend: ChatBackend | None = None) -> list[dict]:
+
+async def heldout_directors(
+    runner: EpisodeRunner,
+    grm: GroupRewardModel,
+    states: list[dict],
+    directors: list,
+    cfg: DirectorGRPOConfig,
+    backend: ChatBackend | None = None,
+) -> list[dict]:
     "Each director on the same states, `eval_samples_per_state` sampled directives each (sample j uses the same seed for every director)."
     res = {d: [] for d in directors}
     for j in range(cfg.eval_samples_per_state):
         for d in directors:
-            res[d].append(await director_group_reward(runner, grm, states, d, cfg.horizon, cfg.num_turns, cfg.max_completion_length,
-                                                      cfg.seed * 1000 + j, cfg.temperature, cfg.top_p, backend=backend))
+            res[d].append(
+                await director_group_reward(
+                    runner,
+                    grm,
+                    states,
+                    d,
+                    cfg.horizon,
+                    cfg.num_turns,
+                    cfg.max_completion_length,
+                    cfg.seed * 1000 + j,
+                    cfg.temperature,
+                    cfg.top_p,
+                    backend=backend,
+                )
+            )
     out = []
     for d in directors:
         runs = res[d]
         per_state = [statistics.fmean(r["scores"][i] for r in runs) for i in range(len(states))]
-        out.append({"director": runs[0]["director"], "mean_group_reward": statistics.fmean(per_state), "per_state": per_state,
-                    "parse_rate": statistics.fmean(r["parse_rate"] for r in runs), "n_states": len(states), "samples_per_state": len(runs)})
+        out.append(
+            {
+                "director": runs[0]["director"],
+                "mean_group_reward": statistics.fmean(per_state),
+                "per_state": per_state,
+                "parse_rate": statistics.fmean(r["parse_rate"] for r in runs),
+                "n_states": len(states),
+                "samples_per_state": len(runs),
+            }
+        )
     return out
+
 
 def train_director_grpo(cfg: DirectorGRPOConfig, embedded: EmbeddedBackend | None = None) -> Path:
     import torch
     from transformers import set_seed
     from trl import GRPOTrainer
+
     prompts = director_prompts(cfg.episode_dataset_path)
     train, held, held_ids = split_by_context(prompts, cfg.holdout_fraction, cfg.seed)
     grm = GroupRewardModel.load(cfg.group_reward_model_path)
@@ -181,10 +304,20 @@ def train_director_grpo(cfg: DirectorGRPOConfig, embedded: EmbeddedBackend | Non
         set_seed(cfg.seed)
         model, tok = load_causal_lm(cfg.model_name, padding_side="left")
         args = grpo_config(cfg, str(out / "trainer"))
-        rewards = [make_rollout_reward(runner, grm, cfg.horizon, cfg.num_turns, cfg.seed, cfg.num_generations, cfg.unparsed_directive_reward),
-                   make_directive_format_reward(runner.roster)]
-        trainer = GRPOTrainer(model=model, reward_funcs=rewards, args=args, train_dataset=train, processing_class=tok,
-                              peft_config=lora_config(cfg, "CAUSAL_LM"))
+        rewards = [
+            make_rollout_reward(
+                runner, grm, cfg.horizon, cfg.num_turns, cfg.seed, cfg.num_generations, cfg.unparsed_directive_reward
+            ),
+            make_directive_format_reward(runner.roster),
+        ]
+        trainer = GRPOTrainer(
+            model=model,
+            reward_funcs=rewards,
+            args=args,
+            train_dataset=train,
+            processing_class=tok,
+            peft_config=lora_config(cfg, "CAUSAL_LM"),
+        )
         before = trainable_snapshot(trainer.model)
         result = trainer.train()
         change = weights_changed(before, trainer.model)
@@ -192,28 +325,61 @@ def train_director_grpo(cfg: DirectorGRPOConfig, embedded: EmbeddedBackend | Non
         # held-out: random order, untrained and trained director on the same states, sampled as in training, the same seeds for all three
         director_backend = heldout_director_backend(client, cfg.model_name, out)
         held_states = [json.loads(s) for s in held["state"]]
-        random_, untrained, trained = run_sync(heldout_directors(runner, grm, held_states, ["random", None, "trained-director"], cfg, director_backend))
-        meta = {"kind": "director", "algorithm": "grpo", "base_model": cfg.model_name, "group_reward_model_path": cfg.group_reward_model_path,
-                "episode_dataset_path": cfg.episode_dataset_path, "data_sha256": data_hash(cfg.episode_dataset_path),
-                "num_train_states": len(train), "num_heldout_states": len(held), "heldout_contexts": held_ids, "steps": result.global_step,
-                "max_weight_change": change, "heldout_untrained": untrained, "heldout_trained": trained, "heldout_random": random_,
-                "paired_diff_vs_untrained": paired_summary(untrained["per_state"], trained["per_state"]),
-                "paired_diff_vs_random": paired_summary(random_["per_state"], trained["per_state"]),
-                "unparsed_directive_reward": cfg.unparsed_directive_reward, "prompts_per_step": cfg.prompts_per_step(),
-                "rollout": {"horizon": cfg.horizon, "server": cfg.rollout_server_url, "speaker_model": runner.client.routes["speaker"].model},
-                "lora": {"r": cfg.lora_r, "alpha": cfg.lora_alpha, "target_modules": cfg.lora_target_modules}, **saved, "seed": cfg.seed, "versions": package_versions(), "config": cfg.resolved()}
+        random_, untrained, trained = run_sync(
+            heldout_directors(runner, grm, held_states, ["random", None, "trained-director"], cfg, director_backend)
+        )
+        meta = {
+            "kind": "director",
+            "algorithm": "grpo",
+            "base_model": cfg.model_name,
+            "group_reward_model_path": cfg.group_reward_model_path,
+            "episode_dataset_path": cfg.episode_dataset_path,
+            "data_sha256": data_hash(cfg.episode_dataset_path),
+            "num_train_states": len(train),
+            "num_heldout_states": len(held),
+            "heldout_contexts": held_ids,
+            "steps": result.global_step,
+            "max_weight_change": change,
+            "heldout_untrained": untrained,
+            "heldout_trained": trained,
+            "heldout_random": random_,
+            "paired_diff_vs_untrained": paired_summary(untrained["per_state"], trained["per_state"]),
+            "paired_diff_vs_random": paired_summary(random_["per_state"], trained["per_state"]),
+            "unparsed_directive_reward": cfg.unparsed_directive_reward,
+            "prompts_per_step": cfg.prompts_per_step(),
+            "rollout": {
+                "horizon": cfg.horizon,
+                "server": cfg.rollout_server_url,
+                "speaker_model": runner.client.routes["speaker"].model,
+            },
+            "lora": {"r": cfg.lora_r, "alpha": cfg.lora_alpha, "target_modules": cfg.lora_target_modules},
+            **saved,
+            "seed": cfg.seed,
+            "versions": package_versions(),
+            "config": cfg.resolved(),
+        }
         write_metadata(out, meta)
-        run.extra.update(steps=result.global_step, max_weight_change=change, heldout_untrained=untrained["mean_group_reward"],
-                         heldout_trained=trained["mean_group_reward"],
-                         **{k: saved[k] for k in ("trainable_parameters", "total_parameters", "trainable_fraction")})
+        run.extra.update(
+            steps=result.global_step,
+            max_weight_change=change,
+            heldout_untrained=untrained["mean_group_reward"],
+            heldout_trained=trained["mean_group_reward"],
+            **{k: saved[k] for k in ("trainable_parameters", "total_parameters", "trainable_fraction")},
+        )
     return out
+
 
 def main(argv: list[str] | None = None):
     out = train_director_grpo(DirectorGRPOConfig.from_cli(argv, prog="mascot train-group --mode train-director-grpo"))
-    if process_rank()[0]: return  # under torchrun / accelerate launch, rank 0 reports
+    if process_rank()[0]:
+        return  # under torchrun / accelerate launch, rank 0 reports
     m = json.loads((out / "mascot_metadata.json").read_text())
     u, r = m["paired_diff_vs_untrained"], m["paired_diff_vs_random"]
-    print(f"{out}\nheld-out group reward: untrained {m['heldout_untrained']['mean_group_reward']:.3f} -> trained {m['heldout_trained']['mean_group_reward']:.3f} "
-          f"(paired {u['paired_diff']:+.3f} +- {u['se']:.3f} s.e.; vs random order {r['paired_diff']:+.3f} +- {r['se']:.3f}; {u['n_prompts']} states)")
+    print(
+        f"{out}\nheld-out group reward: untrained {m['heldout_untrained']['mean_group_reward']:.3f} -> trained {m['heldout_trained']['mean_group_reward']:.3f} "
+        f"(paired {u['paired_diff']:+.3f} +- {u['se']:.3f} s.e.; vs random order {r['paired_diff']:+.3f} +- {r['se']:.3f}; {u['n_prompts']} states)"
+    )
 
-if __name__ == "__main__" and "IPython" not in sys.modules: main()
+
+if __name__ == "__main__" and "IPython" not in sys.modules:
+    main()

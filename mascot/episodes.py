@@ -27,8 +27,10 @@ __all__ = ['DIRECTED', 'MULTI_AGENT', 'ESC_STRATEGIES', 'EpisodeConfig', 'Episod
 DIRECTED = tuple(n for n, s in SYSTEM_REGISTRY.items() if s.directed)  # a director chooses speaker, action and tone
 MULTI_AGENT = tuple(n for n, s in SYSTEM_REGISTRY.items() if s.multi_agent)  # the persona roster speaks
 
+
 class EpisodeConfig(EndpointConfig):
     "Flags of `mascot episode`."
+
     dataset: str = "ESConv"
     data_path: str | None = None
     split: str = "test"
@@ -58,10 +60,14 @@ class EpisodeConfig(EndpointConfig):
     progress: bool = True
 
     def model_post_init(self, _):
-        if self.system not in SYSTEMS: raise ConfigError(f"--system {self.system!r} is not one of {', '.join(SYSTEMS)}")
-        if not 0 <= self.user_response_probability <= 1: raise ConfigError("--user-response-probability must be within [0, 1]")
-        if self.user_big_five_profile and not self.enable_big_five: raise ConfigError("--user-big-five-profile needs --enable-big-five")
-        if self.user_big_five_profile: get_big_five(self.user_big_five_profile)  # a clear error now, not mid-run
+        if self.system not in SYSTEMS:
+            raise ConfigError(f"--system {self.system!r} is not one of {', '.join(SYSTEMS)}")
+        if not 0 <= self.user_response_probability <= 1:
+            raise ConfigError("--user-response-probability must be within [0, 1]")
+        if self.user_big_five_profile and not self.enable_big_five:
+            raise ConfigError("--user-big-five-profile needs --enable-big-five")
+        if self.user_big_five_profile:
+            get_big_five(self.user_big_five_profile)  # a clear error now, not mid-run
         self.check_models()
 
     def check_models(self):
@@ -69,39 +75,44 @@ class EpisodeConfig(EndpointConfig):
         check_episode_models(self.system, self)
 
     @property
-    def spec(self) -> System: return get_system(self.system)
+    def spec(self) -> System:
+        return get_system(self.system)
+
     @property
-    def name(self) -> str: return self.output_name or f"{self.system}_{self.dataset}_{self.split}"
+    def name(self) -> str:
+        return self.output_name or f"{self.system}_{self.dataset}_{self.split}"
 
 # %% ../nbs/04_episodes.ipynb #d7e027e0
-describe(EpisodeConfig,
-    dataset='ED, ESConv or QMSum: the roster (support or meeting) and the context format',
+describe(
+    EpisodeConfig,
+    dataset="ED, ESConv or QMSum: the roster (support or meeting) and the context format",
     data_path="the dataset's original files (a folder or file), or demo:<folder> for the shipped demo contexts",
-    split='the dataset split the contexts come from',
-    num_samples='how many contexts to use (a seeded sample of the split); None: all of them',
-    num_turns='director -> speaker steps per conversation',
+    split="the dataset split the contexts come from",
+    num_samples="how many contexts to use (a seeded sample of the split); None: all of them",
+    num_turns="director -> speaker steps per conversation",
     user_response_probability="chance that the simulated user answers after a speaker's turn",
-    seed='seed of the context sample, the sampling and every random choice of the loop',
-    enable_user_simulation='let a simulated user take turns (with --user-response-probability)',
-    enable_big_five='give the simulated user a Big Five personality profile',
+    seed="seed of the context sample, the sampling and every random choice of the loop",
+    enable_user_simulation="let a simulated user take turns (with --user-response-probability)",
+    enable_big_five="give the simulated user a Big Five personality profile",
     user_big_five_profile="the profile's name (one of personas.BIG_FIVE_PROFILES); default: one drawn per context",
-    system='the system that plays the conversation: mascot, an ablation or a baseline (systems.SYSTEMS)',
+    system="the system that plays the conversation: mascot, an ablation or a baseline (systems.SYSTEMS)",
     roster_path="a roster YAML instead of the dataset's built-in roster",
-    output_dir='where the output files are written',
+    output_dir="where the output files are written",
     output_name="the output file's stem; default: the system and the model",
-    resume='continue an interrupted run: records already in the output are kept and skipped',
-    overwrite='replace existing output (only once the first new record is written)',
-    strict='stop at the first parse failure, empty reply or fallback instead of counting it',
-    director_temperature='sampling temperature of the director',
-    speaker_temperature='sampling temperature of the speakers',
-    user_temperature='sampling temperature of the simulated user',
-    director_max_tokens='token cap of one directive',
-    speaker_max_tokens='token cap of one speaker turn',
-    user_max_tokens='token cap of one user turn',
+    resume="continue an interrupted run: records already in the output are kept and skipped",
+    overwrite="replace existing output (only once the first new record is written)",
+    strict="stop at the first parse failure, empty reply or fallback instead of counting it",
+    director_temperature="sampling temperature of the director",
+    speaker_temperature="sampling temperature of the speakers",
+    user_temperature="sampling temperature of the simulated user",
+    director_max_tokens="token cap of one directive",
+    speaker_max_tokens="token cap of one speaker turn",
+    user_max_tokens="token cap of one user turn",
     few_shot_k="worked examples in the few-shot baseline's prompt",
-    self_consistency_k='samples the self-consistency baseline votes over',
-    max_transcript_tokens='QMSum: the transcript window (tokens) the group sees',
-    progress='show a progress bar')
+    self_consistency_k="samples the self-consistency baseline votes over",
+    max_transcript_tokens="QMSum: the transcript window (tokens) the group sees",
+    progress="show a progress bar",
+)
 
 # %% ../nbs/04_episodes.ipynb #dad61176
 # StrictModeError (raised under --strict at the first counted failure) lives in mascot.core, beside the job scaffold that stops on it.
@@ -116,22 +127,39 @@ class EpisodeState:
     big_five: BigFiveProfile | None = None
 
     @property
-    def situation(self) -> str: return self.context.prompt_text()
+    def situation(self) -> str:
+        return self.context.prompt_text()
+
     @property
-    def steps(self) -> int: return sum(t.turn_type == "agent" for t in self.turns)
+    def steps(self) -> int:
+        return sum(t.turn_type == "agent" for t in self.turns)
+
     def add(self, agent_name: str, response: str, **kw) -> Turn:
-        t = Turn(len(self.turns), self.round_id, agent_name, response, **kw); self.turns.append(t); return t
+        t = Turn(len(self.turns), self.round_id, agent_name, response, **kw)
+        self.turns.append(t)
+        return t
+
     def fork(self, salt: str) -> "EpisodeState":
         "A copy with its own random stream, for rolling a branch forward."
-        s = copy.copy(self); s.turns = list(self.turns); s.emotion_trajectory = list(self.emotion_trajectory)
-        s.rng = random.Random(f"{self.rng.random()}:{salt}"); return s
+        s = copy.copy(self)
+        s.turns = list(self.turns)
+        s.emotion_trajectory = list(self.emotion_trajectory)
+        s.rng = random.Random(f"{self.rng.random()}:{salt}")
+        return s
+
 
 def episode_rng(seed: int, context_id: str) -> random.Random:
     return random.Random(int(hashlib.sha256(f"{seed}:{context_id}".encode()).hexdigest()[:16], 16))
 
+
 def call_seed(state: EpisodeState, role: str) -> int:
     "A request seed per (episode, round, role): reproducible on seeded backends."
-    return int(hashlib.sha256(f"{state.context.context_id}:{state.round_id}:{len(state.turns)}:{role}".encode()).hexdigest()[:8], 16)
+    return int(
+        hashlib.sha256(f"{state.context.context_id}:{state.round_id}:{len(state.turns)}:{role}".encode()).hexdigest()[
+            :8
+        ],
+        16,
+    )
 
 # %% ../nbs/04_episodes.ipynb #f5e1ef66
 class EpisodeRunner:
@@ -144,15 +172,21 @@ class EpisodeRunner:
 
     def count(self, name: str, detail: str = ""):
         self.counters[name] += 1
-        if self.cfg.strict: raise StrictModeError(f"--strict: {name} {detail}".strip())
+        if self.cfg.strict:
+            raise StrictModeError(f"--strict: {name} {detail}".strip())
 
     async def directive(self, state: EpisodeState) -> tuple[Directive, str | None]:
         "The director's directive (parsed) and its raw text; a random speaker when the output does not parse."
         if not self.system.directed:  # MASCOT-C: random speaking order, no director
             p = state.rng.choice(self.roster.personas)
             return Directive(p.name, DEFAULT_ACTION, p.tone), None
-        r = await self.client.chat("director", director_messages(state.situation, state.turns, self.roster), temperature=self.cfg.director_temperature,
-                                   max_tokens=self.cfg.director_max_tokens, seed=call_seed(state, "director"))
+        r = await self.client.chat(
+            "director",
+            director_messages(state.situation, state.turns, self.roster),
+            temperature=self.cfg.director_temperature,
+            max_tokens=self.cfg.director_max_tokens,
+            seed=call_seed(state, "director"),
+        )
         d = parse_directive(r.text, self.roster)
         if d is None:
             self.count("num_directive_parse_failures", f"raw director output: {r.text!r}")
@@ -164,165 +198,320 @@ class EpisodeRunner:
     async def speak(self, state: EpisodeState, directive: Directive, directive_output: str | None) -> Turn:
         "The chosen speaker answers in persona (retried once if empty)."
         persona = self.roster.find(directive.agent_name)
-        msgs = speaker_messages(persona, directive, state.situation, state.turns, self.roster, persona_prompting=self.system.persona_prompting)
+        msgs = speaker_messages(
+            persona,
+            directive,
+            state.situation,
+            state.turns,
+            self.roster,
+            persona_prompting=self.system.persona_prompting,
+        )
         text = ""
         for attempt in range(2):
-            r = await self.client.chat("speaker", msgs, temperature=self.cfg.speaker_temperature, max_tokens=self.cfg.speaker_max_tokens,
-                                       seed=call_seed(state, f"speaker{attempt}"))
+            r = await self.client.chat(
+                "speaker",
+                msgs,
+                temperature=self.cfg.speaker_temperature,
+                max_tokens=self.cfg.speaker_max_tokens,
+                seed=call_seed(state, f"speaker{attempt}"),
+            )
             text = clean_reply(r.text, self.roster)
-            if text: break
-        if not text: self.count("num_empty_responses", f"speaker {persona.name}")
+            if text:
+                break
+        if not text:
+            self.count("num_empty_responses", f"speaker {persona.name}")
         return state.add(persona.name, text, directive=directive, directive_output=directive_output)
 
     async def user_reply(self, state: EpisodeState) -> Turn | None:
         "The simulated user replies with probability p, reporting its emotion (support datasets)."
-        if not self.cfg.enable_user_simulation or state.rng.random() >= self.cfg.user_response_probability: return None
-        r = await self.client.chat("user", user_messages(state.situation, state.turns, self.roster, big_five=state.big_five,
-                                                         emotion=state.emotion_trajectory[-1] if state.emotion_trajectory else None),
-                                   temperature=self.cfg.user_temperature, max_tokens=self.cfg.user_max_tokens, seed=call_seed(state, "user"))
+        if not self.cfg.enable_user_simulation or state.rng.random() >= self.cfg.user_response_probability:
+            return None
+        r = await self.client.chat(
+            "user",
+            user_messages(
+                state.situation,
+                state.turns,
+                self.roster,
+                big_five=state.big_five,
+                emotion=state.emotion_trajectory[-1] if state.emotion_trajectory else None,
+            ),
+            temperature=self.cfg.user_temperature,
+            max_tokens=self.cfg.user_max_tokens,
+            seed=call_seed(state, "user"),
+        )
         reply, emotion = parse_user_reply(r.text)
-        if not reply.strip(): self.count("num_empty_responses", "simulated user")  # empty even after the client's retry
+        if not reply.strip():
+            self.count("num_empty_responses", "simulated user")  # empty even after the client's retry
         if self.roster.domain == "support":
-            state.emotion_trajectory.append(emotion or (state.emotion_trajectory[-1] if state.emotion_trajectory else "unknown"))
+            state.emotion_trajectory.append(
+                emotion or (state.emotion_trajectory[-1] if state.emotion_trajectory else "unknown")
+            )
         return state.add(self.roster.user_label, reply, turn_type="user")
 
     async def step(self, state: EpisodeState, directive: Directive | None = None, raw: str | None = None) -> None:
         "One director -> speaker exchange (a given directive skips the director), then the user may reply, which closes the round."
         if self.system.multi_agent:
-            if directive is None: directive, raw = await self.directive(state)
+            if directive is None:
+                directive, raw = await self.directive(state)
             await self.speak(state, directive, raw)
         else:
             await self.baseline_reply(state)
-        if await self.user_reply(state) is not None: state.round_id += 1
+        if await self.user_reply(state) is not None:
+            state.round_id += 1
 
 # %% ../nbs/04_episodes.ipynb #50b063c3
 _ROLE_PREFIX = re.compile(r"^\s*(\*\*)?([A-Z][\w .'-]{0,40}?)(\*\*)?\s*:\s*")
+
 
 def clean_reply(text: str, roster: Roster) -> str:
     "Strip a leading 'Name:' the model adds, and anything after it starts writing another speaker's line."
     text = text.strip()
     m = _ROLE_PREFIX.match(text)
-    if m and (roster.find(m.group(2)) or m.group(2).lower() in ("assistant", "supporter", roster.user_label.lower())): text = text[m.end():]
+    if m and (roster.find(m.group(2)) or m.group(2).lower() in ("assistant", "supporter", roster.user_label.lower())):
+        text = text[m.end() :]
     names = [*roster.names, roster.user_label, "Assistant"]
     cut = [text.find(f"\n{n}:") for n in names if f"\n{n}:" in text]
     return (text[: min(cut)] if cut else text).strip()
 
 # %% ../nbs/04_episodes.ipynb #84b605e0
-ESC_STRATEGIES = ("Question", "Restatement or Paraphrasing", "Reflection of feelings", "Self-disclosure", "Affirmation and Reassurance",
-                  "Providing Suggestions", "Information", "Others")
+ESC_STRATEGIES = (
+    "Question",
+    "Restatement or Paraphrasing",
+    "Reflection of feelings",
+    "Self-disclosure",
+    "Affirmation and Reassurance",
+    "Providing Suggestions",
+    "Information",
+    "Others",
+)
 
-def baseline_name(roster: Roster) -> str: return "Supporter" if roster.domain == "support" else "Assistant"
+
+def baseline_name(roster: Roster) -> str:
+    return "Supporter" if roster.domain == "support" else "Assistant"
+
 
 def _task(roster: Roster) -> str:
-    return ("You are a supportive companion talking with a person who needs emotional support." if roster.domain == "support"
-            else "You are an assistant helping a meeting participant with their question about the meeting.")
+    return (
+        "You are a supportive companion talking with a person who needs emotional support."
+        if roster.domain == "support"
+        else "You are an assistant helping a meeting participant with their question about the meeting."
+    )
 
-def baseline_messages(system: str, situation: str, history: list[Turn], roster: Roster, examples: list[Context] = ()) -> list[dict]:
+
+def baseline_messages(
+    system: str, situation: str, history: list[Turn], roster: Roster, examples: list[Context] = ()
+) -> list[dict]:
     cot = system.endswith("-cot")
-    sys_msg = _task(roster) + (" First think step by step in at most two sentences, then write one line starting with 'Response:' holding your reply."
-                              if cot else " Reply in 1-3 sentences.")
+    sys_msg = _task(roster) + (
+        " First think step by step in at most two sentences, then write one line starting with 'Response:' holding your reply."
+        if cot
+        else " Reply in 1-3 sentences."
+    )
     if examples:
-        sys_msg += "\n\nExamples:\n" + "\n\n".join(f"Situation: {e.prompt_text()}\nReply: {e.reference}" for e in examples if e.reference)
-    user = f"Situation:\n{situation}\n\nConversation so far:\n{render_history(history, roster) or '(none)'}\n\nYour reply:"
+        sys_msg += "\n\nExamples:\n" + "\n\n".join(
+            f"Situation: {e.prompt_text()}\nReply: {e.reference}" for e in examples if e.reference
+        )
+    user = (
+        f"Situation:\n{situation}\n\nConversation so far:\n{render_history(history, roster) or '(none)'}\n\nYour reply:"
+    )
     return [{"role": "system", "content": sys_msg}, {"role": "user", "content": user}]
+
 
 def extract_response(text: str) -> str:
     "The part after 'Response:' (CoT prompts), else the whole text."
     m = re.search(r"response\s*:\s*(.*)", text, re.I | re.S)
     return (m.group(1) if m else text).strip()
 
-def _tokens(s: str) -> set[str]: return set(re.findall(r"\w+", s.lower()))
+
+def _tokens(s: str) -> set[str]:
+    return set(re.findall(r"\w+", s.lower()))
+
 
 def most_agreed(candidates: list[str]) -> int:
     "Index of the candidate with the highest mean word overlap (Jaccard) with the others: self-consistency without a judge."
-    if len(candidates) == 1: return 0
-    def jac(a, b): A, B = _tokens(a), _tokens(b); return len(A & B) / max(1, len(A | B))
+    if len(candidates) == 1:
+        return 0
+
+    def jac(a, b):
+        A, B = _tokens(a), _tokens(b)
+        return len(A & B) / max(1, len(A | B))
+
     scores = [sum(jac(c, o) for j, o in enumerate(candidates) if j != i) for i, c in enumerate(candidates)]
     return max(range(len(candidates)), key=lambda i: (scores[i], bool(candidates[i].strip())))
 
 # %% ../nbs/04_episodes.ipynb #03f6afd9
 async def _baseline_reply(self: EpisodeRunner, state: EpisodeState) -> Turn:
     cfg, roster, sysname, reply = self.cfg, self.roster, self.cfg.system, self.system.reply
-    chat = lambda msgs, **kw: self.client.chat("speaker", msgs, **{"temperature": cfg.speaker_temperature, "max_tokens": cfg.speaker_max_tokens,
-                                                                     "seed": call_seed(state, "speaker"), **kw})
+    chat = lambda msgs, **kw: self.client.chat(
+        "speaker",
+        msgs,
+        **{
+            "temperature": cfg.speaker_temperature,
+            "max_tokens": cfg.speaker_max_tokens,
+            "seed": call_seed(state, "speaker"),
+            **kw,
+        },
+    )
     examples = []
     if reply.startswith("few-shot"):
         if self._few_shot is None:
-            self._few_shot = few_shot_examples(cfg.dataset, cfg.data_path, k=cfg.few_shot_k + 1, seed=cfg.seed, exclude_ids=())
+            self._few_shot = few_shot_examples(
+                cfg.dataset, cfg.data_path, k=cfg.few_shot_k + 1, seed=cfg.seed, exclude_ids=()
+            )
         examples = [e for e in self._few_shot if e.context_id != state.context.context_id][: cfg.few_shot_k]
     if reply in ("zero-shot", "zero-shot-cot", "few-shot", "few-shot-cot"):
-        text = extract_response((await chat(baseline_messages(reply, state.situation, state.turns, roster, examples),
-                                            max_tokens=cfg.speaker_max_tokens * (2 if reply.endswith("cot") else 1))).text)
+        text = extract_response(
+            (
+                await chat(
+                    baseline_messages(reply, state.situation, state.turns, roster, examples),
+                    max_tokens=cfg.speaker_max_tokens * (2 if reply.endswith("cot") else 1),
+                )
+            ).text
+        )
     elif reply == "self-consistency":
-        r = await chat(baseline_messages("zero-shot", state.situation, state.turns, roster), n=cfg.self_consistency_k, temperature=max(cfg.speaker_temperature, 0.7))
+        r = await chat(
+            baseline_messages("zero-shot", state.situation, state.turns, roster),
+            n=cfg.self_consistency_k,
+            temperature=max(cfg.speaker_temperature, 0.7),
+        )
         cands = [clean_reply(t, roster) for t in r.texts]
         text = cands[most_agreed(cands)]
     elif reply == "multiagent-esc":  # analysis -> strategy deliberation -> candidates -> selection
         hist = render_history(state.turns, roster) or "(none)"
-        analysis = (await chat([{"role": "system", "content": "Analyse the conversation: the person's emotion, its cause and what they need, in two sentences."},
-                                {"role": "user", "content": f"Situation:\n{state.situation}\n\nConversation:\n{hist}"}], temperature=0.0)).text
-        strat_text = (await chat([{"role": "system", "content": "Choose the best support strategy from: " + "; ".join(ESC_STRATEGIES) + ". Answer with the strategy name, then one reason."},
-                                  {"role": "user", "content": f"Analysis: {analysis}\n\nConversation:\n{hist}"}], temperature=0.0)).text
+        analysis = (
+            await chat(
+                [
+                    {
+                        "role": "system",
+                        "content": "Analyse the conversation: the person's emotion, its cause and what they need, in two sentences.",
+                    },
+                    {"role": "user", "content": f"Situation:\n{state.situation}\n\nConversation:\n{hist}"},
+                ],
+                temperature=0.0,
+            )
+        ).text
+        strat_text = (
+            await chat(
+                [
+                    {
+                        "role": "system",
+                        "content": "Choose the best support strategy from: "
+                        + "; ".join(ESC_STRATEGIES)
+                        + ". Answer with the strategy name, then one reason.",
+                    },
+                    {"role": "user", "content": f"Analysis: {analysis}\n\nConversation:\n{hist}"},
+                ],
+                temperature=0.0,
+            )
+        ).text
         strategy = next((s for s in ESC_STRATEGIES if s.lower() in strat_text.lower()), "Reflection of feelings")
         msgs = baseline_messages("zero-shot", state.situation, state.turns, roster)
         msgs[0]["content"] += f" Use the strategy '{strategy}'. Analysis of the person: {analysis}"
         r = await chat(msgs, n=cfg.self_consistency_k, temperature=max(cfg.speaker_temperature, 0.7))
         cands = [clean_reply(t, roster) for t in r.texts]
         text = cands[most_agreed(cands)]
-    else: raise ValueError(f"system {sysname!r}: reply mode {reply!r} is not a single-agent baseline")
+    else:
+        raise ValueError(f"system {sysname!r}: reply mode {reply!r} is not a single-agent baseline")
     text = clean_reply(text, roster)
-    if not text: self.count("num_empty_responses", f"baseline {sysname}")
+    if not text:
+        self.count("num_empty_responses", f"baseline {sysname}")
     return state.add(baseline_name(roster), text, directive=None, directive_output=None)
+
 
 EpisodeRunner.baseline_reply = _baseline_reply
 
 # %% ../nbs/04_episodes.ipynb #22bfc41c
 def _big_five(cfg: EpisodeConfig, rng: random.Random) -> BigFiveProfile | None:
-    if not cfg.enable_big_five: return None
-    return get_big_five(cfg.user_big_five_profile) if cfg.user_big_five_profile else rng.choice(sorted(BIG_FIVE_PROFILES.values(), key=lambda p: p.name))
+    if not cfg.enable_big_five:
+        return None
+    return (
+        get_big_five(cfg.user_big_five_profile)
+        if cfg.user_big_five_profile
+        else rng.choice(sorted(BIG_FIVE_PROFILES.values(), key=lambda p: p.name))
+    )
+
 
 def new_state(runner: EpisodeRunner, ctx: Context) -> EpisodeState:
     rng = episode_rng(runner.cfg.seed, ctx.context_id)
     st = EpisodeState(ctx, runner.roster, rng, big_five=_big_five(runner.cfg, rng))
-    if runner.roster.domain == "support": st.emotion_trajectory.append(ctx.emotion or "unknown")
-    for line in ctx.opening: st.add(runner.roster.user_label, line, turn_type="user")
+    if runner.roster.domain == "support":
+        st.emotion_trajectory.append(ctx.emotion or "unknown")
+    for line in ctx.opening:
+        st.add(runner.roster.user_label, line, turn_type="user")
     return st
 
-def _model_of(runner: EpisodeRunner, role: str) -> str: return runner.client.identity(role)["model"]
+
+def _model_of(runner: EpisodeRunner, role: str) -> str:
+    return runner.client.identity(role)["model"]
+
 
 def role_identities(runner: EpisodeRunner) -> dict[str, dict]:
     "Model, base, adapter (alias and folder) and backend of every role this system's episodes call."
     used = {"director": runner.system.directed, "speaker": True, "user": runner.cfg.enable_user_simulation}
     return {r: runner.client.identity(r) for r, u in used.items() if u}
 
+
 def episode_record(runner: EpisodeRunner, st: EpisodeState) -> Episode:
     cfg, ctx = runner.cfg, st.context
     roles = role_identities(runner)
-    adapters = {r: f"{i['adapter']}={i['adapter_path']}" if i["adapter_path"] else i["adapter"] for r, i in roles.items() if i["adapter"]}
-    meta = EpisodeMetadata(system=cfg.system, dataset=ctx.dataset, persona_set="big5" if cfg.enable_big_five else "default",
-                           director_model=roles["director"]["model"] if "director" in roles else None, speaker_model=roles["speaker"]["model"],
-                           user_model=roles["user"]["model"] if "user" in roles else None, adapters=adapters or None,
-                           extra={"roles": roles, "split": ctx.split, "seed": cfg.seed, "num_turns": cfg.num_turns,
-                                  **({"valence": ctx.valence} if ctx.valence else {}), **({"domain": ctx.domain} if ctx.domain else {})})
+    adapters = {
+        r: f"{i['adapter']}={i['adapter_path']}" if i["adapter_path"] else i["adapter"]
+        for r, i in roles.items()
+        if i["adapter"]
+    }
+    meta = EpisodeMetadata(
+        system=cfg.system,
+        dataset=ctx.dataset,
+        persona_set="big5" if cfg.enable_big_five else "default",
+        director_model=roles["director"]["model"] if "director" in roles else None,
+        speaker_model=roles["speaker"]["model"],
+        user_model=roles["user"]["model"] if "user" in roles else None,
+        adapters=adapters or None,
+        extra={
+            "roles": roles,
+            "split": ctx.split,
+            "seed": cfg.seed,
+            "num_turns": cfg.num_turns,
+            **({"valence": ctx.valence} if ctx.valence else {}),
+            **({"domain": ctx.domain} if ctx.domain else {}),
+        },
+    )
     if ctx.dataset in MEETING_DATASETS:
         return Episode(ctx.context_id, st.turns, meta, start_idx=ctx.start_idx or 0, meeting=ctx.meeting)
     traj = st.emotion_trajectory
-    return Episode(ctx.context_id, st.turns, meta, initial_emotion=traj[0] if traj else None, final_emotion=traj[-1] if traj else None,
-                   emotion_trajectory=traj, user_big_five=st.big_five.name if st.big_five else None)
+    return Episode(
+        ctx.context_id,
+        st.turns,
+        meta,
+        initial_emotion=traj[0] if traj else None,
+        final_emotion=traj[-1] if traj else None,
+        emotion_trajectory=traj,
+        user_big_five=st.big_five.name if st.big_five else None,
+    )
+
 
 async def run_episode(runner: EpisodeRunner, ctx: Context) -> Episode:
     st = new_state(runner, ctx)
-    for _ in range(runner.cfg.num_turns): await runner.step(st)
+    for _ in range(runner.cfg.num_turns):
+        await runner.step(st)
     return episode_record(runner, st)
 
 # %% ../nbs/04_episodes.ipynb #07ae6a44
-async def run_episodes_async(cfg: EpisodeConfig, contexts: list[Context] | None = None, embedded: EmbeddedBackend | None = None) -> Path:
+async def run_episodes_async(
+    cfg: EpisodeConfig, contexts: list[Context] | None = None, embedded: EmbeddedBackend | None = None
+) -> Path:
     out = Path(cfg.output_dir) / f"{cfg.name}.jsonl"
     # refuses existing output before any work; --overwrite replaces it only once the first new record is written
     store = JsonlStore(out, resume=cfg.resume, overwrite=cfg.overwrite)
     if contexts is None:
-        contexts = load_contexts(cfg.dataset, split=cfg.split, data_path=cfg.data_path, num_samples=cfg.num_samples, seed=cfg.seed,
-                                 max_transcript_tokens=cfg.max_transcript_tokens)
+        contexts = load_contexts(
+            cfg.dataset,
+            split=cfg.split,
+            data_path=cfg.data_path,
+            num_samples=cfg.num_samples,
+            seed=cfg.seed,
+            max_transcript_tokens=cfg.max_transcript_tokens,
+        )
     async with Job(cfg, store, out.with_name(out.name + ".runs"), desc=f"{cfg.system} episodes") as job:
         client = job.closing(LLMClient(cfg, run=job.run, embedded=embedded))
         job.run.extra["routes"] = client.describe()
@@ -330,17 +519,24 @@ async def run_episodes_async(cfg: EpisodeConfig, contexts: list[Context] | None 
         runner = EpisodeRunner(cfg, client, job.run)
         todo = [c for c in contexts if c.context_id not in store]
         job.run.extra.update(num_contexts=len(contexts), num_already_done=len(contexts) - len(todo))
-        async def episode(ctx: Context) -> dict: return (await run_episode(runner, ctx)).to_dict()
+
+        async def episode(ctx: Context) -> dict:
+            return (await run_episode(runner, ctx)).to_dict()
+
         await job.map(todo, episode, name=lambda c: c.context_id)
     return out
+
 
 def run_episodes(cfg: EpisodeConfig, **kw) -> Path:
     "Synchronous entry point (CLI, scripts); in a notebook `await run_episodes_async(cfg)`."
     return run_sync(run_episodes_async(cfg, **kw))
+
 
 def main(argv: list[str] | None = None):
     cfg = EpisodeConfig.from_cli(argv, prog="mascot episode")
     path = run_episodes(cfg)
     print(path)
 
-if __name__ == "__main__" and "IPython" not in sys.modules: main()  # `python -m mascot.<module>`; never inside a notebook
+
+if __name__ == "__main__" and "IPython" not in sys.modules:
+    main()  # `python -m mascot.<module>`; never inside a notebook

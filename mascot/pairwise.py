@@ -16,28 +16,50 @@ __all__ = ['Preference', 'pair_messages', 'parse_preference', 'judge_pair', 'kri
 # %% ../nbs/05a_pairwise.ipynb #8d3e80a0
 Preference = Literal["A", "B", "tie"]
 
+
 def pair_messages(rubric: Rubric, situation: str, a: str, b: str) -> list[dict]:
     criteria = "; ".join(f"{c.name} ({c.description[:-1].lower()})" for c in rubric.criteria)
     what = "replies" if rubric.kind == "persona" else "conversations"
-    return [{"role": "system", "content": f"You are a strict, fair judge. You compare two {what} on: {criteria}. Answer with one letter: A or B."},
-            {"role": "user", "content": f"{CONTEXT_LABEL[rubric.domain]}: {situation.strip() or '(not given)'}\n\nA: {a.strip()}\n\nB: {b.strip()}\n\n"
-                                        f"Which is better overall, A or B? Answer with the letter only."}]
+    return [
+        {
+            "role": "system",
+            "content": f"You are a strict, fair judge. You compare two {what} on: {criteria}. Answer with one letter: A or B.",
+        },
+        {
+            "role": "user",
+            "content": f"{CONTEXT_LABEL[rubric.domain]}: {situation.strip() or '(not given)'}\n\nA: {a.strip()}\n\nB: {b.strip()}\n\n"
+            f"Which is better overall, A or B? Answer with the letter only.",
+        },
+    ]
+
 
 def parse_preference(text: str) -> Literal["A", "B"] | None:
     "The letter the judge chose: a leading A/B, else 'Reply A'-style phrasing, else the only standalone A or B in the text."
     text = (text or "").strip()
-    for rx in (r"^\W*([AB])\b(?!\s*(?:or|and|/)\s*[AB]\b)", r"\b(?:reply|response|answer|option|conversation|choice)\s*:?\s*([AB])\b"):
-        if m := re.search(rx, text, re.I if "reply" in rx else 0): return m.group(1).upper()
+    for rx in (
+        r"^\W*([AB])\b(?!\s*(?:or|and|/)\s*[AB]\b)",
+        r"\b(?:reply|response|answer|option|conversation|choice)\s*:?\s*([AB])\b",
+    ):
+        if m := re.search(rx, text, re.I if "reply" in rx else 0):
+            return m.group(1).upper()
     letters = set(re.findall(r"\b([AB])\b", text))
     return letters.pop() if len(letters) == 1 else None
 
-async def judge_pair(client: LLMClient, rubric: Rubric, situation: str, a: str, b: str, max_tokens: int = 8) -> Preference:
+
+async def judge_pair(
+    client: LLMClient, rubric: Rubric, situation: str, a: str, b: str, max_tokens: int = 8
+) -> Preference:
     "'A' or 'B' when the judge prefers it in both orders, else 'tie'; raises `JudgeParseError` when an answer names neither."
-    first, second = await asyncio.gather(*[client.chat("judge", pair_messages(rubric, situation, x, y), temperature=0.0, max_tokens=max_tokens)
-                                           for x, y in ((a, b), (b, a))])
+    first, second = await asyncio.gather(
+        *[
+            client.chat("judge", pair_messages(rubric, situation, x, y), temperature=0.0, max_tokens=max_tokens)
+            for x, y in ((a, b), (b, a))
+        ]
+    )
     p1, p2 = parse_preference(first.text), parse_preference(second.text)
     for p, r in ((p1, first), (p2, second)):
-        if p is None: raise JudgeParseError("pairwise answer names neither A nor B", r.text)
+        if p is None:
+            raise JudgeParseError("pairwise answer names neither A nor B", r.text)
     p2 = {"A": "B", "B": "A"}[p2]  # back to the caller's order
     return p1 if p1 == p2 else "tie"
 
@@ -48,16 +70,22 @@ def krippendorff_alpha(ratings: list[list[float | None]]) -> float:
     units = [v for v in units if len(v) >= 2]  # only pairable values count
     pooled = [x for v in units for x in v]
     n = len(pooled)
-    if n < 2: return math.nan
+    if n < 2:
+        return math.nan
+
     def squared_diffs(v):  # sum over ordered pairs (i != j) of (v_i - v_j)^2, = 2 m sum (v - mean)^2
-        mu = statistics.fmean(v); return 2 * len(v) * sum((x - mu) ** 2 for x in v)
+        mu = statistics.fmean(v)
+        return 2 * len(v) * sum((x - mu) ** 2 for x in v)
+
     d_o = sum(squared_diffs(v) / (len(v) - 1) for v in units) / n
     d_e = squared_diffs(pooled) / (n * (n - 1))
     return math.nan if d_e == 0 else 1 - d_o / d_e
 
+
 def cohen_kappa(a: list, b: list) -> float:
     "Cohen's kappa of two raters' labels on the same items."
-    if len(a) != len(b) or not a: raise ValueError("two equally long, non-empty label lists are needed")
+    if len(a) != len(b) or not a:
+        raise ValueError("two equally long, non-empty label lists are needed")
     n = len(a)
     p_o = sum(x == y for x, y in zip(a, b)) / n
     p_e = sum(a.count(c) / n * b.count(c) / n for c in set(a) | set(b))

@@ -20,224 +20,387 @@ __all__ = ['DOMAINS', 'SUPPORT_ROSTER', 'MEETING_ROSTER', 'ROSTERS', 'PERSONA_SE
 # %% ../nbs/03_personas.ipynb #706f8fe4
 DOMAINS = ("support", "meeting")
 
+
 class RosterError(ValueError):
     "A roster (built in or from YAML) is malformed."
+
 
 def _norm_name(s: str) -> str:
     "Lower-case words only, without a leading 'the': 'The Anchor.' -> 'anchor'."
     words = re.sub(r"[^a-z0-9]+", " ", str(s).lower()).split()
-    if words[:1] == ["the"]: words = words[1:]
+    if words[:1] == ["the"]:
+        words = words[1:]
     return " ".join(words)
+
 
 @dataclass
 class Roster:
     "The speakers of one domain, and how the human in the conversation is labelled."
+
     name: str
     domain: Literal["support", "meeting"]
     personas: list[Persona]
     user_label: str = "User"
 
     def __post_init__(self):
-        if self.domain not in DOMAINS: raise RosterError(f"roster {self.name!r}: domain must be one of {DOMAINS}, got {self.domain!r}")
-        if not self.personas: raise RosterError(f"roster {self.name!r}: has no personas")
+        if self.domain not in DOMAINS:
+            raise RosterError(f"roster {self.name!r}: domain must be one of {DOMAINS}, got {self.domain!r}")
+        if not self.personas:
+            raise RosterError(f"roster {self.name!r}: has no personas")
         seen: dict[str, int] = {}
         for i, p in enumerate(self.personas):
             key = _norm_name(p.name)
-            if not key: raise RosterError(f"roster {self.name!r}: personas[{i}] has an empty name")
-            if key in seen: raise RosterError(f"roster {self.name!r}: personas[{i}] name {p.name!r} clashes with personas[{seen[key]}] {self.personas[seen[key]].name!r}")
+            if not key:
+                raise RosterError(f"roster {self.name!r}: personas[{i}] has an empty name")
+            if key in seen:
+                raise RosterError(
+                    f"roster {self.name!r}: personas[{i}] name {p.name!r} clashes with personas[{seen[key]}] {self.personas[seen[key]].name!r}"
+                )
             seen[key] = i
 
     @property
-    def names(self) -> list[str]: return [p.name for p in self.personas]
+    def names(self) -> list[str]:
+        return [p.name for p in self.personas]
 
     def find(self, name: str) -> Persona | None:
         "The persona called `name`, matched exactly, then loosely, then by a unique mention; None if no single persona fits."
         for p in self.personas:
-            if p.name == name: return p
+            if p.name == name:
+                return p
         q = _norm_name(name or "")
-        if not q: return None
+        if not q:
+            return None
         for p in self.personas:
-            if _norm_name(p.name) == q: return p
+            if _norm_name(p.name) == q:
+                return p
         # Loose: the text mentions exactly one full name ("The Anchor (validator)"), else is part of exactly one name ("captain").
         for hit in (lambda n: f" {n} " in f" {q} ", lambda n: f" {q} " in f" {n} "):
             found = [p for p in self.personas if hit(_norm_name(p.name))]
-            if found: return found[0] if len(found) == 1 else None
+            if found:
+                return found[0] if len(found) == 1 else None
         return None
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "domain": self.domain, "user_label": self.user_label, "personas": [p.to_dict() for p in self.personas]}
+        return {
+            "name": self.name,
+            "domain": self.domain,
+            "user_label": self.user_label,
+            "personas": [p.to_dict() for p in self.personas],
+        }
 
 # %% ../nbs/03_personas.ipynb #e7483f3d
-SUPPORT_ROSTER = Roster("support", "support", [
-    Persona("The Anchor", "emotional validator", "validation, grounding and a steady presence",
-            behaviours=["name and validate the feeling you hear", "reflect the person's own words back gently",
-                        "offer grounding: slow down, breathe, stay with this moment", "make clear they are not alone"],
+SUPPORT_ROSTER = Roster(
+    "support",
+    "support",
+    [
+        Persona(
+            "The Anchor",
+            "emotional validator",
+            "validation, grounding and a steady presence",
+            behaviours=[
+                "name and validate the feeling you hear",
+                "reflect the person's own words back gently",
+                "offer grounding: slow down, breathe, stay with this moment",
+                "make clear they are not alone",
+            ],
             avoid=["giving advice or solutions", "minimising or rushing past the feeling", "forced positivity"],
-            tone="warm, calm"),
-    Persona("The Catalyst", "action-oriented guide and critical thinker", "Socratic questions, reframing and small concrete steps",
-            behaviours=["ask one open question that helps the person think it through", "gently reframe an unhelpful thought",
-                        "suggest one small, concrete next step", "build on what the others said instead of repeating it"],
-            avoid=["lecturing or long lists of advice", "pushing for action before the feeling is acknowledged", "judging the person's choices"],
-            tone="curious, practical"),
-    Persona("The Beacon", "growth advocate", "strengths, positive reinforcement and meaning",
-            behaviours=["point out a real strength the person has shown", "reinforce any effort or step, however small",
-                        "help the person find meaning or hope in the situation"],
+            tone="warm, calm",
+        ),
+        Persona(
+            "The Catalyst",
+            "action-oriented guide and critical thinker",
+            "Socratic questions, reframing and small concrete steps",
+            behaviours=[
+                "ask one open question that helps the person think it through",
+                "gently reframe an unhelpful thought",
+                "suggest one small, concrete next step",
+                "build on what the others said instead of repeating it",
+            ],
+            avoid=[
+                "lecturing or long lists of advice",
+                "pushing for action before the feeling is acknowledged",
+                "judging the person's choices",
+            ],
+            tone="curious, practical",
+        ),
+        Persona(
+            "The Beacon",
+            "growth advocate",
+            "strengths, positive reinforcement and meaning",
+            behaviours=[
+                "point out a real strength the person has shown",
+                "reinforce any effort or step, however small",
+                "help the person find meaning or hope in the situation",
+            ],
             avoid=["empty praise or cliches", "dismissing the pain to stay positive", "repeating what the others said"],
-            tone="encouraging, hopeful"),
-], user_label="User")
+            tone="encouraging, hopeful",
+        ),
+    ],
+    user_label="User",
+)
 
-MEETING_ROSTER = Roster("meeting", "meeting", [
-    Persona("Minutes Scribe", "note-taker", "concise summaries of what was discussed",
-            behaviours=["summarise the key points just discussed", "say who raised each point", "keep track of topics still open"],
-            avoid=["adding your own opinions", "inventing details that are not in the meeting", "restating everything word for word"],
-            tone="neutral, concise"),
-    Persona("Decision Logger", "decision tracker", "the decisions made and the reasons for them",
-            behaviours=["state exactly what was decided", "note the reason given for it", "flag points that are still undecided"],
+MEETING_ROSTER = Roster(
+    "meeting",
+    "meeting",
+    [
+        Persona(
+            "Minutes Scribe",
+            "note-taker",
+            "concise summaries of what was discussed",
+            behaviours=[
+                "summarise the key points just discussed",
+                "say who raised each point",
+                "keep track of topics still open",
+            ],
+            avoid=[
+                "adding your own opinions",
+                "inventing details that are not in the meeting",
+                "restating everything word for word",
+            ],
+            tone="neutral, concise",
+        ),
+        Persona(
+            "Decision Logger",
+            "decision tracker",
+            "the decisions made and the reasons for them",
+            behaviours=[
+                "state exactly what was decided",
+                "note the reason given for it",
+                "flag points that are still undecided",
+            ],
             avoid=["treating a suggestion as a decision", "re-opening decisions already settled"],
-            tone="precise, factual"),
-    Persona("Action Item Captain", "follow-up organiser", "action items with owners and deadlines",
-            behaviours=["turn the discussion into concrete action items", "name an owner for each item", "ask for a deadline when one is missing"],
+            tone="precise, factual",
+        ),
+        Persona(
+            "Action Item Captain",
+            "follow-up organiser",
+            "action items with owners and deadlines",
+            behaviours=[
+                "turn the discussion into concrete action items",
+                "name an owner for each item",
+                "ask for a deadline when one is missing",
+            ],
             avoid=["vague tasks without an owner", "assigning work the meeting did not agree on"],
-            tone="brisk, organised"),
-    Persona("Critic", "constructive critic", "risks, gaps and counter-arguments",
-            behaviours=["point out a risk or gap in what was proposed", "question assumptions using what was said in the meeting",
-                        "propose a way to address the concern"],
+            tone="brisk, organised",
+        ),
+        Persona(
+            "Critic",
+            "constructive critic",
+            "risks, gaps and counter-arguments",
+            behaviours=[
+                "point out a risk or gap in what was proposed",
+                "question assumptions using what was said in the meeting",
+                "propose a way to address the concern",
+            ],
             avoid=["criticism without a suggestion", "personal criticism", "simply agreeing with the others"],
-            tone="direct, constructive"),
-], user_label="Participant")
+            tone="direct, constructive",
+        ),
+    ],
+    user_label="Participant",
+)
 
 ROSTERS: dict[str, Roster] = {r.name: r for r in (SUPPORT_ROSTER, MEETING_ROSTER)}
 
 _DATASET_DOMAIN = {"ed": "support", "empatheticdialogues": "support", "esconv": "support", "qmsum": "meeting"}
 
+
 def roster_for_dataset(dataset: str) -> Roster:
     "The built-in roster for a dataset: ED / ESConv -> support, QMSum -> meeting (case-insensitive)."
     domain = _DATASET_DOMAIN.get(re.sub(r"[^a-z0-9]", "", str(dataset).lower()))
     if domain is None:
-        raise ValueError(f"no built-in roster for dataset {dataset!r}; known datasets: ED, ESConv, QMSum "
-                         "(for another dataset write a roster YAML and load it with load_roster)")
+        raise ValueError(
+            f"no built-in roster for dataset {dataset!r}; known datasets: ED, ESConv, QMSum "
+            "(for another dataset write a roster YAML and load it with load_roster)"
+        )
     return ROSTERS[domain]
 
 # %% ../nbs/03_personas.ipynb #dcbe9a5d
-_PERSONA_REQUIRED, _PERSONA_LISTS, _PERSONA_OPTIONAL = ("name", "role", "contribution"), ("behaviours", "avoid"), ("tone",)
+_PERSONA_REQUIRED, _PERSONA_LISTS, _PERSONA_OPTIONAL = (
+    ("name", "role", "contribution"),
+    ("behaviours", "avoid"),
+    ("tone",),
+)
+
 
 def _check_keys(d: dict, known: tuple[str, ...], where: str):
     for k in d:
         if k not in known:
             close = difflib.get_close_matches(str(k), known, n=1)
-            raise RosterError(f"{where}: unknown field {k!r}" + (f" (did you mean {close[0]!r}?)" if close else f"; known: {', '.join(known)}"))
+            raise RosterError(
+                f"{where}: unknown field {k!r}"
+                + (f" (did you mean {close[0]!r}?)" if close else f"; known: {', '.join(known)}")
+            )
+
 
 def _persona_from_dict(d, where: str) -> Persona:
-    if not isinstance(d, dict): raise RosterError(f"{where}: should be a mapping of persona fields, got {type(d).__name__}")
+    if not isinstance(d, dict):
+        raise RosterError(f"{where}: should be a mapping of persona fields, got {type(d).__name__}")
     _check_keys(d, _PERSONA_REQUIRED + _PERSONA_LISTS + _PERSONA_OPTIONAL, where)
     for k in _PERSONA_REQUIRED:
-        if k not in d: raise RosterError(f"{where}: missing field {k!r}")
+        if k not in d:
+            raise RosterError(f"{where}: missing field {k!r}")
     for k in _PERSONA_REQUIRED + _PERSONA_OPTIONAL:
-        if k in d and not (isinstance(d[k], str) and d[k].strip()): raise RosterError(f"{where}: field {k!r} should be a non-empty string")
+        if k in d and not (isinstance(d[k], str) and d[k].strip()):
+            raise RosterError(f"{where}: field {k!r} should be a non-empty string")
     for k in _PERSONA_LISTS:
         if not isinstance(d.get(k, []), list) or not all(isinstance(x, str) and x.strip() for x in d.get(k, [])):
             raise RosterError(f"{where}: field {k!r} should be a list of non-empty strings")
     return Persona(**d)
 
+
 def load_roster(path: str | Path) -> Roster:
     "Read and validate a roster YAML: `name`, `domain` (support | meeting), optional `user_label`, and a non-empty `personas` list."
     path = Path(path)
-    if not path.exists(): raise RosterError(f"{path}: roster file does not exist")
-    try: d = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as e: raise RosterError(f"{path}: not valid YAML ({e})") from None
-    if not isinstance(d, dict): raise RosterError(f"{path}: should be a mapping with name, domain and personas")
+    if not path.exists():
+        raise RosterError(f"{path}: roster file does not exist")
+    try:
+        d = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as e:
+        raise RosterError(f"{path}: not valid YAML ({e})") from None
+    if not isinstance(d, dict):
+        raise RosterError(f"{path}: should be a mapping with name, domain and personas")
     _check_keys(d, ("name", "domain", "user_label", "personas"), str(path))
     for k in ("name", "domain", "personas"):
-        if k not in d: raise RosterError(f"{path}: missing field {k!r}")
-    if not isinstance(d["personas"], list) or not d["personas"]: raise RosterError(f"{path}: field 'personas' should be a non-empty list")
+        if k not in d:
+            raise RosterError(f"{path}: missing field {k!r}")
+    if not isinstance(d["personas"], list) or not d["personas"]:
+        raise RosterError(f"{path}: field 'personas' should be a non-empty list")
     personas = [_persona_from_dict(p, f"{path}: personas[{i}]") for i, p in enumerate(d["personas"])]
-    try: return Roster(str(d["name"]), d["domain"], personas, str(d.get("user_label") or "User"))
-    except RosterError as e: raise RosterError(f"{path}: {e}") from None
+    try:
+        return Roster(str(d["name"]), d["domain"], personas, str(d.get("user_label") or "User"))
+    except RosterError as e:
+        raise RosterError(f"{path}: {e}") from None
 
 # %% ../nbs/03_personas.ipynb #5ea67e0c
 PERSONA_SETS = ("default", "big5")
 BIG_FIVE_TRAITS = ("Openness", "Conscientiousness", "Extraversion", "Agreeableness", "Neuroticism")
 
+
 @dataclass(frozen=True)
 class BigFiveProfile:
     "A simulated user's personality: one trait at a high or low level, or neutral."
-    name: str                 # "High Openness"
-    trait: str | None         # one of BIG_FIVE_TRAITS; None for "Neutral"
+
+    name: str  # "High Openness"
+    trait: str | None  # one of BIG_FIVE_TRAITS; None for "Neutral"
     level: Literal["high", "low", "neutral"]
-    description: str          # how the user behaves, written into the user prompt
+    description: str  # how the user behaves, written into the user prompt
+
 
 _BIG_FIVE_DESCRIPTIONS = {  # trait -> (high, low)
-    "Openness": ("curious and imaginative; open to new ideas and other ways of seeing things",
-                 "practical and conventional; prefers the familiar and concrete, distrusts abstract ideas"),
-    "Conscientiousness": ("organised and dependable; likes plans, details and clear next steps",
-                          "spontaneous and easy-going; finds plans and routines hard to keep"),
-    "Extraversion": ("outgoing and talkative; shares feelings openly and at length",
-                     "reserved and quiet; answers briefly and needs time to open up"),
-    "Agreeableness": ("warm and trusting; cooperative, tends to agree and avoid conflict",
-                      "sceptical and blunt; questions suggestions and pushes back"),
-    "Neuroticism": ("anxious and easily upset; worries a lot and feels things intensely",
-                    "calm and emotionally steady; rarely stays stressed for long"),
+    "Openness": (
+        "curious and imaginative; open to new ideas and other ways of seeing things",
+        "practical and conventional; prefers the familiar and concrete, distrusts abstract ideas",
+    ),
+    "Conscientiousness": (
+        "organised and dependable; likes plans, details and clear next steps",
+        "spontaneous and easy-going; finds plans and routines hard to keep",
+    ),
+    "Extraversion": (
+        "outgoing and talkative; shares feelings openly and at length",
+        "reserved and quiet; answers briefly and needs time to open up",
+    ),
+    "Agreeableness": (
+        "warm and trusting; cooperative, tends to agree and avoid conflict",
+        "sceptical and blunt; questions suggestions and pushes back",
+    ),
+    "Neuroticism": (
+        "anxious and easily upset; worries a lot and feels things intensely",
+        "calm and emotionally steady; rarely stays stressed for long",
+    ),
 }
 BIG_FIVE_PROFILES: dict[str, BigFiveProfile] = {
-    **{f"{lvl} {t}": BigFiveProfile(f"{lvl} {t}", t, lvl.lower(), desc)
-       for t, pair in _BIG_FIVE_DESCRIPTIONS.items() for lvl, desc in zip(("High", "Low"), pair)},
+    **{
+        f"{lvl} {t}": BigFiveProfile(f"{lvl} {t}", t, lvl.lower(), desc)
+        for t, pair in _BIG_FIVE_DESCRIPTIONS.items()
+        for lvl, desc in zip(("High", "Low"), pair)
+    },
     "Neutral": BigFiveProfile("Neutral", None, "neutral", "balanced on every trait; no strong tendencies"),
 }
+
 
 def get_big_five(name: str) -> BigFiveProfile:
     "The profile called `name` ('High Openness', 'high_openness', 'NEUTRAL', ...)."
     key = " ".join(re.split(r"[\s_-]+", str(name).strip().lower()))
     for p in BIG_FIVE_PROFILES.values():
-        if p.name.lower() == key: return p
+        if p.name.lower() == key:
+            return p
     raise ValueError(f"unknown Big Five profile {name!r}; valid: {', '.join(BIG_FIVE_PROFILES)}")
 
 # %% ../nbs/03_personas.ipynb #f14a8b44
 _DOMAIN_TEXT = {  # domain -> how prompts describe the team and the context
-    "support": {"team": "a team of companions supporting someone who is going through something difficult", "context": "Situation"},
+    "support": {
+        "team": "a team of companions supporting someone who is going through something difficult",
+        "context": "Situation",
+    },
     "meeting": {"team": "a team of assistants helping a meeting", "context": "Meeting transcript"},
 }
 
+
 def render_history(history: list[Turn], roster: Roster) -> str:
     "The turns so far, one per line: 'The Anchor: ...', 'User: ...'."
-    if not history: return "(nobody has replied yet)"
+    if not history:
+        return "(nobody has replied yet)"
     # One line per turn, so a multi-line reply cannot look like another speaker's turn.
-    return "\n".join(f"{roster.user_label if t.turn_type == 'user' else t.agent_name}: {' '.join(t.response.split())}" for t in history)
+    return "\n".join(
+        f"{roster.user_label if t.turn_type == 'user' else t.agent_name}: {' '.join(t.response.split())}"
+        for t in history
+    )
+
 
 def _context(situation: str, history: list[Turn], roster: Roster) -> str:
     return f"{_DOMAIN_TEXT[roster.domain]['context']}:\n{situation.strip()}\n\nConversation so far:\n{render_history(history, roster)}"
 
-def _msgs(system: str, user: str) -> list[dict]: return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+def _msgs(system: str, user: str) -> list[dict]:
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 # %% ../nbs/03_personas.ipynb #5b1927e7
 _LINE_LABEL = re.compile(r"^\s*(situation|user)\s*:\s*(.*)$", re.I)
 
+
 def _background(situation: str, history: list[Turn], roster: Roster) -> str:
     """The situation as a speaker sees it: for support, without its 'Situation:' label and without the opening lines the history already shows
     (a context's text repeats them), so the prompt offers no label and no second copy to parrot; a meeting keeps its labelled transcript."""
-    if roster.domain != "support": return f"{_DOMAIN_TEXT[roster.domain]['context']}:\n{situation.strip()}"
+    if roster.domain != "support":
+        return f"{_DOMAIN_TEXT[roster.domain]['context']}:\n{situation.strip()}"
     shown = {" ".join(t.response.split()) for t in history}
     kept = []
     for line in situation.strip().splitlines():
         m = _LINE_LABEL.match(line)
-        if m and m.group(1).lower() == "user" and " ".join(m.group(2).split()) in shown: continue
+        if m and m.group(1).lower() == "user" and " ".join(m.group(2).split()) in shown:
+            continue
         kept.append(m.group(2) if m else line)
     return " ".join(kept).strip()
 
-def speaker_messages(persona: Persona, directive: Directive, situation: str, history: list[Turn], roster: Roster,
-                     persona_prompting: bool = True) -> list[dict]:
+
+def speaker_messages(
+    persona: Persona,
+    directive: Directive,
+    situation: str,
+    history: list[Turn],
+    roster: Roster,
+    persona_prompting: bool = True,
+) -> list[dict]:
     """Chat messages asking `persona` for its next in-character reply, following the director's `directive`. The shape is measured
     (`bench/prompt_degenerate.py`): the situation once and unlabelled, the directive as a short instruction, and no "reply as <name>", which a
     small model answers by writing the name and copying the prompt."""
     team = _DOMAIN_TEXT[roster.domain]["team"]
     if persona_prompting:
-        system = (f"You are {persona.name}, the {persona.role} in {team}.\nYou contribute: {persona.contribution}.\n"
-                  "Do:\n" + "".join(f"- {b}\n" for b in persona.behaviours) +
-                  "Avoid:\n" + "".join(f"- {a}\n" for a in persona.avoid) + f"Tone: {persona.tone}.")
+        system = (
+            f"You are {persona.name}, the {persona.role} in {team}.\nYou contribute: {persona.contribution}.\n"
+            "Do:\n"
+            + "".join(f"- {b}\n" for b in persona.behaviours)
+            + "Avoid:\n"
+            + "".join(f"- {a}\n" for a in persona.avoid)
+            + f"Tone: {persona.tone}."
+        )
     else:
         system = f"You are a {'supportive' if roster.domain == 'support' else 'helpful'} assistant in {team}."
-    user = (f"{_background(situation, history, roster)}\n\nConversation so far:\n{render_history(history, roster)}\n\n"
-            f"Now {directive.action} (tone: {directive.tone}). Reply to the {roster.user_label.lower()} in 1-3 sentences of your own, "
-            "with no name or label.")
+    user = (
+        f"{_background(situation, history, roster)}\n\nConversation so far:\n{render_history(history, roster)}\n\n"
+        f"Now {directive.action} (tone: {directive.tone}). Reply to the {roster.user_label.lower()} in 1-3 sentences of your own, "
+        "with no name or label."
+    )
     return _msgs(system, user)
 
 # %% ../nbs/03_personas.ipynb #273a18c6
@@ -247,23 +410,35 @@ DIRECTIVE_FIELDS = {
     "tone": "how it should sound, in one or two words",
 }
 
+
 def director_messages(situation: str, history: list[Turn], roster: Roster) -> list[dict]:
     "Chat messages asking the director for the next directive, as JSON only."
     team = "".join(f"- {p.name}: {p.contribution}\n" for p in roster.personas)
     fields = "".join(f"- {k}: {v}\n" for k, v in DIRECTIVE_FIELDS.items())
-    system = (f"You direct {_DOMAIN_TEXT[roster.domain]['team']}. Each round you choose who speaks next and how.\nTeam:\n{team}"
-              "Pick the member whose contribution fits best now; let different members contribute.\n"
-              f"Answer with JSON only, no other text:\n{json.dumps({k: '...' for k in DIRECTIVE_FIELDS})}\n{fields}".rstrip())
+    system = (
+        f"You direct {_DOMAIN_TEXT[roster.domain]['team']}. Each round you choose who speaks next and how.\nTeam:\n{team}"
+        "Pick the member whose contribution fits best now; let different members contribute.\n"
+        f"Answer with JSON only, no other text:\n{json.dumps({k: '...' for k in DIRECTIVE_FIELDS})}\n{fields}".rstrip()
+    )
     return _msgs(system, f"{_context(situation, history, roster)}\n\nWho speaks next? Answer with the JSON only.")
 
 # %% ../nbs/03_personas.ipynb #7b0198f2
-_KEY_SYNONYMS = {"agent": "agent_name", "speaker": "agent_name", "name": "agent_name", "next_speaker": "agent_name",
-                 "agentname": "agent_name", "persona": "agent_name", "instruction": "action"}
+_KEY_SYNONYMS = {
+    "agent": "agent_name",
+    "speaker": "agent_name",
+    "name": "agent_name",
+    "next_speaker": "agent_name",
+    "agentname": "agent_name",
+    "persona": "agent_name",
+    "instruction": "action",
+}
 DEFAULT_ACTION = "respond"
+
 
 def _canonical_key(k) -> str:
     k = re.sub(r"[\s-]+", "_", str(k).strip().strip("'\"*_ ").lower())
     return _KEY_SYNONYMS.get(k, k)
+
 
 def _json_objects(text: str) -> list[dict]:
     "Every flat {...} in `text` that reads as a mapping, leniently (single quotes, trailing commas)."
@@ -271,13 +446,21 @@ def _json_objects(text: str) -> list[dict]:
     for raw in re.findall(r"\{[^{}]*\}", text):
         raw_ = re.sub(r",\s*}", "}", raw)
         for load in (json.loads, ast.literal_eval):
-            try: obj = load(raw_)
-            except (ValueError, SyntaxError, TypeError): continue  # what both raise on text that is not a literal
-            if isinstance(obj, dict): found.append(obj); break
+            try:
+                obj = load(raw_)
+            except (ValueError, SyntaxError, TypeError):
+                continue  # what both raise on text that is not a literal
+            if isinstance(obj, dict):
+                found.append(obj)
+                break
     return found
 
+
 _QUOTED_PAIR = re.compile(r"""(["'])([A-Za-z][\w -]*)\1\s*:\s*(["'])(.*?)\3""")
-_FIELD_LINE = re.compile(r"""^[ \t>*_#"'-]*([A-Za-z][A-Za-z _-]*?)[ \t*_"']*[:=][ \t]*["'*_]*(.*?)["'*_, \t]*$""", re.M)  # one line each
+_FIELD_LINE = re.compile(
+    r"""^[ \t>*_#"'-]*([A-Za-z][A-Za-z _-]*?)[ \t*_"']*[:=][ \t]*["'*_]*(.*?)["'*_, \t]*$""", re.M
+)  # one line each
+
 
 def parse_directive(text: str, roster: Roster) -> Directive | None:
     "Read the director's output into a `Directive`, or None when no roster member can be identified."
@@ -288,37 +471,58 @@ def parse_directive(text: str, roster: Roster) -> Directive | None:
     for cand in candidates:
         fields = {}
         for k, v in cand.items():
-            if _canonical_key(k) in DIRECTIVE_FIELDS: fields.setdefault(_canonical_key(k), v)
-        if "agent_name" not in fields: continue
+            if _canonical_key(k) in DIRECTIVE_FIELDS:
+                fields.setdefault(_canonical_key(k), v)
+        if "agent_name" not in fields:
+            continue
         persona = roster.find(str(fields["agent_name"]))
-        if persona is None: return None  # the director named someone not on the team: a failure, not a guess
+        if persona is None:
+            return None  # the director named someone not on the team: a failure, not a guess
         val = lambda k, default: str(fields.get(k) or "").strip() or default
         return Directive(persona.name, val("action", DEFAULT_ACTION), val("tone", persona.tone))
     # A directive without a speaker is a failure; names inside its action must not be taken for the speaker.
-    if any(_canonical_key(k) in DIRECTIVE_FIELDS for c in candidates for k in c): return None
+    if any(_canonical_key(k) in DIRECTIVE_FIELDS for c in candidates for k in c):
+        return None
     # Plain prose: accept it when it mentions exactly one member ("The Beacon should speak next.").
     persona = roster.find(text)
     return Directive(persona.name, DEFAULT_ACTION, persona.tone) if persona else None
 
 # %% ../nbs/03_personas.ipynb #03eb41bb
-def user_messages(situation: str, history: list[Turn], roster: Roster, big_five: BigFiveProfile | str | None = None,
-                  emotion: str | None = None) -> list[dict]:
+def user_messages(
+    situation: str,
+    history: list[Turn],
+    roster: Roster,
+    big_five: BigFiveProfile | str | None = None,
+    emotion: str | None = None,
+) -> list[dict]:
     "Chat messages asking the simulated user for the next reply, in character."
-    if isinstance(big_five, str): big_five = get_big_five(big_five)
+    if isinstance(big_five, str):
+        big_five = get_big_five(big_five)
     team = ", ".join(roster.names)
     if roster.domain == "support":
-        system = ("You are role-playing a person who came to talk about something difficult, described below. "
-                  f"You are talking with a team of companions: {team}. Stay in character as this person and speak in the first person.")
+        system = (
+            "You are role-playing a person who came to talk about something difficult, described below. "
+            f"You are talking with a team of companions: {team}. Stay in character as this person and speak in the first person."
+        )
     else:
-        system = (f"You are a participant in the meeting below, talking with the meeting's assistants: {team}. "
-                  "Reply as a participant would, about the meeting's topics.")
-    if big_five is not None and big_five.trait is not None: system += f"\nYour personality ({big_five.name}): {big_five.description}."
-    if emotion: system += f"\nRight now you feel {emotion}."
-    ask = f'Write your next reply (your earlier lines are marked "{roster.user_label}:"): 1-3 sentences, no name prefix.'
-    if roster.domain == "support": ask += "\nThen add one last line: Emotion: <one word for how you feel now>"
+        system = (
+            f"You are a participant in the meeting below, talking with the meeting's assistants: {team}. "
+            "Reply as a participant would, about the meeting's topics."
+        )
+    if big_five is not None and big_five.trait is not None:
+        system += f"\nYour personality ({big_five.name}): {big_five.description}."
+    if emotion:
+        system += f"\nRight now you feel {emotion}."
+    ask = (
+        f'Write your next reply (your earlier lines are marked "{roster.user_label}:"): 1-3 sentences, no name prefix.'
+    )
+    if roster.domain == "support":
+        ask += "\nThen add one last line: Emotion: <one word for how you feel now>"
     return _msgs(system, f"{_context(situation, history, roster)}\n\n{ask}")
 
+
 _EMOTION_TAG = re.compile(r"""[\s(\[*_]*\bemotion\b[\s*_]*[:=\-][ \t*_"']*([A-Za-z][A-Za-z-]*)[^\n]*""", re.I)
+
 
 def parse_user_reply(text: str) -> tuple[str, str | None]:
     "Split the user's raw text into (reply, self-reported emotion or None), removing the `Emotion:` line."
@@ -328,7 +532,7 @@ def parse_user_reply(text: str) -> tuple[str, str | None]:
     if tags:
         last = tags[-1]  # the self-report comes last; an earlier "emotion:" may be part of the reply
         emotion = last.group(1).lower()
-        text = (text[:last.start()] + text[last.end():]).strip()
+        text = (text[: last.start()] + text[last.end() :]).strip()
     # Small models sometimes prefix the role they play; the name is not part of the reply.
     text = re.sub(r"^(user|participant|me|seeker)\s*:\s*", "", text, flags=re.I)
     return text, emotion

@@ -29,65 +29,183 @@ class Stage:
     fixed: dict[str, Any] = field(default_factory=dict)
     output: str | None = None  # where the stage writes, relative to the run folder (default <dir>/out)
 
+
 GEN = ("dataset", "seed", "data_path", "model_name", "endpoints")
 STAGES: list[Stage] = [
     Stage("candidates", "10_candidates", "10_candidates.ipynb", "mascot.candidates:CandidatesConfig", GEN),
-    Stage("reward_model", "11_reward_model", "11_reward_model.ipynb", "mascot.reward_model:RewardModelConfig", ("dataset", "seed", "reward_model_name"),
-          {"data_path": ("candidates", "data_path")}),
-    Stage("speaker_grpo", "12_speaker_grpo", "12_speaker_grpo.ipynb", "mascot.speaker_grpo:SpeakerGRPOConfig", ("dataset", "seed", "model_name"),
-          {"data_path": ("candidates", "data_path"), "reward_model_path": ("reward_model", "path")}),
-    Stage("sft", "13_sft", "13_sft.ipynb", "mascot.sft:SFTConfig_", ("dataset", "seed", "model_name"), {"data_path": ("candidates", "data_path")}),
-    Stage("group_data", "20_group_data", "20_group_data.ipynb", "mascot.group_data:GroupDataConfig", GEN, fixed={"generation_mode": "independent"}),
-    Stage("branching", "20_branching", "20_group_data.ipynb", "mascot.group_data:GroupDataConfig", GEN, fixed={"generation_mode": "branching"}),
-    Stage("group_reward_model", "21_group_reward_model", "21_group_reward_model.ipynb", "mascot.group_reward_model:GroupRewardModelConfig",
-          ("dataset", "seed", "reward_model_name"), {"data_path": ("group_data", "data_path")}),
-    Stage("director_grpo", "22_director_grpo", "22_director_grpo.ipynb", "mascot.director_grpo:DirectorGRPOConfig", ("dataset", "seed", "model_name", "endpoints"),
-          {"episode_dataset_path": ("branching", "data_path"), "group_reward_model_path": ("group_reward_model", "path")}),
-    Stage("director_dpo", "23_director_dpo", "23_director_dpo.ipynb", "mascot.director_dpo:DirectorDPOConfig", ("dataset", "seed", "model_name"),
-          {"episode_dataset_path": ("branching", "data_path")}),
-    Stage("evaluate", "30_evaluate", "30_evaluate.ipynb", "mascot.evaluate:EvalConfig", GEN,
-          {"director_adapter": ("director_grpo", "path"), "speaker_adapter": ("speaker_grpo", "path"), "sft_adapter": ("sft", "path")}),
-    Stage("judge", "31_llm_judge", "31_llm_judge.ipynb", "mascot.llm_judge:JudgeStageConfig", ("dataset", "seed", "endpoints"),
-          {"input_dir": ("evaluate", "output_dir")}),
-    Stage("auto_metrics", "32_auto_metrics", "32_auto_metrics.ipynb", "mascot.auto_metrics:MetricsStageConfig", ("seed",),
-          {"input_dir": ("evaluate", "output_dir")}),
-    Stage("figures", "50_figures", "50_figures.ipynb", "mascot.figures:FiguresConfig", (),
-          {"judge_dir": ("judge", "output_dir"), "metrics_dir": ("auto_metrics", "output_dir")}, output="figures"),
+    Stage(
+        "reward_model",
+        "11_reward_model",
+        "11_reward_model.ipynb",
+        "mascot.reward_model:RewardModelConfig",
+        ("dataset", "seed", "reward_model_name"),
+        {"data_path": ("candidates", "data_path")},
+    ),
+    Stage(
+        "speaker_grpo",
+        "12_speaker_grpo",
+        "12_speaker_grpo.ipynb",
+        "mascot.speaker_grpo:SpeakerGRPOConfig",
+        ("dataset", "seed", "model_name"),
+        {"data_path": ("candidates", "data_path"), "reward_model_path": ("reward_model", "path")},
+    ),
+    Stage(
+        "sft",
+        "13_sft",
+        "13_sft.ipynb",
+        "mascot.sft:SFTConfig_",
+        ("dataset", "seed", "model_name"),
+        {"data_path": ("candidates", "data_path")},
+    ),
+    Stage(
+        "group_data",
+        "20_group_data",
+        "20_group_data.ipynb",
+        "mascot.group_data:GroupDataConfig",
+        GEN,
+        fixed={"generation_mode": "independent"},
+    ),
+    Stage(
+        "branching",
+        "20_branching",
+        "20_group_data.ipynb",
+        "mascot.group_data:GroupDataConfig",
+        GEN,
+        fixed={"generation_mode": "branching"},
+    ),
+    Stage(
+        "group_reward_model",
+        "21_group_reward_model",
+        "21_group_reward_model.ipynb",
+        "mascot.group_reward_model:GroupRewardModelConfig",
+        ("dataset", "seed", "reward_model_name"),
+        {"data_path": ("group_data", "data_path")},
+    ),
+    Stage(
+        "director_grpo",
+        "22_director_grpo",
+        "22_director_grpo.ipynb",
+        "mascot.director_grpo:DirectorGRPOConfig",
+        ("dataset", "seed", "model_name", "endpoints"),
+        {"episode_dataset_path": ("branching", "data_path"), "group_reward_model_path": ("group_reward_model", "path")},
+    ),
+    Stage(
+        "director_dpo",
+        "23_director_dpo",
+        "23_director_dpo.ipynb",
+        "mascot.director_dpo:DirectorDPOConfig",
+        ("dataset", "seed", "model_name"),
+        {"episode_dataset_path": ("branching", "data_path")},
+    ),
+    Stage(
+        "evaluate",
+        "30_evaluate",
+        "30_evaluate.ipynb",
+        "mascot.evaluate:EvalConfig",
+        GEN,
+        {
+            "director_adapter": ("director_grpo", "path"),
+            "speaker_adapter": ("speaker_grpo", "path"),
+            "sft_adapter": ("sft", "path"),
+        },
+    ),
+    Stage(
+        "judge",
+        "31_llm_judge",
+        "31_llm_judge.ipynb",
+        "mascot.llm_judge:JudgeStageConfig",
+        ("dataset", "seed", "endpoints"),
+        {"input_dir": ("evaluate", "output_dir")},
+    ),
+    Stage(
+        "auto_metrics",
+        "32_auto_metrics",
+        "32_auto_metrics.ipynb",
+        "mascot.auto_metrics:MetricsStageConfig",
+        ("seed",),
+        {"input_dir": ("evaluate", "output_dir")},
+    ),
+    Stage(
+        "figures",
+        "50_figures",
+        "50_figures.ipynb",
+        "mascot.figures:FiguresConfig",
+        (),
+        {"judge_dir": ("judge", "output_dir"), "metrics_dir": ("auto_metrics", "output_dir")},
+        output="figures",
+    ),
 ]
 STAGE_BY_KEY = {s.key: s for s in STAGES}
+
 
 def config_class(stage: Stage):
     mod, cls = stage.config_class.split(":")
     return getattr(importlib.import_module(mod), cls)
 
 # %% ../nbs/40_pipeline.ipynb #5159e978
-STAGE_DOCS: dict[str, tuple[str | None, str]] = {  # stage key -> (the command that runs the stage alone, or None; what it writes)
-    "candidates": ("mascot generate --mode individual", "`individual_<D>_<M>/`: `candidates.jsonl` (K judged replies per context and persona), `pairs/` and `pairs.jsonl`"),
-    "reward_model": ("mascot train-reward-model", "`Individual_<D>_<M>/`: LoRA adapter with score head, `mascot_metadata.json` (held-out accuracy before/after), `log_history.json`, `training_curves.png`"),
-    "speaker_grpo": ("mascot train-speaker", "`grpo_Speaker_individual_<D>_<M>/`: speaker adapter, metadata (held-out RM score base vs trained), log, curves"),
+STAGE_DOCS: dict[
+    str, tuple[str | None, str]
+] = {  # stage key -> (the command that runs the stage alone, or None; what it writes)
+    "candidates": (
+        "mascot generate --mode individual",
+        "`individual_<D>_<M>/`: `candidates.jsonl` (K judged replies per context and persona), `pairs/` and `pairs.jsonl`",
+    ),
+    "reward_model": (
+        "mascot train-reward-model",
+        "`Individual_<D>_<M>/`: LoRA adapter with score head, `mascot_metadata.json` (held-out accuracy before/after), `log_history.json`, `training_curves.png`",
+    ),
+    "speaker_grpo": (
+        "mascot train-speaker",
+        "`grpo_Speaker_individual_<D>_<M>/`: speaker adapter, metadata (held-out RM score base vs trained), log, curves",
+    ),
     "sft": ("mascot train-sft", "`sft_Speaker_<D>_<M>/`: the SFT baseline's adapter, metadata, log, curves"),
-    "group_data": ("mascot generate --mode group --generation-mode independent", "`group_<D>_<M>/`: `episodes.jsonl` (judged trajectories), `pairs/`"),
-    "branching": ("mascot generate --mode group --generation-mode branching", "`branching_<D>_<M>/`: `states.jsonl` (director states, K rolled-out directives each), `pairs/`"),
-    "group_reward_model": ("mascot train-group --mode train-reward-model", "`group_reward_<D>_<M>/`: the group reward model (adapter with score head), metadata"),
-    "director_grpo": ("mascot train-group --mode train-director-grpo", "`grpo_Director_<D>_<M>/`: director adapter, metadata (held-out group reward: random, untrained, trained)"),
-    "director_dpo": ("mascot train-group --mode train-director-dpo", "`dpo_Director_<D>_<M>/`: the DPO director's adapter, metadata"),
+    "group_data": (
+        "mascot generate --mode group --generation-mode independent",
+        "`group_<D>_<M>/`: `episodes.jsonl` (judged trajectories), `pairs/`",
+    ),
+    "branching": (
+        "mascot generate --mode group --generation-mode branching",
+        "`branching_<D>_<M>/`: `states.jsonl` (director states, K rolled-out directives each), `pairs/`",
+    ),
+    "group_reward_model": (
+        "mascot train-group --mode train-reward-model",
+        "`group_reward_<D>_<M>/`: the group reward model (adapter with score head), metadata",
+    ),
+    "director_grpo": (
+        "mascot train-group --mode train-director-grpo",
+        "`grpo_Director_<D>_<M>/`: director adapter, metadata (held-out group reward: random, untrained, trained)",
+    ),
+    "director_dpo": (
+        "mascot train-group --mode train-director-dpo",
+        "`dpo_Director_<D>_<M>/`: the DPO director's adapter, metadata",
+    ),
     "evaluate": ("mascot eval", "`<system>_<M>.jsonl`: one conversation file per system"),
-    "judge": ("mascot judge-all", "`judge_scores.csv` (a row per conversation, criterion and judge), `judge_summary.csv`"),
-    "auto_metrics": (None, "`auto_metrics_<file>.json` per conversation file: NLI contradiction, Self-BLEU, echo (`mascot metrics` does one file)"),
+    "judge": (
+        "mascot judge-all",
+        "`judge_scores.csv` (a row per conversation, criterion and judge), `judge_summary.csv`",
+    ),
+    "auto_metrics": (
+        None,
+        "`auto_metrics_<file>.json` per conversation file: NLI contradiction, Self-BLEU, echo (`mascot metrics` does one file)",
+    ),
     "figures": (None, "a PNG and a CSV per paper table or figure (`nbs/figures/`)"),
 }
+
 
 def stage_table() -> str:
     "The README's table of the pipeline's stages: stage, notebook, command, artefacts (from `STAGES` and `STAGE_DOCS`)."
     rows = ["| stage | notebook | command | artefacts |", "|---|---|---|---|"]
     for s in STAGES:
         command, artefacts = STAGE_DOCS[s.key]
-        rows.append(f"| `{s.key}` | `nbs/{s.notebook}` | {f'`{command}`' if command else 'only in `mascot run`'} | {artefacts} |")
+        rows.append(
+            f"| `{s.key}` | `nbs/{s.notebook}` | {f'`{command}`' if command else 'only in `mascot run`'} | {artefacts} |"
+        )
     return "\n".join(rows)
 
 # %% ../nbs/40_pipeline.ipynb #50539d95
 class PipelineConfig(Config):
     "A pipeline run: shared settings and one entry per stage to run (a stage left out is skipped)."
+
     run_name: str = "run"
     runs_dir: str = "runs"
     dataset: str = "ED"
@@ -98,35 +216,57 @@ class PipelineConfig(Config):
     endpoints: dict[str, Any] = {}
     stages: dict[str, dict[str, Any]] = {}
 
+
 def expand_env(obj, where: str = "config"):
     "Replace ${VAR} by the environment's value; a missing variable is an error naming it."
-    if isinstance(obj, dict): return {k: expand_env(v, f"{where}.{k}") for k, v in obj.items()}
-    if isinstance(obj, list): return [expand_env(v, where) for v in obj]
+    if isinstance(obj, dict):
+        return {k: expand_env(v, f"{where}.{k}") for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [expand_env(v, where) for v in obj]
     if isinstance(obj, str) and "${" in obj:
         import re
+
         def sub(m):
-            if m.group(1) not in os.environ: raise ConfigError(f"{where}: environment variable {m.group(1)} is not set")
+            if m.group(1) not in os.environ:
+                raise ConfigError(f"{where}: environment variable {m.group(1)} is not set")
             return os.environ[m.group(1)]
+
         return re.sub(r"\$\{(\w+)\}", sub, obj)
     return obj
 
+
 def load_pipeline_config(path: str | Path, **overrides) -> PipelineConfig:
     import yaml
+
     path = Path(path)
-    if not path.exists(): raise ConfigError(f"config file {path} does not exist")
-    try: raw = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as e: raise ConfigError(f"{path}: not valid YAML: {' '.join(str(e).split())}") from None
-    if not isinstance(raw, dict): raise ConfigError(f"{path}: expected a mapping of keys to values (run_name, stages, ...), got a {type(raw).__name__}")
+    if not path.exists():
+        raise ConfigError(f"config file {path} does not exist")
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML: {' '.join(str(e).split())}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(
+            f"{path}: expected a mapping of keys to values (run_name, stages, ...), got a {type(raw).__name__}"
+        )
     cfg = PipelineConfig.from_dict({**raw, **{k: v for k, v in overrides.items() if v is not None}}, source=str(path))
     cfg.endpoints = expand_env(cfg.endpoints, f"{path}: endpoints")
     cfg.stages = expand_env(cfg.stages, f"{path}: stages")
     bad = [k for k in cfg.endpoints if k not in EndpointConfig.model_fields]
-    if bad: raise ConfigError(f"{path}: endpoints: unknown key '{bad[0]}' (valid: {', '.join(EndpointConfig.model_fields)})")
+    if bad:
+        raise ConfigError(
+            f"{path}: endpoints: unknown key '{bad[0]}' (valid: {', '.join(EndpointConfig.model_fields)})"
+        )
     for k in cfg.stages:
         if k not in STAGE_BY_KEY:
             import difflib
+
             close = difflib.get_close_matches(k, STAGE_BY_KEY, n=1)
-            raise ConfigError(f"{path}: stages: unknown stage '{k}'" + (f" (did you mean '{close[0]}'?)" if close else "") + f"; stages: {', '.join(STAGE_BY_KEY)}")
+            raise ConfigError(
+                f"{path}: stages: unknown stage '{k}'"
+                + (f" (did you mean '{close[0]}'?)" if close else "")
+                + f"; stages: {', '.join(STAGE_BY_KEY)}"
+            )
     return cfg
 
 # %% ../nbs/40_pipeline.ipynb #2664730a
@@ -134,123 +274,201 @@ def stage_params(cfg: PipelineConfig, stage: Stage, run_dir: Path, outputs: dict
     cls = config_class(stage)
     p: dict[str, Any] = {}
     for k in stage.common:
-        if k == "endpoints": p.update({f: v for f, v in cfg.endpoints.items() if f in cls.model_fields})
+        if k == "endpoints":
+            p.update({f: v for f, v in cfg.endpoints.items() if f in cls.model_fields})
         elif k == "reward_model_name":
-            p["group_reward_model_name" if "group_reward_model_name" in cls.model_fields else "model_name"] = cfg.reward_model_name
-        elif k == "model_name" and k not in cfg.model_fields_set: continue  # the stage's default: the CPU model, or what its server serves
-        elif k in cls.model_fields and getattr(cfg, k) is not None: p[k] = getattr(cfg, k)
+            p["group_reward_model_name" if "group_reward_model_name" in cls.model_fields else "model_name"] = (
+                cfg.reward_model_name
+            )
+        elif k == "model_name" and k not in cfg.model_fields_set:
+            continue  # the stage's default: the CPU model, or what its server serves
+        elif k in cls.model_fields and getattr(cfg, k) is not None:
+            p[k] = getattr(cfg, k)
     p.update(stage.fixed)
     for fld, (src, name) in stage.inputs.items():
-        if src in outputs and name in outputs[src]: p[fld] = outputs[src][name]
+        if src in outputs and name in outputs[src]:
+            p[fld] = outputs[src][name]
     p.update(copy.deepcopy(cfg.stages.get(stage.key, {})))
     p.update(stage.fixed)
-    if "output_dir" in cls.model_fields: p["output_dir"] = str(run_dir / (stage.output or f"{stage.dir}/out"))
-    if "progress" in cls.model_fields: p.setdefault("progress", True)
+    if "output_dir" in cls.model_fields:
+        p["output_dir"] = str(run_dir / (stage.output or f"{stage.dir}/out"))
+    if "progress" in cls.model_fields:
+        p.setdefault("progress", True)
     return absolute_paths(p)
+
 
 def absolute_paths(params: dict) -> dict:
     "Paths that exist relative to where `mascot run` was started, made absolute: each stage's kernel runs in its own stage folder."
     for k, v in params.items():
-        if k.endswith(("_path", "_dir", "_adapter")) and isinstance(v, str) and v and not Path(v).is_absolute() and Path(v).exists():
+        if (
+            k.endswith(("_path", "_dir", "_adapter"))
+            and isinstance(v, str)
+            and v
+            and not Path(v).is_absolute()
+            and Path(v).exists()
+        ):
             params[k] = str(Path(v).resolve())
     return params
+
 
 def run_dir_of(cfg: PipelineConfig) -> Path:
     "The run's folder, absolute (stages run with their own folder as working directory)."
     return (Path(cfg.runs_dir) / cfg.run_name).resolve()
 
+
 def check_stage(cfg: PipelineConfig, stage: Stage, params: dict, source: str, pending: set[str] = frozenset()) -> None:
     "Validate with the stage's config class and check every input path exists (`pending`: produced earlier in this run)."
     stage_cfg = config_class(stage).from_params(params, source=f"{source}: stages.{stage.key}")
-    if getattr(stage_cfg, "uses_judge", False):  # a stage that judges needs its judge chosen (endpoints.judge_server_url or judge_provider: embedded)
-        try: require_judge(stage_cfg)
-        except ConfigError as e: raise ConfigError(f"{source}: stages.{stage.key}: {e} (in a config: endpoints.judge_server_url, or endpoints.judge_provider: embedded)") from None
+    if getattr(
+        stage_cfg, "uses_judge", False
+    ):  # a stage that judges needs its judge chosen (endpoints.judge_server_url or judge_provider: embedded)
+        try:
+            require_judge(stage_cfg)
+        except ConfigError as e:
+            raise ConfigError(
+                f"{source}: stages.{stage.key}: {e} (in a config: endpoints.judge_server_url, or endpoints.judge_provider: embedded)"
+            ) from None
     from mascot.training import TrainingConfig
+
     if isinstance(stage_cfg, TrainingConfig):  # TRL's own checks of the `trl` keys now, not when the stage starts
         import tempfile
+
         with tempfile.TemporaryDirectory() as d:
-            try: stage_cfg.trl_config(d)
-            except (ConfigError, ValueError) as e: raise ConfigError(f"{source}: stages.{stage.key}: {' '.join(str(e).split())}") from None
+            try:
+                stage_cfg.trl_config(d)
+            except (ConfigError, ValueError) as e:
+                raise ConfigError(f"{source}: stages.{stage.key}: {' '.join(str(e).split())}") from None
     for fld in stage.inputs:
-        if fld in pending: continue
+        if fld in pending:
+            continue
         v = params.get(fld)
         if v is None:
             src = stage.inputs[fld][0]
-            if src in cfg.stages: continue  # produced by an earlier stage of this run
-            if fld in ("sft_adapter", "director_adapter", "speaker_adapter"): continue  # only needed by the systems that use it
-            raise ConfigError(f"{source}: stage {stage.key} needs {fld} (from stage {src}, which is not in this config): give stages.{stage.key}.{fld}")
-        if not Path(v).exists(): raise ConfigError(f"{source}: stage {stage.key}: input path {fld}={v} does not exist")
+            if src in cfg.stages:
+                continue  # produced by an earlier stage of this run
+            if fld in ("sft_adapter", "director_adapter", "speaker_adapter"):
+                continue  # only needed by the systems that use it
+            raise ConfigError(
+                f"{source}: stage {stage.key} needs {fld} (from stage {src}, which is not in this config): give stages.{stage.key}.{fld}"
+            )
+        if not Path(v).exists():
+            raise ConfigError(f"{source}: stage {stage.key}: input path {fld}={v} does not exist")
 
 # %% ../nbs/40_pipeline.ipynb #303ab4a6
 JOB_HEADING = "## Run the stage"
 PEAK_FILE = "peak_memory.json"
-IMPORT_CELL = ("# added by mascot run: the stage's imports on their own, timed for the profile\n"
-               "import time as _t; _t0 = _t.perf_counter()\n"
-               "import importlib as _il, torch, transformers; _il.import_module('{module}')\n"
-               "_import_s = round(_t.perf_counter() - _t0, 2)")
-PEAK_CELL = ("# recorded by mascot run: this kernel's peak resident memory, its import time, and where its embedded model's time went\n"
-             "import json as _j, resource as _r, sys as _s\n"
-             "_emb = _s.modules['mascot.llm'].embedded_stats() if 'mascot.llm' in _s.modules else None\n"
-             f"_j.dump({{'peak_rss_mb': round(_r.getrusage(_r.RUSAGE_SELF).ru_maxrss / 1024), 'embedded': _emb,\n"
-             f"         'import_s': globals().get('_import_s')}}, open('{PEAK_FILE}', 'w'))")
+IMPORT_CELL = (
+    "# added by mascot run: the stage's imports on their own, timed for the profile\n"
+    "import time as _t; _t0 = _t.perf_counter()\n"
+    "import importlib as _il, torch, transformers; _il.import_module('{module}')\n"
+    "_import_s = round(_t.perf_counter() - _t0, 2)"
+)
+PEAK_CELL = (
+    "# recorded by mascot run: this kernel's peak resident memory, its import time, and where its embedded model's time went\n"
+    "import json as _j, resource as _r, sys as _s\n"
+    "_emb = _s.modules['mascot.llm'].embedded_stats() if 'mascot.llm' in _s.modules else None\n"
+    f"_j.dump({{'peak_rss_mb': round(_r.getrusage(_r.RUSAGE_SELF).ru_maxrss / 1024), 'embedded': _emb,\n"
+    f"         'import_s': globals().get('_import_s')}}, open('{PEAK_FILE}', 'w'))"
+)
+
 
 def nbs_dir() -> Path:
     "The notebooks: the repo's nbs/ (source checkout) — the package is exported from them."
     import mascot
+
     here = Path(mascot.__file__).resolve().parent.parent / "nbs"
-    if here.is_dir(): return here
+    if here.is_dir():
+        return here
     raise FileNotFoundError("the stage notebooks (nbs/) were not found beside the package: run from a source checkout")
+
 
 def job_notebook(src: Path, dest: Path) -> Path:
     import nbformat
+
     nb = nbformat.read(src, as_version=4)
-    start = next((i for i, c in enumerate(nb.cells) if c.cell_type == "markdown" and c.source.lstrip().startswith(JOB_HEADING)), None)
-    if start is None: raise ValueError(f"{src}: no '{JOB_HEADING}' section (a stage notebook ends with one)")
-    cells = [nb.cells[0]] + [c for c in nb.cells[start:] if "import nbdev;" not in c.source]  # never the export cell
-    if not any("parameters" in c.metadata.get("tags", []) for c in cells): raise ValueError(f"{src}: its '{JOB_HEADING}' section has no cell tagged 'parameters'")
+    start = next(
+        (i for i, c in enumerate(nb.cells) if c.cell_type == "markdown" and c.source.lstrip().startswith(JOB_HEADING)),
+        None,
+    )
+    if start is None:
+        raise ValueError(f"{src}: no '{JOB_HEADING}' section (a stage notebook ends with one)")
+    cells = [nb.cells[0]] + [
+        c for c in nb.cells[start:] if "import nbdev" not in c.source
+    ]  # never the export cell (nbdev_test skips any cell that calls it)
+    if not any("parameters" in c.metadata.get("tags", []) for c in cells):
+        raise ValueError(f"{src}: its '{JOB_HEADING}' section has no cell tagged 'parameters'")
     for c in cells:  # the job runs every cell: drop nbdev's skip flag so the executed copy reads cleanly
-        if c.cell_type == "code": c.source = "\n".join(l for l in c.source.splitlines() if l.strip() not in ("#| eval: false", "#|eval: false"))
+        if c.cell_type == "code":
+            c.source = "\n".join(
+                l for l in c.source.splitlines() if l.strip() not in ("#| eval: false", "#|eval: false")
+            )
     # after the parameters: import the stage's module (and torch, transformers) on their own, so the profile can tell imports from work
-    module = next((m.group(1) for c in nb.cells if (m := re.search(r"^#\|\s*default_exp\s+(\S+)", c.source, re.M))), None)
+    module = next(
+        (m.group(1) for c in nb.cells if (m := re.search(r"^#\|\s*default_exp\s+(\S+)", c.source, re.M))), None
+    )
     at = next(i for i, c in enumerate(cells) if "parameters" in c.metadata.get("tags", [])) + 1
-    cells.insert(at, nbformat.v4.new_code_cell(IMPORT_CELL.format(module=f"mascot.{module}" if module else "mascot.core")))
+    cells.insert(
+        at, nbformat.v4.new_code_cell(IMPORT_CELL.format(module=f"mascot.{module}" if module else "mascot.core"))
+    )
     # last cell: the kernel's own peak memory (ru_maxrss, KiB on Linux), which the pipeline records in meta.json
     cells.append(nbformat.v4.new_code_cell(PEAK_CELL))
     nb.cells = cells
-    dest.parent.mkdir(parents=True, exist_ok=True); nbformat.write(nb, dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, dest)
     return dest
 
 # %% ../nbs/40_pipeline.ipynb #bdfa9599
 def _git_commit() -> str | None:
-    try: return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=nbs_dir().parent, timeout=10).stdout.strip() or None
-    except Exception: return None
+    try:
+        return (
+            subprocess.run(
+                ["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=nbs_dir().parent, timeout=10
+            ).stdout.strip()
+            or None
+        )
+    except Exception:
+        return None
+
 
 def _stage_status(run_dir: Path, stage: Stage) -> str | None:
     p = run_dir / stage.dir / "run_summary.json"
     return json.loads(p.read_text()).get("status") if p.exists() else None
 
-class StageFailed(RuntimeError): pass
+
+class StageFailed(RuntimeError):
+    pass
+
 
 def job_runs(stage_dir: str | Path, since: str) -> list[dict]:
     "The job runs a stage made (their `run_summary.json` under the stage folder, started at or after `since`), with their system."
     out = []
     for p in sorted(Path(stage_dir).rglob("run_summary.json")):
-        if p.parent == Path(stage_dir): continue  # the stage's own summary
-        try: d = json.loads(p.read_text())
-        except (OSError, json.JSONDecodeError): continue
-        if (d.get("started") or "") < since: continue  # an earlier invocation's run (a resumed stage)
+        if p.parent == Path(stage_dir):
+            continue  # the stage's own summary
+        try:
+            d = json.loads(p.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        if (d.get("started") or "") < since:
+            continue  # an earlier invocation's run (a resumed stage)
         cfg = json.loads((p.parent / "run_config.json").read_text()) if (p.parent / "run_config.json").exists() else {}
         name = cfg.get("system") or p.parent.parent.name.removesuffix(".runs")
-        out.append({"path": str(p.parent), "name": name, "status": d.get("status"), **{k: d.get(k, 0) for k in COUNTERS}})
+        out.append(
+            {"path": str(p.parent), "name": name, "status": d.get("status"), **{k: d.get(k, 0) for k in COUNTERS}}
+        )
     return out
+
 
 def summed_counters(runs: list[dict]) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
     "The counters of `runs` summed: in total, and per system (or output name)."
     total, by = {k: 0 for k in COUNTERS}, {}
     for r in runs:
         part = by.setdefault(r["name"], {k: 0 for k in COUNTERS})
-        for k in COUNTERS: total[k] += r[k]; part[k] += r[k]
+        for k in COUNTERS:
+            total[k] += r[k]
+            part[k] += r[k]
     return total, by
+
 
 def _record_job_runs(run: RunDir, sdir: Path):
     runs = job_runs(sdir, run.started)
@@ -258,99 +476,192 @@ def _record_job_runs(run: RunDir, sdir: Path):
     run.counters.update(total)
     run.extra.update(by_system=by, job_runs=[{"path": r["path"], "status": r["status"]} for r in runs])
 
-def plan_pipeline(cfg: PipelineConfig, source: str = "config", from_stage: str | None = None, only: str | None = None,
-                  resume: bool = False) -> tuple[list[str], dict[str, dict]]:
+
+def plan_pipeline(
+    cfg: PipelineConfig,
+    source: str = "config",
+    from_stage: str | None = None,
+    only: str | None = None,
+    resume: bool = False,
+) -> tuple[list[str], dict[str, dict]]:
     "Every check that must pass before any work: the stages to run, and the outputs of completed stages they read."
     run_dir = run_dir_of(cfg)
     keys = [s.key for s in STAGES if s.key in cfg.stages]
     for name, flag in ((from_stage, "--from"), (only, "--only")):
-        if name and name not in keys: raise ConfigError(f"{flag} {name!r}: not a stage of this config ({', '.join(keys)})")
+        if name and name not in keys:
+            raise ConfigError(f"{flag} {name!r}: not a stage of this config ({', '.join(keys)})")
     todo = [k for k in keys if (not only or k == only) and (not from_stage or keys.index(k) >= keys.index(from_stage))]
-    if run_dir.exists() and not resume and not from_stage and not only and any((run_dir / STAGE_BY_KEY[k].dir).exists() for k in keys):
-        raise OutputExistsError(f"{run_dir} already holds stages: pass --resume to continue it, --from STAGE to redo from a stage, or another --run-name")
+    if (
+        run_dir.exists()
+        and not resume
+        and not from_stage
+        and not only
+        and any((run_dir / STAGE_BY_KEY[k].dir).exists() for k in keys)
+    ):
+        raise OutputExistsError(
+            f"{run_dir} already holds stages: pass --resume to continue it, --from STAGE to redo from a stage, or another --run-name"
+        )
     # before any work: every stage config valid, every input present or produced by an earlier stage in this invocation
-    outputs = {k: json.loads((run_dir / STAGE_BY_KEY[k].dir / "outputs.json").read_text()) for k in keys
-               if k not in todo and (run_dir / STAGE_BY_KEY[k].dir / "outputs.json").exists()}
+    outputs = {
+        k: json.loads((run_dir / STAGE_BY_KEY[k].dir / "outputs.json").read_text())
+        for k in keys
+        if k not in todo and (run_dir / STAGE_BY_KEY[k].dir / "outputs.json").exists()
+    }
     for k in todo:
         st = STAGE_BY_KEY[k]
         params, pending = stage_params(cfg, st, run_dir, outputs), set()
         for fld, (src, name) in st.inputs.items():  # produced earlier in this invocation: a placeholder for validation
-            if fld not in params and src in todo and todo.index(src) < todo.index(k): params[fld], _ = f"<{src}.{name}>", pending.add(fld)
-        missing = [(fld, src) for fld, (src, _) in st.inputs.items() if fld not in params and src in cfg.stages and src not in todo]
-        if missing: raise ConfigError(f"{source}: stage {k} needs {missing[0][0]} from stage {missing[0][1]}, which has not completed in {run_dir} (run it first, or drop --from/--only)")
+            if fld not in params and src in todo and todo.index(src) < todo.index(k):
+                params[fld], _ = f"<{src}.{name}>", pending.add(fld)
+        missing = [
+            (fld, src)
+            for fld, (src, _) in st.inputs.items()
+            if fld not in params and src in cfg.stages and src not in todo
+        ]
+        if missing:
+            raise ConfigError(
+                f"{source}: stage {k} needs {missing[0][0]} from stage {missing[0][1]}, which has not completed in {run_dir} (run it first, or drop --from/--only)"
+            )
         check_stage(cfg, st, params, source, pending)
     return todo, outputs
 
-def run_pipeline(cfg: PipelineConfig, source: str = "config", from_stage: str | None = None, only: str | None = None, resume: bool = False,
-                 log=print) -> Path:
+
+def run_pipeline(
+    cfg: PipelineConfig,
+    source: str = "config",
+    from_stage: str | None = None,
+    only: str | None = None,
+    resume: bool = False,
+    log=print,
+) -> Path:
     from mascot.training import package_versions
+
     run_dir = run_dir_of(cfg)
     todo, outputs = plan_pipeline(cfg, source, from_stage, only, resume)
     run_dir.mkdir(parents=True, exist_ok=True)
-    if resume: mark_stale_runs(run_dir)  # stages a killed invocation left saying "running"
+    if resume:
+        mark_stale_runs(run_dir)  # stages a killed invocation left saying "running"
     (run_dir / "pipeline_config.json").write_text(json.dumps(redact(cfg.model_dump(mode="json")), indent=2))
     t_run = time.time()
     for k in todo:
         st = STAGE_BY_KEY[k]
         sdir = run_dir / st.dir
         if resume and _stage_status(run_dir, st) == "completed":
-            outputs[k] = json.loads((sdir / "outputs.json").read_text()); log(f"[{k}] completed earlier: skipped"); continue
+            outputs[k] = json.loads((sdir / "outputs.json").read_text())
+            log(f"[{k}] completed earlier: skipped")
+            continue
         params = stage_params(cfg, st, run_dir, outputs)
         if resume and (sdir / "run_summary.json").exists() and "resume" in config_class(st).model_fields:
             params["resume"] = True  # an interrupted stage continues where its JSONL stopped
-        elif "overwrite" in config_class(st).model_fields: params["overwrite"] = True
+        elif "overwrite" in config_class(st).model_fields:
+            params["overwrite"] = True
         stage_cfg = config_class(st).from_params(params)
-        judge = {"judge_route": judge_record(stage_cfg)} if getattr(stage_cfg, "uses_judge", False) else {}  # which judge ran where, in run_config.json and meta.json
+        judge = (
+            {"judge_route": judge_record(stage_cfg)} if getattr(stage_cfg, "uses_judge", False) else {}
+        )  # which judge ran where, in run_config.json and meta.json
         run = RunDir(sdir, params, extra_config=judge)
-        meta = {"stage": k, "notebook": st.notebook, "git_commit": _git_commit(), "versions": package_versions(), "seed": cfg.seed,
-                "start": run.started, "end": None, **judge}
+        meta = {
+            "stage": k,
+            "notebook": st.notebook,
+            "git_commit": _git_commit(),
+            "versions": package_versions(),
+            "seed": cfg.seed,
+            "start": run.started,
+            "end": None,
+            **judge,
+        }
         (sdir / "meta.json").write_text(json.dumps(meta, indent=2))
         job = job_notebook(nbs_dir() / st.notebook, sdir / "job.ipynb")
         log(f"[{k}] running {st.notebook} ...")
         t0 = time.time()
         try:
             import papermill as pm
-            pm.execute_notebook(str(job), str(sdir / "executed.ipynb"), parameters={"config": params, "stage_dir": str(sdir.resolve())},
-                                cwd=str(sdir), kernel_name="python3", language="python", progress_bar=False, log_output=False)
+
+            pm.execute_notebook(
+                str(job),
+                str(sdir / "executed.ipynb"),
+                parameters={"config": params, "stage_dir": str(sdir.resolve())},
+                cwd=str(sdir),
+                kernel_name="python3",
+                language="python",
+                progress_bar=False,
+                log_output=False,
+            )
         except KeyboardInterrupt:  # SIGINT, or SIGTERM (which main turns into one)
-            _record_job_runs(run, sdir); run.finish("interrupted", "interrupted by a signal; continue with --resume")
-            meta["end"] = run.ended; (sdir / "meta.json").write_text(json.dumps(meta, indent=2))
+            _record_job_runs(run, sdir)
+            run.finish("interrupted", "interrupted by a signal; continue with --resume")
+            meta["end"] = run.ended
+            (sdir / "meta.json").write_text(json.dumps(meta, indent=2))
             raise
         except Exception as e:
             err = f"{getattr(e, 'ename', e.__class__.__name__)}: {getattr(e, 'evalue', e)}"
-            _record_job_runs(run, sdir); run.finish("failed", err); meta["end"] = run.ended; (sdir / "meta.json").write_text(json.dumps(meta, indent=2))
-            log(f"[{k}] FAILED after {time.time() - t0:.0f}s: {err}\n      executed notebook: {sdir / 'executed.ipynb'}")
+            _record_job_runs(run, sdir)
+            run.finish("failed", err)
+            meta["end"] = run.ended
+            (sdir / "meta.json").write_text(json.dumps(meta, indent=2))
+            log(
+                f"[{k}] FAILED after {time.time() - t0:.0f}s: {err}\n      executed notebook: {sdir / 'executed.ipynb'}"
+            )
             raise StageFailed(f"stage {k} failed: {err} (see {sdir / 'executed.ipynb'})") from None
-        finally: job.unlink(missing_ok=True)
+        finally:
+            job.unlink(missing_ok=True)
         outputs[k] = json.loads((sdir / "outputs.json").read_text()) if (sdir / "outputs.json").exists() else {}
         kernel = json.loads((sdir / PEAK_FILE).read_text()) if (sdir / PEAK_FILE).exists() else {}
         peak = kernel.get("peak_rss_mb")
-        run.extra["outputs"] = outputs[k]; run.extra["peak_rss_mb"] = peak
+        run.extra["outputs"] = outputs[k]
+        run.extra["peak_rss_mb"] = peak
         _record_job_runs(run, sdir)  # the stage's counters are the sum of its job runs' (per system, and in total)
         run.finish("completed")
         meta["end"], meta["seconds"], meta["peak_rss_mb"] = run.ended, round(time.time() - t0, 1), peak
-        if kernel.get("embedded"): meta["embedded"] = kernel["embedded"]  # load / prefill / decode seconds and tokens, for the profile
-        if kernel.get("import_s") is not None: meta["import_s"] = kernel["import_s"]
+        if kernel.get("embedded"):
+            meta["embedded"] = kernel["embedded"]  # load / prefill / decode seconds and tokens, for the profile
+        if kernel.get("import_s") is not None:
+            meta["import_s"] = kernel["import_s"]
         (sdir / "meta.json").write_text(json.dumps(meta, indent=2))
         log(f"[{k}] done in {time.time() - t0:.0f}s, peak memory {peak} MB (run elapsed {time.time() - t_run:.0f}s)")
     return run_dir
 
+
 def main(argv: list[str] | None = None):
     import argparse
-    p = argparse.ArgumentParser(prog="mascot run", description="Run the pipeline's stage notebooks through papermill into runs/<run>/.")
-    p.add_argument("config"); p.add_argument("--run-name"); p.add_argument("--from", dest="from_stage"); p.add_argument("--only")
-    p.add_argument("--resume", action="store_true"); p.add_argument("--runs-dir")
+
+    p = argparse.ArgumentParser(
+        prog="mascot run", description="Run the pipeline's stage notebooks through papermill into runs/<run>/."
+    )
+    p.add_argument("config")
+    p.add_argument("--run-name")
+    p.add_argument("--from", dest="from_stage")
+    p.add_argument("--only")
+    p.add_argument("--resume", action="store_true")
+    p.add_argument("--runs-dir")
     a = p.parse_args(argv)
     import signal, threading
-    def _terminated(signum, frame): raise KeyboardInterrupt(f"signal {signum}")
-    if threading.current_thread() is threading.main_thread(): signal.signal(signal.SIGTERM, _terminated)  # the stage is marked interrupted
+
+    def _terminated(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _terminated)  # the stage is marked interrupted
     try:
         cfg = load_pipeline_config(a.config, run_name=a.run_name, runs_dir=a.runs_dir)
         run_dir = run_pipeline(cfg, source=a.config, from_stage=a.from_stage, only=a.only, resume=a.resume)
-    except StageFailed as e: print(f"mascot run: {e}", file=sys.stderr); raise SystemExit(1)
-    except (ConfigError, OutputExistsError) as e: print(f"mascot run: {' '.join(str(e).split())}", file=sys.stderr); raise SystemExit(2)
-    except KeyboardInterrupt: print("mascot run: interrupted; continue with --resume", file=sys.stderr); raise SystemExit(130)
+    except StageFailed as e:
+        print(f"mascot run: {e}", file=sys.stderr)
+        raise SystemExit(1)
+    except (ConfigError, OutputExistsError) as e:
+        print(f"mascot run: {' '.join(str(e).split())}", file=sys.stderr)
+        raise SystemExit(2)
+    except KeyboardInterrupt:
+        print("mascot run: interrupted; continue with --resume", file=sys.stderr)
+        raise SystemExit(130)
     report = run_dir / "figures"
-    print(f"run finished: {run_dir}" + (f"\nfigures and tables: {report}" if report.exists() else "") + "\nbuild the results site with: mascot site " + str(run_dir))
+    print(
+        f"run finished: {run_dir}"
+        + (f"\nfigures and tables: {report}" if report.exists() else "")
+        + "\nbuild the results site with: mascot site "
+        + str(run_dir)
+    )
 
-if __name__ == "__main__" and "IPython" not in sys.modules: main()
+
+if __name__ == "__main__" and "IPython" not in sys.modules:
+    main()

@@ -19,28 +19,53 @@ __all__ = ['DEGRADATIONS', 'main', 'known_label_pairs']
 def main(argv: list[str] | None = None):
     cfg = RewardModelConfig.from_cli(argv, prog="mascot train-reward-model")
     out = train_reward_model(cfg)
-    if process_rank()[0]: return  # under torchrun / accelerate launch, rank 0 reports
+    if process_rank()[0]:
+        return  # under torchrun / accelerate launch, rank 0 reports
     meta = json.loads((out / "mascot_metadata.json").read_text())
     lo, hi = meta["heldout_accuracy_after_ci95"]
-    print(f"{out}\nheld-out pairwise accuracy: {meta['heldout_accuracy_before']:.3f} -> {meta['heldout_accuracy_after']:.3f} (95% CI {lo:.2f}-{hi:.2f}; "
-          f"{meta['num_heldout_pairs']} pairs from {len(meta['heldout_contexts'])} held-out contexts)")
+    print(
+        f"{out}\nheld-out pairwise accuracy: {meta['heldout_accuracy_before']:.3f} -> {meta['heldout_accuracy_after']:.3f} (95% CI {lo:.2f}-{hi:.2f}; "
+        f"{meta['num_heldout_pairs']} pairs from {len(meta['heldout_contexts'])} held-out contexts)"
+    )
 
-if __name__ == "__main__" and "IPython" not in sys.modules: main()
+
+if __name__ == "__main__" and "IPython" not in sys.modules:
+    main()
 
 # %% ../nbs/11_reward_model.ipynb #b3a92729
 DEGRADATIONS = ("parroted_context", "name_only", "cut_off", "other_conversation")
 
-def known_label_pairs(contexts, persona: str = "The Anchor", role: str = "an emotional validator", kinds=DEGRADATIONS) -> list[dict]:
+
+def known_label_pairs(
+    contexts, persona: str = "The Anchor", role: str = "an emotional validator", kinds=DEGRADATIONS
+) -> list[dict]:
     "For each context with a reference reply: (real reply > degraded copy) for every degradation in `kinds`; a plumbing-free learnable signal."
     ctxs = [c for c in contexts if c.reference and len(c.reference.split()) >= 6]
     rows = []
     for i, c in enumerate(ctxs):
-        prompt = [{"role": "system", "content": f"You are {persona}, {role}."}, {"role": "user", "content": c.prompt_text()}]
+        prompt = [
+            {"role": "system", "content": f"You are {persona}, {role}."},
+            {"role": "user", "content": c.prompt_text()},
+        ]
         words = c.reference.split()
-        bad = {"parroted_context": " ".join(c.prompt_text().split()[: len(words)]), "name_only": f"{persona}\n\n{persona}",
-               "cut_off": " ".join(words[:3]), "other_conversation": ctxs[(i + len(ctxs) // 2) % len(ctxs)].reference}
+        bad = {
+            "parroted_context": " ".join(c.prompt_text().split()[: len(words)]),
+            "name_only": f"{persona}\n\n{persona}",
+            "cut_off": " ".join(words[:3]),
+            "other_conversation": ctxs[(i + len(ctxs) // 2) % len(ctxs)].reference,
+        }
         for k in kinds:
-            rows.append({"prompt": prompt, "chosen": [{"role": "assistant", "content": c.reference}], "rejected": [{"role": "assistant", "content": bad[k]}],
-                         "score_chosen": 1.0, "score_rejected": 0.0, "persona": persona, "context_id": c.context_id,
-                         "query_id": f"{c.context_id}:{k}", "degradation": k})
+            rows.append(
+                {
+                    "prompt": prompt,
+                    "chosen": [{"role": "assistant", "content": c.reference}],
+                    "rejected": [{"role": "assistant", "content": bad[k]}],
+                    "score_chosen": 1.0,
+                    "score_rejected": 0.0,
+                    "persona": persona,
+                    "context_id": c.context_id,
+                    "query_id": f"{c.context_id}:{k}",
+                    "degradation": k,
+                }
+            )
     return rows

@@ -8,8 +8,18 @@ from .core import *
 from .llm import resolve_model_path, EMBEDDED_DEFAULT
 from .personas import Roster, render_history
 from .pairs import load_pairs, model_slug
-from .training import (EpochTrainingConfig, split_by_context, package_versions, data_hash, lora_config, save_trained, write_metadata,
-                             training_run, training_dtype, load_tokenizer)
+from mascot.training import (
+    EpochTrainingConfig,
+    split_by_context,
+    package_versions,
+    data_hash,
+    lora_config,
+    save_trained,
+    write_metadata,
+    training_run,
+    training_dtype,
+    load_tokenizer,
+)
 import json
 from pathlib import Path
 from typing import ClassVar
@@ -21,37 +31,52 @@ __all__ = ['GROUP_RM_INSTRUCTION', 'wilson_interval', 'RewardModel', 'RewardMode
 # %% ../nbs/08b_reward_models.ipynb #1da06ddc
 def wilson_interval(successes: int, n: int, z: float = 1.96) -> list[float]:
     "The Wilson score interval of a binomial proportion (sound at small n and near 0 or 1, unlike the normal one)."
-    if n == 0: return [float("nan"), float("nan")]
+    if n == 0:
+        return [float("nan"), float("nan")]
     p = successes / n
-    centre, half = (p + z * z / (2 * n)) / (1 + z * z / n), z * ((p * (1 - p) + z * z / (4 * n)) / n) ** 0.5 / (1 + z * z / n)
+    centre, half = (
+        (p + z * z / (2 * n)) / (1 + z * z / n),
+        z * ((p * (1 - p) + z * z / (4 * n)) / n) ** 0.5 / (1 + z * z / n),
+    )
     return [max(0.0, centre - half), min(1.0, centre + half)]
+
 
 class RewardModel:
     "A scalar reward model: `score(prompts, replies)` → one float per pair."
+
     def __init__(self, model, tokenizer, batch_size: int = 16, max_length: int = 1024):
         self.model, self.tokenizer, self.batch_size, self.max_length = model.eval(), tokenizer, batch_size, max_length
         self.tokenizer.padding_side = "left"  # the score head reads the last token
-        self.tokenizer.truncation_side = "left"  # a long transcript loses its oldest turns, never the reply being scored
+        self.tokenizer.truncation_side = (
+            "left"  # a long transcript loses its oldest turns, never the reply being scored
+        )
 
     @classmethod
     def load(cls, path: str | Path, **kw) -> "RewardModel":
         "Load a trained reward model folder (LoRA adapter + score head, or full weights)."
         import torch
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
         path = Path(path)
         meta_p = path / "mascot_metadata.json"
-        if not meta_p.exists(): raise FileNotFoundError(f"{path}: no mascot_metadata.json (not a mascot reward model folder)")
+        if not meta_p.exists():
+            raise FileNotFoundError(f"{path}: no mascot_metadata.json (not a mascot reward model folder)")
         meta = json.loads(meta_p.read_text())
         tok = AutoTokenizer.from_pretrained(path)
         if (path / "adapter_config.json").exists():
             from peft import PeftModel
-            base = AutoModelForSequenceClassification.from_pretrained(resolve_model_path(meta["base_model"]), num_labels=1, dtype=training_dtype())
+
+            base = AutoModelForSequenceClassification.from_pretrained(
+                resolve_model_path(meta["base_model"]), num_labels=1, dtype=training_dtype()
+            )
             base.config.pad_token_id = tok.pad_token_id
             model = PeftModel.from_pretrained(base, path)
         else:
             model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1, dtype=training_dtype())
-        if torch.cuda.is_available(): model = model.to("cuda")  # the scorer of GRPO rewards and held-out checks runs beside the policy
-        rm = cls(model, tok, **kw); rm.metadata = meta
+        if torch.cuda.is_available():
+            model = model.to("cuda")  # the scorer of GRPO rewards and held-out checks runs beside the policy
+        rm = cls(model, tok, **kw)
+        rm.metadata = meta
         return rm
 
     def texts(self, prompts: list[list[dict]], replies: list[str | list[dict]]) -> list[str]:
@@ -63,11 +88,19 @@ class RewardModel:
 
     def score(self, prompts: list[list[dict]], replies: list[str | list[dict]]) -> list[float]:
         import torch
+
         texts, scores = self.texts(prompts, replies), []
         for i in range(0, len(texts), self.batch_size):
-            enc = self.tokenizer(texts[i: i + self.batch_size], return_tensors="pt", padding=True, truncation=True, max_length=self.max_length,
-                                 add_special_tokens=False).to(self.model.device)
-            with torch.inference_mode(): scores += self.model(**enc).logits[:, 0].float().tolist()
+            enc = self.tokenizer(
+                texts[i : i + self.batch_size],
+                return_tensors="pt",
+                padding=True,
+                truncation=True,
+                max_length=self.max_length,
+                add_special_tokens=False,
+            ).to(self.model.device)
+            with torch.inference_mode():
+                scores += self.model(**enc).logits[:, 0].float().tolist()
         return scores
 
     def pairwise_accuracy(self, ds) -> float:
@@ -76,14 +109,17 @@ class RewardModel:
 
     def pairwise_wins(self, ds) -> dict:
         "Pairwise accuracy with its binomial 95% interval (Wilson) and the number of pairs."
-        if len(ds) == 0: return {"accuracy": float("nan"), "ci95": [float("nan"), float("nan")], "n": 0}
-        c = self.score(ds["prompt"], ds["chosen"]); r = self.score(ds["prompt"], ds["rejected"])
+        if len(ds) == 0:
+            return {"accuracy": float("nan"), "ci95": [float("nan"), float("nan")], "n": 0}
+        c = self.score(ds["prompt"], ds["chosen"])
+        r = self.score(ds["prompt"], ds["rejected"])
         wins = sum(a > b for a, b in zip(c, r))
         return {"accuracy": wins / len(ds), "ci95": wilson_interval(wins, len(ds)), "n": len(ds)}
 
 # %% ../nbs/08b_reward_models.ipynb #b1aa9d59
 class RewardModelConfig(EpochTrainingConfig):
     "Flags of `mascot train-reward-model` (and of the group reward model in stage 2)."
+
     data_path: str | None = None  # default data/rl/individual_{dataset}_{model}
     PATH_DEFAULTS: ClassVar[dict[str, str]] = {"data_path": "data/rl/individual_{dataset}_{model}"}
     output_dir: str = "outputs/reward_model"
@@ -96,21 +132,27 @@ class RewardModelConfig(EpochTrainingConfig):
 
     def model_post_init(self, _):
         super().model_post_init(_)
-        if not 0 < self.holdout_fraction < 1: raise ConfigError("--holdout-fraction must be within (0, 1)")
+        if not 0 < self.holdout_fraction < 1:
+            raise ConfigError("--holdout-fraction must be within (0, 1)")
 
-    def trl_config(self, output_dir: str): return reward_config(self, output_dir)
+    def trl_config(self, output_dir: str):
+        return reward_config(self, output_dir)
+
 
 def reward_config(cfg: RewardModelConfig, output_dir: str):
     "TRL's RewardConfig from our fields."
     from trl import RewardConfig
+
     return cfg.trl_args(RewardConfig, output_dir, dataloader_num_workers=0)
 
 # %% ../nbs/08b_reward_models.ipynb #e9a93998
-describe(RewardModelConfig,
-    data_path='the pair folder (from mascot generate); default: data/rl/individual_{dataset}_{model}',
-    holdout_fraction='share of the contexts held out to measure pairwise accuracy',
-    lora_dropout='LoRA dropout',
-    full_finetune='train every weight instead of a LoRA adapter (and the score head)')
+describe(
+    RewardModelConfig,
+    data_path="the pair folder (from mascot generate); default: data/rl/individual_{dataset}_{model}",
+    holdout_fraction="share of the contexts held out to measure pairwise accuracy",
+    lora_dropout="LoRA dropout",
+    full_finetune="train every weight instead of a LoRA adapter (and the score head)",
+)
 
 # %% ../nbs/08b_reward_models.ipynb #3741d003
 def train_reward_model(cfg: RewardModelConfig, pairs=None, out_name: str | None = None) -> Path:
@@ -118,58 +160,124 @@ def train_reward_model(cfg: RewardModelConfig, pairs=None, out_name: str | None 
     import torch
     from transformers import AutoModelForSequenceClassification, set_seed
     from trl import RewardTrainer
+
     pairs = pairs if pairs is not None else load_pairs(cfg.data_path)
-    if len(pairs) == 0: raise ValueError(f"{cfg.data_path}: the pair dataset is empty (lower --score-margin or generate more candidates)")
+    if len(pairs) == 0:
+        raise ValueError(
+            f"{cfg.data_path}: the pair dataset is empty (lower --score-margin or generate more candidates)"
+        )
     train, held, held_ids = split_by_context(pairs, cfg.holdout_fraction, cfg.seed)
-    if len(train) == 0: raise ValueError(f"{cfg.data_path}: all {len(pairs)} pairs come from the held-out contexts {held_ids}; "
-                                         "generate pairs for more contexts (or lower --score-margin)")
+    if len(train) == 0:
+        raise ValueError(
+            f"{cfg.data_path}: all {len(pairs)} pairs come from the held-out contexts {held_ids}; "
+            "generate pairs for more contexts (or lower --score-margin)"
+        )
     out = Path(cfg.output_dir) / (out_name or cfg.run_name or f"Individual_{cfg.dataset}_{model_slug(cfg.model_name)}")
     with training_run(out, cfg) as run:
         set_seed(cfg.seed)  # before building the model: the score head is initialised at random
         path = resolve_model_path(cfg.model_name)
         tok = load_tokenizer(path)
         # TRL drops (does not truncate) pairs longer than max_length: say so instead of training on nothing
-        lengths = [max(len(tok(tok.apply_chat_template(list(p) + list(x), tokenize=False), add_special_tokens=False)["input_ids"]) for x in (c, r))
-                   for p, c, r in zip(train["prompt"], train["chosen"], train["rejected"])]
+        lengths = [
+            max(
+                len(
+                    tok(tok.apply_chat_template(list(p) + list(x), tokenize=False), add_special_tokens=False)[
+                        "input_ids"
+                    ]
+                )
+                for x in (c, r)
+            )
+            for p, c, r in zip(train["prompt"], train["chosen"], train["rejected"])
+        ]
         run.extra["num_train_pairs_over_max_length"] = over = sum(n > cfg.max_length for n in lengths)
-        if over == len(train): raise ValueError(f"every training pair is longer than --max-length {cfg.max_length} tokens (longest {max(lengths)}), "
-                                                "and TRL drops such pairs: raise --max-length")
+        if over == len(train):
+            raise ValueError(
+                f"every training pair is longer than --max-length {cfg.max_length} tokens (longest {max(lengths)}), "
+                "and TRL drops such pairs: raise --max-length"
+            )
         model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1, dtype=training_dtype())
         model.config.pad_token_id = tok.pad_token_id
         tok.truncation_side = "left"  # a transcript over max_length keeps its latest turns and the reply
         peft_config = None if cfg.full_finetune else lora_config(cfg, "SEQ_CLS", cfg.lora_dropout)
-        trainer = RewardTrainer(model=model, args=reward_config(cfg, str(out / "trainer")), train_dataset=train,
-                                processing_class=tok, peft_config=peft_config)
+        trainer = RewardTrainer(
+            model=model,
+            args=reward_config(cfg, str(out / "trainer")),
+            train_dataset=train,
+            processing_class=tok,
+            peft_config=peft_config,
+        )
         before = RewardModel(trainer.model, tok, max_length=cfg.max_length).pairwise_wins(held)
         result = trainer.train()
         after = RewardModel(trainer.model, tok, max_length=cfg.max_length).pairwise_wins(held)
         saved = save_trained(trainer, tok, out)
-        meta = {"kind": "reward_model", "base_model": cfg.model_name, "data_path": str(cfg.data_path), "data_sha256": data_hash(cfg.data_path) if Path(cfg.data_path, "pairs").exists() else None,
-                "num_pairs": len(pairs), "num_train_pairs": len(train), "num_heldout_pairs": len(held), "heldout_contexts": held_ids,
-                "heldout_accuracy_before": before["accuracy"], "heldout_accuracy_after": after["accuracy"],
-                "heldout_accuracy_before_ci95": before["ci95"], "heldout_accuracy_after_ci95": after["ci95"], "train_loss": result.training_loss,
-                "steps": result.global_step, "lora": None if cfg.full_finetune else {"r": cfg.lora_r, "alpha": cfg.lora_alpha, "task_type": "SEQ_CLS",
-                                                                   "target_modules": cfg.lora_target_modules}, **saved,
-                "seed": cfg.seed, "versions": package_versions(), "config": cfg.resolved()}
+        meta = {
+            "kind": "reward_model",
+            "base_model": cfg.model_name,
+            "data_path": str(cfg.data_path),
+            "data_sha256": data_hash(cfg.data_path) if Path(cfg.data_path, "pairs").exists() else None,
+            "num_pairs": len(pairs),
+            "num_train_pairs": len(train),
+            "num_heldout_pairs": len(held),
+            "heldout_contexts": held_ids,
+            "heldout_accuracy_before": before["accuracy"],
+            "heldout_accuracy_after": after["accuracy"],
+            "heldout_accuracy_before_ci95": before["ci95"],
+            "heldout_accuracy_after_ci95": after["ci95"],
+            "train_loss": result.training_loss,
+            "steps": result.global_step,
+            "lora": None
+            if cfg.full_finetune
+            else {
+                "r": cfg.lora_r,
+                "alpha": cfg.lora_alpha,
+                "task_type": "SEQ_CLS",
+                "target_modules": cfg.lora_target_modules,
+            },
+            **saved,
+            "seed": cfg.seed,
+            "versions": package_versions(),
+            "config": cfg.resolved(),
+        }
         write_metadata(out, meta)
-        run.extra.update({k: meta[k] for k in ("heldout_accuracy_before", "heldout_accuracy_after", "num_train_pairs", "num_heldout_pairs", "steps",
-                                            "trainable_parameters", "total_parameters", "trainable_fraction")})
+        run.extra.update(
+            {
+                k: meta[k]
+                for k in (
+                    "heldout_accuracy_before",
+                    "heldout_accuracy_after",
+                    "num_train_pairs",
+                    "num_heldout_pairs",
+                    "steps",
+                    "trainable_parameters",
+                    "total_parameters",
+                    "trainable_fraction",
+                )
+            }
+        )
     return out
 
 # %% ../nbs/08b_reward_models.ipynb #a365ef8f
-GROUP_RM_INSTRUCTION = ("Rate this conversation between a person and a team of companions as a whole: do the team's contributions stay consistent "
-                        "with what was already said, complement each other instead of repeating, avoid echoing agreement, and move the person forward?")
+GROUP_RM_INSTRUCTION = (
+    "Rate this conversation between a person and a team of companions as a whole: do the team's contributions stay consistent "
+    "with what was already said, complement each other instead of repeating, avoid echoing agreement, and move the person forward?"
+)
 
-def render_conversation(turns: list[Turn], roster: Roster) -> str: return render_history(turns, roster)
+
+def render_conversation(turns: list[Turn], roster: Roster) -> str:
+    return render_history(turns, roster)
+
 
 def trajectory_messages(situation: str, turns: list[Turn], roster: Roster) -> tuple[list[dict], list[dict]]:
     "(prompt, reply) for the group reward model."
-    return ([{"role": "system", "content": GROUP_RM_INSTRUCTION}, {"role": "user", "content": situation}],
-            [{"role": "assistant", "content": render_conversation(turns, roster)}])
+    return (
+        [{"role": "system", "content": GROUP_RM_INSTRUCTION}, {"role": "user", "content": situation}],
+        [{"role": "assistant", "content": render_conversation(turns, roster)}],
+    )
 
 # %% ../nbs/08b_reward_models.ipynb #03931f85
 class GroupRewardModel(RewardModel):
     "A reward model over whole conversations."
+
     def score_states(self, situations: list[str], turns: list[list[Turn]], roster: Roster) -> list[float]:
         pairs = [trajectory_messages(s, t, roster) for s, t in zip(situations, turns)]
         return self.score([p for p, _ in pairs], [r for _, r in pairs])

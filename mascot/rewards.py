@@ -11,43 +11,88 @@ import re
 __all__ = ['degenerate_reason', 'format_reward', 'make_conciseness_reward']
 
 # %% ../nbs/08d_rewards.ipynb #a1d0e005
-def _text(c) -> str: return c[-1]["content"] if isinstance(c, list) else str(c)
+def _text(c) -> str:
+    return c[-1]["content"] if isinstance(c, list) else str(c)
 
-def _prompt_text(p) -> str: return "\n".join(m["content"] for m in p) if isinstance(p, list) else str(p or "")
 
-_ALL_NAMES = sorted({n for r in ROSTERS.values() for n in r.names} | {"User", "Participant", "Assistant", "Supporter", "Director"}, key=len, reverse=True)
+def _prompt_text(p) -> str:
+    return "\n".join(m["content"] for m in p) if isinstance(p, list) else str(p or "")
+
+
+_ALL_NAMES = sorted(
+    {n for r in ROSTERS.values() for n in r.names} | {"User", "Participant", "Assistant", "Supporter", "Director"},
+    key=len,
+    reverse=True,
+)
 # a line that opens with a speaker or role label: another agent's line, the transcript's own labels, or the prompt's section names
-_ROLE_WORDS = ["the director", "director", "situation", "user", "assistant", "system", "seeker", "supporter", "participant", "speaker", "moderator",
-               "response", "reply", "directive", "persona", "context", "conversation", "transcript", "query", "meeting", "human", "ai"]
+_ROLE_WORDS = [
+    "the director",
+    "director",
+    "situation",
+    "user",
+    "assistant",
+    "system",
+    "seeker",
+    "supporter",
+    "participant",
+    "speaker",
+    "moderator",
+    "response",
+    "reply",
+    "directive",
+    "persona",
+    "context",
+    "conversation",
+    "transcript",
+    "query",
+    "meeting",
+    "human",
+    "ai",
+]
 _LABELS = sorted({n.lower() for n in _ALL_NAMES} | set(_ROLE_WORDS), key=len, reverse=True)
 _LABEL_LINE = re.compile(r"^\s*[*#>\-\s]*(" + "|".join(re.escape(x) for x in _LABELS) + r")\s*[*]*\s*:", re.I | re.M)
 _META = re.compile(r"(<\|im_(start|end)\|>|\bas an ai\b|^\s*you are (the )?[a-z]+)", re.I | re.M)
 _NAMES_ONLY = re.compile(r"^(?:\s|[*:.,!\-]|" + "|".join(re.escape(n) for n in _ALL_NAMES) + r")*$", re.I)
 
+
 def degenerate_reason(text: str, prompt=None, echo_words: int = 6) -> str | None:
     "Why a reply is degenerate (None when it is a clean in-role reply): empty, names only, a speaker/role label line, meta-text, or a copy of the prompt."
     t = (text or "").strip()
-    if len(t.split()) < 2: return "empty" if not t else "too short"
-    if _NAMES_ONLY.match(t): return "name only"
-    if _LABEL_LINE.search(t): return "role label"
-    if _META.search(t): return "meta text"
+    if len(t.split()) < 2:
+        return "empty" if not t else "too short"
+    if _NAMES_ONLY.match(t):
+        return "name only"
+    if _LABEL_LINE.search(t):
+        return "role label"
+    if _META.search(t):
+        return "meta text"
     words, src = re.findall(r"\w+", t.lower()), " ".join(re.findall(r"\w+", _prompt_text(prompt).lower()))
     n = min(echo_words, len(words))
-    if src and n >= 4 and any(" ".join(words[i:i + n]) in src for i in range(len(words) - n + 1)): return "parrots the prompt"
+    if src and n >= 4 and any(" ".join(words[i : i + n]) in src for i in range(len(words) - n + 1)):
+        return "parrots the prompt"
     return None
+
 
 def format_reward(completions, prompts=None, **kwargs) -> list[float]:
     "The gate: 1 for a clean in-role reply, 0 for a degenerate one (`degenerate_reason`)."
     prompts = prompts if prompts is not None else [None] * len(completions)
     return [0.0 if degenerate_reason(_text(c), p) else 1.0 for c, p in zip(completions, prompts)]
 
+
 def make_conciseness_reward(min_words: int = 8, max_words: int = 40):
     "1 inside the length band, falling linearly to 0 at zero words or at twice the maximum."
+
     def conciseness_reward(completions, **kwargs) -> list[float]:
         out = []
         for c in completions:
             n = len(_text(c).split())
-            out.append(1.0 if min_words <= n <= max_words else n / min_words if n < min_words else max(0.0, 1 - (n - max_words) / max_words))
+            out.append(
+                1.0
+                if min_words <= n <= max_words
+                else n / min_words
+                if n < min_words
+                else max(0.0, 1 - (n - max_words) / max_words)
+            )
         return out
-    return conciseness_reward
 
+    return conciseness_reward

@@ -15,21 +15,39 @@ __all__ = ['state_to_dict', 'state_from_dict', 'roll_forward', 'random_directive
 
 # %% ../nbs/08c_rollouts.ipynb #1d37ff9c
 def state_to_dict(st: EpisodeState) -> dict:
-    return {"context": st.context.to_dict(), "turns": [t.to_dict() for t in st.turns], "round_id": st.round_id,
-            "emotion_trajectory": list(st.emotion_trajectory), "big_five": st.big_five.name if st.big_five else None}
+    return {
+        "context": st.context.to_dict(),
+        "turns": [t.to_dict() for t in st.turns],
+        "round_id": st.round_id,
+        "emotion_trajectory": list(st.emotion_trajectory),
+        "big_five": st.big_five.name if st.big_five else None,
+    }
+
 
 def state_from_dict(d: dict, roster: Roster, seed: str = "0") -> EpisodeState:
-    return EpisodeState(Context.from_dict(d["context"]), roster, random.Random(seed), [Turn.from_dict(t) for t in d["turns"]], d["round_id"],
-                        list(d["emotion_trajectory"]), get_big_five(d["big_five"]) if d.get("big_five") else None)
+    return EpisodeState(
+        Context.from_dict(d["context"]),
+        roster,
+        random.Random(seed),
+        [Turn.from_dict(t) for t in d["turns"]],
+        d["round_id"],
+        list(d["emotion_trajectory"]),
+        get_big_five(d["big_five"]) if d.get("big_five") else None,
+    )
 
-async def roll_forward(runner: EpisodeRunner, st: EpisodeState, directive: Directive, raw: str, horizon: int, num_turns: int) -> tuple[EpisodeState, EpisodeState]:
+
+async def roll_forward(
+    runner: EpisodeRunner, st: EpisodeState, directive: Directive, raw: str, horizon: int, num_turns: int
+) -> tuple[EpisodeState, EpisodeState]:
     "Play `directive` from `st`: (state after its own step, state at the horizon, counted in steps)."
     b = st.fork(raw)
     await runner.step(b, directive, raw)
     first = b.fork("continue")
     end = num_turns if horizon <= 0 else min(num_turns, st.steps + horizon)
-    while b.steps < end: await runner.step(b)
+    while b.steps < end:
+        await runner.step(b)
     return first, b
+
 
 def random_directive(rng: random.Random, roster: Roster) -> Directive:
     "The fallback when a directive cannot be acted on: a random roster member, the default action, in that persona's tone (as the episode loop does)."

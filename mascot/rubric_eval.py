@@ -26,12 +26,18 @@ __all__ = ['PROVIDERS', 'GROUP_KEYS', 'JudgeConfig', 'judge_clients', 'JudgeItem
 PROVIDERS = ("vllm", "openai", "embedded", "anthropic", "gemini")
 _log = logging.getLogger("mascot.judge")
 
+
 @judging_config
 class JudgeConfig(EndpointConfig):
     "Flags of `mascot judge`."
+
     input_file: str
-    dataset: str | None = None  # the reference's flag: ED, ESConv or QMSum; must agree with each record's metadata.dataset
-    provider: Literal["vllm", "openai", "embedded", "anthropic", "gemini"] | None = None  # None: vllm with --judge-server-url; never defaulted
+    dataset: str | None = (
+        None  # the reference's flag: ED, ESConv or QMSum; must agree with each record's metadata.dataset
+    )
+    provider: Literal["vllm", "openai", "embedded", "anthropic", "gemini"] | None = (
+        None  # None: vllm with --judge-server-url; never defaulted
+    )
     judges: list[str] = []  # more judge models, for agreement (same provider and URL)
     rubric: Literal["auto", "persona", "collective"] = "auto"
     output_dir: str | None = None
@@ -45,16 +51,26 @@ class JudgeConfig(EndpointConfig):
 
     def model_post_init(self, _):
         p, url = self.provider, self.judge_server_url
-        if self.dataset: self.__dict__["dataset"] = canonical_dataset(self.dataset)  # an unknown name is one line naming the accepted ones
+        if self.dataset:
+            self.__dict__["dataset"] = canonical_dataset(
+                self.dataset
+            )  # an unknown name is one line naming the accepted ones
         if p in ("vllm", "openai") and not url:
-            raise ConfigError(f"--provider {p} needs --judge-server-url (e.g. {'https://api.openai.com/v1' if p == 'openai' else 'http://127.0.0.1:8000/v1'}): "
-                              "server URLs are never defaulted")
+            raise ConfigError(
+                f"--provider {p} needs --judge-server-url (e.g. {'https://api.openai.com/v1' if p == 'openai' else 'http://127.0.0.1:8000/v1'}): "
+                "server URLs are never defaulted"
+            )
         if p is None and not url and self.judge_provider != "embedded":
-            raise ConfigError("no judge chosen: give --judge-server-url URL (a served judge, --provider vllm or openai), --provider embedded "
-                              "(the judge runs in this process), or --provider anthropic/gemini; a judge is never defaulted")
-        if p in ("embedded", "anthropic", "gemini") and url: raise ConfigError(f"--provider {p} takes no --judge-server-url")
-        if p in ("openai", "anthropic", "gemini") and not self.judge: raise ConfigError(f"--provider {p} needs --judge MODEL")
-        if self.resume and self.overwrite: raise ConfigError("--resume and --overwrite exclude each other")
+            raise ConfigError(
+                "no judge chosen: give --judge-server-url URL (a served judge, --provider vllm or openai), --provider embedded "
+                "(the judge runs in this process), or --provider anthropic/gemini; a judge is never defaulted"
+            )
+        if p in ("embedded", "anthropic", "gemini") and url:
+            raise ConfigError(f"--provider {p} takes no --judge-server-url")
+        if p in ("openai", "anthropic", "gemini") and not self.judge:
+            raise ConfigError(f"--provider {p} needs --judge MODEL")
+        if self.resume and self.overwrite:
+            raise ConfigError("--resume and --overwrite exclude each other")
 
     @property
     def judge_models(self) -> list[str | None]:
@@ -65,76 +81,131 @@ class JudgeConfig(EndpointConfig):
     def endpoint_for(self, model: str) -> EndpointConfig:
         "The endpoint config of one judge model."
         in_process = self.provider == "embedded" or self.judge_provider == "embedded"
-        given = [k for k in EndpointConfig.model_fields if k in self.model_fields_set]  # what was not given stays unset (served model names)
+        given = [
+            k for k in EndpointConfig.model_fields if k in self.model_fields_set
+        ]  # what was not given stays unset (served model names)
         return EndpointConfig(**{k: getattr(self, k) for k in given}).model_copy(
-            update={"judge": model, "judge_provider": "embedded" if in_process else None})
+            update={"judge": model, "judge_provider": "embedded" if in_process else None}
+        )
 
 # %% ../nbs/05b_rubric_eval.ipynb #52d7072e
 class _ProviderClient(LLMClient):
     "An `LLMClient` whose judge role goes to an API backend."
-    def __init__(self, cfg: EndpointConfig, judge_backend: ChatBackend, run: RunDir | None = None):
-        super().__init__(cfg, run=run); self.judge_backend = judge_backend
-        self.routes["judge"] = RoleRoute("judge", judge_backend.kind, None, self.routes["judge"].model)  # the vendor's API, named by --provider
-    def backend(self, role: str) -> ChatBackend: return self.judge_backend if role == "judge" else super().backend(role)
 
-async def judge_clients(cfg: JudgeConfig, run: RunDir | None = None, embedded: ChatBackend | None = None) -> dict[str, LLMClient]:
+    def __init__(self, cfg: EndpointConfig, judge_backend: ChatBackend, run: RunDir | None = None):
+        super().__init__(cfg, run=run)
+        self.judge_backend = judge_backend
+        self.routes["judge"] = RoleRoute(
+            "judge", judge_backend.kind, None, self.routes["judge"].model
+        )  # the vendor's API, named by --provider
+
+    def backend(self, role: str) -> ChatBackend:
+        return self.judge_backend if role == "judge" else super().backend(role)
+
+
+async def judge_clients(
+    cfg: JudgeConfig, run: RunDir | None = None, embedded: ChatBackend | None = None
+) -> dict[str, LLMClient]:
     "One checked client per judge model; models the embedded backend already serves share it."
     clients: dict[str, LLMClient] = {}
     api = {"anthropic": AnthropicBackend, "gemini": GeminiBackend}.get(cfg.provider)
     shared = api(cfg.max_concurrency) if api else None
     for model in cfg.judge_models:
         ep = cfg.endpoint_for(model)
-        if shared: client = _ProviderClient(ep, shared, run=run)
-        elif ep.judge_server_url: client = LLMClient(ep, run=run)
+        if shared:
+            client = _ProviderClient(ep, shared, run=run)
+        elif ep.judge_server_url:
+            client = LLMClient(ep, run=run)
         else:
-            if embedded is None: embedded = EmbeddedBackend(cfg.model_name, adapters=parse_lora_modules(cfg.lora_modules))
-            try: await embedded.check_model(model); client = LLMClient(ep, run=run, embedded=embedded)
-            except ModelNotFound: client = LLMClient(ep.model_copy(update={"model_name": model, "judge": None}), run=run)  # another local model
+            if embedded is None:
+                embedded = EmbeddedBackend(cfg.model_name, adapters=parse_lora_modules(cfg.lora_modules))
+            try:
+                await embedded.check_model(model)
+                client = LLMClient(ep, run=run, embedded=embedded)
+            except ModelNotFound:
+                client = LLMClient(
+                    ep.model_copy(update={"model_name": model, "judge": None}), run=run
+                )  # another local model
         checked = await client.check()
-        clients[checked.get("judge", model)] = client  # keyed by the model that answers (the served one when none was named)
+        clients[checked.get("judge", model)] = (
+            client  # keyed by the model that answers (the served one when none was named)
+        )
     return clients
 
 # %% ../nbs/05b_rubric_eval.ipynb #1dae3a39
 @dataclass
 class JudgeItem:
     "One judge call: a persona reply (`turn_idx`, `agent_name`) or a whole conversation."
+
     rubric: Rubric
     messages: list[dict]
     turn_idx: int | None = None
     agent_name: str | None = None
 
+
 _WARNED_FILES: set[str] = set()
+
 
 def record_domain(record: dict, path: str | Path, dataset: str | None = None) -> str:
     """support | meeting, from `metadata.dataset`, which must agree with `--dataset` when both are given; for legacy records without it,
     from `--dataset`, else from the file name (with a warning, once per file)."""
     ds = (record.get("metadata") or {}).get("dataset")
-    try: domain = roster_for_dataset(ds).domain
-    except ValueError: domain = None
+    try:
+        domain = roster_for_dataset(ds).domain
+    except ValueError:
+        domain = None
     if dataset:
         if ds and canonical_dataset(ds) != canonical_dataset(dataset):
             raise ConfigError(f"{path}: record {record_id(record)} is from dataset {ds!r}, not --dataset {dataset!r}")
         return domain or roster_for_dataset(canonical_dataset(dataset)).domain
-    if domain: return domain
+    if domain:
+        return domain
     domain = "meeting" if "qmsum" in Path(path).name.lower() else "support"
     if str(path) not in _WARNED_FILES:
         _WARNED_FILES.add(str(path))
-        _log.warning("%s: record %s has no known metadata.dataset (%r); using the %s rubric from the file name", path, record_id(record), ds, domain)
+        _log.warning(
+            "%s: record %s has no known metadata.dataset (%r); using the %s rubric from the file name",
+            path,
+            record_id(record),
+            ds,
+            domain,
+        )
     return domain
+
 
 def persona_for(name: str, roster: Roster) -> Persona:
     "The roster's persona, or a generic one for single-agent baselines ('Supporter', 'Assistant')."
-    return roster.find(name) or Persona(name, "supportive companion" if roster.domain == "support" else "meeting assistant",
-                                        "helpful replies", tone="natural")
+    return roster.find(name) or Persona(
+        name,
+        "supportive companion" if roster.domain == "support" else "meeting assistant",
+        "helpful replies",
+        tone="natural",
+    )
+
 
 def record_items(record: dict, kind: str, domain: str, examples: int = 2) -> list[JudgeItem]:
     "The judge calls for one record: a persona rubric per agent turn, or one collective rubric for the conversation."
     rubric, roster = RUBRICS[(kind, domain)], ROSTERS[domain]
     turns, situation = [Turn.from_dict(t) for t in record["turns"]], record_situation(record)
-    if kind == "collective": return [JudgeItem(rubric, judge_messages(rubric, situation, render_history(turns, roster), examples=examples))]
-    return [JudgeItem(rubric, judge_messages(rubric, situation, render_history(turns[:k], roster), t.response, persona_for(t.agent_name, roster), examples),
-                      t.turn_idx, t.agent_name)
-            for k, t in enumerate(turns) if t.turn_type == "agent"]
+    if kind == "collective":
+        return [JudgeItem(rubric, judge_messages(rubric, situation, render_history(turns, roster), examples=examples))]
+    return [
+        JudgeItem(
+            rubric,
+            judge_messages(
+                rubric,
+                situation,
+                render_history(turns[:k], roster),
+                t.response,
+                persona_for(t.agent_name, roster),
+                examples,
+            ),
+            t.turn_idx,
+            t.agent_name,
+        )
+        for k, t in enumerate(turns)
+        if t.turn_type == "agent"
+    ]
 
 # %% ../nbs/05b_rubric_eval.ipynb #ff00f02d
 def _mean_scores(judgements: list[Judgement]) -> dict[str, float]:
@@ -142,27 +213,58 @@ def _mean_scores(judgements: list[Judgement]) -> dict[str, float]:
     per = [j.to_100() for j in judgements]
     return {k: round(statistics.fmean(p[k] for p in per), 4) for k in per[0]}
 
+
 def judged_scores(items: list[JudgeItem], results: list[Judgement | None]) -> dict:
     "One judge's part of a score line: record scores, per-agent scores (persona), items, counts."
     ok = [(it, j) for it, j in zip(items, results) if j is not None]
-    out = {"scores": _mean_scores([j for _, j in ok]) if ok else None, "num_items": len(items), "num_failures": len(items) - len(ok)}
+    out = {
+        "scores": _mean_scores([j for _, j in ok]) if ok else None,
+        "num_items": len(items),
+        "num_failures": len(items) - len(ok),
+    }
     if items and items[0].rubric.kind == "persona":
         names = list(dict.fromkeys(it.agent_name for it, _ in ok))
-        out["agents"] = {n: {**_mean_scores([j for it, j in ok if it.agent_name == n]), "num_turns": sum(it.agent_name == n for it, _ in ok)} for n in names}
-    out["items"] = [{**({"turn_idx": it.turn_idx, "agent_name": it.agent_name} if it.turn_idx is not None else {}),
-                     **({"scores": {k: round(v, 4) for k, v in j.to_100().items()}, "weighted": j.weighted, "reasons": j.reasons} if j else {"failed": True})}
-                    for it, j in zip(items, results)]
+        out["agents"] = {
+            n: {
+                **_mean_scores([j for it, j in ok if it.agent_name == n]),
+                "num_turns": sum(it.agent_name == n for it, _ in ok),
+            }
+            for n in names
+        }
+    out["items"] = [
+        {
+            **({"turn_idx": it.turn_idx, "agent_name": it.agent_name} if it.turn_idx is not None else {}),
+            **(
+                {
+                    "scores": {k: round(v, 4) for k, v in j.to_100().items()},
+                    "weighted": j.weighted,
+                    "reasons": j.reasons,
+                }
+                if j
+                else {"failed": True}
+            ),
+        }
+        for it, j in zip(items, results)
+    ]
     return out
 
+
 GROUP_KEYS = ("system", "valence", "domain")
+
 
 def record_groups(record: dict) -> dict[str, str]:
     meta = record.get("metadata") or {}
     return {"system": meta.get("system", "unknown"), **{k: meta[k] for k in GROUP_KEYS[1:] if meta.get(k)}}
 
+
 def mean_std(values: list[float]) -> dict:
     "Mean and sample standard deviation (0 for a single value), rounded to 2 decimals as in the paper's tables."
-    return {"mean": round(statistics.fmean(values), 2), "std": round(statistics.stdev(values), 2) if len(values) > 1 else 0.0, "n": len(values)}
+    return {
+        "mean": round(statistics.fmean(values), 2),
+        "std": round(statistics.stdev(values), 2) if len(values) > 1 else 0.0,
+        "n": len(values),
+    }
+
 
 def criterion_stats(score_dicts: list[dict[str, float]]) -> dict[str, dict]:
     "mean ± std per criterion (and Overall) over records that have it."
@@ -170,86 +272,156 @@ def criterion_stats(score_dicts: list[dict[str, float]]) -> dict[str, dict]:
     keys = [k for k in keys if k != "Overall"] + ["Overall"] * ("Overall" in keys)
     return {k: mean_std([d[k] for d in score_dicts if k in d]) for k in keys}
 
+
 def _grouped(lines: list[dict], part: str = "scores") -> dict:
     groups: dict[str, dict[str, list]] = {}
     for l in lines:
-        for g, v in l["groups"].items(): groups.setdefault(g, {}).setdefault(v, []).append(l[part])
+        for g, v in l["groups"].items():
+            groups.setdefault(g, {}).setdefault(v, []).append(l[part])
     return {g: {v: criterion_stats(ds) for v, ds in sorted(vals.items())} for g, vals in groups.items()}
+
 
 def build_metrics(lines: list[dict], kind: str, judges: list[str], extra_failures: int = 0) -> dict:
     "The metrics file's content from the score lines of one kind."
     scored = [l for l in lines if l["scores"]]
-    m = {"kind": kind, "rubrics": sorted({l["rubric"] for l in lines}), "rubric_version": RUBRIC_VERSION,
-         "scale": "0-100 = (s - 1) / 9 * 100 of the judge's 1-10 score; mean and sample std over records",
-         "judge": judges[0], "judges": judges, "num_records": len(lines), "num_scored": len(scored),
-         "num_items": sum(l["num_items"] for l in lines),
-         "num_annotation_failures": extra_failures + sum(l["num_failures"] + sum(b["num_failures"] for b in l.get("by_judge", {}).values()) for l in lines),
-         "overall": criterion_stats([l["scores"] for l in scored]), "groups": _grouped(scored)}
+    m = {
+        "kind": kind,
+        "rubrics": sorted({l["rubric"] for l in lines}),
+        "rubric_version": RUBRIC_VERSION,
+        "scale": "0-100 = (s - 1) / 9 * 100 of the judge's 1-10 score; mean and sample std over records",
+        "judge": judges[0],
+        "judges": judges,
+        "num_records": len(lines),
+        "num_scored": len(scored),
+        "num_items": sum(l["num_items"] for l in lines),
+        "num_annotation_failures": extra_failures
+        + sum(l["num_failures"] + sum(b["num_failures"] for b in l.get("by_judge", {}).values()) for l in lines),
+        "overall": criterion_stats([l["scores"] for l in scored]),
+        "groups": _grouped(scored),
+    }
     if kind == "persona":
         agents: dict[str, list] = {}
         for l in scored:
-            for a, d in l["agents"].items(): agents.setdefault(a, []).append(d)
+            for a, d in l["agents"].items():
+                agents.setdefault(a, []).append(d)
         m["groups"]["agent"] = {a: criterion_stats(ds) for a, ds in sorted(agents.items())}
     if len(judges) > 1:
-        per_judge = {judges[0]: [l["scores"] for l in lines]} | {j: [(l.get("by_judge") or {}).get(j, {}).get("scores") for l in lines] for j in judges[1:]}
+        per_judge = {judges[0]: [l["scores"] for l in lines]} | {
+            j: [(l.get("by_judge") or {}).get(j, {}).get("scores") for l in lines] for j in judges[1:]
+        }
         m["by_judge"] = {j: {"overall": criterion_stats([d for d in ds if d])} for j, ds in per_judge.items()}
         keys = list(m["overall"]) or list(m["by_judge"][judges[1]]["overall"])
-        alpha = {k: krippendorff_alpha([[d.get(k) if d else None for d in ds] for ds in per_judge.values()]) for k in keys}
-        m["agreement"] = {"metric": "krippendorff_alpha_interval", "unit": "record", "judges": judges,
-                          "alpha": {k: None if math.isnan(a) else round(a, 4) for k, a in alpha.items()}}
+        alpha = {
+            k: krippendorff_alpha([[d.get(k) if d else None for d in ds] for ds in per_judge.values()]) for k in keys
+        }
+        m["agreement"] = {
+            "metric": "krippendorff_alpha_interval",
+            "unit": "record",
+            "judges": judges,
+            "alpha": {k: None if math.isnan(a) else round(a, 4) for k, a in alpha.items()},
+        }
     return m
 
 # %% ../nbs/05b_rubric_eval.ipynb #58d501e9
 async def judge_file_async(cfg: JudgeConfig, embedded: ChatBackend | None = None) -> dict[str, Path]:
     "Judge `cfg.input_file`; returns the metrics file of each rubric kind."
     inp = Path(cfg.input_file)
-    if not inp.exists(): raise ConfigError(f"--input-file {inp} does not exist")
+    if not inp.exists():
+        raise ConfigError(f"--input-file {inp} does not exist")
     out_dir = Path(cfg.output_dir) if cfg.output_dir else inp.parent
     kinds = ["persona", "collective"] if cfg.rubric == "auto" else [cfg.rubric]
     records = list(read_jsonl(inp))
     # refuse existing output before work; --overwrite replaces it only once the first new record is written
-    stores = {k: JsonlStore(out_dir / f"scores_{k}_{inp.stem}.jsonl", resume=cfg.resume, overwrite=cfg.overwrite) for k in kinds}
+    stores = {
+        k: JsonlStore(out_dir / f"scores_{k}_{inp.stem}.jsonl", resume=cfg.resume, overwrite=cfg.overwrite)
+        for k in kinds
+    }
     # --rubric only picks which stores to fill (one per kind), so a resume may judge fewer or more kinds than the first run
-    async with Job(cfg, stores, out_dir / f"judge_{inp.stem}.runs", desc="judging", failure_counter="num_annotation_failures",
-                   fingerprint=record_fingerprint(cfg, exclude=("rubric",))) as job:
+    async with Job(
+        cfg,
+        stores,
+        out_dir / f"judge_{inp.stem}.runs",
+        desc="judging",
+        failure_counter="num_annotation_failures",
+        fingerprint=record_fingerprint(cfg, exclude=("rubric",)),
+    ) as job:
         run = job.run
         clients = await judge_clients(cfg, run, embedded)
-        for c in clients.values(): job.closing(c)
-        run.extra.update(judges=list(clients), provider=cfg.provider or ("vllm" if cfg.judge_server_url else "embedded"),
-                         routes={m: c.describe()["judge"] for m, c in clients.items()}, num_records=len(records))
+        for c in clients.values():
+            job.closing(c)
+        run.extra.update(
+            judges=list(clients),
+            provider=cfg.provider or ("vllm" if cfg.judge_server_url else "embedded"),
+            routes={m: c.describe()["judge"] for m, c in clients.items()},
+            num_records=len(records),
+        )
         sem = asyncio.Semaphore(cfg.max_concurrency)
         unwritten_failures = {k: 0 for k in kinds}
 
         async def judged(model: str, rid: str, kind: str, item: JudgeItem) -> Judgement | None:
             async with sem:
-                try: return await judge_call(clients[model], item.rubric, item.messages, cfg.judge_max_tokens, cfg.top_logprobs)
-                except ModelNotFound: raise
+                try:
+                    return await judge_call(
+                        clients[model], item.rubric, item.messages, cfg.judge_max_tokens, cfg.top_logprobs
+                    )
+                except ModelNotFound:
+                    raise
                 except (JudgeParseError, LLMError) as e:  # unparsable, or the judge server failed after its retries
                     where = f"{rid} ({kind}{'' if item.turn_idx is None else f', turn {item.turn_idx}'}, judge {model})"
                     raw = getattr(e, "raw", None)
                     if cfg.strict:
-                        reason = str(e).split('; raw judge output')[0] if raw is not None else " ".join(str(e).split())[:300]
-                        raise StrictJudgeParseError(f"--strict: {where}: {reason}", raw if raw is not None else "") from None
+                        reason = (
+                            str(e).split("; raw judge output")[0] if raw is not None else " ".join(str(e).split())[:300]
+                        )
+                        raise StrictJudgeParseError(
+                            f"--strict: {where}: {reason}", raw if raw is not None else ""
+                        ) from None
                     run.count("num_annotation_failures")
-                    run.extra.setdefault("annotation_failures", []).append({"where": where, "raw": (raw if raw is not None else str(e))[:500]})
+                    run.extra.setdefault("annotation_failures", []).append(
+                        {"where": where, "raw": (raw if raw is not None else str(e))[:500]}
+                    )
                     return None
 
         async def one(task: tuple[dict, str, str]) -> dict | None:
             rec, kind, domain = task
             rid = record_id(rec)
-            try: items = record_items(rec, kind, domain, cfg.judge_examples)
+            try:
+                items = record_items(rec, kind, domain, cfg.judge_examples)
             except (KeyError, TypeError, ValueError) as e:  # a malformed record: skipped, or fatal under --strict
-                if cfg.strict: raise StrictModeError(f"--strict: num_skipped_samples at {rid} ({kind}): malformed record: {e.__class__.__name__}: {e}") from None
-                run.count("num_skipped_samples"); run.extra.setdefault("errors", []).append(f"{rid} ({kind}): {e.__class__.__name__}: {e}"); return None
-            by_model = dict(zip(clients, await asyncio.gather(*[asyncio.gather(*[judged(m, rid, kind, it) for it in items]) for m in clients])))
+                if cfg.strict:
+                    raise StrictModeError(
+                        f"--strict: num_skipped_samples at {rid} ({kind}): malformed record: {e.__class__.__name__}: {e}"
+                    ) from None
+                run.count("num_skipped_samples")
+                run.extra.setdefault("errors", []).append(f"{rid} ({kind}): {e.__class__.__name__}: {e}")
+                return None
+            by_model = dict(
+                zip(
+                    clients,
+                    await asyncio.gather(
+                        *[asyncio.gather(*[judged(m, rid, kind, it) for it in items]) for m in clients]
+                    ),
+                )
+            )
             parts = {m: judged_scores(items, res) for m, res in by_model.items()}
             if not any(p["scores"] for p in parts.values()):  # nothing parsed: not written, so --resume tries it again
-                unwritten_failures[kind] += sum(p["num_failures"] for p in parts.values()); run.count("num_skipped_samples"); return None
+                unwritten_failures[kind] += sum(p["num_failures"] for p in parts.values())
+                run.count("num_skipped_samples")
+                return None
             meta = rec.get("metadata") or {}
             primary, *others = clients
-            return {"conv_id": rid, "kind": kind, "rubric": items[0].rubric.name, "rubric_version": items[0].rubric.version,
-                    "dataset": meta.get("dataset"), "system": meta.get("system"), "groups": record_groups(rec), "judge": primary,
-                    **parts[primary], **({"by_judge": {m: parts[m] for m in others}} if others else {})}
+            return {
+                "conv_id": rid,
+                "kind": kind,
+                "rubric": items[0].rubric.name,
+                "rubric_version": items[0].rubric.version,
+                "dataset": meta.get("dataset"),
+                "system": meta.get("system"),
+                "groups": record_groups(rec),
+                "judge": primary,
+                **parts[primary],
+                **({"by_judge": {m: parts[m] for m in others}} if others else {}),
+            }
 
         domains = [record_domain(rec, inp, cfg.dataset) for rec in records]
         todo = [(rec, k, d) for k in kinds for rec, d in zip(records, domains) if record_id(rec) not in stores[k]]
@@ -265,18 +437,27 @@ async def judge_file_async(cfg: JudgeConfig, embedded: ChatBackend | None = None
         run.extra["metrics_files"] = {k: str(p) for k, p in out.items()}
     return out
 
+
 class StrictJudgeParseError(JudgeParseError, StrictModeError):
     "A judgement that failed under --strict: a `JudgeParseError` (with `.raw`) that stops the run like every strict failure."
+
 
 def judge_file(cfg: JudgeConfig, **kw) -> dict[str, Path]:
     "Synchronous entry point (CLI, scripts); in a notebook `await judge_file_async(cfg)`."
     return asyncio.run(judge_file_async(cfg, **kw))
+
 
 def main(argv: list[str] | None = None):
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     cfg = JudgeConfig.from_cli(argv, prog="mascot judge")
     for kind, path in judge_file(cfg).items():
         o = json.loads(path.read_text())["overall"].get("Overall")
-        print(f"{path}  ({kind} Overall {o['mean']} ± {o['std']}, n={o['n']})" if o else f"{path}  ({kind}: nothing scored)")
+        print(
+            f"{path}  ({kind} Overall {o['mean']} ± {o['std']}, n={o['n']})"
+            if o
+            else f"{path}  ({kind}: nothing scored)"
+        )
 
-if __name__ == "__main__" and "IPython" not in sys.modules: main()  # `python -m mascot.<module>`; never inside a notebook
+
+if __name__ == "__main__" and "IPython" not in sys.modules:
+    main()  # `python -m mascot.<module>`; never inside a notebook

@@ -17,8 +17,10 @@ __all__ = ['VLLM_LORA_RANKS', 'ServeConfig', 'parse_gpus', 'adapter_rank', 'serv
 # %% ../nbs/41_serve.ipynb #d3f9e78d
 VLLM_LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
 
+
 class ServeConfig(Config):
     "Flags of `mascot serve`."
+
     model: str
     gpus: str = "1"
     port: int = 8000
@@ -30,59 +32,101 @@ class ServeConfig(Config):
     dtype: str = "auto"
     device: Literal["auto", "cuda", "cpu"] = "auto"  # auto: cuda where nvidia-smi works
     cpu_kvcache_space: int = 2  # GiB of KV cache on CPU (VLLM_CPU_KVCACHE_SPACE)
-    vllm_python: str | None = None  # the vLLM environment's python (default $MASCOT_VLLM_PYTHON, else .venv-vllm beside the repo or .venv)
+    vllm_python: str | None = (
+        None  # the vLLM environment's python (default $MASCOT_VLLM_PYTHON, else .venv-vllm beside the repo or .venv)
+    )
     ready_timeout: float = 900.0  # seconds to wait for /v1/models
     dry_run: bool = False
+
 
 def parse_gpus(gpus: str) -> tuple[int, str | None]:
     "(tensor parallel size, CUDA_VISIBLE_DEVICES or None)."
     g = str(gpus).strip()
     if "," in g:
         ids = [x.strip() for x in g.split(",") if x.strip()]
-        if not all(x.isdigit() for x in ids): raise ConfigError(f"--gpus {gpus!r}: expected a count like 2 or a list like 0,1")
+        if not all(x.isdigit() for x in ids):
+            raise ConfigError(f"--gpus {gpus!r}: expected a count like 2 or a list like 0,1")
         return len(ids), ",".join(ids)
-    if not g.isdigit() or int(g) < 1: raise ConfigError(f"--gpus {gpus!r}: expected a count like 2 or a list like 0,1")
+    if not g.isdigit() or int(g) < 1:
+        raise ConfigError(f"--gpus {gpus!r}: expected a count like 2 or a list like 0,1")
     return int(g), None
+
 
 def adapter_rank(path: str | Path) -> int:
     p = Path(path) / "adapter_config.json"
-    if not p.exists(): raise FileNotFoundError(f"LoRA module {path}: no adapter_config.json")
+    if not p.exists():
+        raise FileNotFoundError(f"LoRA module {path}: no adapter_config.json")
     return int(json.loads(p.read_text())["r"])
+
 
 def serve_device(cfg: ServeConfig) -> str:
     "cuda where `nvidia-smi` answers (or when told), else cpu."
-    if cfg.device != "auto": return cfg.device
-    try: return "cuda" if subprocess.run(["nvidia-smi"], capture_output=True, timeout=20).returncode == 0 else "cpu"
-    except (OSError, subprocess.TimeoutExpired): return "cpu"
+    if cfg.device != "auto":
+        return cfg.device
+    try:
+        return "cuda" if subprocess.run(["nvidia-smi"], capture_output=True, timeout=20).returncode == 0 else "cpu"
+    except (OSError, subprocess.TimeoutExpired):
+        return "cpu"
+
 
 def vllm_python(cfg: ServeConfig | None = None) -> str | None:
     """The python of the vLLM environment: --vllm-python, $MASCOT_VLLM_PYTHON, .venv-vllm beside this checkout or beside the running .venv,
     else this python if it imports vllm itself (`pip install -e ".[serve]" -c constraints/vllm.txt`)."""
     given = (cfg.vllm_python if cfg else None) or os.environ.get("MASCOT_VLLM_PYTHON")
-    if given: return given
+    if given:
+        return given
     for root in (Path(__file__).resolve().parents[1], Path(sys.prefix).parent):
-        if (root / ".venv-vllm" / "bin" / "python").exists(): return str(root / ".venv-vllm" / "bin" / "python")
+        if (root / ".venv-vllm" / "bin" / "python").exists():
+            return str(root / ".venv-vllm" / "bin" / "python")
     import importlib.util
+
     return sys.executable if importlib.util.find_spec("vllm") else None
+
 
 def vllm_command(cfg: ServeConfig, device: str = "cuda", python: str = "python") -> tuple[list[str], dict[str, str]]:
     "The vLLM OpenAI-server argv and the environment additions."
     tp, visible = parse_gpus(cfg.gpus)
     model, name = str(cfg.model), cfg.served_model_name
-    if cfg.model == EMBEDDED_DEFAULT: model, name = resolve_model_path(cfg.model), name or cfg.model  # served under the alias
-    cmd = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--host", cfg.host, "--port", str(cfg.port)]
-    if device == "cuda": cmd += ["--tensor-parallel-size", str(tp), "--gpu-memory-utilization", str(cfg.gpu_memory_utilization)]
-    elif tp != 1 or visible: raise ConfigError(f"--gpus {cfg.gpus}: there is no GPU here (nvidia-smi does not answer); the CPU build serves on CPU, drop --gpus")
-    if cfg.dtype != "auto": cmd += ["--dtype", cfg.dtype]
-    if name: cmd += ["--served-model-name", name]
-    if cfg.max_model_len: cmd += ["--max-model-len", str(cfg.max_model_len)]
+    if cfg.model == EMBEDDED_DEFAULT:
+        model, name = resolve_model_path(cfg.model), name or cfg.model  # served under the alias
+    cmd = [
+        python,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        model,
+        "--host",
+        cfg.host,
+        "--port",
+        str(cfg.port),
+    ]
+    if device == "cuda":
+        cmd += ["--tensor-parallel-size", str(tp), "--gpu-memory-utilization", str(cfg.gpu_memory_utilization)]
+    elif tp != 1 or visible:
+        raise ConfigError(
+            f"--gpus {cfg.gpus}: there is no GPU here (nvidia-smi does not answer); the CPU build serves on CPU, drop --gpus"
+        )
+    if cfg.dtype != "auto":
+        cmd += ["--dtype", cfg.dtype]
+    if name:
+        cmd += ["--served-model-name", name]
+    if cfg.max_model_len:
+        cmd += ["--max-model-len", str(cfg.max_model_len)]
     mods = parse_lora_modules(cfg.lora_modules)
     if mods:
         rank = max(adapter_rank(p) for p in mods.values())
-        cmd += ["--enable-lora", "--max-lora-rank", str(next((r for r in VLLM_LORA_RANKS if r >= rank), rank)), "--max-loras", str(len(mods)),
-                "--lora-modules", *[f"{a}={Path(p).expanduser().resolve()}" for a, p in mods.items()]]
+        cmd += [
+            "--enable-lora",
+            "--max-lora-rank",
+            str(next((r for r in VLLM_LORA_RANKS if r >= rank), rank)),
+            "--max-loras",
+            str(len(mods)),
+            "--lora-modules",
+            *[f"{a}={Path(p).expanduser().resolve()}" for a, p in mods.items()],
+        ]
     env = {"CUDA_VISIBLE_DEVICES": visible} if visible else {}
-    if device == "cpu": env["VLLM_CPU_KVCACHE_SPACE"] = str(cfg.cpu_kvcache_space)
+    if device == "cpu":
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(cfg.cpu_kvcache_space)
     return cmd, env
 
 # %% ../nbs/41_serve.ipynb #1f03072f
@@ -90,25 +134,38 @@ def _wait_ready(proc: subprocess.Popen, url: str, timeout: float) -> list[str]:
     "Poll /v1/models until it answers; the ids it serves. The server exiting first is an error."
     deadline = time.time() + timeout
     while time.time() < deadline:
-        if proc.poll() is not None: raise SystemExit(f"the vLLM server exited with status {proc.returncode} before it was ready (its output is above)")
+        if proc.poll() is not None:
+            raise SystemExit(
+                f"the vLLM server exited with status {proc.returncode} before it was ready (its output is above)"
+            )
         try:
-            with urllib.request.urlopen(url + "/models", timeout=5) as r: return [m["id"] for m in json.loads(r.read())["data"]]
-        except (OSError, ValueError): time.sleep(2)
+            with urllib.request.urlopen(url + "/models", timeout=5) as r:
+                return [m["id"] for m in json.loads(r.read())["data"]]
+        except (OSError, ValueError):
+            time.sleep(2)
     raise SystemExit(f"the vLLM server did not answer {url}/models within {timeout:.0f} s")
+
 
 def _stop_group(proc: subprocess.Popen, grace: float = 30.0) -> None:
     "SIGTERM the server's process group (API server, engine core, workers), then SIGKILL what is left."
     for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
-        try: os.killpg(proc.pid, sig)
-        except ProcessLookupError: return
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
         try:
             proc.wait(wait)
             os.killpg(proc.pid, 0)  # the leader is gone; are children of the group left?
-        except (subprocess.TimeoutExpired, PermissionError): continue
-        except ProcessLookupError: return
+        except (subprocess.TimeoutExpired, PermissionError):
+            continue
+        except ProcessLookupError:
+            return
         time.sleep(1)
 
-def _interrupt(signum, frame): raise KeyboardInterrupt  # SIGTERM stops the server as Ctrl-C does
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt  # SIGTERM stops the server as Ctrl-C does
+
 
 def serve(cfg: ServeConfig) -> int:
     device = serve_device(cfg)
@@ -118,9 +175,12 @@ def serve(cfg: ServeConfig) -> int:
     cmd, env = vllm_command(cfg, device, python or "python")
     line = " ".join(f"{k}={v}" for k, v in env.items()) + (" " if env else "") + shlex.join(cmd)
     if cfg.dry_run:
-        print(line); return 0
+        print(line)
+        return 0
     if python is None:
-        raise SystemExit("vLLM is not installed: run `make vllm` (it builds .venv-vllm), or pass --vllm-python / set MASCOT_VLLM_PYTHON (or use --dry-run)")
+        raise SystemExit(
+            "vLLM is not installed: run `make vllm` (it builds .venv-vllm), or pass --vllm-python / set MASCOT_VLLM_PYTHON (or use --dry-run)"
+        )
     print(line, file=sys.stderr, flush=True)
     # its own process group, so one signal stops the API server and the engine processes it starts
     proc = subprocess.Popen(cmd, env={**os.environ, **env}, start_new_session=True)
@@ -136,35 +196,52 @@ def serve(cfg: ServeConfig) -> int:
         signal.signal(signal.SIGTERM, old)
         _stop_group(proc)
 
+
 def main(argv: list[str] | None = None):
     raise SystemExit(serve(ServeConfig.from_cli(argv, prog="mascot serve")))
 
-if __name__ == "__main__" and "IPython" not in sys.modules: main()
+
+if __name__ == "__main__" and "IPython" not in sys.modules:
+    main()
 
 # %% ../nbs/41_serve.ipynb #3c41a348
 class MergeConfig(Config):
     "Flags of `mascot merge-lora`."
+
     adapter_path: str
     output_dir: str
     base_model: str | None = None
 
+
 def adapter_base(adapter_path: str | Path) -> str:
     p = Path(adapter_path)
-    if (p / "mascot_metadata.json").exists(): return json.loads((p / "mascot_metadata.json").read_text())["base_model"]
-    if (p / "adapter_config.json").exists(): return json.loads((p / "adapter_config.json").read_text())["base_model_name_or_path"]
+    if (p / "mascot_metadata.json").exists():
+        return json.loads((p / "mascot_metadata.json").read_text())["base_model"]
+    if (p / "adapter_config.json").exists():
+        return json.loads((p / "adapter_config.json").read_text())["base_model_name_or_path"]
     raise FileNotFoundError(f"{adapter_path}: not a LoRA adapter folder (no adapter_config.json)")
+
 
 def merge_lora(cfg: MergeConfig) -> Path:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from peft import PeftModel
+
     base = cfg.base_model or adapter_base(cfg.adapter_path)
     path = resolve_model_path(base)
-    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32), cfg.adapter_path).merge_and_unload()
-    out = Path(cfg.output_dir); model.save_pretrained(out)
-    AutoTokenizer.from_pretrained(cfg.adapter_path if (Path(cfg.adapter_path) / "tokenizer_config.json").exists() else path).save_pretrained(out)
-    (out / "mascot_merge.json").write_text(json.dumps({"base_model": base, "adapter_path": str(cfg.adapter_path)}, indent=2))
+    model = PeftModel.from_pretrained(
+        AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32), cfg.adapter_path
+    ).merge_and_unload()
+    out = Path(cfg.output_dir)
+    model.save_pretrained(out)
+    AutoTokenizer.from_pretrained(
+        cfg.adapter_path if (Path(cfg.adapter_path) / "tokenizer_config.json").exists() else path
+    ).save_pretrained(out)
+    (out / "mascot_merge.json").write_text(
+        json.dumps({"base_model": base, "adapter_path": str(cfg.adapter_path)}, indent=2)
+    )
     return out
+
 
 def merge_main(argv: list[str] | None = None):
     print(merge_lora(MergeConfig.from_cli(argv, prog="mascot merge-lora")))

@@ -9,8 +9,18 @@ from .llm import resolve_model_path, EMBEDDED_DEFAULT
 from .pairs import model_slug
 from .personas import roster_for_dataset
 from .episodes import baseline_messages
-from .training import (package_versions, data_hash, EpochTrainingConfig, lora_config, save_trained, write_metadata, training_run, load_causal_lm,
-                             trainable_snapshot, weights_changed)
+from mascot.training import (
+    package_versions,
+    data_hash,
+    EpochTrainingConfig,
+    lora_config,
+    save_trained,
+    write_metadata,
+    training_run,
+    load_causal_lm,
+    trainable_snapshot,
+    weights_changed,
+)
 import json, sys
 from pathlib import Path
 from typing import Any
@@ -22,6 +32,7 @@ __all__ = ['SFTConfig_', 'sft_rows', 'train_sft', 'main', 'completion_logprobs']
 # %% ../nbs/13_sft.ipynb #179fe689
 class SFTConfig_(EpochTrainingConfig):
     "Flags of `mascot train-sft`."
+
     data_path: str | None = None  # default data/rl/individual_{dataset}_{model}
     PATH_DEFAULTS: ClassVar[dict[str, str]] = {"data_path": "data/rl/individual_{dataset}_{model}"}
     min_score: float = 0.0
@@ -29,68 +40,107 @@ class SFTConfig_(EpochTrainingConfig):
 
     def trl_config(self, output_dir: str):
         from trl import SFTConfig
+
         return self.trl_args(SFTConfig, output_dir)
+
 
 def sft_rows(data_path: str | Path, dataset: str, min_score: float = 0.0) -> list[dict]:
     p = Path(data_path) / "candidates.jsonl"
-    if not p.exists(): raise FileNotFoundError(f"{data_path}: no candidates.jsonl (make it with `mascot generate --mode individual`)")
+    if not p.exists():
+        raise FileNotFoundError(f"{data_path}: no candidates.jsonl (make it with `mascot generate --mode individual`)")
     roster, rows = roster_for_dataset(dataset), []
     for rec in read_jsonl(p):
         scored = [c for c in rec["candidates"] if c.get("overall") is not None and c["text"].strip()]
-        if not scored: continue
+        if not scored:
+            continue
         best = max(scored, key=lambda c: c["overall"])
-        if best["overall"] < min_score: continue
+        if best["overall"] < min_score:
+            continue
         hist = [Turn(i, 0, roster.user_label, line, turn_type="user") for i, line in enumerate(rec.get("opening", []))]
-        rows.append({"prompt": baseline_messages("zero-shot", rec["situation"], hist, roster), "completion": [{"role": "assistant", "content": best["text"]}],
-                     "context_id": rec["context_id"], "score": best["overall"]})
+        rows.append(
+            {
+                "prompt": baseline_messages("zero-shot", rec["situation"], hist, roster),
+                "completion": [{"role": "assistant", "content": best["text"]}],
+                "context_id": rec["context_id"],
+                "score": best["overall"],
+            }
+        )
     return rows
+
 
 def train_sft(cfg: SFTConfig_) -> Path:
     import torch, datasets
     from transformers import set_seed
     from trl import SFTTrainer
+
     rows = sft_rows(cfg.data_path, cfg.dataset, cfg.min_score)
-    if not rows: raise ValueError(f"{cfg.data_path}: no scored candidate at or above --min-score {cfg.min_score}")
+    if not rows:
+        raise ValueError(f"{cfg.data_path}: no scored candidate at or above --min-score {cfg.min_score}")
     out = Path(cfg.output_dir) / (cfg.run_name or f"sft_Speaker_{cfg.dataset}_{model_slug(cfg.model_name)}")
     with training_run(out, cfg) as run:
         set_seed(cfg.seed)
         model, tok = load_causal_lm(cfg.model_name, pad_from_eos=False)
         sargs = cfg.trl_config(str(out / "trainer"))
         ds = datasets.Dataset.from_list([{"prompt": r["prompt"], "completion": r["completion"]} for r in rows])
-        trainer = SFTTrainer(model=model, args=sargs, train_dataset=ds, processing_class=tok,
-                             peft_config=lora_config(cfg, "CAUSAL_LM"))
+        trainer = SFTTrainer(
+            model=model, args=sargs, train_dataset=ds, processing_class=tok, peft_config=lora_config(cfg, "CAUSAL_LM")
+        )
         before = trainable_snapshot(trainer.model)
         result = trainer.train()
         change = weights_changed(before, trainer.model)
         saved = save_trained(trainer, tok, out)
-        meta = {"kind": "speaker", "algorithm": "sft", "base_model": cfg.model_name, "data_path": cfg.data_path, "num_examples": len(rows),
-                "steps": result.global_step, "train_loss": result.training_loss, "max_weight_change": change, "seed": cfg.seed,
-                "lora": {"r": cfg.lora_r, "alpha": cfg.lora_alpha, "target_modules": cfg.lora_target_modules}, **saved,
-                "versions": package_versions(), "config": cfg.resolved()}
+        meta = {
+            "kind": "speaker",
+            "algorithm": "sft",
+            "base_model": cfg.model_name,
+            "data_path": cfg.data_path,
+            "num_examples": len(rows),
+            "steps": result.global_step,
+            "train_loss": result.training_loss,
+            "max_weight_change": change,
+            "seed": cfg.seed,
+            "lora": {"r": cfg.lora_r, "alpha": cfg.lora_alpha, "target_modules": cfg.lora_target_modules},
+            **saved,
+            "versions": package_versions(),
+            "config": cfg.resolved(),
+        }
         write_metadata(out, meta)
-        run.extra.update(steps=result.global_step, max_weight_change=change, **{k: saved[k] for k in ("trainable_parameters", "total_parameters", "trainable_fraction")})
+        run.extra.update(
+            steps=result.global_step,
+            max_weight_change=change,
+            **{k: saved[k] for k in ("trainable_parameters", "total_parameters", "trainable_fraction")},
+        )
     return out
+
 
 def main(argv: list[str] | None = None):
     print(train_sft(SFTConfig_.from_cli(argv, prog="mascot train-sft")))
 
-if __name__ == "__main__" and "IPython" not in sys.modules: main()
+
+if __name__ == "__main__" and "IPython" not in sys.modules:
+    main()
 
 # %% ../nbs/13_sft.ipynb #b0abd216
-describe(SFTConfig_,
-    data_path='the stage-1 folder whose best candidates are the targets; default: data/rl/individual_{dataset}_{model}',
-    min_score="leave out queries whose best candidate scores below this (judge's overall, 1-10)")
+describe(
+    SFTConfig_,
+    data_path="the stage-1 folder whose best candidates are the targets; default: data/rl/individual_{dataset}_{model}",
+    min_score="leave out queries whose best candidate scores below this (judge's overall, 1-10)",
+)
 
 # %% ../nbs/13_sft.ipynb #a1e4a12e
 def completion_logprobs(model, tokenizer, prompts: list[list[dict]], completions: list[str]) -> list[float]:
     "Sum of the log-probabilities of each completion's tokens after its chat prompt, under `model`."
     import torch
+
     out = []
     for p, c in zip(prompts, completions):
-        prompt_ids = tokenizer(tokenizer.apply_chat_template(list(p), tokenize=False, add_generation_prompt=True), add_special_tokens=False)["input_ids"]
+        prompt_ids = tokenizer(
+            tokenizer.apply_chat_template(list(p), tokenize=False, add_generation_prompt=True), add_special_tokens=False
+        )["input_ids"]
         full = tokenizer.apply_chat_template(list(p) + [{"role": "assistant", "content": c}], tokenize=False)
         ids = torch.tensor([tokenizer(full, add_special_tokens=False)["input_ids"]], device=model.device)
-        with torch.inference_mode(): logp = model(ids).logits[0, :-1].float().log_softmax(-1)
+        with torch.inference_mode():
+            logp = model(ids).logits[0, :-1].float().log_softmax(-1)
         token_logp = logp.gather(1, ids[0, 1:, None])[:, 0]
-        out.append(float(token_logp[len(prompt_ids) - 1:].sum()))
+        out.append(float(token_logp[len(prompt_ids) - 1 :].sum()))
     return out

@@ -21,18 +21,25 @@ __all__ = ['PALETTE', 'esc', 'SKIP_KEYS', 'KEY_ORDER', 'SKIP_META', 'CSS', 'ERRO
 # %% ../nbs/42_site.ipynb #beaa2df8
 def read_json(p: Path, default=None):
     "The JSON in `p`, or `default` when the file is missing; a corrupt file is an error naming it."
-    if not p.exists(): return default
-    try: return json.loads(p.read_text())
-    except json.JSONDecodeError as e: raise ValueError(f"{p}: not valid JSON ({e})") from None
+    if not p.exists():
+        return default
+    try:
+        return json.loads(p.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{p}: not valid JSON ({e})") from None
+
 
 def locate(path: str | Path | None, run_dir: Path) -> Path | None:
     "`path` if it exists, else the same file inside `run_dir` (the longest tail of `path` that starts at a folder of the run), else None."
-    if not path: return None
+    if not path:
+        return None
     p = Path(path)
-    if p.exists(): return p
+    if p.exists():
+        return p
     parts = p.parts
     for i in range(1, len(parts)):
-        if (run_dir / parts[i]).exists() and run_dir.joinpath(*parts[i:]).exists(): return run_dir.joinpath(*parts[i:])
+        if (run_dir / parts[i]).exists() and run_dir.joinpath(*parts[i:]).exists():
+            return run_dir.joinpath(*parts[i:])
     return None
 
 # %% ../nbs/42_site.ipynb #8b1d091f
@@ -42,18 +49,47 @@ def run_info(run_dir: Path) -> dict:
     stages = []
     for d in sorted(p for p in run_dir.iterdir() if p.is_dir() and (p / "run_summary.json").exists()):
         s, meta = read_json(d / "run_summary.json"), read_json(d / "meta.json", {})
-        stages.append({"stage": d.name, "status": s.get("status"), "started": s.get("started"), "ended": s.get("ended"), "elapsed_s": s.get("elapsed_s"),
-                       "error": s.get("error"), "executed": (d / "executed.ipynb").exists(), "seconds": meta.get("seconds"),
-                       "peak_rss_mb": meta.get("peak_rss_mb") or s.get("peak_rss_mb"), "meta": meta, "outputs": read_json(d / "outputs.json", {}),
-                       "summary": s})
-    status = ("failed" if any(s["status"] == "failed" for s in stages) else "running" if any(s["status"] == "running" for s in stages)
-              else "completed" if stages else "empty")
-    return {"name": run_dir.name, "path": run_dir, "status": status, "stages": stages, "config": read_json(run_dir / "pipeline_config.json", {}),
-            "duration_s": round(sum((s["seconds"] if s["seconds"] is not None else s["elapsed_s"]) or 0 for s in stages), 1)}
+        stages.append(
+            {
+                "stage": d.name,
+                "status": s.get("status"),
+                "started": s.get("started"),
+                "ended": s.get("ended"),
+                "elapsed_s": s.get("elapsed_s"),
+                "error": s.get("error"),
+                "executed": (d / "executed.ipynb").exists(),
+                "seconds": meta.get("seconds"),
+                "peak_rss_mb": meta.get("peak_rss_mb") or s.get("peak_rss_mb"),
+                "meta": meta,
+                "outputs": read_json(d / "outputs.json", {}),
+                "summary": s,
+            }
+        )
+    status = (
+        "failed"
+        if any(s["status"] == "failed" for s in stages)
+        else "running"
+        if any(s["status"] == "running" for s in stages)
+        else "completed"
+        if stages
+        else "empty"
+    )
+    return {
+        "name": run_dir.name,
+        "path": run_dir,
+        "status": status,
+        "stages": stages,
+        "config": read_json(run_dir / "pipeline_config.json", {}),
+        "duration_s": round(
+            sum((s["seconds"] if s["seconds"] is not None else s["elapsed_s"]) or 0 for s in stages), 1
+        ),
+    }
+
 
 def stage_of(info: dict, prefix: str) -> dict | None:
     "The stage whose folder name starts with `prefix` ('30_evaluate', '31_llm_judge')."
     return next((s for s in info["stages"] if s["stage"].startswith(prefix)), None)
+
 
 def stage_output(info: dict, prefix: str, key: str) -> Path | None:
     st = stage_of(info, prefix)
@@ -66,58 +102,97 @@ def load_conversations(info: dict) -> dict[str, tuple[Path, list[dict]]]:
     out = {}
     for system, f in ((st or {}).get("outputs", {}).get("files") or {}).items():
         p = locate(f, info["path"])
-        if p: out[system] = (p, list(read_jsonl(p)))
+        if p:
+            out[system] = (p, list(read_jsonl(p)))
     return out
+
 
 def judgements(judge_dir: Path | None, stem: str) -> dict[str, dict[str, dict]]:
     "{conv_id: {kind: score line}} of one conversation file."
     out: dict[str, dict[str, dict]] = {}
-    if not judge_dir: return out
+    if not judge_dir:
+        return out
     for kind in ("persona", "collective"):
         p = judge_dir / f"scores_{kind}_{stem}.jsonl"
         if p.exists():
-            for line in read_jsonl(p): out.setdefault(str(line["conv_id"]), {})[kind] = line
+            for line in read_jsonl(p):
+                out.setdefault(str(line["conv_id"]), {})[kind] = line
     return out
+
 
 def judged_parts(line: dict | None) -> list[tuple[str, dict]]:
     "(judge, part) for the primary judge and every other judge of a score line."
-    if not line: return []
+    if not line:
+        return []
     return [(line.get("judge", "judge"), line), *(line.get("by_judge") or {}).items()]
 
 # %% ../nbs/42_site.ipynb #05cc5ff1
 PALETTE = ("#1f6fb4", "#c2410c", "#15803d", "#7e22ce", "#b45309", "#0e7490", "#be185d", "#4d7c0f")
 
+
 def persona_colour(name: str) -> str:
     "A fixed colour per persona: roster order first (so The Anchor is always blue), a stable hash for other names."
     from mascot.personas import ROSTERS
+
     for roster in ROSTERS.values():
-        if name in roster.names: return PALETTE[roster.names.index(name) % len(PALETTE)]
+        if name in roster.names:
+            return PALETTE[roster.names.index(name) % len(PALETTE)]
     return PALETTE[sum(map(ord, name)) % len(PALETTE)]
+
 
 esc = lambda x: html.escape("" if x is None else str(x), quote=True)
 
+
 def fmt(v, digits: int = 1) -> str:
-    return "–" if v is None or (isinstance(v, float) and not math.isfinite(v)) else f"{v:.{digits}f}" if isinstance(v, (int, float)) else esc(v)
+    return (
+        "–"
+        if v is None or (isinstance(v, float) and not math.isfinite(v))
+        else f"{v:.{digits}f}"
+        if isinstance(v, (int, float))
+        else esc(v)
+    )
+
 
 def score_table(parts: list[tuple[str, dict]], turn_idx: int | None = None) -> str:
     "The judge's scores and reasons for one turn (persona) or the whole conversation (collective), one row per criterion and judge."
     rows = []
     for judge, part in parts:
         items = part.get("items") or []
-        item = next((i for i in items if i.get("turn_idx") == turn_idx), None) if turn_idx is not None else (items[0] if items else None)
-        if item is None: continue
+        item = (
+            next((i for i in items if i.get("turn_idx") == turn_idx), None)
+            if turn_idx is not None
+            else (items[0] if items else None)
+        )
+        if item is None:
+            continue
         if item.get("failed"):
-            rows.append(f"<tr><td>{esc(judge)}</td><td colspan='3' class='failed'>the judge's answer did not parse</td></tr>"); continue
+            rows.append(
+                f"<tr><td>{esc(judge)}</td><td colspan='3' class='failed'>the judge's answer did not parse</td></tr>"
+            )
+            continue
         for crit, v in item["scores"].items():
-            rows.append(f"<tr><td>{esc(judge)}</td><td>{esc(crit)}</td><td class='num' data-v='{v}'>{fmt(v)}</td>"
-                        f"<td>{esc((item.get('reasons') or {}).get(crit, ''))}</td></tr>")
-    return ("<table class='scores'><tr><th>judge</th><th>criterion</th><th>score</th><th>reason</th></tr>" + "".join(rows) + "</table>") if rows else ""
+            rows.append(
+                f"<tr><td>{esc(judge)}</td><td>{esc(crit)}</td><td class='num' data-v='{v}'>{fmt(v)}</td>"
+                f"<td>{esc((item.get('reasons') or {}).get(crit, ''))}</td></tr>"
+            )
+    return (
+        (
+            "<table class='scores'><tr><th>judge</th><th>criterion</th><th>score</th><th>reason</th></tr>"
+            + "".join(rows)
+            + "</table>"
+        )
+        if rows
+        else ""
+    )
+
 
 def overall_of(parts: list[tuple[str, dict]], turn_idx: int | None = None) -> float | None:
     "The primary judge's Overall for a turn, or for the record when `turn_idx` is None."
-    if not parts: return None
+    if not parts:
+        return None
     judge, part = parts[0]
-    if turn_idx is None: return (part.get("scores") or {}).get("Overall")
+    if turn_idx is None:
+        return (part.get("scores") or {}).get("Overall")
     item = next((i for i in part.get("items") or [] if i.get("turn_idx") == turn_idx), None)
     return (item or {}).get("scores", {}).get("Overall")
 
@@ -125,45 +200,72 @@ def overall_of(parts: list[tuple[str, dict]], turn_idx: int | None = None) -> fl
 def conversation_html(system: str, rec: dict, judged: dict[str, dict]) -> str:
     "One conversation as a chat transcript: user turns, persona-coloured agent turns with the director's directive and the judge's scores."
     from mascot.personas import BIG_FIVE_PROFILES
+
     meta, cid = rec.get("metadata") or {}, record_id(rec)
     group = meta.get("valence") or meta.get("domain") or ""
     persona_parts, collective_parts = judged_parts(judged.get("persona")), judged_parts(judged.get("collective"))
     overall, which = overall_of(collective_parts), "collective"
-    if overall is None and persona_parts: overall, which = overall_of(persona_parts), "persona"
+    if overall is None and persona_parts:
+        overall, which = overall_of(persona_parts), "persona"
     turns = []
     for t in rec.get("turns", []):
         if t.get("turn_type") == "user":
-            turns.append(f"<div class='turn user'><div class='who'>{esc(t.get('agent_name') or 'User')}</div><div class='text'>{esc(t.get('response'))}</div></div>")
+            turns.append(
+                f"<div class='turn user'><div class='who'>{esc(t.get('agent_name') or 'User')}</div><div class='text'>{esc(t.get('response'))}</div></div>"
+            )
             continue
         d, name = t.get("directive") or {}, t.get("agent_name", "")
-        directive = (f"<aside class='directive' title='the director&#39;s directive'><b>directive</b> → {esc(d.get('agent_name'))}"
-                     f"<br><b>action</b> {esc(d.get('action'))}<br><b>tone</b> {esc(d.get('tone'))}</aside>") if d else ""
+        directive = (
+            (
+                f"<aside class='directive' title='the director&#39;s directive'><b>directive</b> → {esc(d.get('agent_name'))}"
+                f"<br><b>action</b> {esc(d.get('action'))}<br><b>tone</b> {esc(d.get('tone'))}</aside>"
+            )
+            if d
+            else ""
+        )
         so = overall_of(persona_parts, t.get("turn_idx"))
         scores = score_table(persona_parts, t.get("turn_idx"))
         badge = f"<span class='badge' data-v='{so}'>Overall {fmt(so)}</span>" if so is not None else ""
-        turns.append(f"<div class='turn agent' style='--c:{persona_colour(name)}'><div class='bubble'><div class='who'>{esc(name)} {badge}</div>"
-                     f"<div class='text'>{esc(t.get('response'))}</div>" + (f"<details><summary>judge's scores and reasons</summary>{scores}</details>" if scores else "")
-                     + f"</div>{directive}</div>")
+        turns.append(
+            f"<div class='turn agent' style='--c:{persona_colour(name)}'><div class='bubble'><div class='who'>{esc(name)} {badge}</div>"
+            f"<div class='text'>{esc(t.get('response'))}</div>"
+            + (f"<details><summary>judge's scores and reasons</summary>{scores}</details>" if scores else "")
+            + f"</div>{directive}</div>"
+        )
     profile = rec.get("user_big_five")
-    facts = [f"<b>system</b> {esc(system)}", f"<b>context</b> {esc(cid)}"] + ([f"<b>group</b> {esc(group)}"] if group else [])
+    facts = [f"<b>system</b> {esc(system)}", f"<b>context</b> {esc(cid)}"] + (
+        [f"<b>group</b> {esc(group)}"] if group else []
+    )
     if profile:
         desc = getattr(BIG_FIVE_PROFILES.get(profile), "description", "")
         facts.append(f"<b>user Big Five</b> <span class='b5' title='{esc(desc)}'>{esc(profile)}</span>")
     if rec.get("emotion_trajectory"):
-        facts.append("<b>emotion</b> <span class='traj'>" + " → ".join(f"<span class='emo'>{esc(e)}</span>" for e in rec["emotion_trajectory"]) + "</span>")
-    if rec.get("meeting"): facts.append(f"<b>meeting</b> {esc(rec['meeting'])}")
+        facts.append(
+            "<b>emotion</b> <span class='traj'>"
+            + " → ".join(f"<span class='emo'>{esc(e)}</span>" for e in rec["emotion_trajectory"])
+            + "</span>"
+        )
+    if rec.get("meeting"):
+        facts.append(f"<b>meeting</b> {esc(rec['meeting'])}")
     facts.append(f"<b>{which} Overall</b> <span class='badge'>{fmt(overall)}</span>")
     coll = score_table(collective_parts)
-    return (f"<article class='conv' id='conv-{esc(system)}-{esc(cid)}' data-system='{esc(system)}' data-ctx='{esc(cid)}' data-group='{esc(group)}' "
-            f"data-score='{'' if overall is None else overall}'><header>{' · '.join(facts)}</header><div class='turns'>{''.join(turns)}</div>"
-            + (f"<details class='collective'><summary>the whole conversation, judged (collective rubric)</summary>{coll}</details>" if coll else "")
-            + "</article>")
+    return (
+        f"<article class='conv' id='conv-{esc(system)}-{esc(cid)}' data-system='{esc(system)}' data-ctx='{esc(cid)}' data-group='{esc(group)}' "
+        f"data-score='{'' if overall is None else overall}'><header>{' · '.join(facts)}</header><div class='turns'>{''.join(turns)}</div>"
+        + (
+            f"<details class='collective'><summary>the whole conversation, judged (collective rubric)</summary>{coll}</details>"
+            if coll
+            else ""
+        )
+        + "</article>"
+    )
 
 # %% ../nbs/42_site.ipynb #28025892
 def conversations_section(info: dict) -> str:
     "Every evaluated conversation, with filters (system, group, context, Overall range) and a side-by-side view of two systems on one context."
     convs = load_conversations(info)
-    if not convs: return "<p class='nodata'>This run has no evaluated conversations (no completed <code>30_evaluate</code> stage).</p>"
+    if not convs:
+        return "<p class='nodata'>This run has no evaluated conversations (no completed <code>30_evaluate</code> stage).</p>"
     judge_dir = stage_output(info, "31_llm_judge", "output_dir")
     arts, groups, ctxs = [], set(), []
     for system, (path, recs) in convs.items():
@@ -171,38 +273,68 @@ def conversations_section(info: dict) -> str:
         for rec in recs:
             arts.append(conversation_html(system, rec, judged.get(record_id(rec), {})))
             m = rec.get("metadata") or {}
-            if m.get("valence") or m.get("domain"): groups.add(m.get("valence") or m.get("domain"))
-            if record_id(rec) not in ctxs: ctxs.append(record_id(rec))
+            if m.get("valence") or m.get("domain"):
+                groups.add(m.get("valence") or m.get("domain"))
+            if record_id(rec) not in ctxs:
+                ctxs.append(record_id(rec))
     opt = lambda vals: "".join(f"<option>{esc(v)}</option>" for v in vals)
     n = sum(len(r) for _, r in convs.values())
     note = "" if judge_dir else "<p class='nodata'>No judge stage in this run: transcripts without scores.</p>"
-    return (f"<p>{n} conversations from {len(convs)} systems on {len(ctxs)} contexts. Agent turns show the director's directive on the right; "
-            "open a turn's scores for the judge's reasons.</p>" + note +
-            "<form class='filters' onsubmit='return false'>"
-            f"<label>system <select id='f-system'><option value=''>all</option>{opt(convs)}</select></label>"
-            f"<label>group <select id='f-group'><option value=''>all</option>{opt(sorted(groups))}</select></label>"
-            f"<label>context <select id='f-ctx'><option value=''>all</option>{opt(ctxs)}</select></label>"
-            "<label>Overall from <input id='f-min' type='number' min='0' max='100' step='1' value='0'></label>"
-            "<label>to <input id='f-max' type='number' min='0' max='100' step='1' value='100'></label>"
-            "<span id='f-count'></span></form>"
-            "<details class='compare' open><summary>side by side: two systems on the same context</summary><form onsubmit='return false'>"
-            f"<label>context <select id='c-ctx'>{opt(ctxs)}</select></label><label>left <select id='c-a'>{opt(convs)}</select></label>"
-            f"<label>right <select id='c-b'>{opt(list(convs)[1:] + list(convs)[:1])}</select></label></form>"
-            "<div class='sidebyside'><div id='c-left'></div><div id='c-right'></div></div></details>"
-            f"<div id='conv-list'>{''.join(arts)}</div>")
+    return (
+        f"<p>{n} conversations from {len(convs)} systems on {len(ctxs)} contexts. Agent turns show the director's directive on the right; "
+        "open a turn's scores for the judge's reasons.</p>" + note + "<form class='filters' onsubmit='return false'>"
+        f"<label>system <select id='f-system'><option value=''>all</option>{opt(convs)}</select></label>"
+        f"<label>group <select id='f-group'><option value=''>all</option>{opt(sorted(groups))}</select></label>"
+        f"<label>context <select id='f-ctx'><option value=''>all</option>{opt(ctxs)}</select></label>"
+        "<label>Overall from <input id='f-min' type='number' min='0' max='100' step='1' value='0'></label>"
+        "<label>to <input id='f-max' type='number' min='0' max='100' step='1' value='100'></label>"
+        "<span id='f-count'></span></form>"
+        "<details class='compare' open><summary>side by side: two systems on the same context</summary><form onsubmit='return false'>"
+        f"<label>context <select id='c-ctx'>{opt(ctxs)}</select></label><label>left <select id='c-a'>{opt(convs)}</select></label>"
+        f"<label>right <select id='c-b'>{opt(list(convs)[1:] + list(convs)[:1])}</select></label></form>"
+        "<div class='sidebyside'><div id='c-left'></div><div id='c-right'></div></div></details>"
+        f"<div id='conv-list'>{''.join(arts)}</div>"
+    )
 
 # %% ../nbs/42_site.ipynb #44643add
-SKIP_KEYS = {"step", "epoch", "total_flos", "train_runtime", "train_samples_per_second", "train_steps_per_second", "train_loss", "num_input_tokens_seen"}
-KEY_ORDER = ("reward", "rewards/", "kl", "loss", "accuracy", "eval_", "completions/clipped_ratio", "completions/mean_length", "completions/", "entropy",
-             "grad_norm", "learning_rate")
+SKIP_KEYS = {
+    "step",
+    "epoch",
+    "total_flos",
+    "train_runtime",
+    "train_samples_per_second",
+    "train_steps_per_second",
+    "train_loss",
+    "num_input_tokens_seen",
+}
+KEY_ORDER = (
+    "reward",
+    "rewards/",
+    "kl",
+    "loss",
+    "accuracy",
+    "eval_",
+    "completions/clipped_ratio",
+    "completions/mean_length",
+    "completions/",
+    "entropy",
+    "grad_norm",
+    "learning_rate",
+)
+
 
 def curve_family(key: str) -> tuple[str, str]:
     "(chart title, series name) of a logged key."
-    if m := re.fullmatch(r"rewards/(.+)/(mean|std)", key): return f"reward per reward function ({m.group(2)})", m.group(1)
-    if m := re.fullmatch(r"rewards/(chosen|rejected)", key): return "DPO rewards: chosen vs rejected", m.group(1)
-    if m := re.fullmatch(r"(min|mean|max)_reward", key): return "reward model score: min, mean, max", m.group(1)  # TRL's RewardTrainer
-    if key.startswith("eval_") and key not in ("eval_runtime",): return key[5:], "eval"
+    if m := re.fullmatch(r"rewards/(.+)/(mean|std)", key):
+        return f"reward per reward function ({m.group(2)})", m.group(1)
+    if m := re.fullmatch(r"rewards/(chosen|rejected)", key):
+        return "DPO rewards: chosen vs rejected", m.group(1)
+    if m := re.fullmatch(r"(min|mean|max)_reward", key):
+        return "reward model score: min, mean, max", m.group(1)  # TRL's RewardTrainer
+    if key.startswith("eval_") and key not in ("eval_runtime",):
+        return key[5:], "eval"
     return key, "train"
+
 
 def training_series(log: list[dict]) -> dict[str, dict[str, list[tuple[float, float]]]]:
     "{chart title: {series: [(step, value)]}} from a log history, charts in a reading order (rewards, KL, loss, accuracy, lengths, the rest)."
@@ -210,7 +342,14 @@ def training_series(log: list[dict]) -> dict[str, dict[str, list[tuple[float, fl
     for i, h in enumerate(log):
         x = h.get("step", i)
         for k, v in h.items():
-            if k in SKIP_KEYS or k.endswith(("_runtime", "_per_second")) or isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v): continue
+            if (
+                k in SKIP_KEYS
+                or k.endswith(("_runtime", "_per_second"))
+                or isinstance(v, bool)
+                or not isinstance(v, (int, float))
+                or not math.isfinite(v)
+            ):
+                continue
             title, series = curve_family(k)
             charts.setdefault(title, {}).setdefault(series, []).append((float(x), float(v)))
     rank = lambda t: next((i for i, p in enumerate(KEY_ORDER) if t.startswith(p)), len(KEY_ORDER))
@@ -220,66 +359,94 @@ def training_series(log: list[dict]) -> dict[str, dict[str, list[tuple[float, fl
 def _ticks(lo: float, hi: float) -> list[float]:
     return [lo] if hi == lo else [lo, (lo + hi) / 2, hi]
 
-def _num(v: float) -> str: return f"{v:.3g}"
+
+def _num(v: float) -> str:
+    return f"{v:.3g}"
+
 
 def curve_svg(title: str, series: dict[str, list[tuple[float, float]]], width: int = 340, height: int = 200) -> str:
     "A small line chart (inline SVG): one coloured line with dots per series, min/mid/max ticks, a legend."
     pts = [p for s in series.values() for p in s]
     xs, ys = [p[0] for p in pts], [p[1] for p in pts]
     x0, x1, y0, y1 = min(xs), max(xs), min(ys), max(ys)
-    if y1 == y0: y0, y1 = y0 - (abs(y0) * 0.1 or 1), y1 + (abs(y1) * 0.1 or 1)
+    if y1 == y0:
+        y0, y1 = y0 - (abs(y0) * 0.1 or 1), y1 + (abs(y1) * 0.1 or 1)
     legend = len(series) > 1 or list(series) != ["train"]
     L, R, T, B = 52, 10, 24 + 12 * legend * len(series), 34
     pad = 6  # points stay off the axes
     sx = lambda x: L + pad + (x - x0) / (x1 - x0) * (width - L - R - 2 * pad) if x1 != x0 else (L + width - R) / 2
     sy = lambda y: T + pad + (y1 - y) / (y1 - y0) * (height - T - B - 2 * pad)
-    parts = [f"<svg class='curve' role='img' viewBox='0 0 {width} {height}' width='{width}' height='{height}' data-key='{esc(title)}' data-points='{len(pts)}'>",
-             f"<title>{esc(title)}</title><text x='{L}' y='15' class='t'>{esc(title)}</text>",
-             f"<line x1='{L}' y1='{height - B}' x2='{width - R}' y2='{height - B}' class='ax'/><line x1='{L}' y1='{T}' x2='{L}' y2='{height - B}' class='ax'/>"]
-    for y in _ticks(y0, y1): parts.append(f"<text x='{L - 4}' y='{sy(y) + 4:.1f}' class='yt'>{_num(y)}</text>")
+    parts = [
+        f"<svg class='curve' role='img' viewBox='0 0 {width} {height}' width='{width}' height='{height}' data-key='{esc(title)}' data-points='{len(pts)}'>",
+        f"<title>{esc(title)}</title><text x='{L}' y='15' class='t'>{esc(title)}</text>",
+        f"<line x1='{L}' y1='{height - B}' x2='{width - R}' y2='{height - B}' class='ax'/><line x1='{L}' y1='{T}' x2='{L}' y2='{height - B}' class='ax'/>",
+    ]
+    for y in _ticks(y0, y1):
+        parts.append(f"<text x='{L - 4}' y='{sy(y) + 4:.1f}' class='yt'>{_num(y)}</text>")
     xticks = sorted(set(xs)) if len(set(xs)) <= 6 else [x0, round((x0 + x1) / 2), x1]  # steps are whole numbers
-    for x in xticks: parts.append(f"<text x='{sx(x):.1f}' y='{height - B + 14}' class='xt'>{_num(x)}</text>")
+    for x in xticks:
+        parts.append(f"<text x='{sx(x):.1f}' y='{height - B + 14}' class='xt'>{_num(x)}</text>")
     parts.append(f"<text x='{width - R}' y='{height - 4}' class='xt' text-anchor='end'>step</text>")
     for j, (name, s) in enumerate(series.items()):
         c = PALETTE[j % len(PALETTE)]
         coords = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in s)
-        parts.append(f"<polyline points='{coords}' fill='none' stroke='{c}' stroke-width='1.6'><title>{esc(name)}</title></polyline>")
-        parts += [f"<circle cx='{sx(x):.1f}' cy='{sy(y):.1f}' r='2.5' fill='{c}'><title>{esc(name)} step {_num(x)}: {_num(y)}</title></circle>" for x, y in s]
-        if legend: parts.append(f"<text x='{L + 6}' y='{31 + 12 * j}' class='lg' style='fill:{c}'>■ {esc(name)}</text>")
+        parts.append(
+            f"<polyline points='{coords}' fill='none' stroke='{c}' stroke-width='1.6'><title>{esc(name)}</title></polyline>"
+        )
+        parts += [
+            f"<circle cx='{sx(x):.1f}' cy='{sy(y):.1f}' r='2.5' fill='{c}'><title>{esc(name)} step {_num(x)}: {_num(y)}</title></circle>"
+            for x, y in s
+        ]
+        if legend:
+            parts.append(f"<text x='{L + 6}' y='{31 + 12 * j}' class='lg' style='fill:{c}'>■ {esc(name)}</text>")
     return "".join(parts) + "</svg>"
 
 # %% ../nbs/42_site.ipynb #ae0a93d4
 SKIP_META = {"config", "versions", "lora", "seed", "heldout_contexts", "reward_log", "log", "reward_weights", "rollout"}
+
 
 def heldout_figures(meta: dict) -> list[tuple[str, float, str]]:
     """(name, value, uncertainty) for every number in a `mascot_metadata.json` (one level of nesting: `heldout_trained.mean_group_reward`);
     a key's `_se` / `_ci95` partner, or an `se` / `ci95` beside `paired_diff`, `mean` or `accuracy`, becomes its uncertainty instead of a row."""
     flat: dict[str, object] = {}
     for k, v in meta.items():
-        if k in SKIP_META: continue
-        if isinstance(v, dict): flat.update({f"{k}.{kk}": vv for kk, vv in v.items()})
-        else: flat[k] = v
-    for k in [k for k in flat if k in ("se", "ci95") or k.endswith((".se", ".ci95"))]:  # {"paired_diff": d, "se": s} -> paired_diff_se
+        if k in SKIP_META:
+            continue
+        if isinstance(v, dict):
+            flat.update({f"{k}.{kk}": vv for kk, vv in v.items()})
+        else:
+            flat[k] = v
+    for k in [
+        k for k in flat if k in ("se", "ci95") or k.endswith((".se", ".ci95"))
+    ]:  # {"paired_diff": d, "se": s} -> paired_diff_se
         prefix, _, name = k.rpartition(".")
         prefix = prefix + "." if prefix else ""
         target = next((prefix + t for t in ("paired_diff", "mean", "accuracy", "value") if prefix + t in flat), None)
-        if target: flat[f"{target}_{name}"] = flat.pop(k)
+        if target:
+            flat[f"{target}_{name}"] = flat.pop(k)
     rows = []
     for k, v in flat.items():
-        if k.endswith(("_se", "_ci95")) or isinstance(v, bool) or not isinstance(v, (int, float)): continue
+        if k.endswith(("_se", "_ci95")) or isinstance(v, bool) or not isinstance(v, (int, float)):
+            continue
         unc = []
-        if isinstance(flat.get(f"{k}_se"), (int, float)): unc.append(f"± {flat[f'{k}_se']:.3g} (s.e.)")
+        if isinstance(flat.get(f"{k}_se"), (int, float)):
+            unc.append(f"± {flat[f'{k}_se']:.3g} (s.e.)")
         ci = flat.get(f"{k}_ci95")
-        if isinstance(ci, (list, tuple)) and len(ci) == 2: unc.append(f"95% CI [{ci[0]:.3g}, {ci[1]:.3g}]")
-        elif isinstance(ci, (int, float)): unc.append(f"± {ci:.3g} (95% CI)")
+        if isinstance(ci, (list, tuple)) and len(ci) == 2:
+            unc.append(f"95% CI [{ci[0]:.3g}, {ci[1]:.3g}]")
+        elif isinstance(ci, (int, float)):
+            unc.append(f"± {ci:.3g} (95% CI)")
         rows.append((k, float(v), " ".join(unc)))
     return rows
 
+
 def training_log(model_dir: Path, meta: dict) -> tuple[list[dict] | None, str]:
     "The stage's log history and where it came from."
-    if (model_dir / "log_history.json").exists(): return read_json(model_dir / "log_history.json"), "log_history.json"
+    if (model_dir / "log_history.json").exists():
+        return read_json(model_dir / "log_history.json"), "log_history.json"
     for k in ("reward_log", "log"):
-        if meta.get(k): return meta[k], f"mascot_metadata.json ({k}: the keys the stage kept)"
+        if meta.get(k):
+            return meta[k], f"mascot_metadata.json ({k}: the keys the stage kept)"
     return None, ""
 
 # %% ../nbs/42_site.ipynb #fc2f173c
@@ -288,34 +455,53 @@ def training_section(info: dict, out: Path) -> str:
     blocks = []
     for st in info["stages"]:
         model_dir = locate(st["outputs"].get("path"), info["path"])
-        if not model_dir or not (model_dir / "mascot_metadata.json").exists(): continue
+        if not model_dir or not (model_dir / "mascot_metadata.json").exists():
+            continue
         meta = read_json(model_dir / "mascot_metadata.json")
         log, source = training_log(model_dir, meta)
         charts = training_series(log or [])
         what = " ".join(str(meta[k]) for k in ("kind", "algorithm") if meta.get(k))
-        b = [f"<div class='stage-train' id='train-{esc(st['stage'])}'><h3>{esc(st['stage'])} <small>{esc(what)}, "
-             f"base {esc(meta.get('base_model', '?'))}, {esc(meta.get('steps', '?'))} steps</small></h3>"]
+        b = [
+            f"<div class='stage-train' id='train-{esc(st['stage'])}'><h3>{esc(st['stage'])} <small>{esc(what)}, "
+            f"base {esc(meta.get('base_model', '?'))}, {esc(meta.get('steps', '?'))} steps</small></h3>"
+        ]
         if charts:
-            b.append(f"<p class='src'>from {esc(source)}, {len(log)} log entries</p><div class='curves'>"
-                     + "".join(curve_svg(t, s) for t, s in charts.items()) + "</div>")
-        else: b.append(f"<p class='nodata'>No training log in {esc(model_dir)}: this stage kept no <code>log_history.json</code>, so there are no curves.</p>")
+            b.append(
+                f"<p class='src'>from {esc(source)}, {len(log)} log entries</p><div class='curves'>"
+                + "".join(curve_svg(t, s) for t, s in charts.items())
+                + "</div>"
+            )
+        else:
+            b.append(
+                f"<p class='nodata'>No training log in {esc(model_dir)}: this stage kept no <code>log_history.json</code>, so there are no curves.</p>"
+            )
         png = model_dir / "training_curves.png"
         if png.exists():
-            dest = out / "training" / f"{st['stage']}.png"; dest.parent.mkdir(parents=True, exist_ok=True); shutil.copy2(png, dest)
-            b.append(f"<details><summary>the trainer's own figure</summary><img src='training/{esc(dest.name)}' alt='{esc(st['stage'])} training curves'></details>")
-        rows = "".join(f"<tr><td>{esc(k)}</td><td class='num'>{v:.4g}</td><td>{esc(u)}</td></tr>" for k, v, u in heldout_figures(meta))
-        if rows: b.append(f"<table class='heldout'><tr><th>figure</th><th>value</th><th>uncertainty</th></tr>{rows}</table>")
+            dest = out / "training" / f"{st['stage']}.png"
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(png, dest)
+            b.append(
+                f"<details><summary>the trainer's own figure</summary><img src='training/{esc(dest.name)}' alt='{esc(st['stage'])} training curves'></details>"
+            )
+        rows = "".join(
+            f"<tr><td>{esc(k)}</td><td class='num'>{v:.4g}</td><td>{esc(u)}</td></tr>"
+            for k, v, u in heldout_figures(meta)
+        )
+        if rows:
+            b.append(f"<table class='heldout'><tr><th>figure</th><th>value</th><th>uncertainty</th></tr>{rows}</table>")
         blocks.append("".join(b) + "</div>")
     return "".join(blocks) or "<p class='nodata'>No trained stage in this run.</p>"
 
 # %% ../nbs/42_site.ipynb #15f4a1be
 def judge_files(judge_dir: Path | None) -> tuple[list[dict], list[dict], list[dict]]:
     "(metrics files, score lines, judge run summaries) of the judge stage's folder; metrics and lines carry their file name in `_file`."
-    if not judge_dir or not judge_dir.exists(): return [], [], []
+    if not judge_dir or not judge_dir.exists():
+        return [], [], []
     metrics = [read_json(p) | {"_file": p.name} for p in sorted(judge_dir.glob("metrics_*.json"))]
     lines = [l | {"_file": p.name} for p in sorted(judge_dir.glob("scores_*.jsonl")) for l in read_jsonl(p)]
     summaries = [read_json(p) for p in sorted(judge_dir.glob("judge_*.runs/*/run_summary.json"))]
     return metrics, lines, summaries
+
 
 def parse_rates(lines: list[dict], metrics: list[dict]) -> dict[tuple[str, str], dict]:
     "{(judge, kind): items, parsed} from the score lines, plus the failures of records never written (every item failed), from each metrics file."
@@ -325,121 +511,206 @@ def parse_rates(lines: list[dict], metrics: list[dict]) -> dict[tuple[str, str],
         for judge, part in judged_parts(l):
             r = out.setdefault((judge, l["kind"]), {"items": 0, "parsed": 0})
             items = part.get("items") or []
-            r["items"] += len(items); r["parsed"] += sum(not i.get("failed") for i in items)
+            r["items"] += len(items)
+            r["parsed"] += sum(not i.get("failed") for i in items)
             failed_in[l["_file"]] = failed_in.get(l["_file"], 0) + sum(bool(i.get("failed")) for i in items)
     for m in metrics:  # metrics_<kind>_<stem>.json counts every failure, written or not; scores_<kind>_<stem>.jsonl only the written ones
-        extra = (m.get("num_annotation_failures") or 0) - failed_in.get("scores_" + m["_file"][len("metrics_"):-len(".json")] + ".jsonl", 0)
-        if extra > 0: out.setdefault((m.get("judge", "judge"), m.get("kind")), {"items": 0, "parsed": 0})["items"] += extra
+        extra = (m.get("num_annotation_failures") or 0) - failed_in.get(
+            "scores_" + m["_file"][len("metrics_") : -len(".json")] + ".jsonl", 0
+        )
+        if extra > 0:
+            out.setdefault((m.get("judge", "judge"), m.get("kind")), {"items": 0, "parsed": 0})["items"] += extra
     return out
+
 
 def is_embedded_small(judge: str) -> bool:
     from mascot.llm import EMBEDDED_DEFAULT
+
     return judge == EMBEDDED_DEFAULT or "135m" in judge.lower()
 
 # %% ../nbs/42_site.ipynb #ccc2d0fe
 def histogram_svg(values: list[float], width: int = 220, height: int = 70, bins: int = 10) -> str:
     "Counts of 0-100 scores in `bins` equal bins, as bars."
     counts = [0] * bins
-    for v in values: counts[min(bins - 1, max(0, int(v / (100 / bins))))] += 1
+    for v in values:
+        counts[min(bins - 1, max(0, int(v / (100 / bins))))] += 1
     top, bw = max(counts) or 1, width / bins
-    bars = "".join(f"<rect x='{i * bw + 1:.1f}' y='{height - 12 - c / top * (height - 16):.1f}' width='{bw - 2:.1f}' height='{c / top * (height - 16):.1f}'>"
-                   f"<title>{i * 100 // bins}-{(i + 1) * 100 // bins}: {c}</title></rect>" for i, c in enumerate(counts))
-    return (f"<svg class='hist' viewBox='0 0 {width} {height}' width='{width}' height='{height}'>{bars}<text x='0' y='{height - 1}'>0</text>"
-            f"<text x='{width}' y='{height - 1}' text-anchor='end'>100</text></svg>")
+    bars = "".join(
+        f"<rect x='{i * bw + 1:.1f}' y='{height - 12 - c / top * (height - 16):.1f}' width='{bw - 2:.1f}' height='{c / top * (height - 16):.1f}'>"
+        f"<title>{i * 100 // bins}-{(i + 1) * 100 // bins}: {c}</title></rect>"
+        for i, c in enumerate(counts)
+    )
+    return (
+        f"<svg class='hist' viewBox='0 0 {width} {height}' width='{width}' height='{height}'>{bars}<text x='0' y='{height - 1}'>0</text>"
+        f"<text x='{width}' y='{height - 1}' text-anchor='end'>100</text></svg>"
+    )
+
 
 def judge_section(info: dict) -> str:
     import pandas as pd
+
     judge_dir = stage_output(info, "31_llm_judge", "output_dir")
     metrics, lines, summaries = judge_files(judge_dir)
-    if not lines and not metrics: return "<p class='nodata'>No judge stage output in this run.</p>"
-    judges = list(dict.fromkeys([j for m in metrics for j in m.get("judges", [])] + [j for l in lines for j, _ in judged_parts(l)]))
+    if not lines and not metrics:
+        return "<p class='nodata'>No judge stage output in this run.</p>"
+    judges = list(
+        dict.fromkeys(
+            [j for m in metrics for j in m.get("judges", [])] + [j for l in lines for j, _ in judged_parts(l)]
+        )
+    )
     providers = sorted({s.get("provider") for s in summaries if s.get("provider")})
-    b = [f"<p>Judge{'s' if len(judges) > 1 else ''}: <b>{', '.join(map(esc, judges))}</b>" + (f" (provider {esc(', '.join(providers))})" if providers else "") + ".</p>"]
+    b = [
+        f"<p>Judge{'s' if len(judges) > 1 else ''}: <b>{', '.join(map(esc, judges))}</b>"
+        + (f" (provider {esc(', '.join(providers))})" if providers else "")
+        + ".</p>"
+    ]
     small = [j for j in judges if is_embedded_small(j)]
     if small:
-        b.append(f"<div class='warn' id='judge-warning'><b>Plumbing test only.</b> The judge {esc(', '.join(small))} is the embedded 135M model: its labels "
-                 "were measured to agree with a real judge no better than coin flips. Read the scores below as a check that the pipeline runs, not as results.</div>")
+        b.append(
+            f"<div class='warn' id='judge-warning'><b>Plumbing test only.</b> The judge {esc(', '.join(small))} is the embedded 135M model: its labels "
+            "were measured to agree with a real judge no better than coin flips. Read the scores below as a check that the pipeline runs, not as results.</div>"
+        )
     rates = parse_rates(lines, metrics)
-    rows = "".join(f"<tr><td>{esc(j)}</td><td>{esc(k)}</td><td class='num'>{r['items']}</td><td class='num'>{r['parsed']}</td>"
-                   f"<td class='num'>{100 * r['parsed'] / r['items']:.1f}%</td></tr>" for (j, k), r in rates.items() if r["items"])
-    b.append("<h3>Parse rate</h3><table id='parse-rate'><tr><th>judge</th><th>rubric</th><th>items</th><th>parsed</th><th>parse rate</th></tr>" + rows + "</table>")
+    rows = "".join(
+        f"<tr><td>{esc(j)}</td><td>{esc(k)}</td><td class='num'>{r['items']}</td><td class='num'>{r['parsed']}</td>"
+        f"<td class='num'>{100 * r['parsed'] / r['items']:.1f}%</td></tr>"
+        for (j, k), r in rates.items()
+        if r["items"]
+    )
+    b.append(
+        "<h3>Parse rate</h3><table id='parse-rate'><tr><th>judge</th><th>rubric</th><th>items</th><th>parsed</th><th>parse rate</th></tr>"
+        + rows
+        + "</table>"
+    )
     raws = [f for s in summaries for f in s.get("annotation_failures", [])][:3]
-    if raws: b.append("<details><summary>answers that did not parse (first 3)</summary>" + "".join(
-        f"<p><b>{esc(f.get('where'))}</b></p><pre>{esc(f.get('raw'))}</pre>" for f in raws) + "</details>")
+    if raws:
+        b.append(
+            "<details><summary>answers that did not parse (first 3)</summary>"
+            + "".join(f"<p><b>{esc(f.get('where'))}</b></p><pre>{esc(f.get('raw'))}</pre>" for f in raws)
+            + "</details>"
+        )
     scores_csv = judge_dir / "judge_scores.csv" if judge_dir else None
     if scores_csv and scores_csv.exists():
         df = pd.read_csv(scores_csv)
         rows = []
         for (kind, crit), s in df.groupby(["kind", "criterion"], sort=False)["score"]:
             s = s.dropna()
-            rows.append(f"<tr><td>{esc(kind)}</td><td>{esc(crit)}</td><td class='num'>{len(s)}</td><td class='num'>{s.mean():.1f}</td>"
-                        f"<td class='num'>{s.std():.1f}</td><td class='num'>{s.min():.1f}–{s.max():.1f}</td><td class='num'>{s.round(1).nunique()}</td>"
-                        f"<td>{histogram_svg(s.tolist())}</td></tr>")
-        b.append("<h3>Score distribution per criterion</h3><p>0-100 scale. Few distinct values or a narrow range mean the judge hardly separates items.</p>"
-                 "<table id='score-dist'><tr><th>rubric</th><th>criterion</th><th>n</th><th>mean</th><th>std</th><th>range</th><th>distinct</th>"
-                 f"<th>histogram</th></tr>{''.join(rows)}</table>")
+            rows.append(
+                f"<tr><td>{esc(kind)}</td><td>{esc(crit)}</td><td class='num'>{len(s)}</td><td class='num'>{s.mean():.1f}</td>"
+                f"<td class='num'>{s.std():.1f}</td><td class='num'>{s.min():.1f}–{s.max():.1f}</td><td class='num'>{s.round(1).nunique()}</td>"
+                f"<td>{histogram_svg(s.tolist())}</td></tr>"
+            )
+        b.append(
+            "<h3>Score distribution per criterion</h3><p>0-100 scale. Few distinct values or a narrow range mean the judge hardly separates items.</p>"
+            "<table id='score-dist'><tr><th>rubric</th><th>criterion</th><th>n</th><th>mean</th><th>std</th><th>range</th><th>distinct</th>"
+            f"<th>histogram</th></tr>{''.join(rows)}</table>"
+        )
     agree = [m for m in metrics if m.get("agreement")]
     if agree:
-        b.append("<h3>Inter-judge agreement</h3><table id='agreement'><tr><th>file</th><th>judges</th><th>criterion</th><th>Krippendorff's α</th></tr>" + "".join(
-            f"<tr><td>{esc(m['_file'])}</td><td>{esc(', '.join(m['agreement']['judges']))}</td><td>{esc(c)}</td><td class='num'>{fmt(a, 3)}</td></tr>"
-            for m in agree for c, a in m["agreement"]["alpha"].items()) + "</table>")
-    else: b.append("<h3>Inter-judge agreement</h3><p class='nodata'>One judge ran, so no agreement was measured (give the judge stage <code>judges: [...]</code>).</p>")
-    b.append("<h3>Position-swap consistency</h3><p class='nodata'>Not measured in this run: the judge stage scores each item alone; "
-             "position-swapped pairwise preferences (<code>mascot.pairwise.judge_pair</code>) were not recorded.</p>")
+        b.append(
+            "<h3>Inter-judge agreement</h3><table id='agreement'><tr><th>file</th><th>judges</th><th>criterion</th><th>Krippendorff's α</th></tr>"
+            + "".join(
+                f"<tr><td>{esc(m['_file'])}</td><td>{esc(', '.join(m['agreement']['judges']))}</td><td>{esc(c)}</td><td class='num'>{fmt(a, 3)}</td></tr>"
+                for m in agree
+                for c, a in m["agreement"]["alpha"].items()
+            )
+            + "</table>"
+        )
+    else:
+        b.append(
+            "<h3>Inter-judge agreement</h3><p class='nodata'>One judge ran, so no agreement was measured (give the judge stage <code>judges: [...]</code>).</p>"
+        )
+    b.append(
+        "<h3>Position-swap consistency</h3><p class='nodata'>Not measured in this run: the judge stage scores each item alone; "
+        "position-swapped pairwise preferences (<code>mascot.pairwise.judge_pair</code>) were not recorded.</p>"
+    )
     return "".join(b)
 
 # %% ../nbs/42_site.ipynb #b37c5c84
 def table_html(path: Path, table_id: str) -> str:
     "A figure CSV as a sortable HTML table: long mean/std/n tables pivoted with criteria (or the last key) as columns, cells `mean ± s.e.`."
     import pandas as pd
+
     df = pd.read_csv(path)
-    if df.empty: return f"<p class='nodata'>{esc(path.stem)}: no data (the CSV has only its header).</p>"
+    if df.empty:
+        return f"<p class='nodata'>{esc(path.stem)}: no data (the CSV has only its header).</p>"
     if not {"mean", "std", "n"} <= set(df.columns):
         head = "".join(f"<th>{esc(c)}</th>" for c in df.columns)
-        body = "".join("<tr>" + "".join(f"<td class='num' data-v='{v}'>{v:.4g}</td>" if isinstance(v, (int, float)) and not isinstance(v, bool)
-                                        else f"<td>{esc(v)}</td>" for v in r) + "</tr>" for r in df.itertuples(index=False))
-        return f"<table class='sortable data' id='{table_id}'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+        body = "".join(
+            "<tr>"
+            + "".join(
+                f"<td class='num' data-v='{v}'>{v:.4g}</td>"
+                if isinstance(v, (int, float)) and not isinstance(v, bool)
+                else f"<td>{esc(v)}</td>"
+                for v in r
+            )
+            + "</tr>"
+            for r in df.itertuples(index=False)
+        )
+        return (
+            f"<table class='sortable data' id='{table_id}'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+        )
     keys = [c for c in df.columns if c not in ("mean", "std", "n")]
     col = "criterion" if "criterion" in keys else keys[-1] if len(keys) > 1 else None
     rows_keys = [k for k in keys if k != col]
+
     def cell(r):
         m, s, n = r["mean"], r["std"], r["n"]
-        if pd.isna(m): return "<td data-v=''>–</td>"
+        if pd.isna(m):
+            return "<td data-v=''>–</td>"
         se = s / math.sqrt(n) if pd.notna(n) and n > 1 and pd.notna(s) else None
         tip = ", ".join(f"{k} {v:.4g}" for k, v in (("mean", m), ("std", s), ("n", n)) if pd.notna(v))
-        return f"<td class='num' data-v='{m}' title='{tip}'>{m:.1f}" + (f" ± {se:.1f}" if se is not None else "") + "</td>"
+        return (
+            f"<td class='num' data-v='{m}' title='{tip}'>{m:.1f}" + (f" ± {se:.1f}" if se is not None else "") + "</td>"
+        )
+
     cols = list(dict.fromkeys(df[col])) if col else ["mean ± s.e."]
-    groups = df.groupby(rows_keys, sort=False, dropna=False) if rows_keys else [((), df)]  # a missing key (no source) is a row too
+    groups = (
+        df.groupby(rows_keys, sort=False, dropna=False) if rows_keys else [((), df)]
+    )  # a missing key (no source) is a row too
     head = "".join(f"<th>{esc(k)}</th>" for k in rows_keys) + "".join(f"<th>{esc(c)}</th>" for c in cols)
     body = []
     for key, g in groups:
         key = key if isinstance(key, tuple) else (key,)
         by = {r[col] if col else cols[0]: r for _, r in g.iterrows()}
-        body.append("<tr>" + "".join(f"<td>{esc('' if pd.isna(k) else k)}</td>" for k in key) + "".join(cell(by[c]) if c in by else "<td data-v=''>–</td>" for c in cols) + "</tr>")
+        body.append(
+            "<tr>"
+            + "".join(f"<td>{esc('' if pd.isna(k) else k)}</td>" for k in key)
+            + "".join(cell(by[c]) if c in by else "<td data-v=''>–</td>" for c in cols)
+            + "</tr>"
+        )
     return f"<table class='sortable data' id='{table_id}'><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 # %% ../nbs/42_site.ipynb #6eede0c6
 def tables_section(info: dict, out: Path, jobs: list) -> str:
     "Each figure folder: its tables (HTML + CSV link), its PNGs, and a link to the executed notebook that made them."
     fig_root = info["path"] / "figures"
-    if not fig_root.exists(): return "<p class='nodata'>No figures in this run (the figures stage did not run).</p>"
+    if not fig_root.exists():
+        return "<p class='nodata'>No figures in this run (the figures stage did not run).</p>"
     blocks = []
     for d in sorted(p for p in fig_root.iterdir() if p.is_dir()):
-        dest = out / "figures" / d.name; dest.mkdir(parents=True, exist_ok=True)
+        dest = out / "figures" / d.name
+        dest.mkdir(parents=True, exist_ok=True)
         b = [f"<div class='figure' id='fig-{esc(d.name)}'><h3>{esc(d.name)}</h3>"]
         if (d / "executed.ipynb").exists():
             jobs.append((d / "executed.ipynb", out / "notebooks" / f"figures-{d.name}.html"))
             b.append(f"<p><a href='notebooks/figures-{esc(d.name)}.html'>the executed notebook that made it</a></p>")
         for t in sorted(d.glob("*.csv")):
             shutil.copy2(t, dest / t.name)
-            b.append(f"<div class='tablebox'><button type='button' class='copy' data-for='tbl-{esc(t.stem)}'>copy as TSV</button> "
-                     f"<a href='figures/{esc(d.name)}/{esc(t.name)}'>{esc(t.name)}</a>{table_html(t, f'tbl-{t.stem}')}</div>")
+            b.append(
+                f"<div class='tablebox'><button type='button' class='copy' data-for='tbl-{esc(t.stem)}'>copy as TSV</button> "
+                f"<a href='figures/{esc(d.name)}/{esc(t.name)}'>{esc(t.name)}</a>{table_html(t, f'tbl-{t.stem}')}</div>"
+            )
         for f in sorted(d.glob("*.png")):
             shutil.copy2(f, dest / f.name)
-            b.append(f"<figure><img src='figures/{esc(d.name)}/{esc(f.name)}' alt='{esc(f.stem)}'><figcaption>{esc(f.stem)}</figcaption></figure>")
+            b.append(
+                f"<figure><img src='figures/{esc(d.name)}/{esc(f.name)}' alt='{esc(f.stem)}'><figcaption>{esc(f.stem)}</figcaption></figure>"
+            )
         blocks.append("".join(b) + "</div>")
-    return ("<p>Each table cell is mean ± s.e. (std/√n over the judged items of the cell); hover for mean, std and n; click a header to sort. "
-            "The PNG below each table is the version for papers.</p>" + "".join(blocks))
+    return (
+        "<p>Each table cell is mean ± s.e. (std/√n over the judged items of the cell); hover for mean, std and n; click a header to sort. "
+        "The PNG below each table is the version for papers.</p>" + "".join(blocks)
+    )
 
 # %% ../nbs/42_site.ipynb #841ee585
 def role_models(info: dict) -> list[tuple[str, str, str]]:
@@ -449,32 +720,54 @@ def role_models(info: dict) -> list[tuple[str, str, str]]:
         m = (recs[0] if recs else {}).get("metadata") or {}
         adapters = m.get("adapters") or {}
         for role in ("director", "speaker", "user"):
-            if m.get(f"{role}_model"): out.append((system, role, m[f"{role}_model"] + (f" (adapter {adapters[role]})" if role in adapters else "")))
+            if m.get(f"{role}_model"):
+                out.append(
+                    (system, role, m[f"{role}_model"] + (f" (adapter {adapters[role]})" if role in adapters else ""))
+                )
     metrics, _, _ = judge_files(stage_output(info, "31_llm_judge", "output_dir"))
-    for j in dict.fromkeys(j for m in metrics for j in m.get("judges", [])): out.append(("all", "judge", j))
+    for j in dict.fromkeys(j for m in metrics for j in m.get("judges", [])):
+        out.append(("all", "judge", j))
     return out
+
 
 def provenance_section(info: dict) -> str:
     metas = [s["meta"] for s in info["stages"] if s["meta"]]
     versions: dict[str, set] = {}
     for m in metas:
-        for k, v in (m.get("versions") or {}).items(): versions.setdefault(k, set()).add(v)
+        for k, v in (m.get("versions") or {}).items():
+            versions.setdefault(k, set()).add(v)
     commits = sorted({m.get("git_commit") for m in metas if m.get("git_commit")})
     b = [f"<p>git commit: <code>{esc(', '.join(commits) or 'unknown')}</code></p>"]
-    b.append("<h3>Package versions</h3><table id='versions'><tr><th>package</th><th>version</th></tr>" +
-             "".join(f"<tr><td>{esc(k)}</td><td>{esc(', '.join(sorted(v)))}</td></tr>" for k, v in versions.items()) + "</table>")
+    b.append(
+        "<h3>Package versions</h3><table id='versions'><tr><th>package</th><th>version</th></tr>"
+        + "".join(f"<tr><td>{esc(k)}</td><td>{esc(', '.join(sorted(v)))}</td></tr>" for k, v in versions.items())
+        + "</table>"
+    )
     roles = role_models(info)
-    trained = [(s["stage"], m, p) for s in info["stages"] for p in [locate(s["outputs"].get("path"), info["path"])]
-               if p and (p / "mascot_metadata.json").exists() for m in [read_json(p / "mascot_metadata.json")]]
+    trained = [
+        (s["stage"], m, p)
+        for s in info["stages"]
+        for p in [locate(s["outputs"].get("path"), info["path"])]
+        if p and (p / "mascot_metadata.json").exists()
+        for m in [read_json(p / "mascot_metadata.json")]
+    ]
     rel = lambda p: p.relative_to(info["path"]) if p.is_relative_to(info["path"]) else p
-    b.append("<h3>Models and adapters per role</h3><table id='roles'><tr><th>system</th><th>role</th><th>model</th></tr>" +
-             "".join(f"<tr><td>{esc(s)}</td><td>{esc(r)}</td><td>{esc(m)}</td></tr>" for s, r, m in roles) +
-             "".join(f"<tr><td>{esc(st)}</td><td>trained {esc(m.get('kind', ''))}</td><td>base {esc(m.get('base_model'))}, saved in {esc(rel(p))}</td></tr>"
-                     for st, m, p in trained) + "</table>")
+    b.append(
+        "<h3>Models and adapters per role</h3><table id='roles'><tr><th>system</th><th>role</th><th>model</th></tr>"
+        + "".join(f"<tr><td>{esc(s)}</td><td>{esc(r)}</td><td>{esc(m)}</td></tr>" for s, r, m in roles)
+        + "".join(
+            f"<tr><td>{esc(st)}</td><td>trained {esc(m.get('kind', ''))}</td><td>base {esc(m.get('base_model'))}, saved in {esc(rel(p))}</td></tr>"
+            for st, m, p in trained
+        )
+        + "</table>"
+    )
     b.append(f"<h3>Resolved configuration</h3><pre>{esc(json.dumps(info['config'], indent=2))}</pre>")
     for s in info["stages"]:
         cfg = read_json(info["path"] / s["stage"] / "run_config.json")
-        if cfg: b.append(f"<details><summary>{esc(s['stage'])}: run_config.json</summary><pre>{esc(json.dumps(cfg, indent=2))}</pre></details>")
+        if cfg:
+            b.append(
+                f"<details><summary>{esc(s['stage'])}: run_config.json</summary><pre>{esc(json.dumps(cfg, indent=2))}</pre></details>"
+            )
     return "".join(b)
 
 # %% ../nbs/42_site.ipynb #f8edc8cd
@@ -502,18 +795,25 @@ table.sortable th{cursor:pointer}table.sortable th:after{content:' ⇅';color:#a
 .figure{border-top:1px solid #eee;margin-top:1.2em}.tablebox{overflow-x:auto}"""
 
 # Runs first in <head>: counts uncaught errors, console.error calls and failed resource loads (capture phase) into body[data-js-errors].
-ERROR_TRAP = ("<script>window.__errors=[];addEventListener('error',e=>{__errors.push(e.message||('failed to load '+(e.target&&(e.target.src||e.target.href))))},true);"
-              "(()=>{const ce=console.error;console.error=(...a)=>{__errors.push(a.join(' '));ce.apply(console,a)}})();"
-              "addEventListener('unhandledrejection',e=>__errors.push(String(e.reason)));</script>")
-LOAD_CHECK = ("<script>addEventListener('load',()=>{const i=[...document.images];document.body.dataset.imagesTotal=i.length;"
-              "document.body.dataset.imagesLoaded=i.filter(x=>x.complete&&x.naturalWidth>0).length;"
-              "setTimeout(()=>{document.body.dataset.jsErrors=__errors.length;document.body.dataset.jsErrorText=__errors.join(' | ')},0)})</script>")
+ERROR_TRAP = (
+    "<script>window.__errors=[];addEventListener('error',e=>{__errors.push(e.message||('failed to load '+(e.target&&(e.target.src||e.target.href))))},true);"
+    "(()=>{const ce=console.error;console.error=(...a)=>{__errors.push(a.join(' '));ce.apply(console,a)}})();"
+    "addEventListener('unhandledrejection',e=>__errors.push(String(e.reason)));</script>"
+)
+LOAD_CHECK = (
+    "<script>addEventListener('load',()=>{const i=[...document.images];document.body.dataset.imagesTotal=i.length;"
+    "document.body.dataset.imagesLoaded=i.filter(x=>x.complete&&x.naturalWidth>0).length;"
+    "setTimeout(()=>{document.body.dataset.jsErrors=__errors.length;document.body.dataset.jsErrorText=__errors.join(' | ')},0)})</script>"
+)
+
 
 def page(title: str, body: str, depth: int = 0, script: str = "") -> str:
     up = "../" * depth
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{esc(title)}</title>{ERROR_TRAP}<style>{CSS}</style></head><body>"
-            f"<nav><a href='{up}index.html'>Runs</a><a href='{up}docs/index.html'>Documentation</a></nav><h1>{esc(title)}</h1>{body}"
-            f"<footer><p><small>Built by mascot site on {datetime.date.today()}</small></p></footer>{script}{LOAD_CHECK}</body></html>")
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{esc(title)}</title>{ERROR_TRAP}<style>{CSS}</style></head><body>"
+        f"<nav><a href='{up}index.html'>Runs</a><a href='{up}docs/index.html'>Documentation</a></nav><h1>{esc(title)}</h1>{body}"
+        f"<footer><p><small>Built by mascot site on {datetime.date.today()}</small></p></footer>{script}{LOAD_CHECK}</body></html>"
+    )
 
 # %% ../nbs/42_site.ipynb #05bc1d32
 RUN_JS = r"""<script>
@@ -574,60 +874,82 @@ filter();compare();show();addEventListener('load',()=>setTimeout(show,0));
 _EXPORTER = None
 _fresh = lambda nb_path, out: out.exists() and out.stat().st_mtime >= nb_path.stat().st_mtime
 
+
 def notebook_html(nb_path: Path, out: Path) -> Path:
     "An executed (or source) notebook as standalone HTML, with no network needed to view it; kept when `out` is newer than the notebook."
     global _EXPORTER
-    if _fresh(nb_path, out): return out  # a rebuilt site renders only what changed
+    if _fresh(nb_path, out):
+        return out  # a rebuilt site renders only what changed
     import nbformat
     from nbconvert import HTMLExporter
+
     if _EXPORTER is None:
         _EXPORTER = HTMLExporter(template_name="classic")
         _EXPORTER.mathjax_url = ""  # no CDN: the site must open offline
     body, _ = _EXPORTER.from_notebook_node(nbformat.read(nb_path, as_version=4))
-    out.parent.mkdir(parents=True, exist_ok=True); out.write_text(body)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(body)
     return out
+
 
 def render_notebooks(jobs: list[tuple[Path, Path]], workers: int | None = None) -> list[Path]:
     "Render (notebook, html) pairs, in parallel processes when there are several CPUs: nbconvert is most of the build time."
     import os
     from concurrent.futures import ProcessPoolExecutor
+
     todo = [j for j in jobs if not _fresh(*j)]
     workers = workers or min(4, os.cpu_count() or 1, len(todo))
-    if workers <= 1: [notebook_html(*j) for j in todo]
+    if workers <= 1:
+        [notebook_html(*j) for j in todo]
     else:
-        with ProcessPoolExecutor(workers) as pool: list(pool.map(notebook_html, *zip(*todo)))
+        with ProcessPoolExecutor(workers) as pool:
+            list(pool.map(notebook_html, *zip(*todo)))
     return [out for _, out in jobs]
+
 
 def csv_table(path: Path) -> str:
     "A CSV as a plain HTML table (numbers to 2 decimals)."
     import pandas as pd
+
     return pd.read_csv(path).to_html(index=False, float_format=lambda x: f"{x:.2f}", border=0)
 
 # %% ../nbs/42_site.ipynb #ec22609e
 def degenerate_counts(info: dict) -> dict[str, dict]:
     "{system: {num_degenerate, num_agent_turns, degenerate_reasons}} from the metrics stage, or counted from the evaluated conversations."
     from mascot.auto_metrics import conversation_from_record, degenerate_reasons
+
     out: dict[str, dict] = {}
     d = stage_output(info, "32_auto_metrics", "output_dir")
     for p in sorted(d.glob("auto_metrics_*.json")) if d else []:
         for system, pooled in (read_json(p).get("by_system") or {}).items():
-            if pooled.get("num_agent_turns") is None: continue  # written before the metric existed
+            if pooled.get("num_agent_turns") is None:
+                continue  # written before the metric existed
             o = out.setdefault(system, {"num_degenerate": 0, "num_agent_turns": 0, "degenerate_reasons": {}})
-            o["num_degenerate"] += pooled["num_degenerate"]; o["num_agent_turns"] += pooled["num_agent_turns"]
-            for k, v in (pooled.get("degenerate_reasons") or {}).items(): o["degenerate_reasons"][k] = o["degenerate_reasons"].get(k, 0) + v
-    if out: return out
+            o["num_degenerate"] += pooled["num_degenerate"]
+            o["num_agent_turns"] += pooled["num_agent_turns"]
+            for k, v in (pooled.get("degenerate_reasons") or {}).items():
+                o["degenerate_reasons"][k] = o["degenerate_reasons"].get(k, 0) + v
+    if out:
+        return out
     for system, (_, recs) in load_conversations(info).items():
         reasons = [r for rec in recs for r in degenerate_reasons(conversation_from_record(rec))]
         bad = [r for r in reasons if r]
-        out[system] = {"num_degenerate": len(bad), "num_agent_turns": len(reasons), "degenerate_reasons": {k: bad.count(k) for k in sorted(set(bad))}}
+        out[system] = {
+            "num_degenerate": len(bad),
+            "num_agent_turns": len(reasons),
+            "degenerate_reasons": {k: bad.count(k) for k in sorted(set(bad))},
+        }
     return out
+
 
 def degenerate_table(info: dict) -> str:
     "Degenerate replies per system: count, rate with its Wilson 95% interval, and the reasons."
     from mascot.reward_models import wilson_interval
     from mascot.figures import SYSTEMS, ordered
+
     counts = degenerate_counts(info)
-    if not counts: return "<p class='nodata'>No evaluated conversations in this run.</p>"
+    if not counts:
+        return "<p class='nodata'>No evaluated conversations in this run.</p>"
     rows = []
     for s in ordered(list(counts), SYSTEMS):
         c = counts[s]
@@ -635,10 +957,14 @@ def degenerate_table(info: dict) -> str:
         lo, hi = wilson_interval(bad, n) if n else (None, None)
         rate = f"{100 * bad / n:.1f}% ({100 * lo:.0f}–{100 * hi:.0f}%)" if n else "–"
         why = ", ".join(f"{k} {v}" for k, v in c["degenerate_reasons"].items())
-        rows.append(f"<tr><td>{esc(s)}</td><td class='num'>{n}</td><td class='num'>{bad}</td><td class='num' data-v='{bad / n if n else ''}'>{rate}</td>"
-                    f"<td>{esc(why)}</td></tr>")
-    return ("<table class='sortable data' id='degenerate'><thead><tr><th>system</th><th>agent replies</th><th>degenerate</th><th>rate (95% CI)</th>"
-            "<th>reasons</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>")
+        rows.append(
+            f"<tr><td>{esc(s)}</td><td class='num'>{n}</td><td class='num'>{bad}</td><td class='num' data-v='{bad / n if n else ''}'>{rate}</td>"
+            f"<td>{esc(why)}</td></tr>"
+        )
+    return (
+        "<table class='sortable data' id='degenerate'><thead><tr><th>system</th><th>agent replies</th><th>degenerate</th><th>rate (95% CI)</th>"
+        "<th>reasons</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>"
+    )
 
 # %% ../nbs/42_site.ipynb #7093843a
 def overview_section(info: dict, out: Path, jobs: list) -> str:
@@ -650,32 +976,60 @@ def overview_section(info: dict, out: Path, jobs: list) -> str:
             jobs.append((info["path"] / s["stage"] / "executed.ipynb", out / "notebooks" / f"{s['stage']}.html"))
             link = f"<a href='notebooks/{esc(s['stage'])}.html'>executed notebook</a>"
         secs = s["seconds"] if s["seconds"] is not None else s["elapsed_s"]
-        rows.append(f"<tr><td>{esc(s['stage'])}</td><td class='{esc(s['status'])}'>{esc(s['status'])}</td><td class='num'>{secs or 0:.0f} s</td>"
-                    f"<td class='num'>{fmt(s['peak_rss_mb'], 0)} MB</td><td>{link}</td><td>{esc(s['error'] or '')}</td></tr>")
+        rows.append(
+            f"<tr><td>{esc(s['stage'])}</td><td class='{esc(s['status'])}'>{esc(s['status'])}</td><td class='num'>{secs or 0:.0f} s</td>"
+            f"<td class='num'>{fmt(s['peak_rss_mb'], 0)} MB</td><td>{link}</td><td>{esc(s['error'] or '')}</td></tr>"
+        )
     peak = max((s["peak_rss_mb"] or 0 for s in info["stages"]), default=0)
     metrics, _, _ = judge_files(stage_output(info, "31_llm_judge", "output_dir"))
     small = any(is_embedded_small(j) for m in metrics for j in m.get("judges", []))
-    return (f"<p>Status: <b class='{esc(info['status'])}'>{esc(info['status'])}</b>; stage time {info['duration_s']:.0f} s; highest peak memory {peak:.0f} MB.</p>"
-            "<table id='stages'><tr><th>stage</th><th>status</th><th>wall time</th><th>peak memory</th><th>notebook</th><th>error</th></tr>" + "".join(rows) + "</table>"
-            "<h3>Headline metrics</h3>" + (f"<p class='warn'>Judged by the embedded 135M model: plumbing only (see <a href='#judge'>Judge reliability</a>).</p>" if small else "")
-            + "<p>Overall per system (0-100), mean ± s.e. over conversations.</p>" + compare_runs([info]).replace("id='compare'", "id='headline'")
-            + "<h3>Degenerate replies</h3><p>Agent replies that parrot the prompt, give only a name, or write other speakers' or the user's lines.</p>"
-            + degenerate_table(info))
+    return (
+        f"<p>Status: <b class='{esc(info['status'])}'>{esc(info['status'])}</b>; stage time {info['duration_s']:.0f} s; highest peak memory {peak:.0f} MB.</p>"
+        "<table id='stages'><tr><th>stage</th><th>status</th><th>wall time</th><th>peak memory</th><th>notebook</th><th>error</th></tr>"
+        + "".join(rows)
+        + "</table>"
+        "<h3>Headline metrics</h3>"
+        + (
+            f"<p class='warn'>Judged by the embedded 135M model: plumbing only (see <a href='#judge'>Judge reliability</a>).</p>"
+            if small
+            else ""
+        )
+        + "<p>Overall per system (0-100), mean ± s.e. over conversations.</p>"
+        + compare_runs([info]).replace("id='compare'", "id='headline'")
+        + "<h3>Degenerate replies</h3><p>Agent replies that parrot the prompt, give only a name, or write other speakers' or the user's lines.</p>"
+        + degenerate_table(info)
+    )
 
-SECTIONS = (("overview", "Overview"), ("conversations", "Conversations"), ("training", "Training"), ("judge", "Judge reliability"),
-            ("tables", "Tables and figures"), ("provenance", "Provenance"))
+
+SECTIONS = (
+    ("overview", "Overview"),
+    ("conversations", "Conversations"),
+    ("training", "Training"),
+    ("judge", "Judge reliability"),
+    ("tables", "Tables and figures"),
+    ("provenance", "Provenance"),
+)
+
 
 def build_run_page(info: dict, site: Path, jobs: list | None = None) -> Path:
     "`runs/<run>/index.html`: one section per entry of `SECTIONS`, its copied figures, and its notebooks (rendered now, or added to `jobs`)."
     out = site / "runs" / info["name"]
     out.mkdir(parents=True, exist_ok=True)
     todo = [] if jobs is None else jobs
-    content = {"overview": overview_section(info, out, todo), "conversations": conversations_section(info), "training": training_section(info, out),
-               "judge": judge_section(info), "tables": tables_section(info, out, todo), "provenance": provenance_section(info)}
+    content = {
+        "overview": overview_section(info, out, todo),
+        "conversations": conversations_section(info),
+        "training": training_section(info, out),
+        "judge": judge_section(info),
+        "tables": tables_section(info, out, todo),
+        "provenance": provenance_section(info),
+    }
     tabs = "<nav class='tabs'>" + "".join(f"<a href='#{k}'>{t}</a>" for k, t in SECTIONS) + "</nav>"
     body = tabs + "".join(f"<section class='tab' id='{k}'><h2>{t}</h2>{content[k]}</section>" for k, t in SECTIONS)
-    p = out / "index.html"; p.write_text(page(f"Run {info['name']}", body, depth=2, script=RUN_JS))
-    if jobs is None: render_notebooks(todo)
+    p = out / "index.html"
+    p.write_text(page(f"Run {info['name']}", body, depth=2, script=RUN_JS))
+    if jobs is None:
+        render_notebooks(todo)
     return p
 
 # %% ../nbs/42_site.ipynb #960ed3cf
@@ -683,31 +1037,64 @@ def headline(info: dict):
     """Overall per (system, kind) from the run's `judge_scores.csv`: mean, s.e. and n over conversations (a conversation's judged items, turns
     and judges, averaged first: its turns are not independent); None when the run has no judge table."""
     import pandas as pd
+
     d = stage_output(info, "31_llm_judge", "output_dir")
-    if not d or not (d / "judge_scores.csv").exists(): return None
+    if not d or not (d / "judge_scores.csv").exists():
+        return None
     df = pd.read_csv(d / "judge_scores.csv")
-    per_conv = df[df["criterion"] == "Overall"].groupby(["system", "kind", "conv_id"], sort=False)["score"].mean().reset_index()
-    return per_conv.groupby(["system", "kind"], sort=False)["score"].agg(mean="mean", std="std", n="count").reset_index()
+    per_conv = (
+        df[df["criterion"] == "Overall"]
+        .groupby(["system", "kind", "conv_id"], sort=False)["score"]
+        .mean()
+        .reset_index()
+    )
+    return (
+        per_conv.groupby(["system", "kind"], sort=False)["score"].agg(mean="mean", std="std", n="count").reset_index()
+    )
+
 
 def compare_runs(infos: list[dict]) -> str:
     "One row per system, one column per (run, rubric): Overall mean ± s.e."
     import pandas as pd
+
     cells, cols = {}, []
     for i in infos:
         h = headline(i)
-        if h is None: continue
+        if h is None:
+            continue
         for _, r in h.iterrows():
             col = (i["name"], r["kind"])
-            if col not in cols: cols.append(col)
+            if col not in cols:
+                cols.append(col)
             se = r["std"] / math.sqrt(r["n"]) if r["n"] > 1 and pd.notna(r["std"]) else None
             cells[(r["system"], col)] = (r["mean"], se, int(r["n"]))
-    if not cells: return "<p class='nodata'>No run has judge scores yet.</p>"
+    if not cells:
+        return "<p class='nodata'>No run has judge scores yet.</p>"
     from mascot.figures import SYSTEMS, ordered
+
     systems = ordered([s for s, _ in cells], SYSTEMS)  # the paper's order: MASCOT, its ablations, then the baselines
-    head = "<th>system</th>" + "".join(f"<th>{esc(run)}<br><small>{esc(kind)} Overall</small></th>" for run, kind in cols)
-    body = "".join("<tr><td>" + esc(s) + "</td>" + "".join(
-        (lambda c: f"<td class='num' data-v='{c[0]}' title='{c[2]} conversations'>{c[0]:.1f}" + (f" ± {c[1]:.1f}" if c[1] is not None else "") + "</td>" if c else "<td>–</td>")(cells.get((s, col)))
-        for col in cols) + "</tr>" for s in systems)
+    head = "<th>system</th>" + "".join(
+        f"<th>{esc(run)}<br><small>{esc(kind)} Overall</small></th>" for run, kind in cols
+    )
+    body = "".join(
+        "<tr><td>"
+        + esc(s)
+        + "</td>"
+        + "".join(
+            (
+                lambda c: (
+                    f"<td class='num' data-v='{c[0]}' title='{c[2]} conversations'>{c[0]:.1f}"
+                    + (f" ± {c[1]:.1f}" if c[1] is not None else "")
+                    + "</td>"
+                    if c
+                    else "<td>–</td>"
+                )
+            )(cells.get((s, col)))
+            for col in cols
+        )
+        + "</tr>"
+        for s in systems
+    )
     return f"<table class='sortable data' id='compare'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 # %% ../nbs/42_site.ipynb #b7d09141
@@ -715,41 +1102,83 @@ def build_docs(nbs: Path, site: Path, jobs: list) -> list[Path]:
     "`docs/index.html` listing the notebooks; their pages are added to `jobs`."
     out, pages = site / "docs", []
     for nb in sorted(nbs.glob("*.ipynb")) + sorted((nbs / "figures").glob("*.ipynb")):
-        pages.append(out / f"{nb.stem}.html"); jobs.append((nb, pages[-1]))
+        pages.append(out / f"{nb.stem}.html")
+        jobs.append((nb, pages[-1]))
     out.mkdir(parents=True, exist_ok=True)
     links = "".join(f"<li><a href='{p.name}'>{p.stem}</a></li>" for p in pages)
-    (out / "index.html").write_text(page("Documentation", f"<p>The stage notebooks, one per pipeline stage and paper figure.</p><ul>{links}</ul>", depth=1))
+    (out / "index.html").write_text(
+        page(
+            "Documentation",
+            f"<p>The stage notebooks, one per pipeline stage and paper figure.</p><ul>{links}</ul>",
+            depth=1,
+        )
+    )
     return pages
 
-def build_site(run_dirs: list[str | Path] | None = None, runs_root: str | Path = "runs", output_dir: str | Path = "_site", nbs: str | Path | None = None) -> Path:
+
+def build_site(
+    run_dirs: list[str | Path] | None = None,
+    runs_root: str | Path = "runs",
+    output_dir: str | Path = "_site",
+    nbs: str | Path | None = None,
+) -> Path:
     "Build the whole site; returns the index path."
-    site = Path(output_dir); site.mkdir(parents=True, exist_ok=True)
-    dirs = [Path(r) for r in run_dirs] if run_dirs else sorted(p for p in Path(runs_root).iterdir() if p.is_dir()) if Path(runs_root).exists() else []
+    site = Path(output_dir)
+    site.mkdir(parents=True, exist_ok=True)
+    dirs = (
+        [Path(r) for r in run_dirs]
+        if run_dirs
+        else sorted(p for p in Path(runs_root).iterdir() if p.is_dir())
+        if Path(runs_root).exists()
+        else []
+    )
     for d in dirs:
-        if not d.is_dir(): raise FileNotFoundError(f"run folder {d} does not exist")
+        if not d.is_dir():
+            raise FileNotFoundError(f"run folder {d} does not exist")
     infos, jobs = [run_info(d) for d in dirs], []
-    for i in infos: build_run_page(i, site, jobs)
+    for i in infos:
+        build_run_page(i, site, jobs)
     import mascot
+
     nbs = Path(nbs) if nbs else Path(mascot.__file__).resolve().parent.parent / "nbs"
-    if nbs.is_dir(): build_docs(nbs, site, jobs)
+    if nbs.is_dir():
+        build_docs(nbs, site, jobs)
     render_notebooks(jobs)
-    judge_of = lambda i: ", ".join(dict.fromkeys(j for m in judge_files(stage_output(i, "31_llm_judge", "output_dir"))[0] for j in m.get("judges", [])))
-    rows = "".join(f"<tr><td><a href='runs/{esc(i['name'])}/index.html'>{esc(i['name'])}</a></td><td class='{esc(i['status'])}'>{esc(i['status'])}</td>"
-                   f"<td class='num'>{len(i['stages'])}</td><td class='num'>{i['duration_s']:.0f} s</td><td>{esc(i['config'].get('dataset', ''))}</td>"
-                   f"<td>{esc(i['config'].get('model_name', ''))}</td><td>{esc(judge_of(i))}</td></tr>" for i in infos)
-    body = ("<table id='runs'><tr><th>run</th><th>status</th><th>stages</th><th>duration</th><th>dataset</th><th>model</th><th>judge</th></tr>" + rows + "</table>"
-            "<h2>Headline metrics</h2><p>Overall score per system (0-100): mean ± s.e. over conversations, each conversation's judged items averaged first; hover for n.</p>" + compare_runs(infos)
-            if infos else "<p>No runs yet: <code>mascot run configs/smoke.yaml</code>.</p>")
+    judge_of = lambda i: ", ".join(
+        dict.fromkeys(
+            j for m in judge_files(stage_output(i, "31_llm_judge", "output_dir"))[0] for j in m.get("judges", [])
+        )
+    )
+    rows = "".join(
+        f"<tr><td><a href='runs/{esc(i['name'])}/index.html'>{esc(i['name'])}</a></td><td class='{esc(i['status'])}'>{esc(i['status'])}</td>"
+        f"<td class='num'>{len(i['stages'])}</td><td class='num'>{i['duration_s']:.0f} s</td><td>{esc(i['config'].get('dataset', ''))}</td>"
+        f"<td>{esc(i['config'].get('model_name', ''))}</td><td>{esc(judge_of(i))}</td></tr>"
+        for i in infos
+    )
+    body = (
+        "<table id='runs'><tr><th>run</th><th>status</th><th>stages</th><th>duration</th><th>dataset</th><th>model</th><th>judge</th></tr>"
+        + rows
+        + "</table>"
+        "<h2>Headline metrics</h2><p>Overall score per system (0-100): mean ± s.e. over conversations, each conversation's judged items averaged first; hover for n.</p>"
+        + compare_runs(infos)
+        if infos
+        else "<p>No runs yet: <code>mascot run configs/smoke.yaml</code>.</p>"
+    )
     idx = site / "index.html"
     idx.write_text(page("mascot results", body, script=RUN_JS))
     return idx
 
+
 def main(argv: list[str] | None = None):
     import argparse
+
     p = argparse.ArgumentParser(prog="mascot site", description="Build the static results site (no Quarto needed).")
     p.add_argument("runs", nargs="*", help="run folders (default: every folder under --runs-root)")
-    p.add_argument("--runs-root", default="runs"); p.add_argument("--output-dir", default="_site")
+    p.add_argument("--runs-root", default="runs")
+    p.add_argument("--output-dir", default="_site")
     a = p.parse_args(argv)
     print(build_site(a.runs or None, a.runs_root, a.output_dir))
 
-if __name__ == "__main__" and "IPython" not in sys.modules: main()
+
+if __name__ == "__main__" and "IPython" not in sys.modules:
+    main()

@@ -8,8 +8,23 @@ from .core import *
 from .llm import resolve_model_path, EMBEDDED_DEFAULT, EmbeddedBackend, ChatRequest
 from .pairs import model_slug
 from .reward_models import RewardModel
-from .training import (TrainingConfig, GRPOTrainingConfig, grpo_config, split_by_context, package_versions, data_hash, lora_config, save_trained,
-                             write_metadata, training_run, process_rank, load_causal_lm, trainable_snapshot, weights_changed, paired_summary)
+from mascot.training import (
+    TrainingConfig,
+    GRPOTrainingConfig,
+    grpo_config,
+    split_by_context,
+    package_versions,
+    data_hash,
+    lora_config,
+    save_trained,
+    write_metadata,
+    training_run,
+    process_rank,
+    load_causal_lm,
+    trainable_snapshot,
+    weights_changed,
+    paired_summary,
+)
 from .personas import ROSTERS, SUPPORT_ROSTER, MEETING_ROSTER
 from .rewards import degenerate_reason, format_reward, make_conciseness_reward, _text, _prompt_text
 import asyncio, json, re, statistics, sys
@@ -25,11 +40,14 @@ class PersonaRMReward:
     """The persona reward model as a TRL reward callable, gated by `format_reward`: a degenerate reply is shifted below every clean reply of its
     batch, whatever the reward model thinks of it (degenerate replies keep their order among themselves, so a group of them still has a gradient).
     Deliberately not an `nn.Module`: TRL would treat a module as a classifier to run itself."""
+
     def __init__(self, rm: RewardModel, name: str = "persona_rm", gate: bool = True):
         self.rm, self.__name__, self.gate = rm, name, gate
+
     def __call__(self, prompts, completions, **kwargs) -> list[float]:
         scores = self.rm.score(prompts, [_text(c) for c in completions])
-        if not self.gate: return scores
+        if not self.gate:
+            return scores
         ok = format_reward(completions, prompts)
         shift = max(scores) - min(scores) + 1.0
         return [s if g else s - shift for s, g in zip(scores, ok)]
@@ -37,11 +55,14 @@ class PersonaRMReward:
 # %% ../nbs/12_speaker_grpo.ipynb #961d61c9
 class SpeakerGRPOConfig(GRPOTrainingConfig):
     "Flags of `mascot train-speaker`."
+
     algorithm: str = "grpo"
     data_path: str | None = None  # default data/rl/individual_{dataset}_{model}
     reward_model_path: str | None = None  # default outputs/reward_model/Individual_{dataset}_{model}
-    PATH_DEFAULTS: ClassVar[dict[str, str]] = {"data_path": "data/rl/individual_{dataset}_{model}",
-                                               "reward_model_path": "outputs/reward_model/Individual_{dataset}_{model}"}
+    PATH_DEFAULTS: ClassVar[dict[str, str]] = {
+        "data_path": "data/rl/individual_{dataset}_{model}",
+        "reward_model_path": "outputs/reward_model/Individual_{dataset}_{model}",
+    }
     holdout_fraction: float = 0.25
     reward_weights: list[float] = [1.0, 0.5, 0.25]
     concise_min_words: int = 8
@@ -51,57 +72,116 @@ class SpeakerGRPOConfig(GRPOTrainingConfig):
 
     def model_post_init(self, _):
         super().model_post_init(_)
-        if self.algorithm != "grpo": raise ConfigError(f"--algorithm {self.algorithm!r}: only 'grpo' trains the speaker here (SFT baseline: `mascot train-sft`)")
-        if len(self.reward_weights) != 3: raise ConfigError("--reward-weights takes 3 numbers: reward model, format, conciseness")
-        if self.eval_samples_per_prompt < 1: raise ConfigError("--eval-samples-per-prompt must be >= 1")
+        if self.algorithm != "grpo":
+            raise ConfigError(
+                f"--algorithm {self.algorithm!r}: only 'grpo' trains the speaker here (SFT baseline: `mascot train-sft`)"
+            )
+        if len(self.reward_weights) != 3:
+            raise ConfigError("--reward-weights takes 3 numbers: reward model, format, conciseness")
+        if self.eval_samples_per_prompt < 1:
+            raise ConfigError("--eval-samples-per-prompt must be >= 1")
 
 # %% ../nbs/12_speaker_grpo.ipynb #e3061818
-describe(SpeakerGRPOConfig,
-    algorithm='grpo (the only one here; the SFT baseline is mascot train-sft)',
-    data_path='the stage-1 folder whose prompts the speaker trains on; default: data/rl/individual_{dataset}_{model}',
-    reward_model_path='the persona reward model; default: outputs/reward_model/Individual_{dataset}_{model}',
-    holdout_fraction='share of the contexts held out for the base-vs-trained comparison',
-    concise_min_words='the conciseness reward is 1 from this many words',
-    concise_max_words='... up to this many words, falling to 0 at twice as many',
+describe(
+    SpeakerGRPOConfig,
+    algorithm="grpo (the only one here; the SFT baseline is mascot train-sft)",
+    data_path="the stage-1 folder whose prompts the speaker trains on; default: data/rl/individual_{dataset}_{model}",
+    reward_model_path="the persona reward model; default: outputs/reward_model/Individual_{dataset}_{model}",
+    holdout_fraction="share of the contexts held out for the base-vs-trained comparison",
+    concise_min_words="the conciseness reward is 1 from this many words",
+    concise_max_words="... up to this many words, falling to 0 at twice as many",
     eval_max_tokens="token cap of the held-out evaluation's replies",
-    eval_samples_per_prompt='replies sampled per held-out prompt, for base and trained alike')
+    eval_samples_per_prompt="replies sampled per held-out prompt, for base and trained alike",
+)
 
 # %% ../nbs/12_speaker_grpo.ipynb #cd73b761
 def speaker_prompts(data_path: str | Path):
     import datasets
+
     p = Path(data_path) / "candidates.jsonl"
-    if not p.exists(): raise FileNotFoundError(f"{data_path}: no candidates.jsonl (make it with `mascot generate --mode individual`)")
+    if not p.exists():
+        raise FileNotFoundError(f"{data_path}: no candidates.jsonl (make it with `mascot generate --mode individual`)")
     rows = [{"prompt": r["prompt"], "persona": r["persona"], "context_id": r["context_id"]} for r in read_jsonl(p)]
-    if not rows: raise ValueError(f"{p} holds no prompts")
+    if not rows:
+        raise ValueError(f"{p} holds no prompts")
     return datasets.Dataset.from_list(rows)
 
-async def _sampled_rm(emb: EmbeddedBackend, rm: RewardModel, prompts, model: str | None, max_tokens: int, samples: int, temperature: float,
-                      top_p: float, seed: int) -> tuple[list[float], list[list[str]], float]:
+
+async def _sampled_rm(
+    emb: EmbeddedBackend,
+    rm: RewardModel,
+    prompts,
+    model: str | None,
+    max_tokens: int,
+    samples: int,
+    temperature: float,
+    top_p: float,
+    seed: int,
+) -> tuple[list[float], list[list[str]], float]:
     "Per-prompt mean gated RM score of `samples` replies; the request seeds depend only on (seed, prompt, sample), so base and trained share them."
-    reqs = [ChatRequest(p, model=model, max_tokens=max_tokens, temperature=temperature, top_p=top_p, seed=seed * 100_003 + i * samples + j)
-            for i, p in enumerate(prompts) for j in range(samples)]
+    reqs = [
+        ChatRequest(
+            p,
+            model=model,
+            max_tokens=max_tokens,
+            temperature=temperature,
+            top_p=top_p,
+            seed=seed * 100_003 + i * samples + j,
+        )
+        for i, p in enumerate(prompts)
+        for j in range(samples)
+    ]
     texts = [r.text for r in await asyncio.gather(*[emb.chat(q) for q in reqs])]
     flat_prompts = [p for p in prompts for _ in range(samples)]
     scores = PersonaRMReward(rm)(flat_prompts, texts)
     bad = sum(degenerate_reason(t, p) is not None for t, p in zip(texts, flat_prompts))
-    per_prompt = [statistics.fmean(scores[i * samples:(i + 1) * samples]) for i in range(len(prompts))]
-    return per_prompt, [texts[i * samples:(i + 1) * samples] for i in range(len(prompts))], bad / len(texts)
+    per_prompt = [statistics.fmean(scores[i * samples : (i + 1) * samples]) for i in range(len(prompts))]
+    return per_prompt, [texts[i * samples : (i + 1) * samples] for i in range(len(prompts))], bad / len(texts)
 
-def evaluate_policies(base: str, adapter_dir: str | Path | None, rm: RewardModel, prompts, max_tokens: int = 96, samples_per_prompt: int = 4,
-                      temperature: float = 0.7, top_p: float = 1.0, seed: int = 0) -> dict:
+
+def evaluate_policies(
+    base: str,
+    adapter_dir: str | Path | None,
+    rm: RewardModel,
+    prompts,
+    max_tokens: int = 96,
+    samples_per_prompt: int = 4,
+    temperature: float = 0.7,
+    top_p: float = 1.0,
+    seed: int = 0,
+) -> dict:
     """Base vs trained policy on the same held-out prompts, sampled as in training (`samples_per_prompt` replies each, the same seeds for both):
     mean gated reward-model score, the paired difference +- s.e. over prompts, and the degenerate-reply rate of each."""
     import torch
-    emb = EmbeddedBackend(base, device="cuda" if torch.cuda.is_available() else "cpu")  # on the accelerator when there is one, bf16 there
-    if adapter_dir: emb.load_adapter("trained", adapter_dir)
+
+    emb = EmbeddedBackend(
+        base, device="cuda" if torch.cuda.is_available() else "cpu"
+    )  # on the accelerator when there is one, bf16 there
+    if adapter_dir:
+        emb.load_adapter("trained", adapter_dir)
     prompts = list(prompts)
+
     async def go():
         b, bt, bd = await _sampled_rm(emb, rm, prompts, None, max_tokens, samples_per_prompt, temperature, top_p, seed)
-        res = {"base_mean_rm": statistics.fmean(b), "degenerate_rate_base": bd, "samples_per_prompt": samples_per_prompt, "eval_temperature": temperature}
-        if not adapter_dir: return {**res, "trained_mean_rm": None, "examples": [{"base": x[0]} for x in bt[:3]]}
-        t, tt, td = await _sampled_rm(emb, rm, prompts, "trained", max_tokens, samples_per_prompt, temperature, top_p, seed)
-        return {**res, "trained_mean_rm": statistics.fmean(t), "degenerate_rate_trained": td, **paired_summary(b, t),
-                "examples": [{"base": x[0], "trained": y[0]} for x, y in zip(bt[:3], tt[:3])]}
+        res = {
+            "base_mean_rm": statistics.fmean(b),
+            "degenerate_rate_base": bd,
+            "samples_per_prompt": samples_per_prompt,
+            "eval_temperature": temperature,
+        }
+        if not adapter_dir:
+            return {**res, "trained_mean_rm": None, "examples": [{"base": x[0]} for x in bt[:3]]}
+        t, tt, td = await _sampled_rm(
+            emb, rm, prompts, "trained", max_tokens, samples_per_prompt, temperature, top_p, seed
+        )
+        return {
+            **res,
+            "trained_mean_rm": statistics.fmean(t),
+            "degenerate_rate_trained": td,
+            **paired_summary(b, t),
+            "examples": [{"base": x[0], "trained": y[0]} for x, y in zip(bt[:3], tt[:3])],
+        }
+
     return run_sync(go())
 
 # %% ../nbs/12_speaker_grpo.ipynb #eef48684
@@ -109,6 +189,7 @@ def train_speaker(cfg: SpeakerGRPOConfig) -> Path:
     import torch
     from transformers import set_seed
     from trl import GRPOTrainer
+
     prompts = speaker_prompts(cfg.data_path)
     train, held, held_ids = split_by_context(prompts, cfg.holdout_fraction, cfg.seed)
     rm = RewardModel.load(cfg.reward_model_path)
@@ -116,31 +197,87 @@ def train_speaker(cfg: SpeakerGRPOConfig) -> Path:
     with training_run(out, cfg) as run:
         set_seed(cfg.seed)
         model, tok = load_causal_lm(cfg.model_name, padding_side="left")
-        rewards = [PersonaRMReward(rm), format_reward, make_conciseness_reward(cfg.concise_min_words, cfg.concise_max_words)]
-        trainer = GRPOTrainer(model=model, reward_funcs=rewards, args=grpo_config(cfg, str(out / "trainer")), train_dataset=train,
-                              processing_class=tok, peft_config=lora_config(cfg, "CAUSAL_LM"))
+        rewards = [
+            PersonaRMReward(rm),
+            format_reward,
+            make_conciseness_reward(cfg.concise_min_words, cfg.concise_max_words),
+        ]
+        trainer = GRPOTrainer(
+            model=model,
+            reward_funcs=rewards,
+            args=grpo_config(cfg, str(out / "trainer")),
+            train_dataset=train,
+            processing_class=tok,
+            peft_config=lora_config(cfg, "CAUSAL_LM"),
+        )
         before = trainable_snapshot(trainer.model)
         result = trainer.train()
         change = weights_changed(before, trainer.model)
         saved = save_trained(trainer, tok, out)
-        ev = evaluate_policies(cfg.model_name, out, rm, held["prompt"], cfg.eval_max_tokens, cfg.eval_samples_per_prompt, cfg.temperature, cfg.top_p, cfg.seed)
-        meta = {"kind": "speaker", "algorithm": "grpo", "base_model": cfg.model_name, "reward_model_path": cfg.reward_model_path,
-                "data_path": cfg.data_path, "data_sha256": data_hash(cfg.data_path) if Path(cfg.data_path, "pairs").exists() else None,
-                "num_train_prompts": len(train), "num_heldout_prompts": len(held), "heldout_contexts": held_ids, "steps": result.global_step,
-                "max_weight_change": change, "reward_weights": list(cfg.reward_weights), "prompts_per_step": cfg.prompts_per_step(), **ev,
-                "lora": {"r": cfg.lora_r, "alpha": cfg.lora_alpha, "target_modules": cfg.lora_target_modules}, **saved, "seed": cfg.seed, "versions": package_versions(), "config": cfg.resolved()}
+        ev = evaluate_policies(
+            cfg.model_name,
+            out,
+            rm,
+            held["prompt"],
+            cfg.eval_max_tokens,
+            cfg.eval_samples_per_prompt,
+            cfg.temperature,
+            cfg.top_p,
+            cfg.seed,
+        )
+        meta = {
+            "kind": "speaker",
+            "algorithm": "grpo",
+            "base_model": cfg.model_name,
+            "reward_model_path": cfg.reward_model_path,
+            "data_path": cfg.data_path,
+            "data_sha256": data_hash(cfg.data_path) if Path(cfg.data_path, "pairs").exists() else None,
+            "num_train_prompts": len(train),
+            "num_heldout_prompts": len(held),
+            "heldout_contexts": held_ids,
+            "steps": result.global_step,
+            "max_weight_change": change,
+            "reward_weights": list(cfg.reward_weights),
+            "prompts_per_step": cfg.prompts_per_step(),
+            **ev,
+            "lora": {"r": cfg.lora_r, "alpha": cfg.lora_alpha, "target_modules": cfg.lora_target_modules},
+            **saved,
+            "seed": cfg.seed,
+            "versions": package_versions(),
+            "config": cfg.resolved(),
+        }
         write_metadata(out, meta)
-        run.extra.update({k: meta.get(k) for k in ("steps", "max_weight_change", "base_mean_rm", "trained_mean_rm", "paired_diff", "se",
-                                                      "trainable_parameters", "total_parameters", "trainable_fraction")})
+        run.extra.update(
+            {
+                k: meta.get(k)
+                for k in (
+                    "steps",
+                    "max_weight_change",
+                    "base_mean_rm",
+                    "trained_mean_rm",
+                    "paired_diff",
+                    "se",
+                    "trainable_parameters",
+                    "total_parameters",
+                    "trainable_fraction",
+                )
+            }
+        )
     return out
+
 
 def main(argv: list[str] | None = None):
     cfg = SpeakerGRPOConfig.from_cli(argv, prog="mascot train-speaker")
     out = train_speaker(cfg)
-    if process_rank()[0]: return  # under torchrun / accelerate launch, rank 0 reports
+    if process_rank()[0]:
+        return  # under torchrun / accelerate launch, rank 0 reports
     m = json.loads((out / "mascot_metadata.json").read_text())
-    print(f"{out}\nheld-out mean reward-model score: base {m['base_mean_rm']:.3f} -> trained {m['trained_mean_rm']:.3f}, paired difference "
-          f"{m['paired_diff']:+.3f} +- {m['se']:.3f} s.e. ({m['n_prompts']} prompts x {m['samples_per_prompt']} samples; {m['steps']} steps); "
-          f"degenerate replies {m['degenerate_rate_base']:.0%} -> {m['degenerate_rate_trained']:.0%}")
+    print(
+        f"{out}\nheld-out mean reward-model score: base {m['base_mean_rm']:.3f} -> trained {m['trained_mean_rm']:.3f}, paired difference "
+        f"{m['paired_diff']:+.3f} +- {m['se']:.3f} s.e. ({m['n_prompts']} prompts x {m['samples_per_prompt']} samples; {m['steps']} steps); "
+        f"degenerate replies {m['degenerate_rate_base']:.0%} -> {m['degenerate_rate_trained']:.0%}"
+    )
 
-if __name__ == "__main__" and "IPython" not in sys.modules: main()
+
+if __name__ == "__main__" and "IPython" not in sys.modules:
+    main()

@@ -20,77 +20,150 @@ DIRECTOR_ALIAS, SPEAKER_ALIAS, SFT_ALIAS = "mascot-director", "mascot-speaker", 
 TRAINED_ALIASES = (DIRECTOR_ALIAS, SPEAKER_ALIAS, SFT_ALIAS)
 ADAPTER_FLAGS = {DIRECTOR_ALIAS: "--director-adapter", SPEAKER_ALIAS: "--speaker-adapter", SFT_ALIAS: "--sft-adapter"}
 MODEL_FLAGS = {"director": "--directive-model", "speaker": "--agent-model", "user": "--user-model"}
-ReplyMode = Literal["directed", "random-order", "zero-shot", "zero-shot-cot", "few-shot", "few-shot-cot", "self-consistency", "multiagent-esc"]
+ReplyMode = Literal[
+    "directed",
+    "random-order",
+    "zero-shot",
+    "zero-shot-cot",
+    "few-shot",
+    "few-shot-cot",
+    "self-consistency",
+    "multiagent-esc",
+]
+
 
 class System(Config):
     "One evaluated system: whether a director runs, which model each role takes, how the reply is produced."
+
     model_config = ConfigDict(extra="forbid", frozen=True, protected_namespaces=())
     name: str = Field(description="the tag in metadata.system, as --system / --systems take it")
     label: str = Field(description="the name in the paper's tables")
-    director: Literal["trained", "base"] | None = Field(description="None: no director runs; else the model that directs")
+    director: Literal["trained", "base"] | None = Field(
+        description="None: no director runs; else the model that directs"
+    )
     speaker: Literal["trained", "base", "sft"] = Field(description="the model behind the speaker role")
-    reply: ReplyMode = Field(description="directed / random-order (the persona roster speaks) or a single-agent baseline prompt")
+    reply: ReplyMode = Field(
+        description="directed / random-order (the persona roster speaks) or a single-agent baseline prompt"
+    )
     persona_prompting: bool = Field(True, description="speakers get their persona's prompt (False: MASCOT-P)")
     description: str = Field("", description="one line for tables and --help")
 
     def model_post_init(self, _):
         if (self.director is None) != (self.reply != "directed"):
-            raise ConfigError(f"system {self.name!r}: a director runs exactly when reply is 'directed' (director={self.director}, reply={self.reply})")
+            raise ConfigError(
+                f"system {self.name!r}: a director runs exactly when reply is 'directed' (director={self.director}, reply={self.reply})"
+            )
 
     @property
-    def multi_agent(self) -> bool: return self.reply in ("directed", "random-order")
+    def multi_agent(self) -> bool:
+        return self.reply in ("directed", "random-order")
+
     @property
-    def directed(self) -> bool: return self.director is not None
+    def directed(self) -> bool:
+        return self.director is not None
+
     @property
     def trained_roles(self) -> dict[str, str]:
         "role -> alias of the trained adapter it runs on."
         out = {"director": DIRECTOR_ALIAS} if self.director == "trained" else {}
-        if self.speaker != "base": out["speaker"] = SPEAKER_ALIAS if self.speaker == "trained" else SFT_ALIAS
+        if self.speaker != "base":
+            out["speaker"] = SPEAKER_ALIAS if self.speaker == "trained" else SFT_ALIAS
         return out
 
 # %% ../nbs/07_systems.ipynb #4d053041
 def _single(name: str, label: str, description: str, reply: str | None = None, speaker: str = "base") -> System:
     return System(name=name, label=label, director=None, speaker=speaker, reply=reply or name, description=description)
 
-SYSTEM_REGISTRY: dict[str, System] = {s.name: s for s in [
-    System(name="mascot", label="MASCOT", director="trained", speaker="trained", reply="directed",
-           description="the trained director (stage 2) directs the trained persona speakers (stage 1)"),
-    System(name="mascot-g", label="MASCOT-G", director="trained", speaker="base", reply="directed",
-           description="group stage only: the trained director with base speakers"),
-    System(name="mascot-i", label="MASCOT-I", director="base", speaker="trained", reply="directed",
-           description="individual stage only: the trained speakers under the untrained (base) director"),
-    System(name="mascot-p", label="MASCOT-P", director="base", speaker="base", reply="directed", persona_prompting=False,
-           description="ablation: no persona-specific prompting (base director and speakers)"),
-    System(name="mascot-c", label="MASCOT-C", director=None, speaker="base", reply="random-order",
-           description="ablation: a random persona speaks each step instead of the director's choice"),
-    _single("zero-shot", "Zero-Shot", "one supporter, prompted zero-shot"),
-    _single("zero-shot-cot", "Zero-Shot CoT", "one supporter that reasons briefly, then answers"),
-    _single("few-shot", "Few-Shot", "one supporter with worked examples from the train split"),
-    _single("few-shot-cot", "Few-Shot + CoT", "few-shot examples and brief reasoning"),
-    _single("self-consistency", "Self-Consistency", "k sampled replies, the most agreed one is kept"),
-    _single("multiagent-esc", "MultiAgentESC", "analysis, strategy deliberation, candidates, selection (training-free)"),
-    _single("sft", "SFT", "one supporter fine-tuned on the best stage-1 candidates, prompted zero-shot", reply="zero-shot", speaker="sft"),
-]}
+
+SYSTEM_REGISTRY: dict[str, System] = {
+    s.name: s
+    for s in [
+        System(
+            name="mascot",
+            label="MASCOT",
+            director="trained",
+            speaker="trained",
+            reply="directed",
+            description="the trained director (stage 2) directs the trained persona speakers (stage 1)",
+        ),
+        System(
+            name="mascot-g",
+            label="MASCOT-G",
+            director="trained",
+            speaker="base",
+            reply="directed",
+            description="group stage only: the trained director with base speakers",
+        ),
+        System(
+            name="mascot-i",
+            label="MASCOT-I",
+            director="base",
+            speaker="trained",
+            reply="directed",
+            description="individual stage only: the trained speakers under the untrained (base) director",
+        ),
+        System(
+            name="mascot-p",
+            label="MASCOT-P",
+            director="base",
+            speaker="base",
+            reply="directed",
+            persona_prompting=False,
+            description="ablation: no persona-specific prompting (base director and speakers)",
+        ),
+        System(
+            name="mascot-c",
+            label="MASCOT-C",
+            director=None,
+            speaker="base",
+            reply="random-order",
+            description="ablation: a random persona speaks each step instead of the director's choice",
+        ),
+        _single("zero-shot", "Zero-Shot", "one supporter, prompted zero-shot"),
+        _single("zero-shot-cot", "Zero-Shot CoT", "one supporter that reasons briefly, then answers"),
+        _single("few-shot", "Few-Shot", "one supporter with worked examples from the train split"),
+        _single("few-shot-cot", "Few-Shot + CoT", "few-shot examples and brief reasoning"),
+        _single("self-consistency", "Self-Consistency", "k sampled replies, the most agreed one is kept"),
+        _single(
+            "multiagent-esc", "MultiAgentESC", "analysis, strategy deliberation, candidates, selection (training-free)"
+        ),
+        _single(
+            "sft",
+            "SFT",
+            "one supporter fine-tuned on the best stage-1 candidates, prompted zero-shot",
+            reply="zero-shot",
+            speaker="sft",
+        ),
+    ]
+}
 SYSTEMS = tuple(SYSTEM_REGISTRY)
+
 
 def get_system(name: str | System) -> System:
     "The registry entry of `name`; an unknown name is one clear line listing the known ones."
-    if isinstance(name, System): return name
-    if name not in SYSTEM_REGISTRY: raise ConfigError(f"system {name!r} is not one of {', '.join(SYSTEMS)}")
+    if isinstance(name, System):
+        return name
+    if name not in SYSTEM_REGISTRY:
+        raise ConfigError(f"system {name!r} is not one of {', '.join(SYSTEMS)}")
     return SYSTEM_REGISTRY[name]
 
 # %% ../nbs/07_systems.ipynb #f574177d
 @dataclass
 class RoleModels:
     "The model id of each generating role for one system, and the LoRA modules (alias=path) an embedded backend loads for it."
+
     system: str
     director: str | None  # None: no director runs
     speaker: str
     user: str
     lora_modules: list[str] = field(default_factory=list)
 
+
 def _role_url(cfg: EndpointConfig, role: str) -> str | None:
-    return {"director": cfg.director_server_url, "speaker": cfg.speaker_server_url, "user": cfg.user_server_url}[role] or cfg.vllm_server_url
+    return {"director": cfg.director_server_url, "speaker": cfg.speaker_server_url, "user": cfg.user_server_url}[
+        role
+    ] or cfg.vllm_server_url
+
 
 def _trained_flag(cfg: EndpointConfig, role: str) -> str | None:
     "The id --directive-model / --agent-model gives for the trained role (None when unset or the base model itself)."
@@ -98,49 +171,88 @@ def _trained_flag(cfg: EndpointConfig, role: str) -> str | None:
     return m if m and m != cfg.model_name else None
 
 # %% ../nbs/07_systems.ipynb #5151261b
-def _trained_model(s: System, cfg: EndpointConfig, role: str, alias: str, paths: dict[str, str], mods: dict[str, str], add: dict[str, str]) -> str:
+def _trained_model(
+    s: System,
+    cfg: EndpointConfig,
+    role: str,
+    alias: str,
+    paths: dict[str, str],
+    mods: dict[str, str],
+    add: dict[str, str],
+) -> str:
     if cfg.share_model:
-        raise ConfigError(f"system {s.name!r} runs the {role} on the trained {alias}, but --share-model puts every role on --model-name: drop --share-model")
+        raise ConfigError(
+            f"system {s.name!r} runs the {role} on the trained {alias}, but --share-model puts every role on --model-name: drop --share-model"
+        )
     named = _trained_flag(cfg, role) if alias != SFT_ALIAS else None
     if named and paths.get(alias) and named != alias:
-        raise ConfigError(f"{MODEL_FLAGS[role]} {named!r} and {ADAPTER_FLAGS[alias]} both name the trained {role} of {s.name!r}: give one of them")
-    if named: return named
+        raise ConfigError(
+            f"{MODEL_FLAGS[role]} {named!r} and {ADAPTER_FLAGS[alias]} both name the trained {role} of {s.name!r}: give one of them"
+        )
+    if named:
+        return named
     if alias not in mods:
-        if paths.get(alias): add[alias] = paths[alias]
+        if paths.get(alias):
+            add[alias] = paths[alias]
         elif not _role_url(cfg, role):
-            how = f"{MODEL_FLAGS[role]} ID with --vllm-server-url URL" if alias != SFT_ALIAS else f"--vllm-server-url URL serving {alias}"
-            raise ConfigError(f"system {s.name!r} needs the {alias} adapter: pass {ADAPTER_FLAGS[alias]} PATH (or --lora-modules {alias}=PATH, or {how})")
-    return alias  # a local adapter loaded by alias, or the alias a server is expected to serve (checked before any work)
+            how = (
+                f"{MODEL_FLAGS[role]} ID with --vllm-server-url URL"
+                if alias != SFT_ALIAS
+                else f"--vllm-server-url URL serving {alias}"
+            )
+            raise ConfigError(
+                f"system {s.name!r} needs the {alias} adapter: pass {ADAPTER_FLAGS[alias]} PATH (or --lora-modules {alias}=PATH, or {how})"
+            )
+    return (
+        alias  # a local adapter loaded by alias, or the alias a server is expected to serve (checked before any work)
+    )
 
-def assign_models(system: str | System, cfg: EndpointConfig, adapters: dict[str, str | None] | None = None) -> RoleModels:
+
+def assign_models(
+    system: str | System, cfg: EndpointConfig, adapters: dict[str, str | None] | None = None
+) -> RoleModels:
     "Director, speaker and user model ids of `system` from the endpoint flags; `adapters` maps alias -> local adapter folder."
     s = get_system(system)
     paths = {a: p for a, p in (adapters or {}).items() if p}
     mods = parse_lora_modules(cfg.lora_modules)
     if cfg.user_model in TRAINED_ALIASES:
-        raise ConfigError(f"--user-model {cfg.user_model!r} is a trained adapter; the simulated user runs on the base model (leave --user-model out)")
+        raise ConfigError(
+            f"--user-model {cfg.user_model!r} is a trained adapter; the simulated user runs on the base model (leave --user-model out)"
+        )
     add: dict[str, str] = {}
     trained = {r: _trained_model(s, cfg, r, a, paths, mods, add) for r, a in s.trained_roles.items()}
     director = None if s.director is None else trained.get("director", cfg.model_name)
     speaker = trained.get("speaker", cfg.model_name)
-    return RoleModels(s.name, director, speaker, cfg.user_model or cfg.model_name, [*cfg.lora_modules, *(f"{a}={p}" for a, p in add.items())])
+    return RoleModels(
+        s.name,
+        director,
+        speaker,
+        cfg.user_model or cfg.model_name,
+        [*cfg.lora_modules, *(f"{a}={p}" for a, p in add.items())],
+    )
 
 # %% ../nbs/07_systems.ipynb #8a4f59e1
 def check_model_flags(systems: list[str], cfg: EndpointConfig) -> None:
     "Refuse --directive-model / --agent-model when none of `systems` takes the trained role they name."
     for role, kind in (("director", "trained"), ("speaker", "trained")):
         named = _trained_flag(cfg, role)
-        if not named: continue
+        if not named:
+            continue
         users = [s for s in systems if getattr(get_system(s), role) == kind]
         if not users:
             takers = ", ".join(n for n, x in SYSTEM_REGISTRY.items() if getattr(x, role) == kind)
-            raise ConfigError(f"{MODEL_FLAGS[role]} {named!r} names the trained {role}, which none of --systems {' '.join(systems)} runs "
-                              f"(it is taken by {takers}): add one of those or drop the flag (the base model is --model-name)")
+            raise ConfigError(
+                f"{MODEL_FLAGS[role]} {named!r} names the trained {role}, which none of --systems {' '.join(systems)} runs "
+                f"(it is taken by {takers}): add one of those or drop the flag (the base model is --model-name)"
+            )
+
 
 def check_episode_models(system: str, cfg: EndpointConfig) -> None:
     "`mascot episode --system S`: a role S runs on the base model must not be given a trained alias."
     s = get_system(system)
     for role, flag_value in (("director", cfg.directive_model), ("speaker", cfg.agent_model)):
         if getattr(s, role) == "base" and flag_value in TRAINED_ALIASES:
-            raise ConfigError(f"system {s.name!r} runs its {role} on the base model, but {MODEL_FLAGS[role]} is the trained alias {flag_value!r}: "
-                              f"run `mascot eval --systems {s.name} {MODEL_FLAGS[role]} {flag_value} ...` (it maps the flag per system) or drop it")
+            raise ConfigError(
+                f"system {s.name!r} runs its {role} on the base model, but {MODEL_FLAGS[role]} is the trained alias {flag_value!r}: "
+                f"run `mascot eval --systems {s.name} {MODEL_FLAGS[role]} {flag_value} ...` (it maps the flag per system) or drop it"
+            )

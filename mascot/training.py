@@ -23,31 +23,52 @@ __all__ = ['DEFAULT_LORA_TARGETS', 'CURVE_PANELS', 'lora_target_modules', 'repor
 def lora_target_modules(spec: str) -> str | list[str]:
     "PEFT's `target_modules` from the flag: `all-linear` stays PEFT's keyword, anything else is a comma-separated list of module names."
     names = [s.strip() for s in str(spec).split(",") if s.strip()]
-    if not names: raise ConfigError("--lora-target-modules is empty: name modules (e.g. q_proj,k_proj,v_proj,o_proj) or say all-linear")
+    if not names:
+        raise ConfigError(
+            "--lora-target-modules is empty: name modules (e.g. q_proj,k_proj,v_proj,o_proj) or say all-linear"
+        )
     return "all-linear" if names == ["all-linear"] else names
+
 
 def report_to() -> list[str]:
     "Experiment tracking as the reference does it: W&B only when WANDB_PROJECT is set (wandb itself reads WANDB_ENTITY, WANDB_MODE, the key)."
-    if not os.environ.get("WANDB_PROJECT"): return []
+    if not os.environ.get("WANDB_PROJECT"):
+        return []
     import importlib.util
+
     if importlib.util.find_spec("wandb") is None:
-        raise ConfigError("WANDB_PROJECT is set but wandb is not installed: pip install -e '.[wandb]', or unset WANDB_PROJECT")
+        raise ConfigError(
+            "WANDB_PROJECT is set but wandb is not installed: pip install -e '.[wandb]', or unset WANDB_PROJECT"
+        )
     return ["wandb"]
+
 
 def trl_config(config_cls, ours: dict, trl: dict):
     "A TRL config (RewardConfig, GRPOConfig, DPOConfig, SFTConfig) used as it is: CPU-friendly defaults, our fields, then the user's `trl` keys."
     import torch
+
     on_cpu = not torch.cuda.is_available()
-    args = {"logging_steps": 1, "save_strategy": "no", "report_to": report_to(), "disable_tqdm": True, "use_cpu": on_cpu,
-            **({"bf16": False} if on_cpu else {})}
+    args = {
+        "logging_steps": 1,
+        "save_strategy": "no",
+        "report_to": report_to(),
+        "disable_tqdm": True,
+        "use_cpu": on_cpu,
+        **({"bf16": False} if on_cpu else {}),
+    }
     args.update({k: v for k, v in ours.items() if v is not None})
-    try: return config_cls(**{**args, **trl})
-    except TypeError as e: raise ConfigError(f"trl: {e} (keys of `trl` must be {config_cls.__name__} arguments)") from None
+    try:
+        return config_cls(**{**args, **trl})
+    except TypeError as e:
+        raise ConfigError(f"trl: {e} (keys of `trl` must be {config_cls.__name__} arguments)") from None
+
 
 DEFAULT_LORA_TARGETS = LORA_TARGETS  # mascot.defaults
 
+
 class TrainingConfig(Config):
     "The fields every training stage shares; `trl` takes any argument of the stage's TRL config."
+
     dataset: str = "ESConv"
     model_name: str = EMBEDDED_DEFAULT
     output_dir: str = "outputs/llm"
@@ -63,52 +84,72 @@ class TrainingConfig(Config):
     PATH_DEFAULTS: ClassVar[dict[str, str]] = {}
 
     def model_post_init(self, _):
-        lora_target_modules(self.lora_target_modules)  # a bad list is a config error now, not a PEFT error after the model loads
+        lora_target_modules(
+            self.lora_target_modules
+        )  # a bad list is a config error now, not a PEFT error after the model loads
         for name, template in self.PATH_DEFAULTS.items():
             if getattr(self, name) is None:
                 self.__dict__[name] = template.format(dataset=self.dataset, model=model_slug(self.model_name))
 
     def trl_args(self, config_cls, output_dir: str, **stage):
         "TRL's `config_cls` from the shared fields and the stage's own (`stage`), then the user's `trl` keys."
-        return trl_config(config_cls, dict(output_dir=output_dir, learning_rate=self.learning_rate, seed=self.seed,
-                                           per_device_train_batch_size=self.per_device_train_batch_size, **stage), self.trl)
+        return trl_config(
+            config_cls,
+            dict(
+                output_dir=output_dir,
+                learning_rate=self.learning_rate,
+                seed=self.seed,
+                per_device_train_batch_size=self.per_device_train_batch_size,
+                **stage,
+            ),
+            self.trl,
+        )
 
     def trl_config(self, output_dir: str):
         "The stage's TRL config as its trainer builds it; `mascot run` builds it while checking the plan, so a bad `trl` key fails before any work."
         raise NotImplementedError(f"{type(self).__name__} names no TRL config")
 
+
 class EpochTrainingConfig(TrainingConfig):
     "Training by epochs over a fixed dataset (reward models, SFT, DPO)."
+
     num_train_epochs: float = 2.0
     max_length: int = 1024
 
     def trl_args(self, config_cls, output_dir: str, **stage):
-        return super().trl_args(config_cls, output_dir, num_train_epochs=self.num_train_epochs, max_length=self.max_length, **stage)
+        return super().trl_args(
+            config_cls, output_dir, num_train_epochs=self.num_train_epochs, max_length=self.max_length, **stage
+        )
 
 # %% ../nbs/08_training.ipynb #33f27fd2
-describe(EpochTrainingConfig,
+describe(
+    EpochTrainingConfig,
     num_train_epochs="passes over the training data (TRL's num_train_epochs)",
-    max_length="token cap of one training example (TRL's max_length; longer ones are truncated or dropped, as TRL does)")
+    max_length="token cap of one training example (TRL's max_length; longer ones are truncated or dropped, as TRL does)",
+)
 
 # %% ../nbs/08_training.ipynb #b35e4743
-describe(TrainingConfig,
-    dataset='ED, ESConv or QMSum: names the default input and output folders',
-    model_name='the base model trained (hub id, local folder, or the embedded default)',
+describe(
+    TrainingConfig,
+    dataset="ED, ESConv or QMSum: names the default input and output folders",
+    model_name="the base model trained (hub id, local folder, or the embedded default)",
     output_dir="the folder the trained adapter's own folder is created in",
     run_name="the adapter folder's name; default: the reference's name from the stage, dataset and model",
     seed="seed of the held-out split, the model's new weights and TRL's sampling",
-    lora_r='LoRA rank',
-    lora_alpha='LoRA scaling alpha',
-    lora_target_modules='modules LoRA adapts: comma-separated names, or all-linear',
+    lora_r="LoRA rank",
+    lora_alpha="LoRA scaling alpha",
+    lora_target_modules="modules LoRA adapts: comma-separated names, or all-linear",
     learning_rate="optimiser learning rate (TRL's learning_rate)",
     per_device_train_batch_size="examples per device and optimiser micro-step (TRL's per_device_train_batch_size)",
-    trl="any other argument of the stage's TRL config (RewardConfig, GRPOConfig, DPOConfig, SFTConfig), passed as it is; wins over our fields")
+    trl="any other argument of the stage's TRL config (RewardConfig, GRPOConfig, DPOConfig, SFTConfig), passed as it is; wins over our fields",
+)
 
 # %% ../nbs/08_training.ipynb #9b758358
 class GRPOTrainingConfig(TrainingConfig):
     """What both GRPO stages (speaker, director) take; `reward_weights` has one weight per reward function. The defaults are a CPU-sized step that
     still follows the reference's shape: 4 prompts per optimiser step (batch 4 completions x 4 accumulation / 4 generations), a small KL, completions
     cut at the cap masked out of the loss, sampling as the episodes sample, rewards standardised per function before they are weighted."""
+
     max_steps: int = GRPO_MAX_STEPS
     num_generations: int = GRPO_NUM_GENERATIONS
     per_device_train_batch_size: int = GRPO_PER_DEVICE_BATCH
@@ -127,20 +168,35 @@ class GRPOTrainingConfig(TrainingConfig):
     def prompts_per_step(self) -> float:
         return self.per_device_train_batch_size * self.gradient_accumulation_steps / self.num_generations
 
-    def trl_config(self, output_dir: str): return grpo_config(self, output_dir)
+    def trl_config(self, output_dir: str):
+        return grpo_config(self, output_dir)
+
 
 def grpo_config(cfg: GRPOTrainingConfig, output_dir: str):
     "TRL's GRPOConfig for the speaker or the director."
     from trl import GRPOConfig
-    return cfg.trl_args(GRPOConfig, output_dir, max_steps=cfg.max_steps, num_generations=cfg.num_generations, temperature=cfg.temperature,
-                        top_p=cfg.top_p, beta=cfg.beta, gradient_accumulation_steps=cfg.gradient_accumulation_steps,
-                        mask_truncated_completions=cfg.mask_truncated_completions, scale_rewards=cfg.scale_rewards,
-                        multi_objective_aggregation=cfg.multi_objective_aggregation,
-                        max_completion_length=cfg.max_completion_length, reward_weights=list(cfg.reward_weights), use_vllm=cfg.use_vllm,
-                        **({"vllm_mode": cfg.vllm_mode} if cfg.use_vllm else {}))
+
+    return cfg.trl_args(
+        GRPOConfig,
+        output_dir,
+        max_steps=cfg.max_steps,
+        num_generations=cfg.num_generations,
+        temperature=cfg.temperature,
+        top_p=cfg.top_p,
+        beta=cfg.beta,
+        gradient_accumulation_steps=cfg.gradient_accumulation_steps,
+        mask_truncated_completions=cfg.mask_truncated_completions,
+        scale_rewards=cfg.scale_rewards,
+        multi_objective_aggregation=cfg.multi_objective_aggregation,
+        max_completion_length=cfg.max_completion_length,
+        reward_weights=list(cfg.reward_weights),
+        use_vllm=cfg.use_vllm,
+        **({"vllm_mode": cfg.vllm_mode} if cfg.use_vllm else {}),
+    )
 
 # %% ../nbs/08_training.ipynb #977e4d70
-describe(GRPOTrainingConfig,
+describe(
+    GRPOTrainingConfig,
     max_steps="optimiser steps (TRL's max_steps)",
     num_generations="completions sampled per prompt; a group's rewards are compared among themselves (TRL's num_generations)",
     gradient_accumulation_steps="micro-steps per optimiser step (TRL's gradient_accumulation_steps)",
@@ -153,13 +209,16 @@ describe(GRPOTrainingConfig,
     multi_objective_aggregation="how several reward functions combine (TRL's multi_objective_aggregation)",
     reward_weights="one weight per reward function, in the stage's order",
     use_vllm="generate the completions with vLLM (TRL's use_vllm; GPUs)",
-    vllm_mode="with --use-vllm: server (a trl vllm-serve process) or colocate (TRL's vllm_mode)")
+    vllm_mode="with --use-vllm: server (a trl vllm-serve process) or colocate (TRL's vllm_mode)",
+)
 
 # %% ../nbs/08_training.ipynb #1c9281f4
 def split_by_context(ds, holdout_fraction: float, seed: int, key: str = "context_id"):
     ids = sorted(set(ds[key]))
-    if len(ids) < 2: raise ValueError(f"need pairs from at least 2 contexts to hold some out; got {len(ids)} ({key})")
-    rng = random.Random(seed); rng.shuffle(ids)
+    if len(ids) < 2:
+        raise ValueError(f"need pairs from at least 2 contexts to hold some out; got {len(ids)} ({key})")
+    rng = random.Random(seed)
+    rng.shuffle(ids)
     n_held = min(len(ids) - 1, max(1, round(len(ids) * holdout_fraction)))
     held = set(ids[:n_held])
     return ds.filter(lambda r: r[key] not in held), ds.filter(lambda r: r[key] in held), sorted(held)
@@ -167,24 +226,40 @@ def split_by_context(ds, holdout_fraction: float, seed: int, key: str = "context
 # %% ../nbs/08_training.ipynb #b7efa1cf
 def package_versions() -> dict:
     import importlib.metadata as md
+
     out = {"python": platform.python_version()}
     for p in ("mascot", "torch", "transformers", "trl", "peft", "datasets"):
-        try: out[p] = md.version(p)
-        except md.PackageNotFoundError: pass
+        try:
+            out[p] = md.version(p)
+        except md.PackageNotFoundError:
+            pass
     return out
+
 
 def data_hash(folder: str | Path) -> str:
     "sha256 of the pair data (pairs.jsonl when present, else the arrow files)."
-    folder = Path(folder); h = hashlib.sha256()
-    files = [folder / "pairs.jsonl"] if (folder / "pairs.jsonl").exists() else sorted((folder / "pairs").glob("*.arrow"))
-    for f in files: h.update(f.read_bytes())
+    folder = Path(folder)
+    h = hashlib.sha256()
+    files = (
+        [folder / "pairs.jsonl"] if (folder / "pairs.jsonl").exists() else sorted((folder / "pairs").glob("*.arrow"))
+    )
+    for f in files:
+        h.update(f.read_bytes())
     return h.hexdigest()
+
 
 def lora_config(cfg: TrainingConfig, task_type: str, dropout: float = 0.0):
     "PEFT's LoraConfig from the shared fields (r, alpha, target modules)."
     from peft import LoraConfig
-    return LoraConfig(task_type=task_type, r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=dropout,
-                      target_modules=lora_target_modules(cfg.lora_target_modules))
+
+    return LoraConfig(
+        task_type=task_type,
+        r=cfg.lora_r,
+        lora_alpha=cfg.lora_alpha,
+        lora_dropout=dropout,
+        target_modules=lora_target_modules(cfg.lora_target_modules),
+    )
+
 
 def parameter_counts(model) -> dict:
     "Trainable parameters against the base model's parameters (adapter weights not counted, as the paper's 0.187% counts them)."
@@ -194,44 +269,67 @@ def parameter_counts(model) -> dict:
 
 # %% ../nbs/08_training.ipynb #95270220
 CURVE_PANELS = [  # (title, predicate on a log key); a panel is drawn when the log has any matching key
-    ("reward per function", lambda k: k == "reward" or (k.startswith("rewards/") and k.endswith("/mean")) or k in ("rewards/chosen", "rewards/rejected")),
+    (
+        "reward per function",
+        lambda k: (
+            k == "reward"
+            or (k.startswith("rewards/") and k.endswith("/mean"))
+            or k in ("rewards/chosen", "rewards/rejected")
+        ),
+    ),
     ("KL to the reference", lambda k: k == "kl"),
     ("truncated completions (share)", lambda k: k == "completions/clipped_ratio"),
     ("completion length (tokens)", lambda k: k in ("completions/mean_length", "completions/mean_terminated_length")),
     ("entropy", lambda k: k == "entropy"),
     ("loss", lambda k: k in ("loss", "eval_loss")),
-    ("accuracy / margin", lambda k: k in ("accuracy", "rewards/accuracies", "mean_token_accuracy", "margin", "rewards/margins")),
+    (
+        "accuracy / margin",
+        lambda k: k in ("accuracy", "rewards/accuracies", "mean_token_accuracy", "margin", "rewards/margins"),
+    ),
     ("reward spread", lambda k: k in ("reward_std", "frac_reward_zero_std")),
 ]
+
 
 def plot_training_curves(log_history: list[dict], path: str | Path) -> list[str]:
     "One panel per logged family of metrics against the step; returns the panel titles drawn."
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     keys = sorted({k for h in log_history for k, v in h.items() if isinstance(v, (int, float)) and "step" in h})
     panels = [(title, [k for k in keys if pick(k)]) for title, pick in CURVE_PANELS]
     panels = [(t, ks) for t, ks in panels if ks] or [("no metric logged", [])]
-    cols = min(4, len(panels)); rows = -(-len(panels) // cols)
+    cols = min(4, len(panels))
+    rows = -(-len(panels) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3 * rows), squeeze=False)
     for ax, (title, ks) in zip(axes.flat, panels):
         for k in ks:
             pts = [(h["step"], h[k]) for h in log_history if k in h and "step" in h]
             ax.plot([s for s, _ in pts], [v for _, v in pts], marker="o", ms=3, label=k)
-        ax.set_title(title, fontsize=9); ax.set_xlabel("step", fontsize=8)
-        if ks: ax.legend(fontsize=6)
-    for ax in list(axes.flat)[len(panels):]: ax.axis("off")
-    fig.tight_layout(); fig.savefig(path, dpi=90); plt.close(fig)
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("step", fontsize=8)
+        if ks:
+            ax.legend(fontsize=6)
+    for ax in list(axes.flat)[len(panels) :]:
+        ax.axis("off")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
     return [t for t, _ in panels]
+
 
 def training_dtype():
     "The dtype policies and reward models load in: bfloat16 on a GPU (the Trainer puts them there), float32 on CPUs, where training stays exact."
     import torch
+
     return torch.bfloat16 if torch.cuda.is_available() else torch.float32
+
 
 def process_rank() -> tuple[int, int]:
     "This process's rank and the world size under `torchrun` / `accelerate launch` (0 and 1 when not distributed)."
     return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+
 
 def rank_run_dir(out: Path, cfg) -> RunDir:
     "The run record of this process: `out/run` on rank 0, `out/run-rank{r}` on the others, so a multi-process run shows that every rank trained."
@@ -240,13 +338,18 @@ def rank_run_dir(out: Path, cfg) -> RunDir:
     run.extra.update(rank=rank, world_size=world)
     return run
 
+
 def write_metadata(out: Path, meta: dict) -> None:
     "`mascot_metadata.json` beside the adapter, written once (by rank 0) however many processes trained it."
-    if process_rank()[0] == 0: (out / "mascot_metadata.json").write_text(json.dumps({**meta, "world_size": process_rank()[1]}, indent=2))
+    if process_rank()[0] == 0:
+        (out / "mascot_metadata.json").write_text(json.dumps({**meta, "world_size": process_rank()[1]}, indent=2))
+
 
 def save_trained(trainer, tokenizer, out: Path) -> dict:
     "Save the adapter (or model) and tokenizer, TRL's full log and its curves; print and return the parameter counts for the metadata."
-    trainer.save_model(str(out))  # every rank calls it (ZeRO-3 gathers the weights); the Trainer writes on the main process only
+    trainer.save_model(
+        str(out)
+    )  # every rank calls it (ZeRO-3 gathers the weights); the Trainer writes on the main process only
     history = trainer.state.log_history
     counts = parameter_counts(trainer.model)
     panels = []
@@ -254,14 +357,24 @@ def save_trained(trainer, tokenizer, out: Path) -> dict:
         tokenizer.save_pretrained(out)
         (out / "log_history.json").write_text(json.dumps(history, indent=1))
         panels = plot_training_curves(history, out / "training_curves.png")
-    print(f"{out.name}: trainable parameters {counts['trainable_parameters']:,} / {counts['total_parameters']:,} "
-          f"= {100 * counts['trainable_fraction']:.3f}%", flush=True)
-    return {**counts, "log_history": "log_history.json", "training_curves": "training_curves.png", "curve_panels": panels}
+    print(
+        f"{out.name}: trainable parameters {counts['trainable_parameters']:,} / {counts['total_parameters']:,} "
+        f"= {100 * counts['trainable_fraction']:.3f}%",
+        flush=True,
+    )
+    return {
+        **counts,
+        "log_history": "log_history.json",
+        "training_curves": "training_curves.png",
+        "curve_panels": panels,
+    }
 
 # %% ../nbs/08_training.ipynb #2622ea9f
 def trainable_snapshot(model) -> dict:
     import torch
+
     return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+
 
 def weights_changed(before: dict, model) -> float:
     "Largest absolute change of any trainable weight since the snapshot."
@@ -279,6 +392,7 @@ def paired_summary(base: list[float], trained: list[float]) -> dict:
 def load_tokenizer(path: str | Path, padding_side: str | None = None, pad_from_eos: bool = True):
     "A model's tokenizer; `padding_side` when given; EOS as the pad token when it has none and `pad_from_eos`."
     from transformers import AutoTokenizer
+
     tok = AutoTokenizer.from_pretrained(path)
     if padding_side:
         tok.padding_side = padding_side
@@ -286,12 +400,15 @@ def load_tokenizer(path: str | Path, padding_side: str | None = None, pad_from_e
         tok.pad_token = tok.eos_token
     return tok
 
+
 def load_causal_lm(model_name: str, padding_side: str | None = None, pad_from_eos: bool = True):
     "The policy a trainer starts from and its tokenizer: `model_name` resolved (the embedded default included), loaded in `training_dtype()`."
     from transformers import AutoModelForCausalLM
+
     path = resolve_model_path(model_name)
     tok = load_tokenizer(path, padding_side, pad_from_eos)
     return AutoModelForCausalLM.from_pretrained(path, dtype=training_dtype()), tok
+
 
 @contextlib.contextmanager
 def training_run(out: Path, cfg):

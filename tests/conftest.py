@@ -1,4 +1,5 @@
 "Shared fixtures: the converted embedded model, a real OpenAI-compatible server on 127.0.0.1, the shared data samples."
+
 import os, socket, subprocess, sys, time, shutil
 from pathlib import Path
 import pytest
@@ -7,22 +8,31 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "test-artifacts"
 
+
 def shared_data() -> Path:
     for c in (os.environ.get("MASCOT_SHARED_DATA"), ROOT.parent / "shared" / "data", ROOT / "shared" / "data"):
-        if c and Path(c).is_dir(): return Path(c)
+        if c and Path(c).is_dir():
+            return Path(c)
     pytest.skip("shared/data samples not found beside the repo")
 
+
 @pytest.fixture(scope="session")
-def shared_data_dir() -> Path: return shared_data()
+def shared_data_dir() -> Path:
+    return shared_data()
+
 
 @pytest.fixture(scope="session")
 def smol_path() -> Path:
     from mascot.llm import convert_smollm2
+
     return convert_smollm2()
+
 
 def _free_port() -> int:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0)); return s.getsockname()[1]
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
 
 @pytest.fixture(scope="session")
 def openai_server(smol_path, tmp_path_factory):
@@ -31,33 +41,65 @@ def openai_server(smol_path, tmp_path_factory):
     port = _free_port()
     log = tmp_path_factory.mktemp("server") / "serve.log"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.Popen([exe, "serve", str(smol_path), "--host", "127.0.0.1", "--port", str(port), "--device", "cpu",
-                             "--continuous-batching", "--cb-num-blocks", "64", "--cb-max-batch-tokens", "512"],
-                            stdout=open(log, "w"), stderr=subprocess.STDOUT, env=env)
+    proc = subprocess.Popen(
+        [
+            exe,
+            "serve",
+            str(smol_path),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--device",
+            "cpu",
+            "--continuous-batching",
+            "--cb-num-blocks",
+            "64",
+            "--cb-max-batch-tokens",
+            "512",
+        ],
+        stdout=open(log, "w"),
+        stderr=subprocess.STDOUT,
+        env=env,
+    )
     url = f"http://127.0.0.1:{port}/v1"
     import urllib.request
+
     deadline = time.time() + 180
     while time.time() < deadline:
-        if proc.poll() is not None: pytest.fail(f"transformers serve exited early:\n{log.read_text()[-3000:]}")
+        if proc.poll() is not None:
+            pytest.fail(f"transformers serve exited early:\n{log.read_text()[-3000:]}")
         try:
-            urllib.request.urlopen(url + "/models", timeout=2); break
-        except Exception: time.sleep(1)
+            urllib.request.urlopen(url + "/models", timeout=2)
+            break
+        except Exception:
+            time.sleep(1)
     else:
-        proc.kill(); pytest.fail(f"transformers serve did not come up in 180 s:\n{log.read_text()[-3000:]}")
+        proc.kill()
+        pytest.fail(f"transformers serve did not come up in 180 s:\n{log.read_text()[-3000:]}")
     yield {"url": url, "model": str(smol_path), "log": log}
     proc.terminate()
-    try: proc.wait(20)
-    except subprocess.TimeoutExpired: proc.kill()
+    try:
+        proc.wait(20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
 
 @pytest.fixture(scope="session")
 def smoke_run(tmp_path_factory):
     "The main job, `mascot run configs/smoke.yaml`, once per session; every suite that needs trained adapters or a finished run shares it."
     # MASCOT_SMOKE_RUN=<runs/smoke folder> reuses a finished run (for a developer's loop; CI always runs it afresh)
-    if os.environ.get("MASCOT_SMOKE_RUN"): return Path(os.environ["MASCOT_SMOKE_RUN"])
+    if os.environ.get("MASCOT_SMOKE_RUN"):
+        return Path(os.environ["MASCOT_SMOKE_RUN"])
     runs = tmp_path_factory.mktemp("runs")
     t0 = time.time()
-    r = subprocess.run([sys.executable, "-m", "mascot.pipeline", "configs/smoke.yaml", "--runs-dir", str(runs)], cwd=ROOT,
-                       capture_output=True, text=True, timeout=3600)
+    r = subprocess.run(
+        [sys.executable, "-m", "mascot.pipeline", "configs/smoke.yaml", "--runs-dir", str(runs)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
     ARTIFACTS.mkdir(exist_ok=True)
     (ARTIFACTS / "smoke_run.log").write_text(r.stdout + f"\nwall time {time.time() - t0:.0f} s\n")

@@ -12,6 +12,7 @@ retry of the same request can succeed and a run is reproducible whatever the ord
 
 Run by hand: `python tests/fake_openai_server.py --port 8011 --fault error_500=0.2`.
 """
+
 from __future__ import annotations
 import argparse, hashlib, json, re, socket, threading, time
 from collections import Counter
@@ -24,44 +25,67 @@ MAX_BODY = 4 << 20  # a request larger than this is refused: the server stays bo
 def role_of(messages: list[dict]) -> str:
     "Which mascot role sent these messages, from its system prompt."
     system = next((m.get("content") or "" for m in messages if m.get("role") == "system"), "")
-    if system.startswith("You direct "): return "director"
-    if "You are a strict, fair judge" in system: return "judge"
-    if "You are role-playing a person" in system or "You are a participant in the meeting" in system: return "user"
+    if system.startswith("You direct "):
+        return "director"
+    if "You are a strict, fair judge" in system:
+        return "judge"
+    if "You are role-playing a person" in system or "You are a participant in the meeting" in system:
+        return "user"
     return "speaker"
 
 
-def _h(*parts) -> int: return int(hashlib.sha256(":".join(map(str, parts)).encode()).hexdigest()[:12], 16)
+def _h(*parts) -> int:
+    return int(hashlib.sha256(":".join(map(str, parts)).encode()).hexdigest()[:12], 16)
 
 
 def answer(role: str, messages: list[dict], k: int, salt: int) -> str:
     "A well-formed reply of `role` (sample `k`)."
     system = next((m.get("content") or "" for m in messages if m.get("role") == "system"), "")
     if role == "director":
-        team = re.findall(r"^- ([^:\n]+):", system.split("Team:", 1)[-1].split("Pick the member", 1)[0], re.M) or ["The Anchor"]
+        team = re.findall(r"^- ([^:\n]+):", system.split("Team:", 1)[-1].split("Pick the member", 1)[0], re.M) or [
+            "The Anchor"
+        ]
         name = team[(salt + k) % len(team)]
-        return json.dumps({"agent_name": name, "action": "acknowledge the feeling and ask one question", "tone": "warm"})
+        return json.dumps(
+            {"agent_name": name, "action": "acknowledge the feeling and ask one question", "tone": "warm"}
+        )
     if role == "judge":
         criteria = re.findall(r"^- (\w+): ", system.split("Criteria:", 1)[-1].split("\n\n", 1)[0], re.M)
         return "\n".join(f"{c} (seems fine): {3 + (salt + k + i) % 7}" for i, c in enumerate(criteria))
-    if role == "user": return f"Thank you, that helps a little ({k}).\nEmotion: hopeful"
+    if role == "user":
+        return f"Thank you, that helps a little ({k}).\nEmotion: hopeful"
     return f"That sounds really hard; I am here with you, and we can take it one step at a time ({k}, {salt % 97})."
 
 
 class _QuietServer(ThreadingHTTPServer):
     daemon_threads = True
-    def handle_error(self, request, client_address): pass  # a client that gave up mid-reply (its deadline) is expected, not news
+
+    def handle_error(self, request, client_address):
+        pass  # a client that gave up mid-reply (its deadline) is expected, not news
 
 
 class FakeOpenAIServer:
     "`with FakeOpenAIServer(faults={'error_500': 0.3}, seed=1) as srv: ... srv.url ...`; `srv.stats` counts (role, fault) per request."
 
-    def __init__(self, faults: dict[str, float] | None = None, seed: int = 0, model: str = "fake-model", roles: tuple[str, ...] | None = None,
-                 slow_s: float = 5.0, drip_s: float = 0.3, outage: tuple[int, float] | None = None, max_requests: int = 20000,
-                 listed: list[dict] | None = None):
+    def __init__(
+        self,
+        faults: dict[str, float] | None = None,
+        seed: int = 0,
+        model: str = "fake-model",
+        roles: tuple[str, ...] | None = None,
+        slow_s: float = 5.0,
+        drip_s: float = 0.3,
+        outage: tuple[int, float] | None = None,
+        max_requests: int = 20000,
+        listed: list[dict] | None = None,
+    ):
         bad = [f for f in (faults or {}) if f not in FAULTS]
-        if bad: raise ValueError(f"unknown faults {bad}; known: {FAULTS}")
+        if bad:
+            raise ValueError(f"unknown faults {bad}; known: {FAULTS}")
         self.faults, self.seed, self.model, self.roles = dict(faults or {}), seed, model, roles
-        self.listed = listed or [{"id": model}]  # the /v1/models entries (vLLM lists a LoRA adapter with "parent": its base)
+        self.listed = listed or [
+            {"id": model}
+        ]  # the /v1/models entries (vLLM lists a LoRA adapter with "parent": its base)
         self.slow_s, self.drip_s, self.outage, self.max_requests = slow_s, drip_s, outage, max_requests
         self.stats: Counter = Counter()
         self.num_chat = 0
@@ -71,23 +95,28 @@ class FakeOpenAIServer:
         self._httpd: ThreadingHTTPServer | None = None
 
     @property
-    def url(self) -> str: return f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
 
     def fault_for(self, role: str, body: bytes) -> str | None:
         with self._lock:
             self._seen[body] += 1
             nth = self._seen[body]
-        if self.roles is not None and role not in self.roles: return None
+        if self.roles is not None and role not in self.roles:
+            return None
         x = (_h(self.seed, hashlib.sha256(body).hexdigest(), nth) % 10**6) / 10**6
         for name, p in self.faults.items():  # disjoint slices of [0, 1): at most one fault per request
-            if x < p: return name
+            if x < p:
+                return name
             x -= p
         return None
 
     def in_outage(self) -> bool:
-        if not self.outage: return False
+        if not self.outage:
+            return False
         with self._lock:
-            if self._outage_until is None and self.num_chat >= self.outage[0]: self._outage_until = time.time() + self.outage[1]
+            if self._outage_until is None and self.num_chat >= self.outage[0]:
+                self._outage_until = time.time() + self.outage[1]
             return self._outage_until is not None and time.time() < self._outage_until
 
     def start(self, port: int = 0) -> "FakeOpenAIServer":
@@ -95,54 +124,99 @@ class FakeOpenAIServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
-            def log_message(self, *a): pass
+
+            def log_message(self, *a):
+                pass
 
             def _send(self, code: int, payload: bytes, drip: float = 0.0):
                 self.send_response(code)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(payload)))
                 self.end_headers()
-                if not drip: self.wfile.write(payload); return
+                if not drip:
+                    self.wfile.write(payload)
+                    return
                 for i in range(len(payload)):
-                    self.wfile.write(payload[i:i + 1]); self.wfile.flush(); time.sleep(drip)
+                    self.wfile.write(payload[i : i + 1])
+                    self.wfile.flush()
+                    time.sleep(drip)
 
             def do_GET(self):
                 if self.path.rstrip("/").endswith("/models"):
-                    return self._send(200, json.dumps({"object": "list", "data": [{"object": "model", "owned_by": "fake", **e} for e in srv.listed]}).encode())
+                    return self._send(
+                        200,
+                        json.dumps(
+                            {
+                                "object": "list",
+                                "data": [{"object": "model", "owned_by": "fake", **e} for e in srv.listed],
+                            }
+                        ).encode(),
+                    )
                 self._send(404, b'{"error": {"message": "not found"}}')
 
             def do_POST(self):
                 n = int(self.headers.get("Content-Length") or 0)
-                if n > MAX_BODY: self.close_connection = True; return self._send(413, b'{"error": {"message": "too large"}}')
+                if n > MAX_BODY:
+                    self.close_connection = True
+                    return self._send(413, b'{"error": {"message": "too large"}}')
                 body = self.rfile.read(n)
-                if not self.path.rstrip("/").endswith("/chat/completions"): return self._send(404, b'{"error": {"message": "not found"}}')
-                with srv._lock: srv.num_chat += 1; count = srv.num_chat
-                if count > srv.max_requests: return self._send(429, b'{"error": {"message": "request budget of the fake server spent"}}')
+                if not self.path.rstrip("/").endswith("/chat/completions"):
+                    return self._send(404, b'{"error": {"message": "not found"}}')
+                with srv._lock:
+                    srv.num_chat += 1
+                    count = srv.num_chat
+                if count > srv.max_requests:
+                    return self._send(429, b'{"error": {"message": "request budget of the fake server spent"}}')
                 if srv.in_outage():
                     srv.stats[("?", "outage")] += 1
                     self.close_connection = True
                     self.connection.shutdown(socket.SHUT_RDWR)  # the server is gone: no reply at all
                     return
-                try: req = json.loads(body)
-                except json.JSONDecodeError: return self._send(400, b'{"error": {"message": "request body is not JSON"}}')
+                try:
+                    req = json.loads(body)
+                except json.JSONDecodeError:
+                    return self._send(400, b'{"error": {"message": "request body is not JSON"}}')
                 if req.get("model") != srv.model:
-                    return self._send(404, json.dumps({"error": {"message": f"model {req.get('model')!r} does not exist"}}).encode())
+                    return self._send(
+                        404, json.dumps({"error": {"message": f"model {req.get('model')!r} does not exist"}}).encode()
+                    )
                 role = role_of(req["messages"])
                 fault = srv.fault_for(role, body)
                 srv.stats[(role, fault)] += 1
-                if fault == "error_500": return self._send(500, b'{"error": {"message": "injected failure"}}')
-                if fault == "malformed": return self._send(200, b'{"id": "x", "choices": [{"message": {"content": "trunc')
-                if fault == "slow": time.sleep(srv.slow_s)
+                if fault == "error_500":
+                    return self._send(500, b'{"error": {"message": "injected failure"}}')
+                if fault == "malformed":
+                    return self._send(200, b'{"id": "x", "choices": [{"message": {"content": "trunc')
+                if fault == "slow":
+                    time.sleep(srv.slow_s)
                 salt = _h(srv.seed, req.get("seed"), json.dumps(req["messages"]))
                 texts = [answer(role, req["messages"], k, salt) for k in range(int(req.get("n") or 1))]
-                if fault == "empty": texts = ["" for _ in texts]
-                if fault == "garbage_directive" and role == "director": texts = ["banana " * 5 for _ in texts]
-                choices = [] if fault == "no_choices" else [
-                    {"index": k, "message": {"role": "assistant", "content": t}, "finish_reason": "stop"} for k, t in enumerate(texts)]
-                payload = json.dumps({"id": f"chatcmpl-{count}", "object": "chat.completion", "created": int(time.time()), "model": srv.model,
-                                      "choices": choices, "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}}).encode()
-                try: self._send(200, payload, drip=srv.drip_s if fault == "drip" else 0.0)
-                except (BrokenPipeError, ConnectionResetError): pass  # the client gave up (its deadline): expected
+                if fault == "empty":
+                    texts = ["" for _ in texts]
+                if fault == "garbage_directive" and role == "director":
+                    texts = ["banana " * 5 for _ in texts]
+                choices = (
+                    []
+                    if fault == "no_choices"
+                    else [
+                        {"index": k, "message": {"role": "assistant", "content": t}, "finish_reason": "stop"}
+                        for k, t in enumerate(texts)
+                    ]
+                )
+                payload = json.dumps(
+                    {
+                        "id": f"chatcmpl-{count}",
+                        "object": "chat.completion",
+                        "created": int(time.time()),
+                        "model": srv.model,
+                        "choices": choices,
+                        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+                    }
+                ).encode()
+                try:
+                    self._send(200, payload, drip=srv.drip_s if fault == "drip" else 0.0)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up (its deadline): expected
 
         self._httpd = _QuietServer(("127.0.0.1", port), Handler)
         self._httpd.daemon_threads = True
@@ -150,10 +224,16 @@ class FakeOpenAIServer:
         return self
 
     def stop(self):
-        if self._httpd: self._httpd.shutdown(); self._httpd.server_close(); self._httpd = None
+        if self._httpd:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd = None
 
-    def __enter__(self): return self.start()
-    def __exit__(self, *exc): self.stop()
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
 
 
 if __name__ == "__main__":
@@ -163,7 +243,11 @@ if __name__ == "__main__":
     p.add_argument("--model", default="fake-model")
     p.add_argument("--fault", action="append", default=[], help="name=probability, e.g. error_500=0.2 (repeatable)")
     a = p.parse_args()
-    srv = FakeOpenAIServer({k: float(v) for k, v in (f.split("=") for f in a.fault)}, seed=a.seed, model=a.model).start(a.port)
+    srv = FakeOpenAIServer({k: float(v) for k, v in (f.split("=") for f in a.fault)}, seed=a.seed, model=a.model).start(
+        a.port
+    )
     print(srv.url, flush=True)
-    try: threading.Event().wait()
-    except KeyboardInterrupt: srv.stop()
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        srv.stop()

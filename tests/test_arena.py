@@ -1,5 +1,6 @@
 """`mascot arena` for real: two annotators vote in headless Chromium, the server is killed mid-study and resumed, and `mascot arena-report`'s
 numbers are those of the votes; bad input is one line."""
+
 import json, os, signal, socket, subprocess, sys, time, urllib.request
 from pathlib import Path
 import pytest
@@ -10,24 +11,45 @@ from mascot.core import read_jsonl
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_WAIT_POLICY": "PASSIVE", "HF_HUB_OFFLINE": "1"}
 
+
 def mascot(*args, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mascot.cli", *args], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120, **kw)
+    return subprocess.run(
+        [sys.executable, "-m", "mascot.cli", *args],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        **kw,
+    )
+
 
 def start_arena(args: list[str], log: Path, port: int) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-m", "mascot.cli", "arena", "--port", str(port), *args], cwd=ROOT, env=ENV,
-                            stdout=open(log, "a"), stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mascot.cli", "arena", "--port", str(port), *args],
+        cwd=ROOT,
+        env=ENV,
+        stdout=open(log, "a"),
+        stderr=subprocess.STDOUT,
+    )
     deadline = time.time() + 60
     while time.time() < deadline:
-        if proc.poll() is not None: pytest.fail(f"mascot arena exited early:\n{log.read_text()[-3000:]}")
+        if proc.poll() is not None:
+            pytest.fail(f"mascot arena exited early:\n{log.read_text()[-3000:]}")
         try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/api/study", timeout=2); return proc
-        except OSError: time.sleep(0.3)
-    proc.kill(); pytest.fail(f"mascot arena did not come up:\n{log.read_text()[-3000:]}")
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/api/study", timeout=2)
+            return proc
+        except OSError:
+            time.sleep(0.3)
+    proc.kill()
+    pytest.fail(f"mascot arena did not come up:\n{log.read_text()[-3000:]}")
+
 
 def vote_in_browser(driver, wanted: dict[str, str], count: int, reasons: dict[str, str] = {}):
     "Vote on the next `count` pairs: `wanted[pair]` is the system to pick (or 'tie'); the side is read off the blind panes' text."
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
+
     body = lambda: driver.find_element(By.TAG_NAME, "body")
     wait = WebDriverWait(driver, 30)
     for _ in range(count):
@@ -38,13 +60,16 @@ def vote_in_browser(driver, wanted: dict[str, str], count: int, reasons: dict[st
         want = wanted[pair]
         choice = "tie" if want == "tie" else "A" if want.upper() + " reply" in a_text else "B"
         assert choice == "tie" or want.upper() + " reply" in (a_text if choice == "A" else b_text)
-        if pair in reasons: driver.find_element(By.ID, "reason").send_keys(reasons[pair])
+        if pair in reasons:
+            driver.find_element(By.ID, "reason").send_keys(reasons[pair])
         driver.find_element(By.ID, f"vote-{choice}").click()
         wait.until(lambda d: int(body().get_attribute("data-done")) == done + 1)
+
 
 def test_two_annotators_vote_and_the_report_matches(tmp_path):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
+
     fa, fb = demo_files(tmp_path / "convs")  # mascot and zero-shot on ed-1, ed-2, ed-3
     votes, log, port = tmp_path / "votes.jsonl", tmp_path / "arena.log", free_port()
     url = f"http://127.0.0.1:{port}/"
@@ -58,10 +83,13 @@ def test_two_annotators_vote_and_the_report_matches(tmp_path):
         driver = chrome(tmp_path, (1300, 900))
         driver.get(url)  # the annotator id comes from --annotator
         WebDriverWait(driver, 30).until(lambda d: d.find_element(By.ID, "study").is_displayed())
-        assert "zero-shot" not in driver.page_source  # blind: a system's name is never sent (the demo replies carry it in capitals only)
+        assert (
+            "zero-shot" not in driver.page_source
+        )  # blind: a system's name is never sent (the demo replies carry it in capitals only)
         vote_in_browser(driver, alice, 2, reasons={"ed-1": "more caring"})
         # a crash: every vote acknowledged is on disk, and a new server resumes the study where alice left it
-        proc.kill(); proc.wait()
+        proc.kill()
+        proc.wait()
         assert len(list(read_jsonl(votes))) == 2
         proc = start_arena(args, log, port)
         driver.get(url)
@@ -74,19 +102,40 @@ def test_two_annotators_vote_and_the_report_matches(tmp_path):
         vote_in_browser(driver, bob, 3)
         WebDriverWait(driver, 30).until(lambda d: d.find_element(By.ID, "progress").text == "3 / 3 done")
     finally:
-        if driver: driver.quit()
+        if driver:
+            driver.quit()
         proc.send_signal(signal.SIGINT)
-        try: proc.wait(20)
-        except subprocess.TimeoutExpired: proc.kill(); proc.wait()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
     recs = list(read_jsonl(votes))
     assert sorted((v["annotator"], v["pair_id"], v["winner"]) for v in recs) == sorted(
-        [("alice", p, w) for p, w in alice.items()] + [("bob", p, w) for p, w in bob.items()])
+        [("alice", p, w) for p, w in alice.items()] + [("bob", p, w) for p, w in bob.items()]
+    )
     assert {v["study"] for v in recs} == {study_id(("mascot", "zero-shot"), ["ed-1", "ed-2", "ed-3"])}
     assert [v["reason"] for v in recs if v["annotator"] == "alice" and v["pair_id"] == "ed-1"] == ["more caring"]
     assert {v["left"] for v in recs} == {"mascot", "zero-shot"}  # the sides really are randomised
     judge = tmp_path / "judge.jsonl"
-    judge.write_text("".join(json.dumps({"pair_id": p, "winner": w}) + "\n" for p, w in (("ed-1", "mascot"), ("ed-2", "mascot"), ("ed-3", "zero-shot"))))
-    r = mascot("arena-report", "--votes", str(votes), "--files", str(fa), str(fb), "--judge-file", str(judge), "--output-dir", str(tmp_path / "rep"))
+    judge.write_text(
+        "".join(
+            json.dumps({"pair_id": p, "winner": w}) + "\n"
+            for p, w in (("ed-1", "mascot"), ("ed-2", "mascot"), ("ed-3", "zero-shot"))
+        )
+    )
+    r = mascot(
+        "arena-report",
+        "--votes",
+        str(votes),
+        "--files",
+        str(fa),
+        str(fb),
+        "--judge-file",
+        str(judge),
+        "--output-dir",
+        str(tmp_path / "rep"),
+    )
     assert r.returncode == 0, r.stderr
     rep = json.loads((tmp_path / "rep/arena_report.json").read_text())
     # by hand: 6 votes; mascot wins 3, zero-shot 1, ties 2
@@ -102,23 +151,44 @@ def test_two_annotators_vote_and_the_report_matches(tmp_path):
     assert (j["n_pairs"], j["agreement"], j["cohen_kappa"], j["vote_agreement"]) == (3, 0.3333, 0.1429, 0.5)
     assert "mascot: win rate 0.500" in r.stdout
 
+
 def one_line_error(r: subprocess.CompletedProcess, *needles: str):
     assert r.returncode != 0 and r.stderr.strip() and "\n" not in r.stderr.strip(), r.stderr
-    for n in needles: assert n in r.stderr, r.stderr
+    for n in needles:
+        assert n in r.stderr, r.stderr
+
 
 def test_bad_input_is_one_line(tmp_path):
     fa, fb = demo_files(tmp_path / "a")
     _, other = demo_files(tmp_path / "b", ids=("ed-1", "ed-2", "ed-7"))
-    one_line_error(mascot("arena", "--files", str(fa), str(other), "--votes", str(tmp_path / "v.jsonl")), "different contexts", "ed-7")
+    one_line_error(
+        mascot("arena", "--files", str(fa), str(other), "--votes", str(tmp_path / "v.jsonl")),
+        "different contexts",
+        "ed-7",
+    )
     weird = tmp_path / "weird.jsonl"
     weird.write_text("".join(json.dumps(demo_record(i, "my-system", "hi")) + "\n" for i in ("ed-1", "ed-2", "ed-3")))
     one_line_error(mascot("arena", "--files", str(fa), str(weird)), "unknown system 'my-system'")
     # a vote file of another study
     fc = demo_files(tmp_path / "c", systems=("mascot", "few-shot"))
     votes = tmp_path / "votes.jsonl"
-    votes.write_text(json.dumps({"vote_id": "x/ed-1", "study": "mascot-vs-zero-shot-00000000", "pair_id": "ed-1", "annotator": "x",
-                                 "systems": ["mascot", "zero-shot"], "winner": "tie"}) + "\n")
-    one_line_error(mascot("arena", "--files", *map(str, fc), "--votes", str(votes)), "holds votes of study 'mascot-vs-zero-shot-00000000'")
+    votes.write_text(
+        json.dumps(
+            {
+                "vote_id": "x/ed-1",
+                "study": "mascot-vs-zero-shot-00000000",
+                "pair_id": "ed-1",
+                "annotator": "x",
+                "systems": ["mascot", "zero-shot"],
+                "winner": "tie",
+            }
+        )
+        + "\n"
+    )
+    one_line_error(
+        mascot("arena", "--files", *map(str, fc), "--votes", str(votes)),
+        "holds votes of study 'mascot-vs-zero-shot-00000000'",
+    )
     one_line_error(mascot("arena-report", "--votes", str(votes), "--files", *map(str, fc)), "holds votes of study")
     one_line_error(mascot("arena-report", "--votes", str(tmp_path / "none.jsonl")), "does not exist")
     assert votes.read_text().count("\n") == 1  # nothing written by a refused run

@@ -1,4 +1,5 @@
 "`mascot chat` for real: lines piped into the terminal command, and the web page driven by headless Chromium, on the embedded SmolLM2-135M."
+
 import json, os, signal, socket, subprocess, sys, time, urllib.request
 from pathlib import Path
 import pytest
@@ -9,16 +10,46 @@ from mascot.personas import SUPPORT_ROSTER
 ROOT = Path(__file__).resolve().parents[1]
 # few tokens, one director -> speaker step per message: the 135M model on two shared cores
 SMALL = ["--share-model", "--agent-turns", "1", "--director-max-tokens", "40", "--speaker-max-tokens", "20"]
-ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_WAIT_POLICY": "PASSIVE", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-       "OMP_NUM_THREADS": "2"}
+ENV = {
+    **os.environ,
+    "PYTHONPATH": str(ROOT),
+    "OMP_WAIT_POLICY": "PASSIVE",
+    "HF_HUB_OFFLINE": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+    "OMP_NUM_THREADS": "2",
+}
+
 
 def mascot(*args, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mascot.cli", *args], cwd=kw.pop("cwd", ROOT), env=ENV, capture_output=True, text=True, **kw)
+    return subprocess.run(
+        [sys.executable, "-m", "mascot.cli", *args],
+        cwd=kw.pop("cwd", ROOT),
+        env=ENV,
+        capture_output=True,
+        text=True,
+        **kw,
+    )
+
 
 def test_piped_lines_become_a_saved_episode(tmp_path, shared_data_dir):
     out = tmp_path / "chat"
-    r = mascot("chat", "--dataset", "ED", "--data-path", str(shared_data_dir / "empathetic_dialogues"), "--split", "train", "--context-index", "1",
-               "--output-dir", str(out), "--show-directives", *SMALL, input="My sister stopped talking to me.\n/quit\nnever read\n", timeout=600)
+    r = mascot(
+        "chat",
+        "--dataset",
+        "ED",
+        "--data-path",
+        str(shared_data_dir / "empathetic_dialogues"),
+        "--split",
+        "train",
+        "--context-index",
+        "1",
+        "--output-dir",
+        str(out),
+        "--show-directives",
+        *SMALL,
+        input="My sister stopped talking to me.\n/quit\nnever read\n",
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     (path,) = out.glob("mascot_ED_*.jsonl")
     assert f"saved: {path}" in r.stdout
@@ -28,80 +59,154 @@ def test_piped_lines_become_a_saved_episode(tmp_path, shared_data_dir):
     user = [t for t in turns if t.get("turn_type") == "user"]
     agents = [t for t in turns if t.get("turn_type") != "user"]
     assert user[-1]["response"] == "My sister stopped talking to me." and "never read" not in json.dumps(rec)
-    assert len(agents) == 2 and {t["agent_name"] for t in agents} <= set(SUPPORT_ROSTER.names)  # one reply to the opening, one to the message
+    assert len(agents) == 2 and {t["agent_name"] for t in agents} <= set(
+        SUPPORT_ROSTER.names
+    )  # one reply to the opening, one to the message
     assert all(t["directive"] and t["directive"]["agent_name"] == t["agent_name"] for t in agents)
     # the round the person's message closes: opening, reply, message in round 0; the next reply in round 1
     assert [t["round_id"] for t in turns][-2:] == [0, 1] and turns[-1].get("turn_type") != "user"
-    assert rec["metadata"]["user"] == "human" and rec["metadata"]["untrained"] is True and "user_model" not in rec["metadata"]
+    assert (
+        rec["metadata"]["user"] == "human"
+        and rec["metadata"]["untrained"] is True
+        and "user_model" not in rec["metadata"]
+    )
     for t in agents:  # the terminal showed each reply under its speaker's name and persona, after its directive
         role = SUPPORT_ROSTER.find(t["agent_name"]).role
-        assert f"[director -> {t['agent_name']}: " in r.stdout and f"{t['agent_name']} ({role}): {t['response']}" in r.stdout
+        assert (
+            f"[director -> {t['agent_name']}: " in r.stdout
+            and f"{t['agent_name']} ({role}): {t['response']}" in r.stdout
+        )
     # mascot judge builds its persona and collective items from it (running the 135M judge takes minutes; that is the judge's test)
     from mascot.rubric_eval import record_items, record_domain
+
     items = {k: record_items(rec, k, record_domain(rec, path)) for k in ("persona", "collective")}
     assert len(items["persona"]) == 2 and len(items["collective"]) == 1
     # mascot metrics reads it like any episode file
-    m = mascot("metrics", "--input-file", str(path), "--skip-nli", "--no-progress", "--output-file", str(tmp_path / "m.json"), timeout=300)
+    m = mascot(
+        "metrics",
+        "--input-file",
+        str(path),
+        "--skip-nli",
+        "--no-progress",
+        "--output-file",
+        str(tmp_path / "m.json"),
+        timeout=300,
+    )
     assert m.returncode == 0, m.stderr[-2000:]
     report = json.loads((tmp_path / "m.json").read_text())
     assert report["overall"]["num_conversations"] == 1 and report["conversations"][0]["num_agent_turns"] == 2
     assert report["conversations"][0]["conv_id"] == rec["conv_id"]
 
+
 def test_chat_on_a_served_model(openai_server, tmp_path):
     "The same session on an OpenAI-compatible server (`transformers serve` of the same model): every role's calls go there."
     import asyncio, io
     from mascot.chat import ChatConfig, ChatSession, chat_terminal
-    cfg = ChatConfig(dataset="ESConv", situation="I moved abroad and I know nobody here.", vllm_server_url=openai_server["url"],
-                     model_name=openai_server["model"], share_model=True, agent_turns=1, max_rounds=1, director_max_tokens=40,
-                     speaker_max_tokens=20, output_dir=str(tmp_path))
+
+    cfg = ChatConfig(
+        dataset="ESConv",
+        situation="I moved abroad and I know nobody here.",
+        vllm_server_url=openai_server["url"],
+        model_name=openai_server["model"],
+        share_model=True,
+        agent_turns=1,
+        max_rounds=1,
+        director_max_tokens=40,
+        speaker_max_tokens=20,
+        output_dir=str(tmp_path),
+    )
     session = ChatSession(cfg)
     out = io.StringIO()
     path = asyncio.run(chat_terminal(session, io.StringIO("Where do I even start?\nnot read: --max-rounds 1\n"), out))
     (rec,) = read_jsonl(path)
     validate_episode(rec)
-    assert [t.get("turn_type", "agent") for t in rec["turns"]] == ["user", "agent"] and rec["situation"].startswith("I moved abroad")
+    assert [t.get("turn_type", "agent") for t in rec["turns"]] == ["user", "agent"] and rec["situation"].startswith(
+        "I moved abroad"
+    )
     assert rec["metadata"]["director_model"] == rec["metadata"]["speaker_model"] == openai_server["model"]
     assert session.client.routes["speaker"].url == openai_server["url"] and "not read" not in out.getvalue()
+
 
 def test_bad_flags_are_one_line(tmp_path):
     r = mascot("chat", "--dataset", "ED", "--system", "mascot", "--output-dir", str(tmp_path), input="", timeout=120)
     assert r.returncode != 0 and r.stderr.strip().count("\n") == 0, r.stderr
     assert "--director-adapter" in r.stderr and "--share-model" in r.stderr
-    r = mascot("chat", "--dataset", "ED", "--context-id", "nope", "--share-model", "--output-dir", str(tmp_path), input="", timeout=120)
+    r = mascot(
+        "chat",
+        "--dataset",
+        "ED",
+        "--context-id",
+        "nope",
+        "--share-model",
+        "--output-dir",
+        str(tmp_path),
+        input="",
+        timeout=120,
+    )
     assert r.returncode != 0 and r.stderr.strip().count("\n") == 0 and "--context-id 'nope'" in r.stderr, r.stderr
+
 
 # --- the browser -------------------------------------------------------------------------------------------------------------
 
+
 def start_server(args: list[str], log: Path, url: str, timeout: float = 120) -> subprocess.Popen:
     "Start a `mascot` web command on 127.0.0.1 and wait until it answers."
-    proc = subprocess.Popen([sys.executable, "-m", "mascot.cli", *args], cwd=ROOT, env=ENV, stdout=open(log, "w"), stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mascot.cli", *args], cwd=ROOT, env=ENV, stdout=open(log, "w"), stderr=subprocess.STDOUT
+    )
     deadline = time.time() + timeout
     while time.time() < deadline:
-        if proc.poll() is not None: pytest.fail(f"server exited early:\n{log.read_text()[-3000:]}")
+        if proc.poll() is not None:
+            pytest.fail(f"server exited early:\n{log.read_text()[-3000:]}")
         try:
-            urllib.request.urlopen(url, timeout=2); return proc
-        except OSError: time.sleep(0.5)
-    proc.kill(); pytest.fail(f"server did not come up:\n{log.read_text()[-3000:]}")
+            urllib.request.urlopen(url, timeout=2)
+            return proc
+        except OSError:
+            time.sleep(0.5)
+    proc.kill()
+    pytest.fail(f"server did not come up:\n{log.read_text()[-3000:]}")
+
 
 def stop_server(proc: subprocess.Popen):
     proc.send_signal(signal.SIGINT)  # uvicorn's graceful shutdown: the session is saved once more
-    try: proc.wait(30)
-    except subprocess.TimeoutExpired: proc.kill(); proc.wait()
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
 
 def test_web_chat_shows_the_group(tmp_path, shared_data_dir):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
+
     port, out = free_port(), tmp_path / "chat"
     url = f"http://127.0.0.1:{port}/"
-    proc = start_server(["chat", "--web", "--port", str(port), "--dataset", "ED", "--output-dir", str(out), "--show-directives", *SMALL],
-                        tmp_path / "server.log", url)
+    proc = start_server(
+        [
+            "chat",
+            "--web",
+            "--port",
+            str(port),
+            "--dataset",
+            "ED",
+            "--output-dir",
+            str(out),
+            "--show-directives",
+            *SMALL,
+        ],
+        tmp_path / "server.log",
+        url,
+    )
     driver = None
     try:
         assert f"open {url}" in (tmp_path / "server.log").read_text()
         driver = chrome(tmp_path, (1200, 900))
         driver.get(url)
         wait = WebDriverWait(driver, 400)
-        wait.until(lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-ready") == "1")  # the group answered the opening
+        wait.until(
+            lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-ready") == "1"
+        )  # the group answered the opening
         before = len(driver.find_elements(By.CSS_SELECTOR, ".turn"))
         roster = driver.find_element(By.ID, "roster").text
         assert all(p.name in roster and p.role in roster for p in SUPPORT_ROSTER.personas)
@@ -111,14 +216,21 @@ def test_web_chat_shows_the_group(tmp_path, shared_data_dir):
         turns = driver.find_elements(By.CSS_SELECTOR, ".turn")
         assert len(turns) == before + 2
         mine, reply = turns[-2], turns[-1]
-        assert "user" in mine.get_attribute("class") and mine.find_element(By.CSS_SELECTOR, ".text").text == "I keep worrying about my exam."
+        assert (
+            "user" in mine.get_attribute("class")
+            and mine.find_element(By.CSS_SELECTOR, ".text").text == "I keep worrying about my exam."
+        )
         name = reply.find_element(By.CSS_SELECTOR, ".name").text
-        assert name in SUPPORT_ROSTER.names and reply.find_element(By.CSS_SELECTOR, ".persona").text == SUPPORT_ROSTER.find(name).role
+        assert (
+            name in SUPPORT_ROSTER.names
+            and reply.find_element(By.CSS_SELECTOR, ".persona").text == SUPPORT_ROSTER.find(name).role
+        )
         directive = reply.find_element(By.CSS_SELECTOR, ".directive")
         assert directive.is_displayed() and directive.text.startswith(f"director → {name}: ")
         shown_reply = reply.find_element(By.CSS_SELECTOR, ".text").text
     finally:
-        if driver: driver.quit()
+        if driver:
+            driver.quit()
         stop_server(proc)
     (path,) = out.glob("mascot_ED_*.jsonl")
     (rec,) = read_jsonl(path)

@@ -1,4 +1,5 @@
 "Every field of every stage config says what it is, and `mascot <command> --help` shows it."
+
 import contextlib, importlib, io
 import pytest
 from mascot.core import field_description
@@ -15,17 +16,30 @@ def config(path: str):
     return getattr(importlib.import_module(mod), cls)
 
 
-@pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.xfail(strict=True, reason="described by its owner this round"))
-                                  if p.split(":")[1] in NOT_YET else p for p in CONFIGS])
+@pytest.mark.parametrize(
+    "path",
+    [
+        pytest.param(p, marks=pytest.mark.xfail(strict=True, reason="described by its owner this round"))
+        if p.split(":")[1] in NOT_YET
+        else p
+        for p in CONFIGS
+    ],
+)
 def test_every_field_is_described(path):
     cls = config(path)
     missing = [name for name in cls.model_fields if not (field_description(cls, name) or "").strip()]
     assert not missing, f"{cls.__name__}: fields without a description: {', '.join(missing)}"
 
 
-COMMANDS = {"generate": "mascot.candidates:CandidatesConfig", "train-reward-model": "mascot.reward_models:RewardModelConfig",
-            "train-speaker": "mascot.speaker_grpo:SpeakerGRPOConfig", "train-sft": "mascot.sft:SFTConfig_",
-            "train-group": "mascot.director_grpo:DirectorGRPOConfig", "episode": "mascot.episodes:EpisodeConfig", "eval": "mascot.evaluate:EvalConfig"}
+COMMANDS = {
+    "generate": "mascot.candidates:CandidatesConfig",
+    "train-reward-model": "mascot.reward_models:RewardModelConfig",
+    "train-speaker": "mascot.speaker_grpo:SpeakerGRPOConfig",
+    "train-sft": "mascot.sft:SFTConfig_",
+    "train-group": "mascot.director_grpo:DirectorGRPOConfig",
+    "episode": "mascot.episodes:EpisodeConfig",
+    "eval": "mascot.evaluate:EvalConfig",
+}
 
 
 @pytest.mark.parametrize("command", sorted(COMMANDS))
@@ -34,7 +48,11 @@ def test_help_shows_every_description(command, capsys):
     with pytest.raises(SystemExit) as e:
         cli.main([command, "--help"])
     assert e.value.code == 0
-    shown = "".join(capsys.readouterr().out.split())  # argparse wraps lines (at spaces and hyphens): compare without whitespace
+    shown = "".join(
+        capsys.readouterr().out.split()
+    )  # argparse wraps lines (at spaces and hyphens): compare without whitespace
     for name in cls.model_fields:
         text = "".join(field_description(cls, name).split())
-        assert f"--{name.replace('_', '-')}" in shown and text in shown, f"mascot {command} --help: {name}: {text!r} not shown"
+        assert f"--{name.replace('_', '-')}" in shown and text in shown, (
+            f"mascot {command} --help: {name}: {text!r} not shown"
+        )

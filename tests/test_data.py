@@ -1,4 +1,5 @@
 "Loaders on the real dataset samples in shared/data (see its README)."
+
 import json
 import pytest
 from mascot.data import DataFormatError, ED_VALENCE, load_contexts, few_shot_examples, shared_data_dir
@@ -23,19 +24,28 @@ def test_esconv_sample_splits():
 
 def test_qmsum_sample_domains():
     ctxs = load_contexts("QMSum", "test", DATA / "qmsum")
-    assert {c.meeting: c.domain for c in ctxs} == {"Bed016": "Academic", "education_17": "Committee", "IS1003a": "Product", "ES2011a": "Product"}
+    assert {c.meeting: c.domain for c in ctxs} == {
+        "Bed016": "Academic",
+        "education_17": "Committee",
+        "IS1003a": "Product",
+        "ES2011a": "Product",
+    }
     assert all(c.transcript and c.query and c.reference for c in ctxs)
 
 
 def test_seeded_sampling_and_few_shot():
     a = load_contexts("ED", "train", DATA / "empathetic_dialogues", num_samples=7, seed=3)
-    assert [c.context_id for c in a] == [c.context_id for c in load_contexts("ED", "train", DATA / "empathetic_dialogues", num_samples=7, seed=3)]
+    assert [c.context_id for c in a] == [
+        c.context_id for c in load_contexts("ED", "train", DATA / "empathetic_dialogues", num_samples=7, seed=3)
+    ]
     shots = few_shot_examples("ESConv", DATA / "esconv", k=3, seed=0, exclude_ids=[c.context_id for c in a])
     assert len(shots) == 3 and all(s.split == "train" and s.reference for s in shots)
 
 
 def test_malformed_files_name_file_line_and_field(tmp_path):
-    (tmp_path / "train.csv").write_text("conv_id,utterance_idx,context,prompt,speaker_idx,utterance,selfeval,tags\nhit:0_conv:1,1,sad,p,1\n")
+    (tmp_path / "train.csv").write_text(
+        "conv_id,utterance_idx,context,prompt,speaker_idx,utterance,selfeval,tags\nhit:0_conv:1,1,sad,p,1\n"
+    )
     with pytest.raises(DataFormatError, match=r"train\.csv:2: missing field 'utterance'"):
         load_contexts("ED", "train", tmp_path)
     recs = json.loads((DATA / "esconv" / "ESConv.json").read_text())[:4]

@@ -3,6 +3,7 @@ faults (5xx, slow and dripping bodies, malformed JSON, empty content, no choices
 mode; and bad input, which must give one line naming the file, field or flag and leave earlier output intact.
 
 Every run is bounded by a subprocess timeout far below what the unfixed code took (a dripping body held a call > 150 s)."""
+
 import json, os, shutil, signal, subprocess, sys, time
 from pathlib import Path
 import pytest
@@ -10,14 +11,34 @@ import pytest
 from fake_openai_server import FakeOpenAIServer
 
 ROOT = Path(__file__).resolve().parents[1]
-BOUND_S = int(os.environ.get("MASCOT_FAULT_BOUND_S", 90))  # the wall-time bound of every run here: each takes seconds; the unfixed code hung for ever in several cases
-COUNTER_KEYS = ("num_generation_failures", "num_directive_parse_failures", "num_random_agent_fallbacks", "num_empty_responses",
-                "num_annotation_failures", "num_skipped_samples")
+BOUND_S = int(
+    os.environ.get("MASCOT_FAULT_BOUND_S", 90)
+)  # the wall-time bound of every run here: each takes seconds; the unfixed code hung for ever in several cases
+COUNTER_KEYS = (
+    "num_generation_failures",
+    "num_directive_parse_failures",
+    "num_random_agent_fallbacks",
+    "num_empty_responses",
+    "num_annotation_failures",
+    "num_skipped_samples",
+)
 
 
 def mascot(*args, timeout=BOUND_S, env=None):
-    env = {**{k: v for k, v in os.environ.items() if k != "MASCOT_DEBUG"}, "PYTHONPATH": str(ROOT), "OMP_WAIT_POLICY": "PASSIVE", **(env or {})}
-    return subprocess.run([sys.executable, "-m", "mascot.cli", *map(str, args)], capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
+    env = {
+        **{k: v for k, v in os.environ.items() if k != "MASCOT_DEBUG"},
+        "PYTHONPATH": str(ROOT),
+        "OMP_WAIT_POLICY": "PASSIVE",
+        **(env or {}),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "mascot.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=ROOT,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -29,14 +50,42 @@ def esconv(shared_data_dir, tmp_path_factory):
 
 
 def episode_args(url, data, out, n=8, turns=2, *extra):
-    return ["episode", "--vllm-server-url", url, "--model-name", "fake-model", "--dataset", "ESConv", "--split", "train", "--data-path", data,
-            "--num-turns", turns, "--num-samples", n, "--enable-user-simulation", "--user-response-probability", "1", "--output-dir", out,
-            "--no-progress", "--max-retries", "2", "--request-timeout", "2", *extra]
+    return [
+        "episode",
+        "--vllm-server-url",
+        url,
+        "--model-name",
+        "fake-model",
+        "--dataset",
+        "ESConv",
+        "--split",
+        "train",
+        "--data-path",
+        data,
+        "--num-turns",
+        turns,
+        "--num-samples",
+        n,
+        "--enable-user-simulation",
+        "--user-response-probability",
+        "1",
+        "--output-dir",
+        out,
+        "--no-progress",
+        "--max-retries",
+        "2",
+        "--request-timeout",
+        "2",
+        *extra,
+    ]
 
 
 def summaries(runs_root: Path) -> list[dict]:
     "The run summaries under a `.runs` folder, oldest first."
-    return [json.loads(p.read_text()) for p in sorted(runs_root.glob("*/run_summary.json"), key=lambda p: p.stat().st_mtime_ns)]
+    return [
+        json.loads(p.read_text())
+        for p in sorted(runs_root.glob("*/run_summary.json"), key=lambda p: p.stat().st_mtime_ns)
+    ]
 
 
 def records(path: Path, key="conv_id") -> list[str]:
@@ -48,7 +97,8 @@ def one_line_error(r, *needles):
     assert r.returncode == 2, (r.returncode, r.stderr[-3000:])
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr[-3000:]
-    for n in needles: assert n in lines[0], (n, lines[0])
+    for n in needles:
+        assert n in lines[0], (n, lines[0])
     return lines[0]
 
 
@@ -63,16 +113,25 @@ def test_episode_tolerant_counts_failed_items_and_resume_completes_exactly_once(
     s = summaries(tmp_path / f"{EP}.runs")[-1]
     assert s["status"] == "completed"
     assert s["num_generation_failures"] > 0  # some episodes still failed after their retries: counted, not fatal
-    assert s["num_written"] + s["num_generation_failures"] == s["num_requested"] == 12  # every requested item written or counted
+    assert (
+        s["num_written"] + s["num_generation_failures"] == s["num_requested"] == 12
+    )  # every requested item written or counted
     assert s["num_skipped_samples"] == s["num_generation_failures"]
     ids = records(tmp_path / EP)
     assert len(ids) == len(set(ids)) == s["num_written"]
-    assert all(e.startswith(f"{e.split(':')[0]}:") for e in s["errors"]) and len(s["errors"]) == s["num_generation_failures"]
+    assert (
+        all(e.startswith(f"{e.split(':')[0]}:") for e in s["errors"])
+        and len(s["errors"]) == s["num_generation_failures"]
+    )
     with FakeOpenAIServer({}, seed=3) as srv:  # the server recovers: --resume does only what is missing
         r = mascot(*episode_args(srv.url, esconv, tmp_path, 12, 2, "--resume"))
     assert r.returncode == 0, r.stderr[-3000:]
     s2 = summaries(tmp_path / f"{EP}.runs")[-1]
-    assert (s2["num_requested"], s2["num_written"], s2["num_generation_failures"]) == (s["num_generation_failures"], s["num_generation_failures"], 0)
+    assert (s2["num_requested"], s2["num_written"], s2["num_generation_failures"]) == (
+        s["num_generation_failures"],
+        s["num_generation_failures"],
+        0,
+    )
     ids = records(tmp_path / EP)
     assert len(ids) == len(set(ids)) == 12
     for line in (tmp_path / EP).read_text().splitlines():  # every record has the turns it was asked for
@@ -107,7 +166,9 @@ def test_empty_speaker_reply_retried_and_garbage_directives_counted(esconv, tmp_
         r = mascot(*episode_args(srv.url, esconv, tmp_path, 6, 3))
     assert r.returncode == 0, r.stderr[-3000:]
     s = summaries(tmp_path / f"{EP}.runs")[-1]
-    assert s["num_directive_parse_failures"] > 0 and s["num_random_agent_fallbacks"] == s["num_directive_parse_failures"]
+    assert (
+        s["num_directive_parse_failures"] > 0 and s["num_random_agent_fallbacks"] == s["num_directive_parse_failures"]
+    )
     assert s["num_written"] == 6 and s["num_generation_failures"] == 0
     recs = [json.loads(l) for l in (tmp_path / EP).read_text().splitlines()]
     empty = sum(not t["response"] for rec in recs for t in rec["turns"])
@@ -115,12 +176,18 @@ def test_empty_speaker_reply_retried_and_garbage_directives_counted(esconv, tmp_
 
 
 def test_outage_longer_than_retries_is_counted_not_fatal(esconv, tmp_path):
-    with FakeOpenAIServer({}, outage=(6, 2.0)) as srv:  # after the first episode, 2 s of dropped connections; each call gives up in ~0.5 s
+    with FakeOpenAIServer(
+        {}, outage=(6, 2.0)
+    ) as srv:  # after the first episode, 2 s of dropped connections; each call gives up in ~0.5 s
         r = mascot(*episode_args(srv.url, esconv, tmp_path, 8, 2, "--max-retries", "1", "--max-concurrency", "1"))
     assert r.returncode == 0, r.stderr[-3000:]
     s = summaries(tmp_path / f"{EP}.runs")[-1]
     assert s["status"] == "completed" and 0 < s["num_generation_failures"] < 8
-    assert s["num_written"] + s["num_generation_failures"] == 8 == len(records(tmp_path / EP)) + s["num_generation_failures"]
+    assert (
+        s["num_written"] + s["num_generation_failures"]
+        == 8
+        == len(records(tmp_path / EP)) + s["num_generation_failures"]
+    )
     assert any("unreachable" in e for e in s["errors"])
 
 
@@ -129,7 +196,9 @@ def test_dripping_body_is_cut_at_the_request_deadline(esconv, tmp_path):
     "A server sending its body one byte per 0.3 s: --request-timeout bounds the whole request, not each read."
     with FakeOpenAIServer({"drip": 1.0}, roles=("speaker",), drip_s=0.3) as srv:
         t0 = time.time()
-        r = mascot(*episode_args(srv.url, esconv, tmp_path, 1, 1, "--request-timeout", "1", "--max-retries", "1"), timeout=60)
+        r = mascot(
+            *episode_args(srv.url, esconv, tmp_path, 1, 1, "--request-timeout", "1", "--max-retries", "1"), timeout=60
+        )
         wall = time.time() - t0
     assert r.returncode == 0, r.stderr[-3000:]
     s = summaries(tmp_path / f"{EP}.runs")[-1]
@@ -139,14 +208,28 @@ def test_dripping_body_is_cut_at_the_request_deadline(esconv, tmp_path):
 
 def test_slow_server_times_out_per_request(esconv, tmp_path):
     with FakeOpenAIServer({"slow": 1.0}, roles=("director",), slow_s=4) as srv:
-        r = mascot(*episode_args(srv.url, esconv, tmp_path, 2, 1, "--request-timeout", "0.5", "--max-retries", "0", "--strict"), timeout=60)
-    one_line_error(r, "--strict: num_generation_failures at", "unreachable after 0 retries: no complete reply within --request-timeout 0.5 s")
+        r = mascot(
+            *episode_args(
+                srv.url, esconv, tmp_path, 2, 1, "--request-timeout", "0.5", "--max-retries", "0", "--strict"
+            ),
+            timeout=60,
+        )
+    one_line_error(
+        r,
+        "--strict: num_generation_failures at",
+        "unreachable after 0 retries: no complete reply within --request-timeout 0.5 s",
+    )
 
 
-@pytest.mark.parametrize("flag,value,needle", [("--max-concurrency", "0", "--max-concurrency must be >= 1 (got 0)"),
-                                               ("--request-timeout", "-1", "--request-timeout must be > 0 seconds (got -1.0)"),
-                                               ("--num-turns", "-2", "--num-turns must be >= 1 (got -2)"),
-                                               ("--user-response-probability", "1.5", "--user-response-probability must be within [0, 1]")])
+@pytest.mark.parametrize(
+    "flag,value,needle",
+    [
+        ("--max-concurrency", "0", "--max-concurrency must be >= 1 (got 0)"),
+        ("--request-timeout", "-1", "--request-timeout must be > 0 seconds (got -1.0)"),
+        ("--num-turns", "-2", "--num-turns must be >= 1 (got -2)"),
+        ("--user-response-probability", "1.5", "--user-response-probability must be within [0, 1]"),
+    ],
+)
 def test_numeric_flags_refused_naming_the_flag(esconv, tmp_path, flag, value, needle):
     r = mascot(*episode_args("http://127.0.0.1:9/v1", esconv, tmp_path, 1, 1, flag, value), timeout=30)
     one_line_error(r, "mascot episode: ", needle)
@@ -160,9 +243,18 @@ def test_overwrite_keeps_old_output_when_the_start_fails(esconv, tmp_path):
         before = (tmp_path / EP).read_bytes()
         bad_runs = [
             (episode_args(srv.url, tmp_path / "nope", tmp_path, 3, 1, "--overwrite"), ["nope"]),  # data path typo
-            (episode_args("http://127.0.0.1:9/v1", esconv, tmp_path, 3, 1, "--overwrite", "--max-retries", "0"), ["127.0.0.1:9/v1 unreachable"]),
-            (episode_args(srv.url, esconv, tmp_path, 3, 1, "--overwrite", "--directive-model", "no-such-model"), ["role director", "'no-such-model'"]),
-            (episode_args(srv.url, esconv, tmp_path, 3, 1, "--overwrite", "--system", "mascott"), ["--system 'mascott'"]),
+            (
+                episode_args("http://127.0.0.1:9/v1", esconv, tmp_path, 3, 1, "--overwrite", "--max-retries", "0"),
+                ["127.0.0.1:9/v1 unreachable"],
+            ),
+            (
+                episode_args(srv.url, esconv, tmp_path, 3, 1, "--overwrite", "--directive-model", "no-such-model"),
+                ["role director", "'no-such-model'"],
+            ),
+            (
+                episode_args(srv.url, esconv, tmp_path, 3, 1, "--overwrite", "--system", "mascott"),
+                ["--system 'mascott'"],
+            ),
         ]
         for args, needles in bad_runs:
             one_line_error(mascot(*args), *needles)
@@ -190,7 +282,9 @@ def test_resume_under_other_settings_is_refused_listing_changes(esconv, tmp_path
 def test_existing_output_and_corrupt_record_are_one_line(esconv, tmp_path):
     with FakeOpenAIServer({}) as srv:
         assert mascot(*episode_args(srv.url, esconv, tmp_path, 2, 1)).returncode == 0
-        one_line_error(mascot(*episode_args(srv.url, esconv, tmp_path, 2, 1)), "already exists", "--resume", "--overwrite")
+        one_line_error(
+            mascot(*episode_args(srv.url, esconv, tmp_path, 2, 1)), "already exists", "--resume", "--overwrite"
+        )
         lines = (tmp_path / EP).read_text().splitlines()
         (tmp_path / EP).write_text(lines[0] + "\nnot json\n" + lines[1] + "\n")
         one_line_error(mascot(*episode_args(srv.url, esconv, tmp_path, 2, 1, "--resume")), f"{EP}:2: not valid JSON")
@@ -200,23 +294,42 @@ def test_existing_output_and_corrupt_record_are_one_line(esconv, tmp_path):
 def test_sigterm_marks_interrupted_and_sigkill_is_marked_by_the_next_resume(esconv, tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_WAIT_POLICY": "PASSIVE"}
     with FakeOpenAIServer({"slow": 1.0}, slow_s=1.5) as srv:
-        args = [sys.executable, "-m", "mascot.cli", *map(str, episode_args(srv.url, esconv, tmp_path, 6, 2, "--max-concurrency", "1", "--request-timeout", "10"))]
+        args = [
+            sys.executable,
+            "-m",
+            "mascot.cli",
+            *map(
+                str, episode_args(srv.url, esconv, tmp_path, 6, 2, "--max-concurrency", "1", "--request-timeout", "10")
+            ),
+        ]
         runs = tmp_path / f"{EP}.runs"
         count = lambda: len(list(runs.glob("*/run_summary.json")))
         for sig in (signal.SIGTERM, signal.SIGKILL):
             n_before = count()
-            p = subprocess.Popen(args + (["--resume"] if sig == signal.SIGKILL else []), env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            p = subprocess.Popen(
+                args + (["--resume"] if sig == signal.SIGKILL else []),
+                env=env,
+                cwd=ROOT,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
             deadline = time.time() + 30
-            while time.time() < deadline and count() <= n_before: time.sleep(0.2)
+            while time.time() < deadline and count() <= n_before:
+                time.sleep(0.2)
             time.sleep(1.0)  # mid-run
             p.send_signal(sig)
             out, err = p.communicate(timeout=30)
             if sig == signal.SIGTERM:
                 assert p.returncode == 128 + signal.SIGTERM, err[-3000:]
-                assert err.strip().splitlines() == [err.strip()] and "interrupted by SIGTERM" in err and "--resume" in err
+                assert (
+                    err.strip().splitlines() == [err.strip()] and "interrupted by SIGTERM" in err and "--resume" in err
+                )
                 assert summaries(tmp_path / f"{EP}.runs")[-1]["status"] == "interrupted"
             else:
-                assert summaries(tmp_path / f"{EP}.runs")[-1]["status"] == "running"  # SIGKILL leaves no chance to say otherwise
+                assert (
+                    summaries(tmp_path / f"{EP}.runs")[-1]["status"] == "running"
+                )  # SIGKILL leaves no chance to say otherwise
         srv.faults = {}
         r = mascot(*episode_args(srv.url, esconv, tmp_path, 6, 2, "--resume"))
     assert r.returncode == 0, r.stderr[-3000:]
@@ -228,9 +341,35 @@ def test_sigterm_marks_interrupted_and_sigkill_is_marked_by_the_next_resume(esco
 
 # ---------------------------------------------------------------- generate and judge
 def generate_args(url, data, out, *extra):
-    return ["generate", "--vllm-server-url", url, "--judge-server-url", url, "--judge", "fake-model", "--model-name", "fake-model", "--dataset", "ESConv",
-            "--split", "train", "--data-path", data, "--num-samples", "3", "--num-candidates", "3", "--output-dir", out, "--no-progress",
-            "--max-retries", "1", "--request-timeout", "2", *extra]
+    return [
+        "generate",
+        "--vllm-server-url",
+        url,
+        "--judge-server-url",
+        url,
+        "--judge",
+        "fake-model",
+        "--model-name",
+        "fake-model",
+        "--dataset",
+        "ESConv",
+        "--split",
+        "train",
+        "--data-path",
+        data,
+        "--num-samples",
+        "3",
+        "--num-candidates",
+        "3",
+        "--output-dir",
+        out,
+        "--no-progress",
+        "--max-retries",
+        "1",
+        "--request-timeout",
+        "2",
+        *extra,
+    ]
 
 
 def test_generate_tolerant_counts_judge_failures_and_strict_stops_on_empty_candidates(esconv, tmp_path):
@@ -242,7 +381,9 @@ def test_generate_tolerant_counts_judge_failures_and_strict_stops_on_empty_candi
     assert s["status"] == "completed" and s["num_annotation_failures"] > 0 and s["num_generation_failures"] == 0
     recs = [json.loads(l) for l in (folder / "candidates.jsonl").read_text().splitlines()]
     assert len(recs) == len({r["query_id"] for r in recs}) == s["num_written"] == s["num_requested"]
-    assert sum(c["overall"] is None for r in recs for c in r["candidates"]) == s["num_annotation_failures"]  # each unscored candidate counted
+    assert (
+        sum(c["overall"] is None for r in recs for c in r["candidates"]) == s["num_annotation_failures"]
+    )  # each unscored candidate counted
     with FakeOpenAIServer({"empty": 1.0}, roles=("speaker",)) as srv:
         r = mascot(*generate_args(srv.url, esconv, tmp_path / "s", "--strict"))
     one_line_error(r, "mascot generate: --strict: num_empty_responses: an empty candidate for")
@@ -253,7 +394,13 @@ def test_generate_failed_speaker_counted_as_generation_failure(esconv, tmp_path)
         r = mascot(*generate_args(srv.url, esconv, tmp_path, "--personas", "The Anchor"))
     assert r.returncode == 0, r.stderr[-3000:]
     s = summaries(tmp_path / "individual_ESConv_fake-model" / "runs")[-1]
-    assert (s["status"], s["num_requested"], s["num_written"], s["num_generation_failures"], s["num_skipped_samples"]) == ("completed", 3, 0, 3, 3)
+    assert (
+        s["status"],
+        s["num_requested"],
+        s["num_written"],
+        s["num_generation_failures"],
+        s["num_skipped_samples"],
+    ) == ("completed", 3, 0, 3, 3)
 
 
 @pytest.fixture(scope="module")
@@ -266,8 +413,23 @@ def conversations(esconv, tmp_path_factory):
 
 
 def judge_args(url, inp, out, *extra):
-    return ["judge", "--judge-server-url", url, "--judge", "fake-model", "--input-file", inp, "--output-dir", out, "--no-progress",
-            "--max-retries", "1", "--request-timeout", "2", *extra]
+    return [
+        "judge",
+        "--judge-server-url",
+        url,
+        "--judge",
+        "fake-model",
+        "--input-file",
+        inp,
+        "--output-dir",
+        out,
+        "--no-progress",
+        "--max-retries",
+        "1",
+        "--request-timeout",
+        "2",
+        *extra,
+    ]
 
 
 def test_judge_tolerant_under_malformed_bodies_and_outage(conversations, tmp_path):
@@ -280,8 +442,11 @@ def test_judge_tolerant_under_malformed_bodies_and_outage(conversations, tmp_pat
     for kind in ("persona", "collective"):
         ids = records(tmp_path / f"scores_{kind}_{conversations.stem}.jsonl")
         assert len(ids) == len(set(ids))
-    failed_items = sum(l["num_failures"] for k in ("persona", "collective")
-                       for l in map(json.loads, (tmp_path / f"scores_{k}_{conversations.stem}.jsonl").read_text().splitlines()))
+    failed_items = sum(
+        l["num_failures"]
+        for k in ("persona", "collective")
+        for l in map(json.loads, (tmp_path / f"scores_{k}_{conversations.stem}.jsonl").read_text().splitlines())
+    )
     assert failed_items <= s["num_annotation_failures"]  # (records with nothing parsed are not written but counted)
 
 
@@ -297,13 +462,26 @@ def test_judge_overwrite_with_unreachable_server_keeps_scores(conversations, tmp
         assert mascot(*judge_args(srv.url, conversations, tmp_path, "--rubric", "collective")).returncode == 0
     scores = tmp_path / f"scores_collective_{conversations.stem}.jsonl"
     before = scores.read_bytes()
-    r = mascot(*judge_args("http://127.0.0.1:9/v1", conversations, tmp_path, "--rubric", "collective", "--overwrite", "--max-retries", "0"))
+    r = mascot(
+        *judge_args(
+            "http://127.0.0.1:9/v1",
+            conversations,
+            tmp_path,
+            "--rubric",
+            "collective",
+            "--overwrite",
+            "--max-retries",
+            "0",
+        )
+    )
     one_line_error(r, "unreachable")
     assert scores.read_bytes() == before
 
 
 # ---------------------------------------------------------------- mascot run: bad configs are one line
-@pytest.mark.parametrize("text,needle", [("run_name: [x\n", "not valid YAML"), ("- candidates\n- judge\n", "expected a mapping")])
+@pytest.mark.parametrize(
+    "text,needle", [("run_name: [x\n", "not valid YAML"), ("- candidates\n- judge\n", "expected a mapping")]
+)
 def test_mascot_run_bad_yaml_is_one_line(tmp_path, text, needle):
     (tmp_path / "c.yaml").write_text(text)
     r = mascot("run", tmp_path / "c.yaml", "--runs-dir", tmp_path / "runs", timeout=60)

@@ -1,51 +1,130 @@
 "The figures stage end to end: a hand-made judge table and auto-metrics file, every figure notebook really executed by papermill."
+
 import json
 from pathlib import Path
 import pandas as pd
 import pytest
 from mascot.figures import FiguresConfig, run_figures, figures_nbs, SCORE_COLUMNS
 
-NAMES = ["f01_persona_table_ed", "f02_collective_table_ed", "f03_qmsum_collective", "f04_ablation", "f05_sensitivity", "f06_big_five_heatmap",
-         "f07_arena"]
+NAMES = [
+    "f01_persona_table_ed",
+    "f02_collective_table_ed",
+    "f03_qmsum_collective",
+    "f04_ablation",
+    "f05_sensitivity",
+    "f06_big_five_heatmap",
+    "f07_arena",
+]
 PERSONA = ["Emotion", "Empathy", "Consistency", "Relevance", "Contribution"]
 COLLECTIVE = ["Fidelity", "Originality", "Relevance", "Engagement", "Coherence"]
+
 
 def rows(system, dataset, group, conv, kind, agent, scores, big_five=""):
     "One judged item: a score per criterion, and Overall as their mean."
     crits = PERSONA if kind == "persona" else COLLECTIVE
-    return [dict(system=system, dataset=dataset, split="test", conv_id=conv, group=group, big_five=big_five, kind=kind, agent=agent,
-                 criterion=c, score=s, judge="judge-a") for c, s in zip(crits + ["Overall"], scores + [sum(scores) / len(scores)])]
+    return [
+        dict(
+            system=system,
+            dataset=dataset,
+            split="test",
+            conv_id=conv,
+            group=group,
+            big_five=big_five,
+            kind=kind,
+            agent=agent,
+            criterion=c,
+            score=s,
+            judge="judge-a",
+        )
+        for c, s in zip(crits + ["Overall"], scores + [sum(scores) / len(scores)])
+    ]
+
 
 def ed_rows():
     out = []
     for system, base in (("mascot", 80), ("mascot-p", 70), ("mascot-c", 72), ("zero-shot", 60)):
         for group, shift in (("positive", 0), ("negative", -6)):
-            for i, (agent, profile) in enumerate((("The Anchor", "High Openness"), ("The Catalyst", "Low Neuroticism"))):
+            for i, (agent, profile) in enumerate(
+                (("The Anchor", "High Openness"), ("The Catalyst", "Low Neuroticism"))
+            ):
                 conv = f"ed-{group}-{i}"
-                out += rows(system, "ED", group, conv, "persona", agent, [base + shift + d for d in (1, 3 * i, -2, 5 - i, 2)], profile)
-                out += rows(system, "ED", group, conv, "collective", "", [base + shift - 5 + d for d in (2 * i, 0, 4, -1, i)], profile)
+                out += rows(
+                    system,
+                    "ED",
+                    group,
+                    conv,
+                    "persona",
+                    agent,
+                    [base + shift + d for d in (1, 3 * i, -2, 5 - i, 2)],
+                    profile,
+                )
+                out += rows(
+                    system,
+                    "ED",
+                    group,
+                    conv,
+                    "collective",
+                    "",
+                    [base + shift - 5 + d for d in (2 * i, 0, 4, -1, i)],
+                    profile,
+                )
     return out
 
+
 def qmsum_rows():
-    return [r for system, base in (("mascot", 75), ("zero-shot", 55)) for domain in ("Academic", "Committee", "Product")
-            for i in range(2) for r in rows(system, "QMSum", domain, f"{domain}-{i}", "collective", "", [base + 4 * i + d for d in (0, 2, -3, 1, 5)])]
+    return [
+        r
+        for system, base in (("mascot", 75), ("zero-shot", 55))
+        for domain in ("Academic", "Committee", "Product")
+        for i in range(2)
+        for r in rows(
+            system, "QMSum", domain, f"{domain}-{i}", "collective", "", [base + 4 * i + d for d in (0, 2, -3, 1, 5)]
+        )
+    ]
+
 
 def write_scores(folder: Path, recs) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     pd.DataFrame(recs, columns=list(SCORE_COLUMNS)).to_csv(folder / "judge_scores.csv", index=False)
     return folder
 
+
 @pytest.fixture(scope="module")
 def stage(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("figures")
     judge = write_scores(tmp / "judge", ed_rows())  # no QMSum rows
     (tmp / "metrics").mkdir()
-    m = lambda c, b, e: {"contradiction_rate": c, "num_pairs": 10, "self_bleu": b, "num_replies": 12, "echo_score": e, "num_echo_pairs": 10}
-    (tmp / "metrics/auto_metrics_ed.json").write_text(json.dumps({
-        "input_file": "ed.jsonl", "settings": {}, "overall": m(0.1, 30.0, 0.5),
-        "by_system": {"mascot": m(0.05, 20.0, 0.4), "mascot-p": m(0.1, 35.0, None), "zero-shot": m(0.2, 40.0, 0.7)}, "by_group": {}, "conversations": []}))
-    figs = run_figures(FiguresConfig(judge_dir=str(judge), metrics_dir=str(tmp / "metrics"), output_dir=str(tmp / "out"), progress=False))
+    m = lambda c, b, e: {
+        "contradiction_rate": c,
+        "num_pairs": 10,
+        "self_bleu": b,
+        "num_replies": 12,
+        "echo_score": e,
+        "num_echo_pairs": 10,
+    }
+    (tmp / "metrics/auto_metrics_ed.json").write_text(
+        json.dumps(
+            {
+                "input_file": "ed.jsonl",
+                "settings": {},
+                "overall": m(0.1, 30.0, 0.5),
+                "by_system": {
+                    "mascot": m(0.05, 20.0, 0.4),
+                    "mascot-p": m(0.1, 35.0, None),
+                    "zero-shot": m(0.2, 40.0, 0.7),
+                },
+                "by_group": {},
+                "conversations": [],
+            }
+        )
+    )
+    figs = run_figures(
+        FiguresConfig(
+            judge_dir=str(judge), metrics_dir=str(tmp / "metrics"), output_dir=str(tmp / "out"), progress=False
+        )
+    )
     return tmp, figs
+
 
 def test_every_figure_written(stage):
     tmp, figs = stage
@@ -53,19 +132,38 @@ def test_every_figure_written(stage):
     for n in NAMES:
         d = tmp / "out" / n
         assert figs[n] == d / f"{n}.png"
-        for f in (f"{n}.png", f"{n}.csv", "executed.ipynb"): assert (d / f).stat().st_size > 0, d / f
+        for f in (f"{n}.png", f"{n}.csv", "executed.ipynb"):
+            assert (d / f).stat().st_size > 0, d / f
+
 
 def test_f01_numbers_are_the_inputs_means(stage):
     tmp, _ = stage
     src = pd.read_csv(tmp / "judge/judge_scores.csv")
     out = pd.read_csv(tmp / "out/f01_persona_table_ed/f01_persona_table_ed.csv")
     assert out.columns.tolist() == ["group", "system", "criterion", "mean", "std", "n"]
-    assert len(out) == 2 * 4 * 6 and out.criterion.tolist()[:6] == PERSONA + ["Overall"] and out.system.iloc[0] == "mascot"
-    for group, system, crit in (("positive", "mascot", "Empathy"), ("negative", "zero-shot", "Overall"), ("negative", "mascot-p", "Relevance")):
-        s = src[(src.dataset == "ED") & (src.kind == "persona") & (src.group == group) & (src.system == system) & (src.criterion == crit)].score
+    assert (
+        len(out) == 2 * 4 * 6 and out.criterion.tolist()[:6] == PERSONA + ["Overall"] and out.system.iloc[0] == "mascot"
+    )
+    for group, system, crit in (
+        ("positive", "mascot", "Empathy"),
+        ("negative", "zero-shot", "Overall"),
+        ("negative", "mascot-p", "Relevance"),
+    ):
+        s = src[
+            (src.dataset == "ED")
+            & (src.kind == "persona")
+            & (src.group == group)
+            & (src.system == system)
+            & (src.criterion == crit)
+        ].score
         row = out[(out.group == group) & (out.system == system) & (out.criterion == crit)].iloc[0]
-        assert row["mean"] == pytest.approx(s.mean()) and row["std"] == pytest.approx(s.std()) and row["n"] == len(s) == 2
-    assert out.loc[(out.group == "positive") & (out.system == "mascot") & (out.criterion == "Empathy"), "mean"].item() == pytest.approx(81.5)
+        assert (
+            row["mean"] == pytest.approx(s.mean()) and row["std"] == pytest.approx(s.std()) and row["n"] == len(s) == 2
+        )
+    assert out.loc[
+        (out.group == "positive") & (out.system == "mascot") & (out.criterion == "Empathy"), "mean"
+    ].item() == pytest.approx(81.5)
+
 
 def test_f03_without_qmsum_says_so(stage):
     tmp, _ = stage
@@ -73,6 +171,7 @@ def test_f03_without_qmsum_says_so(stage):
     csv = pd.read_csv(d / "f03_qmsum_collective.csv")
     assert len(csv) == 0 and csv.columns.tolist() == ["group", "system", "criterion", "mean", "std", "n"]
     assert "no QMSum collective rows" in (d / "executed.ipynb").read_text()
+
 
 def test_other_figures(stage):
     tmp, _ = stage
@@ -83,22 +182,48 @@ def test_other_figures(stage):
     f05 = pd.read_csv(tmp / "out/f05_sensitivity/f05_sensitivity.csv")
     assert set(f05.label) == {"this run"} and len(f05) == 2  # one run: one point per kind (ED only)
     f06 = pd.read_csv(tmp / "out/f06_big_five_heatmap/f06_big_five_heatmap.csv")
-    assert set(zip(f06.agent, f06.big_five)) == {("The Anchor", "High Openness"), ("The Catalyst", "Low Neuroticism")} and (f06.n == 2).all()
+    assert (
+        set(zip(f06.agent, f06.big_five)) == {("The Anchor", "High Openness"), ("The Catalyst", "Low Neuroticism")}
+        and (f06.n == 2).all()
+    )
+
 
 def test_f03_with_qmsum(tmp_path):
     import papermill as pm
+
     judge = write_scores(tmp_path / "judge", ed_rows() + qmsum_rows())
-    out = tmp_path / "out"; out.mkdir()
-    pm.execute_notebook(str(figures_nbs() / "f03_qmsum_collective.ipynb"), str(out / "executed.ipynb"), cwd=str(out), kernel_name="python3",
-                        language="python", progress_bar=False, parameters={"judge_dir": str(judge), "out_dir": str(out)})
+    out = tmp_path / "out"
+    out.mkdir()
+    pm.execute_notebook(
+        str(figures_nbs() / "f03_qmsum_collective.ipynb"),
+        str(out / "executed.ipynb"),
+        cwd=str(out),
+        kernel_name="python3",
+        language="python",
+        progress_bar=False,
+        parameters={"judge_dir": str(judge), "out_dir": str(out)},
+    )
     csv = pd.read_csv(out / "f03_qmsum_collective.csv")
     assert len(csv) == 3 * 2 * 6 and csv.group.drop_duplicates().tolist() == ["Academic", "Committee", "Product"]
     row = csv[(csv.group == "Committee") & (csv.system == "mascot") & (csv.criterion == "Coherence")].iloc[0]
-    assert (row["mean"], row["n"]) == (pytest.approx(82.0), 2) and row["std"] == pytest.approx(pd.Series([80.0, 84.0]).std())
+    assert (row["mean"], row["n"]) == (pytest.approx(82.0), 2) and row["std"] == pytest.approx(
+        pd.Series([80.0, 84.0]).std()
+    )
     assert (out / "f03_qmsum_collective.png").stat().st_size > 10_000
+
 
 def test_f07_without_votes_says_no_human_study(stage):
     "A pipeline run has no human votes: the arena figure says so instead of drawing a demo."
     tmp, _ = stage
     out = pd.read_csv(tmp / "out/f07_arena/f07_arena.csv")
-    assert out.empty and list(out.columns) == ["system", "wins", "losses", "ties", "n", "win_rate", "ci_low", "ci_high", "decisive_win_rate"]
+    assert out.empty and list(out.columns) == [
+        "system",
+        "wins",
+        "losses",
+        "ties",
+        "n",
+        "win_rate",
+        "ci_low",
+        "ci_high",
+        "decisive_win_rate",
+    ]

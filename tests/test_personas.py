@@ -1,43 +1,87 @@
 "Director parsing and roster YAML errors: the two places where model output and user files meet `mascot.personas`."
+
 import pytest, yaml
 from mascot.core import Directive
-from mascot.personas import (SUPPORT_ROSTER, MEETING_ROSTER, RosterError, load_roster, parse_directive, parse_user_reply,
-                             roster_for_dataset)
+from mascot.personas import (
+    SUPPORT_ROSTER,
+    MEETING_ROSTER,
+    RosterError,
+    load_roster,
+    parse_directive,
+    parse_user_reply,
+    roster_for_dataset,
+)
 
-@pytest.mark.parametrize("text, want", [
-    ('{"agent_name": "The Anchor", "action": "validate", "tone": "warm"}', Directive("The Anchor", "validate", "warm")),
-    ("```json\n{'SPEAKER': 'catalyst', 'action': 'ask a question',}\n```", Directive("The Catalyst", "ask a question", "curious, practical")),
-    ("Next:\nagent_name: The Beacon.\naction: name a strength", Directive("The Beacon", "name a strength", "encouraging, hopeful")),
-    ('{"agent_name": "The Therapist", "action": "diagnose"}', None),
-    ('{"action": "ask The Anchor to help"}', None),
-    ("Nobody in particular.", None),
-    ("", None),
-])
+
+@pytest.mark.parametrize(
+    "text, want",
+    [
+        (
+            '{"agent_name": "The Anchor", "action": "validate", "tone": "warm"}',
+            Directive("The Anchor", "validate", "warm"),
+        ),
+        (
+            "```json\n{'SPEAKER': 'catalyst', 'action': 'ask a question',}\n```",
+            Directive("The Catalyst", "ask a question", "curious, practical"),
+        ),
+        (
+            "Next:\nagent_name: The Beacon.\naction: name a strength",
+            Directive("The Beacon", "name a strength", "encouraging, hopeful"),
+        ),
+        ('{"agent_name": "The Therapist", "action": "diagnose"}', None),
+        ('{"action": "ask The Anchor to help"}', None),
+        ("Nobody in particular.", None),
+        ("", None),
+    ],
+)
 def test_parse_directive(text, want):
     assert parse_directive(text, SUPPORT_ROSTER) == want
 
+
 def test_parse_directive_meeting_synonym_key():
-    assert parse_directive('{"agent": "critic", "action": "probe risks", "tone": "direct"}', MEETING_ROSTER).agent_name == "Critic"
+    assert (
+        parse_directive('{"agent": "critic", "action": "probe risks", "tone": "direct"}', MEETING_ROSTER).agent_name
+        == "Critic"
+    )
+
 
 def test_parse_user_reply_strips_emotion():
     assert parse_user_reply("Okay, I'll try.\n**Emotion:** Hopeful.") == ("Okay, I'll try.", "hopeful")
 
+
 def test_roster_for_dataset():
     assert roster_for_dataset("ed") is SUPPORT_ROSTER and roster_for_dataset("QMSUM") is MEETING_ROSTER
-    with pytest.raises(ValueError, match="ESConv"): roster_for_dataset("mmlu")
+    with pytest.raises(ValueError, match="ESConv"):
+        roster_for_dataset("mmlu")
+
 
 def test_load_roster_round_trip(tmp_path):
-    p = tmp_path / "r.yaml"; p.write_text(yaml.safe_dump(MEETING_ROSTER.to_dict()))
+    p = tmp_path / "r.yaml"
+    p.write_text(yaml.safe_dump(MEETING_ROSTER.to_dict()))
     assert load_roster(p) == MEETING_ROSTER
 
-@pytest.mark.parametrize("text, msg", [
-    ("name: r\ndomain: support\npersonas: []\n", r"r.yaml: field 'personas' should be a non-empty list"),
-    ("name: r\ndomain: support\npersonas:\n  - {name: A, role: x}\n", r"r.yaml: personas\[0\]: missing field 'contribution'"),
-    ("name: r\ndomain: support\npersonas:\n  - {name: A, role: x, contribution: y}\n  - {name: a, role: x, contribution: y}\n",
-     r"personas\[1\] name 'a' clashes with personas\[0\] 'A'"),
-    ("name: r\ndomain: support\npersonas:\n  - {name: A, role: x, contribution: y, behaviors: [z]}\n", r"did you mean 'behaviours'"),
-    ("name: r\ndomian: support\npersonas: []\n", r"unknown field 'domian' \(did you mean 'domain'\?\)"),
-])
+
+@pytest.mark.parametrize(
+    "text, msg",
+    [
+        ("name: r\ndomain: support\npersonas: []\n", r"r.yaml: field 'personas' should be a non-empty list"),
+        (
+            "name: r\ndomain: support\npersonas:\n  - {name: A, role: x}\n",
+            r"r.yaml: personas\[0\]: missing field 'contribution'",
+        ),
+        (
+            "name: r\ndomain: support\npersonas:\n  - {name: A, role: x, contribution: y}\n  - {name: a, role: x, contribution: y}\n",
+            r"personas\[1\] name 'a' clashes with personas\[0\] 'A'",
+        ),
+        (
+            "name: r\ndomain: support\npersonas:\n  - {name: A, role: x, contribution: y, behaviors: [z]}\n",
+            r"did you mean 'behaviours'",
+        ),
+        ("name: r\ndomian: support\npersonas: []\n", r"unknown field 'domian' \(did you mean 'domain'\?\)"),
+    ],
+)
 def test_load_roster_errors(tmp_path, text, msg):
-    p = tmp_path / "r.yaml"; p.write_text(text)
-    with pytest.raises(RosterError, match=msg): load_roster(p)
+    p = tmp_path / "r.yaml"
+    p.write_text(text)
+    with pytest.raises(RosterError, match=msg):
+        load_roster(p)

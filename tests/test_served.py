@@ -2,6 +2,7 @@
 director/speaker adapters the smoke run trained as `mascot-director`/`mascot-speaker`; `mascot eval` runs mascot, mascot-g, mascot-i and
 zero-shot against it with the reference's flags, and the traces and records must show each role calling exactly its model; the judge stage
 runs against the server's base model as judge endpoint; SIGTERM stops the server and its engine processes."""
+
 import json, os, re, signal, subprocess, sys, time, urllib.request
 from pathlib import Path
 import pytest
@@ -11,85 +12,176 @@ from mascot.serve import vllm_python
 BASE = "smollm2-135m-instruct"
 SYSTEMS = ("mascot", "mascot-g", "mascot-i", "zero-shot")
 # role -> model id each system must call (the user simulator is on for every system)
-EXPECTED = {"mascot": {"director": "mascot-director", "speaker": "mascot-speaker", "user": BASE},
-            "mascot-g": {"director": "mascot-director", "speaker": BASE, "user": BASE},
-            "mascot-i": {"director": BASE, "speaker": "mascot-speaker", "user": BASE},
-            "zero-shot": {"speaker": BASE, "user": BASE}}
+EXPECTED = {
+    "mascot": {"director": "mascot-director", "speaker": "mascot-speaker", "user": BASE},
+    "mascot-g": {"director": "mascot-director", "speaker": BASE, "user": BASE},
+    "mascot-i": {"director": BASE, "speaker": "mascot-speaker", "user": BASE},
+    "zero-shot": {"speaker": BASE, "user": BASE},
+}
 
-pytestmark = pytest.mark.skipif(vllm_python() is None, reason="the served-path suite needs vLLM: .venv-vllm is absent (run `make vllm`)")
-ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_WAIT_POLICY": "PASSIVE", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+pytestmark = pytest.mark.skipif(
+    vllm_python() is None, reason="the served-path suite needs vLLM: .venv-vllm is absent (run `make vllm`)"
+)
+ENV = {
+    **os.environ,
+    "PYTHONPATH": str(ROOT),
+    "OMP_WAIT_POLICY": "PASSIVE",
+    "HF_HUB_OFFLINE": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+}
+
 
 def stage_output(run: Path, stage: str) -> Path:
     return Path(json.loads((run / stage / "outputs.json").read_text())["path"])
 
+
 @pytest.fixture(scope="module")
 def adapters(smoke_run) -> dict[str, Path]:
     "The director and speaker adapters the smoke run trained."
-    return {"mascot-director": stage_output(smoke_run, "22_director_grpo"), "mascot-speaker": stage_output(smoke_run, "12_speaker_grpo")}
+    return {
+        "mascot-director": stage_output(smoke_run, "22_director_grpo"),
+        "mascot-speaker": stage_output(smoke_run, "12_speaker_grpo"),
+    }
+
 
 @pytest.fixture(scope="module")
 def server(adapters, tmp_path_factory):
     "`mascot serve` on loopback with both adapters; stopped with SIGTERM after the module, which must take its engine processes with it."
     port = _free_port()
     log = tmp_path_factory.mktemp("vllm") / "serve.log"
-    cmd = [sys.executable, "-m", "mascot.serve", "--model", BASE, "--port", str(port), "--max-model-len", "2048", "--cpu-kvcache-space", "1",
-           "--lora-modules", *[f"{a}={p}" for a, p in adapters.items()]]
-    proc = subprocess.Popen(cmd, stdout=open(log, "w"), stderr=subprocess.STDOUT, env={**ENV, "OMP_NUM_THREADS": "1"}, cwd=ROOT)
+    cmd = [
+        sys.executable,
+        "-m",
+        "mascot.serve",
+        "--model",
+        BASE,
+        "--port",
+        str(port),
+        "--max-model-len",
+        "2048",
+        "--cpu-kvcache-space",
+        "1",
+        "--lora-modules",
+        *[f"{a}={p}" for a, p in adapters.items()],
+    ]
+    proc = subprocess.Popen(
+        cmd, stdout=open(log, "w"), stderr=subprocess.STDOUT, env={**ENV, "OMP_NUM_THREADS": "1"}, cwd=ROOT
+    )
     deadline, ready = time.time() + 900, None
     while time.time() < deadline and ready is None:
-        if proc.poll() is not None: pytest.fail(f"mascot serve exited early:\n{log.read_text()[-4000:]}")
+        if proc.poll() is not None:
+            pytest.fail(f"mascot serve exited early:\n{log.read_text()[-4000:]}")
         ready = re.search(r"vLLM \(\w+\) pid (\d+) serves (.+) at (\S+)", log.read_text())
         time.sleep(2)
     if ready is None:
-        proc.send_signal(signal.SIGTERM); proc.wait(60); pytest.fail(f"mascot serve was not ready in 900 s:\n{log.read_text()[-4000:]}")
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+        pytest.fail(f"mascot serve was not ready in 900 s:\n{log.read_text()[-4000:]}")
     url = ready.group(3)
     yield {"url": url, "served": ready.group(2).split(", "), "engine_pgid": int(ready.group(1)), "log": log}
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(120) == 0
     time.sleep(2)
-    with pytest.raises(ProcessLookupError): os.killpg(int(ready.group(1)), 0)  # no process of the server's group is left
+    with pytest.raises(ProcessLookupError):
+        os.killpg(int(ready.group(1)), 0)  # no process of the server's group is left
     ARTIFACTS.mkdir(exist_ok=True)
     (ARTIFACTS / "vllm_serve.log").write_text(log.read_text()[-20000:])
 
+
 def test_server_lists_base_and_aliases(server, adapters):
-    models = {m["id"]: m for m in json.loads(urllib.request.urlopen(server["url"] + "/models", timeout=10).read())["data"]}
+    models = {
+        m["id"]: m for m in json.loads(urllib.request.urlopen(server["url"] + "/models", timeout=10).read())["data"]
+    }
     assert set(models) == {BASE, *adapters} and set(server["served"]) == set(models)
-    for alias, path in adapters.items():  # vLLM names each alias's base and folder: what the records' identity is built from
+    for (
+        alias,
+        path,
+    ) in adapters.items():  # vLLM names each alias's base and folder: what the records' identity is built from
         assert models[alias]["parent"] == BASE and Path(models[alias]["root"]).resolve() == path.resolve()
+
 
 def test_backend_on_vllm_greedy_n_seed_logprobs(server):
     "The requests the stages send: greedy n > 1 (vLLM refuses it as such), seeded sampling, logprobs with top alternatives."
     import asyncio
     from mascot.llm import OpenAIBackend, ChatRequest
+
     async def go():
         b = OpenAIBackend(server["url"])
         hi = [{"role": "user", "content": "Say hello in three words."}]
         greedy = await b.chat(ChatRequest(hi, n=3, temperature=0.0, max_tokens=8))
-        seeded = [await b.chat(ChatRequest(hi, model="mascot-speaker", temperature=1.0, seed=7, max_tokens=8)) for _ in range(2)]
-        lp = await b.chat(ChatRequest([{"role": "user", "content": "Rate your mood from 1 to 7. Answer with a number."}], max_tokens=3,
-                                      logprobs=True, top_logprobs=5))
+        seeded = [
+            await b.chat(ChatRequest(hi, model="mascot-speaker", temperature=1.0, seed=7, max_tokens=8))
+            for _ in range(2)
+        ]
+        lp = await b.chat(
+            ChatRequest(
+                [{"role": "user", "content": "Rate your mood from 1 to 7. Answer with a number."}],
+                max_tokens=3,
+                logprobs=True,
+                top_logprobs=5,
+            )
+        )
         await b.aclose()
         return greedy, seeded, lp
+
     greedy, seeded, lp = asyncio.run(go())
     assert len(greedy.texts) == 3 and len(set(greedy.texts)) == 1 and greedy.texts[0]
     assert seeded[0].model == "mascot-speaker" and seeded[0].text == seeded[1].text  # the same seed, the same sample
     assert lp.logprobs and len(lp.logprobs[0][0].top) == 5 and all(v <= 0 for v in lp.logprobs[0][0].top.values())
 
+
 @pytest.fixture(scope="module")
 def served_eval(server, tmp_path_factory):
     "`mascot eval` over four systems with the reference's flags, every role on the server, every call traced."
     out = tmp_path_factory.mktemp("eval")
-    cmd = [sys.executable, "-m", "mascot.evaluate", "--dataset", "ED", "--data-path", str(shared_data() / "empathetic_dialogues"), "--split", "train",
-           "--num-samples", "2", "--num-turns", "2", "--systems", *SYSTEMS, "--vllm-server-url", server["url"],
-           "--directive-model", "mascot-director", "--agent-model", "mascot-speaker", "--user-model", BASE, "--model-name", BASE,
-           "--enable-user-simulation", "--user-response-probability", "1.0", "--trace-role-calls", "--director-max-tokens", "48",
-           "--speaker-max-tokens", "24", "--user-max-tokens", "16", "--output-dir", str(out), "--no-progress"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "mascot.evaluate",
+        "--dataset",
+        "ED",
+        "--data-path",
+        str(shared_data() / "empathetic_dialogues"),
+        "--split",
+        "train",
+        "--num-samples",
+        "2",
+        "--num-turns",
+        "2",
+        "--systems",
+        *SYSTEMS,
+        "--vllm-server-url",
+        server["url"],
+        "--directive-model",
+        "mascot-director",
+        "--agent-model",
+        "mascot-speaker",
+        "--user-model",
+        BASE,
+        "--model-name",
+        BASE,
+        "--enable-user-simulation",
+        "--user-response-probability",
+        "1.0",
+        "--trace-role-calls",
+        "--director-max-tokens",
+        "48",
+        "--speaker-max-tokens",
+        "24",
+        "--user-max-tokens",
+        "16",
+        "--output-dir",
+        str(out),
+        "--no-progress",
+    ]
     r = subprocess.run(cmd, capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=1200)
     assert r.returncode == 0, r.stderr[-4000:]
     return dict(line.split("\t") for line in r.stdout.splitlines() if "\t" in line)
 
+
 def trace_of(path: str) -> list[dict]:
     return [json.loads(line) for f in Path(path + ".runs").glob("*/role_call_trace.jsonl") for line in open(f)]
+
 
 def test_every_role_calls_its_model(served_eval, server, adapters):
     assert set(served_eval) == set(SYSTEMS)
@@ -106,26 +198,72 @@ def test_every_role_calls_its_model(served_eval, server, adapters):
         for rec in recs:
             meta = rec["metadata"]
             assert meta["system"] == system and {r: i["model"] for r, i in meta["roles"].items()} == EXPECTED[system]
-            assert (meta["director_model"], meta["speaker_model"], meta["user_model"]) == \
-                (EXPECTED[system].get("director"), EXPECTED[system]["speaker"], BASE)
+            assert (meta["director_model"], meta["speaker_model"], meta["user_model"]) == (
+                EXPECTED[system].get("director"),
+                EXPECTED[system]["speaker"],
+                BASE,
+            )
             for role, ident in meta["roles"].items():
                 assert ident["base"] == BASE and ident["backend"] == f"openai:{server['url']}"
                 if ident["model"] != BASE:  # a served alias: the adapter folder is the one the server loaded
-                    assert ident["adapter"] == ident["model"] and Path(ident["adapter_path"]).resolve() == adapters[ident["model"]].resolve()
+                    assert (
+                        ident["adapter"] == ident["model"]
+                        and Path(ident["adapter_path"]).resolve() == adapters[ident["model"]].resolve()
+                    )
                     assert meta["adapters"][role] == f"{ident['model']}={ident['adapter_path']}"
-                else: assert ident["adapter"] is None and role not in (meta.get("adapters") or {})
+                else:
+                    assert ident["adapter"] is None and role not in (meta.get("adapters") or {})
+
 
 def test_eval_refuses_unmappable_flags(server):
     "A trained-model flag that none of the chosen systems runs stops `mascot eval` with one line naming the flags, before any call."
-    r = subprocess.run([sys.executable, "-m", "mascot.evaluate", "--dataset", "ED", "--systems", "zero-shot", "mascot-c", "--vllm-server-url",
-                        server["url"], "--agent-model", "mascot-speaker"], capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=300)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mascot.evaluate",
+            "--dataset",
+            "ED",
+            "--systems",
+            "zero-shot",
+            "mascot-c",
+            "--vllm-server-url",
+            server["url"],
+            "--agent-model",
+            "mascot-speaker",
+        ],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        cwd=ROOT,
+        timeout=300,
+    )
     assert r.returncode != 0 and "--agent-model 'mascot-speaker' names the trained speaker" in r.stderr
+
 
 def test_judge_on_served_base_model(served_eval, server, tmp_path):
     "The judge stage with the server's base model as judge endpoint: logprob-weighted judgements, every call on the judge server."
-    cmd = [sys.executable, "-m", "mascot.rubric_eval", "--input-file", served_eval["zero-shot"], "--judge-server-url", server["url"], "--judge", BASE,
-           "--provider", "vllm", "--rubric", "collective", "--judge-max-tokens", "120", "--output-dir", str(tmp_path), "--trace-role-calls",
-           "--no-progress"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "mascot.rubric_eval",
+        "--input-file",
+        served_eval["zero-shot"],
+        "--judge-server-url",
+        server["url"],
+        "--judge",
+        BASE,
+        "--provider",
+        "vllm",
+        "--rubric",
+        "collective",
+        "--judge-max-tokens",
+        "120",
+        "--output-dir",
+        str(tmp_path),
+        "--trace-role-calls",
+        "--no-progress",
+    ]
     r = subprocess.run(cmd, capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=1200)
     assert r.returncode == 0, r.stderr[-4000:]
     metrics = json.loads(next(tmp_path.glob("metrics_collective_*.json")).read_text())
@@ -134,4 +272,6 @@ def test_judge_on_served_base_model(served_eval, server, tmp_path):
     items = [it for s in scores for it in s["items"] if not it.get("failed")]
     assert scores and items and any(it["weighted"] for it in items)  # the server's logprobs reached the score
     trace = [json.loads(line) for f in tmp_path.glob("judge_*.runs/*/role_call_trace.jsonl") for line in open(f)]
-    assert trace and {(t["role"], t["model"], t["backend"]) for t in trace} == {("judge", BASE, f"openai:{server['url']}")}
+    assert trace and {(t["role"], t["model"], t["backend"]) for t in trace} == {
+        ("judge", BASE, f"openai:{server['url']}")
+    }

@@ -1,10 +1,22 @@
 "The shape of the package: its import graph (every import, module level or inside a function) has no cycle, and no stage module imports another."
+
 import ast
 from pathlib import Path
 
 PKG = Path(__file__).resolve().parent.parent / "mascot"
-STAGES = {"candidates", "reward_model", "speaker_grpo", "sft", "group_data", "group_reward_model", "director_grpo", "director_dpo", "evaluate",
-          "llm_judge", "auto_metrics"}
+STAGES = {
+    "candidates",
+    "reward_model",
+    "speaker_grpo",
+    "sft",
+    "group_data",
+    "group_reward_model",
+    "director_grpo",
+    "director_dpo",
+    "evaluate",
+    "llm_judge",
+    "auto_metrics",
+}
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -29,15 +41,22 @@ def import_graph(pkg: Path = PKG) -> dict[str, set[str]]:
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     "One import cycle as a path (first module repeated at the end), or None."
     state, stack = {}, []
+
     def visit(m):
-        state[m] = "open"; stack.append(m)
+        state[m] = "open"
+        stack.append(m)
         for n in sorted(graph.get(m, ())):
-            if state.get(n) == "open": return stack[stack.index(n):] + [n]
-            if n not in state and (c := visit(n)): return c
-        state[m] = "done"; stack.pop()
+            if state.get(n) == "open":
+                return stack[stack.index(n) :] + [n]
+            if n not in state and (c := visit(n)):
+                return c
+        state[m] = "done"
+        stack.pop()
         return None
+
     for m in sorted(graph):
-        if m not in state and (c := visit(m)): return c
+        if m not in state and (c := visit(m)):
+            return c
     return None
 
 
@@ -59,13 +78,34 @@ def test_no_import_cycle():
 
 def test_no_stage_imports_another_stage():
     edges = sorted(f"{m} -> {n}" for m, deps in import_graph().items() if m in STAGES for n in deps if n in STAGES)
-    assert not edges, "stage modules importing stage modules (move what they share to a shared module): " + ", ".join(edges)
+    assert not edges, "stage modules importing stage modules (move what they share to a shared module): " + ", ".join(
+        edges
+    )
 
 
 def test_readme_stage_table_is_the_generated_one():
     import re
     from mascot.pipeline import stage_table
+
     readme = (PKG.parent / "README.md").read_text()
-    m = re.search(r"<!-- stage-table: made by mascot.pipeline.stage_table\(\) -->\n(.*?)\n<!-- /stage-table -->", readme, re.S)
+    m = re.search(
+        r"<!-- stage-table: made by mascot.pipeline.stage_table\(\) -->\n(.*?)\n<!-- /stage-table -->", readme, re.S
+    )
     assert m, "README.md: no stage table between the stage-table markers"
-    assert m.group(1) == stage_table(), "README.md's stage table differs from mascot.pipeline.stage_table(): paste the generated one"
+    assert m.group(1) == stage_table(), (
+        "README.md's stage table differs from mascot.pipeline.stage_table(): paste the generated one"
+    )
+
+
+def test_code_is_formatted():
+    "One formatting everywhere (ruff's formatter, 120 columns, pyproject.toml): `make format` applies it, this keeps it."
+    import shutil
+    import subprocess
+    import sys
+
+    ruff = shutil.which("ruff", path=str(Path(sys.executable).parent)) or shutil.which("ruff")
+    assert ruff, "ruff is missing: pip install -e '.[dev]'"
+    r = subprocess.run(
+        [ruff, "format", "--check", "nbs", "tests", "bench", "scripts"], cwd=PKG.parent, capture_output=True, text=True
+    )
+    assert r.returncode == 0, f"not formatted (run `make format`):\n{r.stdout[-2000:]}"
