@@ -63,6 +63,24 @@ class MetricsConfig(Config):
         inp = Path(self.input_file)
         return Path(self.output_file) if self.output_file else inp.with_name(f"auto_metrics_{inp.stem}.json")
 
+# %% ../nbs/32_auto_metrics.ipynb #50c97cf3
+describe(
+    MetricsConfig,
+    input_file="the conversations (a .jsonl of episode records)",
+    output_file="where the metrics JSON goes; default: auto_metrics_<input stem>.json beside the input",
+    nli_model="the NLI model for contradictions between replies (a hub id or a local folder)",
+    pairing_mode="which replies the NLI compares: same-round (agents of one round), all-pairs, or adjacent-agent (consecutive agent turns)",
+    nli_direction="temporal (the earlier reply is the premise) or bidirectional (both orders; the larger contradiction counts)",
+    allow_round_inference="records without round numbers: infer rounds from the turn order instead of refusing them",
+    contradiction_threshold="a pair counts as contradicting when the NLI's contradiction probability reaches this (0-1]",
+    batch_size="NLI pairs per forward pass",
+    max_length="the NLI's token cap per pair",
+    embedding_model="the sentence-embedding model for relevance and echo; default: the shipped MiniLM",
+    skip_nli="skip the NLI contradiction metric (no NLI model needed); the other metrics still run",
+    device="auto (CUDA when present, else CPU), cpu or cuda",
+    progress="show a progress bar",
+)
+
 # %% ../nbs/32_auto_metrics.ipynb #30e29f71
 @dataclass
 class AgentTurn:
@@ -539,3 +557,18 @@ def metrics_folder(cfg: MetricsStageConfig) -> Path:
         res = evaluate(mc, embed=embed)
         Path(mc.output_file).write_text(json.dumps(res, indent=2))
     return out
+
+# %% ../nbs/32_auto_metrics.ipynb #991d3b43
+describe(
+    MetricsStageConfig,
+    input_dir="the evaluation folder: metrics for every *.jsonl of conversations in it",
+    output_dir="where the per-file metrics JSON goes",
+    seed="the random seed",
+    nli_model="the NLI model for contradictions between replies (a hub id or a local folder)",
+    pairing_mode="which replies the NLI compares: same-round (agents of one round), all-pairs, or adjacent-agent (consecutive agent turns)",
+    nli_direction="temporal (the earlier reply is the premise) or bidirectional (both orders; the larger contradiction counts)",
+    allow_round_inference="records without round numbers: infer rounds from the turn order instead of refusing them",
+    skip_nli="skip the NLI contradiction metric (no NLI model needed); the other metrics still run",
+    batch_size="NLI pairs per forward pass",
+    progress="show a progress bar",
+)

@@ -35,9 +35,8 @@ class CandidatesConfig(EndpointConfig):
     top_p: float = 0.95
     max_tokens: int = 64
     judge_max_tokens: int = 160
-    judge_examples: int = (
-        2  # worked examples in the judge prompt: small judges need them to follow the format; strong ones can take 0
-    )
+    # worked examples in the judge prompt: small judges need them to follow the format; strong ones can take 0
+    judge_examples: int = 2
     personas: list[str] = []
     roster_path: str | None = None
     max_transcript_tokens: int = 768

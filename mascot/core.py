@@ -332,9 +332,8 @@ class JsonlStore:
         self.path, self.id_key = Path(path), id_key
         self.ids: set[str] = set()
         self.repaired: Path | None = None
-        self.replacing = (
-            False  # --overwrite: the old file stays until the first new record is durably written beside it
-        )
+        # --overwrite: the old file stays until the first new record is durably written beside it
+        self.replacing = False
         if self.path.exists() and self.path.stat().st_size > 0:
             if overwrite:
                 self.replacing = True

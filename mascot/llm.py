@@ -945,9 +945,8 @@ class EndpointConfig(Config):
     agent_model: str | None = None
     user_model: str | None = None
     judge: str | None = None
-    judge_provider: Literal["embedded"] | None = (
-        None  # the judge in this process is an explicit choice; with neither this nor --judge-server-url, judging stops
-    )
+    # the judge in this process is an explicit choice; with neither this nor --judge-server-url, judging stops
+    judge_provider: Literal["embedded"] | None = None
     share_model: bool = False
     lora_modules: list[str] = []
     trace_role_calls: bool = False
@@ -964,9 +963,8 @@ class EndpointConfig(Config):
         if all(urls.values()) and "model_name" not in self.model_fields_set:
             name = served_model(urls["speaker"], self.request_timeout)
             if name:
-                self.__dict__["model_name"] = (
-                    name  # not in model_fields_set: the roles still resolve it from their own servers
-                )
+                # not in model_fields_set: the roles still resolve it from their own servers
+                self.__dict__["model_name"] = name
         return self
 
     def resolved(self) -> dict:

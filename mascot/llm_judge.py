@@ -122,3 +122,21 @@ def main(argv: list[str] | None = None):
 
 if __name__ == "__main__" and "IPython" not in sys.modules:
     main()
+
+# %% ../nbs/31_llm_judge.ipynb #d275b896
+describe(
+    JudgeStageConfig,
+    dataset="ED, ESConv or QMSum (the reference's flag); must agree with each record's metadata.dataset; unset: read from the records",
+    provider="the judge's API: vllm or openai (both need --judge-server-url, never defaulted), embedded (in this process, an explicit choice), anthropic or gemini (their SDK's endpoint, key from the environment or .env); unset: vllm at --judge-server-url",
+    judges="more judge models on the same provider and URL, scored beside the first for the judges' agreement",
+    rubric="auto: both the persona rubric (each agent turn) and the collective rubric (the whole conversation); or only one of them",
+    resume="continue an interrupted run: records already judged are kept and not judged again",
+    overwrite="start afresh over existing results (the old output is replaced only once the first new record is written)",
+    strict="stop at the first judgement that does not parse or malformed record, instead of skipping and counting it",
+    judge_examples="worked examples (0-2) shown in the judge prompt",
+    judge_max_tokens="the cap on one judgement's tokens",
+    progress="show a progress bar",
+    input_dir="the evaluation folder: every *.jsonl of conversations in it is judged",
+    output_dir="where the score tables and the summary go",
+    seed="the random seed (judge sampling, example order)",
+)

@@ -47,9 +47,8 @@ class RewardModel:
     def __init__(self, model, tokenizer, batch_size: int = 16, max_length: int = 1024):
         self.model, self.tokenizer, self.batch_size, self.max_length = model.eval(), tokenizer, batch_size, max_length
         self.tokenizer.padding_side = "left"  # the score head reads the last token
-        self.tokenizer.truncation_side = (
-            "left"  # a long transcript loses its oldest turns, never the reply being scored
-        )
+        # a long transcript loses its oldest turns, never the reply being scored
+        self.tokenizer.truncation_side = "left"
 
     @classmethod
     def load(cls, path: str | Path, **kw) -> "RewardModel":

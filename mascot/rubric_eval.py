@@ -32,12 +32,10 @@ class JudgeConfig(EndpointConfig):
     "Flags of `mascot judge`."
 
     input_file: str
-    dataset: str | None = (
-        None  # the reference's flag: ED, ESConv or QMSum; must agree with each record's metadata.dataset
-    )
-    provider: Literal["vllm", "openai", "embedded", "anthropic", "gemini"] | None = (
-        None  # None: vllm with --judge-server-url; never defaulted
-    )
+    # the reference's flag: ED, ESConv or QMSum; must agree with each record's metadata.dataset
+    dataset: str | None = None
+    # None: vllm with --judge-server-url; never defaulted
+    provider: Literal["vllm", "openai", "embedded", "anthropic", "gemini"] | None = None
     judges: list[str] = []  # more judge models, for agreement (same provider and URL)
     rubric: Literal["auto", "persona", "collective"] = "auto"
     output_dir: str | None = None
@@ -88,6 +86,24 @@ class JudgeConfig(EndpointConfig):
             update={"judge": model, "judge_provider": "embedded" if in_process else None}
         )
 
+# %% ../nbs/05b_rubric_eval.ipynb #b0ae6afa
+describe(
+    JudgeConfig,
+    dataset="ED, ESConv or QMSum (the reference's flag); must agree with each record's metadata.dataset; unset: read from the records",
+    provider="the judge's API: vllm or openai (both need --judge-server-url, never defaulted), embedded (in this process, an explicit choice), anthropic or gemini (their SDK's endpoint, key from the environment or .env); unset: vllm at --judge-server-url",
+    judges="more judge models on the same provider and URL, scored beside the first for the judges' agreement",
+    rubric="auto: both the persona rubric (each agent turn) and the collective rubric (the whole conversation); or only one of them",
+    resume="continue an interrupted run: records already judged are kept and not judged again",
+    overwrite="start afresh over existing results (the old output is replaced only once the first new record is written)",
+    strict="stop at the first judgement that does not parse or malformed record, instead of skipping and counting it",
+    judge_examples="worked examples (0-2) shown in the judge prompt",
+    judge_max_tokens="the cap on one judgement's tokens",
+    progress="show a progress bar",
+    input_file="the conversations to judge (a .jsonl of episode records)",
+    output_dir="where the scores and metrics go; default: beside the input",
+    top_logprobs="logprobs asked per score token: the score is the probability-weighted mean over the digits",
+)
+
 # %% ../nbs/05b_rubric_eval.ipynb #52d7072e
 class _ProviderClient(LLMClient):
     "An `LLMClient` whose judge role goes to an API backend."
@@ -127,9 +143,8 @@ async def judge_clients(
                     ep.model_copy(update={"model_name": model, "judge": None}), run=run
                 )  # another local model
         checked = await client.check()
-        clients[checked.get("judge", model)] = (
-            client  # keyed by the model that answers (the served one when none was named)
-        )
+        # keyed by the model that answers (the served one when none was named)
+        clients[checked.get("judge", model)] = client
     return clients
 
 # %% ../nbs/05b_rubric_eval.ipynb #1dae3a39

@@ -32,9 +32,8 @@ class ServeConfig(Config):
     dtype: str = "auto"
     device: Literal["auto", "cuda", "cpu"] = "auto"  # auto: cuda where nvidia-smi works
     cpu_kvcache_space: int = 2  # GiB of KV cache on CPU (VLLM_CPU_KVCACHE_SPACE)
-    vllm_python: str | None = (
-        None  # the vLLM environment's python (default $MASCOT_VLLM_PYTHON, else .venv-vllm beside the repo or .venv)
-    )
+    # the vLLM environment's python (default $MASCOT_VLLM_PYTHON, else .venv-vllm beside the repo or .venv)
+    vllm_python: str | None = None
     ready_timeout: float = 900.0  # seconds to wait for /v1/models
     dry_run: bool = False
 
