@@ -14,7 +14,6 @@ from mascot.episodes import (
     EpisodeState,
     new_state,
     episode_record,
-    baseline_name,
     MULTI_AGENT,
     SYSTEMS,
 )

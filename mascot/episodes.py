@@ -16,10 +16,9 @@ from pathlib import Path
 from typing import Literal
 
 # %% auto #0
-__all__ = ['DIRECTED', 'MULTI_AGENT', 'ESC_STRATEGIES', 'EpisodeConfig', 'EpisodeState', 'episode_rng', 'call_seed',
-           'EpisodeRunner', 'clean_reply', 'baseline_name', 'baseline_messages', 'extract_response', 'most_agreed',
-           'new_state', 'role_identities', 'episode_record', 'run_episode', 'run_episodes_async', 'run_episodes',
-           'main']
+__all__ = ['DIRECTED', 'MULTI_AGENT', 'EpisodeConfig', 'EpisodeState', 'episode_rng', 'call_seed', 'EpisodeRunner', 'clean_reply',
+           'most_agreed', 'new_state', 'role_identities', 'episode_record', 'run_episode', 'run_episodes_async',
+           'run_episodes', 'main']
 
 # %% ../nbs/04_episodes.ipynb #ba3cac90
 # What each system does (director or not, which roles are trained, how the reply is produced) is its entry in `mascot.systems`;
@@ -274,55 +273,6 @@ def clean_reply(text: str, roster: Roster) -> str:
     return (text[: min(cut)] if cut else text).strip()
 
 # %% ../nbs/04_episodes.ipynb #84b605e0
-ESC_STRATEGIES = (
-    "Question",
-    "Restatement or Paraphrasing",
-    "Reflection of feelings",
-    "Self-disclosure",
-    "Affirmation and Reassurance",
-    "Providing Suggestions",
-    "Information",
-    "Others",
-)
-
-
-def baseline_name(roster: Roster) -> str:
-    return "Supporter" if roster.domain == "support" else "Assistant"
-
-
-def _task(roster: Roster) -> str:
-    return (
-        "You are a supportive companion talking with a person who needs emotional support."
-        if roster.domain == "support"
-        else "You are an assistant helping a meeting participant with their question about the meeting."
-    )
-
-
-def baseline_messages(
-    system: str, situation: str, history: list[Turn], roster: Roster, examples: list[Context] = ()
-) -> list[dict]:
-    cot = system.endswith("-cot")
-    sys_msg = _task(roster) + (
-        " First think step by step in at most two sentences, then write one line starting with 'Response:' holding your reply."
-        if cot
-        else " Reply in 1-3 sentences."
-    )
-    if examples:
-        sys_msg += "\n\nExamples:\n" + "\n\n".join(
-            f"Situation: {e.prompt_text()}\nReply: {e.reference}" for e in examples if e.reference
-        )
-    user = (
-        f"Situation:\n{situation}\n\nConversation so far:\n{render_history(history, roster) or '(none)'}\n\nYour reply:"
-    )
-    return [{"role": "system", "content": sys_msg}, {"role": "user", "content": user}]
-
-
-def extract_response(text: str) -> str:
-    "The part after 'Response:' (CoT prompts), else the whole text."
-    m = re.search(r"response\s*:\s*(.*)", text, re.I | re.S)
-    return (m.group(1) if m else text).strip()
-
-
 def _tokens(s: str) -> set[str]:
     return set(re.findall(r"\w+", s.lower()))
 
@@ -378,35 +328,10 @@ async def _baseline_reply(self: EpisodeRunner, state: EpisodeState) -> Turn:
         text = cands[most_agreed(cands)]
     elif reply == "multiagent-esc":  # analysis -> strategy deliberation -> candidates -> selection
         hist = render_history(state.turns, roster) or "(none)"
-        analysis = (
-            await chat(
-                [
-                    {
-                        "role": "system",
-                        "content": "Analyse the conversation: the person's emotion, its cause and what they need, in two sentences.",
-                    },
-                    {"role": "user", "content": f"Situation:\n{state.situation}\n\nConversation:\n{hist}"},
-                ],
-                temperature=0.0,
-            )
-        ).text
-        strat_text = (
-            await chat(
-                [
-                    {
-                        "role": "system",
-                        "content": "Choose the best support strategy from: "
-                        + "; ".join(ESC_STRATEGIES)
-                        + ". Answer with the strategy name, then one reason.",
-                    },
-                    {"role": "user", "content": f"Analysis: {analysis}\n\nConversation:\n{hist}"},
-                ],
-                temperature=0.0,
-            )
-        ).text
+        analysis = (await chat(esc_analysis_messages(state.situation, hist), temperature=0.0)).text
+        strat_text = (await chat(esc_strategy_messages(analysis, hist), temperature=0.0)).text
         strategy = next((s for s in ESC_STRATEGIES if s.lower() in strat_text.lower()), "Reflection of feelings")
-        msgs = baseline_messages("zero-shot", state.situation, state.turns, roster)
-        msgs[0]["content"] += f" Use the strategy '{strategy}'. Analysis of the person: {analysis}"
+        msgs = esc_reply_messages(state.situation, state.turns, roster, strategy, analysis)
         r = await chat(msgs, n=cfg.self_consistency_k, temperature=max(cfg.speaker_temperature, 0.7))
         cands = [clean_reply(t, roster) for t in r.texts]
         text = cands[most_agreed(cands)]

@@ -20,7 +20,7 @@ from mascot.episodes import (
 from .judge import get_rubric, judge_conversation, JudgeParseError
 from .pairs import preference_pairs, save_pairs, model_slug
 from .jobs import Job
-from .reward_models import GROUP_RM_INSTRUCTION, trajectory_messages
+from .reward_models import trajectory_messages
 from .rollouts import state_to_dict, state_from_dict, roll_forward
 import asyncio, json, random, sys
 from pathlib import Path

@@ -13,9 +13,11 @@ from .core import Directive, Persona, Turn
 
 # %% auto #0
 __all__ = ['DOMAINS', 'SUPPORT_ROSTER', 'MEETING_ROSTER', 'ROSTERS', 'PERSONA_SETS', 'BIG_FIVE_TRAITS', 'BIG_FIVE_PROFILES',
-           'DIRECTIVE_FIELDS', 'DEFAULT_ACTION', 'RosterError', 'Roster', 'roster_for_dataset', 'load_roster',
-           'BigFiveProfile', 'get_big_five', 'render_history', 'speaker_messages', 'director_messages',
-           'parse_directive', 'user_messages', 'parse_user_reply']
+           'DIRECTIVE_FIELDS', 'DEFAULT_ACTION', 'ESC_STRATEGIES', 'GROUP_RM_INSTRUCTIONS', 'RosterError', 'Roster',
+           'roster_for_dataset', 'load_roster', 'BigFiveProfile', 'get_big_five', 'render_history', 'speaker_messages',
+           'director_messages', 'parse_directive', 'user_messages', 'parse_user_reply', 'baseline_name',
+           'baseline_messages', 'extract_response', 'esc_analysis_messages', 'esc_strategy_messages',
+           'esc_reply_messages', 'group_rm_instruction']
 
 # %% ../nbs/03_personas.ipynb #706f8fe4
 DOMAINS = ("support", "meeting")
@@ -536,3 +538,101 @@ def parse_user_reply(text: str) -> tuple[str, str | None]:
     # Small models sometimes prefix the role they play; the name is not part of the reply.
     text = re.sub(r"^(user|participant|me|seeker)\s*:\s*", "", text, flags=re.I)
     return text, emotion
+
+# %% ../nbs/03_personas.ipynb #135c5d2f
+ESC_STRATEGIES = (
+    "Question",
+    "Restatement or Paraphrasing",
+    "Reflection of feelings",
+    "Self-disclosure",
+    "Affirmation and Reassurance",
+    "Providing Suggestions",
+    "Information",
+    "Others",
+)
+
+
+def baseline_name(roster: Roster) -> str:
+    return "Supporter" if roster.domain == "support" else "Assistant"
+
+
+def _task(roster: Roster) -> str:
+    return (
+        "You are a supportive companion talking with a person who needs emotional support."
+        if roster.domain == "support"
+        else "You are an assistant helping a meeting participant with their question about the meeting."
+    )
+
+
+def baseline_messages(
+    system: str, situation: str, history: list[Turn], roster: Roster, examples: list[Context] = ()
+) -> list[dict]:
+    cot = system.endswith("-cot")
+    sys_msg = _task(roster) + (
+        " First think step by step in at most two sentences, then write one line starting with 'Response:' holding your reply."
+        if cot
+        else " Reply in 1-3 sentences."
+    )
+    if examples:
+        sys_msg += "\n\nExamples:\n" + "\n\n".join(
+            f"Situation: {e.prompt_text()}\nReply: {e.reference}" for e in examples if e.reference
+        )
+    user = (
+        f"Situation:\n{situation}\n\nConversation so far:\n{render_history(history, roster) or '(none)'}\n\nYour reply:"
+    )
+    return [{"role": "system", "content": sys_msg}, {"role": "user", "content": user}]
+
+
+def extract_response(text: str) -> str:
+    "The part after 'Response:' (CoT prompts), else the whole text."
+    m = re.search(r"response\s*:\s*(.*)", text, re.I | re.S)
+    return (m.group(1) if m else text).strip()
+
+
+def esc_analysis_messages(situation: str, history_text: str) -> list[dict]:
+    "MultiAgentESC, step 1: analyse the person (emotion, cause, need)."
+    return [
+        {
+            "role": "system",
+            "content": "Analyse the conversation: the person's emotion, its cause and what they need, in two sentences.",
+        },
+        {"role": "user", "content": f"Situation:\n{situation}\n\nConversation:\n{history_text}"},
+    ]
+
+
+def esc_strategy_messages(analysis: str, history_text: str) -> list[dict]:
+    "MultiAgentESC, step 2: deliberate one of ESConv's support strategies."
+    return [
+        {
+            "role": "system",
+            "content": "Choose the best support strategy from: "
+            + "; ".join(ESC_STRATEGIES)
+            + ". Answer with the strategy name, then one reason.",
+        },
+        {"role": "user", "content": f"Analysis: {analysis}\n\nConversation:\n{history_text}"},
+    ]
+
+
+def esc_reply_messages(situation: str, history: list[Turn], roster: Roster, strategy: str, analysis: str) -> list[dict]:
+    "MultiAgentESC, step 3: the zero-shot reply prompt told the strategy and the analysis (candidates are sampled from it)."
+    msgs = baseline_messages("zero-shot", situation, history, roster)
+    msgs[0]["content"] += f" Use the strategy '{strategy}'. Analysis of the person: {analysis}"
+    return msgs
+
+
+# the group reward model's instruction, worded per domain: what a good team contribution is differs between support and meetings
+GROUP_RM_INSTRUCTIONS = {
+    "support": (
+        "Rate this conversation between a person and a team of companions as a whole: do the team's contributions stay consistent "
+        "with what was already said, complement each other instead of repeating, avoid echoing agreement, and move the person forward?"
+    ),
+    "meeting": (
+        "Rate this conversation between a meeting participant and a team of meeting assistants as a whole: do the team's contributions "
+        "stay consistent with the meeting and with what was already said, complement each other instead of repeating, avoid echoing "
+        "agreement, and answer the participant's question?"
+    ),
+}
+
+
+def group_rm_instruction(roster: Roster) -> str:
+    return GROUP_RM_INSTRUCTIONS[roster.domain]

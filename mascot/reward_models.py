@@ -6,7 +6,7 @@
 from __future__ import annotations
 from .core import *
 from .llm import resolve_model_path, EMBEDDED_DEFAULT
-from .personas import Roster, render_history
+from .personas import Roster, render_history, group_rm_instruction
 from .pairs import load_pairs, model_slug
 from mascot.training import (
     EpochTrainingConfig,
@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import ClassVar
 
 # %% auto #0
-__all__ = ['GROUP_RM_INSTRUCTION', 'wilson_interval', 'RewardModel', 'RewardModelConfig', 'reward_config', 'train_reward_model',
-           'render_conversation', 'trajectory_messages', 'GroupRewardModel']
+__all__ = ['wilson_interval', 'RewardModel', 'RewardModelConfig', 'reward_config', 'train_reward_model', 'render_conversation',
+           'trajectory_messages', 'GroupRewardModel']
 
 # %% ../nbs/08b_reward_models.ipynb #1da06ddc
 def wilson_interval(successes: int, n: int, z: float = 1.96) -> list[float]:
@@ -256,12 +256,6 @@ def train_reward_model(cfg: RewardModelConfig, pairs=None, out_name: str | None 
     return out
 
 # %% ../nbs/08b_reward_models.ipynb #a365ef8f
-GROUP_RM_INSTRUCTION = (
-    "Rate this conversation between a person and a team of companions as a whole: do the team's contributions stay consistent "
-    "with what was already said, complement each other instead of repeating, avoid echoing agreement, and move the person forward?"
-)
-
-
 def render_conversation(turns: list[Turn], roster: Roster) -> str:
     return render_history(turns, roster)
 
@@ -269,7 +263,7 @@ def render_conversation(turns: list[Turn], roster: Roster) -> str:
 def trajectory_messages(situation: str, turns: list[Turn], roster: Roster) -> tuple[list[dict], list[dict]]:
     "(prompt, reply) for the group reward model."
     return (
-        [{"role": "system", "content": GROUP_RM_INSTRUCTION}, {"role": "user", "content": situation}],
+        [{"role": "system", "content": group_rm_instruction(roster)}, {"role": "user", "content": situation}],
         [{"role": "assistant", "content": render_conversation(turns, roster)}],
     )
 

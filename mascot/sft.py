@@ -8,7 +8,7 @@ from .core import *
 from .llm import resolve_model_path, EMBEDDED_DEFAULT
 from .pairs import model_slug
 from .personas import roster_for_dataset
-from .episodes import baseline_messages
+from .personas import baseline_messages
 from mascot.training import (
     package_versions,
     data_hash,
