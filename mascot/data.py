@@ -20,17 +20,17 @@ __all__ = ['DATASET_ALIASES', 'SPLIT_ALIASES', 'ED_VALENCE', 'ED_COLUMNS', 'ED_F
            'transcript_window', 'qmsum_contexts', 'qmsum_contexts_from_folder', 'qmsum_contexts_from_jsonl',
            'qmsum_record_from_scrolls_row', 'qmsum_contexts_from_scrolls_rows', 'HFSource', 'load_hub_rows',
            'hub_contexts', 'sample_contexts', 'demo_data_dir', 'resolve_data_path', 'load_contexts',
-           'few_shot_examples', 'DataConfig']
+           'few_shot_examples']
 
 # %% ../nbs/02_data.ipynb #c6c1849f
-def shared_data_dir() -> Path:
-    "The folder of dataset samples: `$MASCOT_SHARED_DATA`, else the first `shared/data` found walking up from the cwd."
+def shared_data_dir(start: str | Path | None = None) -> Path:
+    "The folder of dataset samples: `$MASCOT_SHARED_DATA`, else the first `shared/data` found walking up from `start` (default: the cwd)."
     env = os.environ.get("MASCOT_SHARED_DATA")
     if env:
         if not Path(env).is_dir():
             raise FileNotFoundError(f"MASCOT_SHARED_DATA={env} is not a folder")
         return Path(env)
-    here = Path.cwd().resolve()
+    here = Path(start or Path.cwd()).resolve()
     for d in (here, *here.parents):  # checking d/shared/data at every level also covers ../shared/data
         if (d / "shared" / "data").is_dir():
             return d / "shared" / "data"
@@ -761,38 +761,3 @@ def few_shot_examples(
         if c.reference and c.context_id not in excluded and (c.meeting is None or c.meeting not in excluded)
     ]
     return sample_contexts(pool, k, seed)
-
-# %% ../nbs/02_data.ipynb #471351bc
-class DataConfig(Config):
-    "Which contexts a stage runs on."
-
-    dataset: str = Field("ED", description="ED | ESConv | QMSum (case-insensitive; empathetic_dialogues too)")
-    split: str = Field("test", description="train | valid | test")
-    data_path: str | None = Field(
-        None, description="original files (folder or file); without it, the hub id from DATASET2HF"
-    )
-    num_samples: int | None = Field(None, description="a seeded random subset of this many contexts")
-    seed: int = Field(0, description="seed of the subset")
-    hf_name: str | None = Field(None, description="hub repo id to use instead of DATASET2HF's (same layout)")
-    max_transcript_tokens: int = Field(1024, description="QMSum transcript window budget (words x 1.3)")
-
-    @field_validator("dataset")
-    @classmethod
-    def _dataset(cls, v: str) -> str:
-        return canonical_dataset(v)
-
-    @field_validator("split")
-    @classmethod
-    def _split(cls, v: str) -> str:
-        return canonical_split(v)
-
-    def load(self) -> list[Context]:
-        return load_contexts(
-            self.dataset,
-            self.split,
-            self.data_path,
-            self.num_samples,
-            self.seed,
-            self.hf_name,
-            self.max_transcript_tokens,
-        )

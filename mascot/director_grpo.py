@@ -8,7 +8,7 @@ from .core import *
 from .llm import *
 from .personas import *
 from .episodes import EpisodeConfig, EpisodeRunner, EpisodeState
-from .rollouts import state_from_dict, roll_forward, random_directive
+from .rollouts import state_from_dict, roll_forward
 from .reward_models import GroupRewardModel
 from .pairs import model_slug
 from mascot.training import (

@@ -177,8 +177,7 @@ class EpisodeRunner:
     async def directive(self, state: EpisodeState) -> tuple[Directive, str | None]:
         "The director's directive (parsed) and its raw text; a random speaker when the output does not parse."
         if not self.system.directed:  # MASCOT-C: random speaking order, no director
-            p = state.rng.choice(self.roster.personas)
-            return Directive(p.name, DEFAULT_ACTION, p.tone), None
+            return random_directive(state.rng, self.roster), None
         r = await self.client.chat(
             "director",
             director_messages(state.situation, state.turns, self.roster),
@@ -190,8 +189,7 @@ class EpisodeRunner:
         if d is None:
             self.count("num_directive_parse_failures", f"raw director output: {r.text!r}")
             self.counters["num_random_agent_fallbacks"] += 1
-            p = state.rng.choice(self.roster.personas)
-            d = Directive(p.name, DEFAULT_ACTION, p.tone)
+            d = random_directive(state.rng, self.roster)
         return d, r.text
 
     async def speak(self, state: EpisodeState, directive: Directive, directive_output: str | None) -> Turn:

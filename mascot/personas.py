@@ -15,8 +15,8 @@ from .core import Directive, Persona, Turn
 __all__ = ['DOMAINS', 'SUPPORT_ROSTER', 'MEETING_ROSTER', 'ROSTERS', 'PERSONA_SETS', 'BIG_FIVE_TRAITS', 'BIG_FIVE_PROFILES',
            'DIRECTIVE_FIELDS', 'DEFAULT_ACTION', 'ESC_STRATEGIES', 'GROUP_RM_INSTRUCTIONS', 'RosterError', 'Roster',
            'roster_for_dataset', 'load_roster', 'BigFiveProfile', 'get_big_five', 'render_history', 'speaker_messages',
-           'director_messages', 'parse_directive', 'user_messages', 'parse_user_reply', 'baseline_name',
-           'baseline_messages', 'extract_response', 'esc_analysis_messages', 'esc_strategy_messages',
+           'director_messages', 'random_directive', 'parse_directive', 'user_messages', 'parse_user_reply',
+           'baseline_name', 'baseline_messages', 'extract_response', 'esc_analysis_messages', 'esc_strategy_messages',
            'esc_reply_messages', 'group_rm_instruction']
 
 # %% ../nbs/03_personas.ipynb #706f8fe4
@@ -435,6 +435,12 @@ _KEY_SYNONYMS = {
     "instruction": "action",
 }
 DEFAULT_ACTION = "respond"
+
+
+def random_directive(rng, roster: Roster) -> Directive:
+    "The fallback when a directive cannot be acted on: a random roster member, the default action, in that persona's tone (as the episode loop does)."
+    p = rng.choice(roster.personas)
+    return Directive(p.name, DEFAULT_ACTION, p.tone)
 
 
 def _canonical_key(k) -> str:

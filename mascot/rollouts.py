@@ -11,7 +11,7 @@ from .episodes import EpisodeRunner, EpisodeState
 import random
 
 # %% auto #0
-__all__ = ['state_to_dict', 'state_from_dict', 'roll_forward', 'random_directive']
+__all__ = ['state_to_dict', 'state_from_dict', 'roll_forward']
 
 # %% ../nbs/08c_rollouts.ipynb #1d37ff9c
 def state_to_dict(st: EpisodeState) -> dict:
@@ -47,9 +47,3 @@ async def roll_forward(
     while b.steps < end:
         await runner.step(b)
     return first, b
-
-
-def random_directive(rng: random.Random, roster: Roster) -> Directive:
-    "The fallback when a directive cannot be acted on: a random roster member, the default action, in that persona's tone (as the episode loop does)."
-    p = rng.choice(roster.personas)
-    return Directive(p.name, DEFAULT_ACTION, p.tone)

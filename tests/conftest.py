@@ -10,10 +10,13 @@ ARTIFACTS = ROOT / "test-artifacts"
 
 
 def shared_data() -> Path:
-    for c in (os.environ.get("MASCOT_SHARED_DATA"), ROOT.parent / "shared" / "data", ROOT / "shared" / "data"):
-        if c and Path(c).is_dir():
-            return Path(c)
-    pytest.skip("shared/data samples not found beside the repo")
+    "The package's own lookup ($MASCOT_SHARED_DATA, else shared/data at or above the repo), so tests and stages find the same samples."
+    from mascot.data import shared_data_dir
+
+    try:
+        return shared_data_dir(ROOT)
+    except FileNotFoundError:
+        pytest.skip("shared/data samples not found beside the repo")
 
 
 @pytest.fixture(scope="session")
