@@ -550,7 +550,7 @@ def metrics_folder(cfg: MetricsStageConfig) -> Path:
         raise FileNotFoundError(f"{cfg.input_dir}: no conversation files (*.jsonl)")
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    keep = {k: v for k, v in cfg.model_dump().items() if k in MetricsConfig.model_fields}
+    keep = cfg.fields_for(MetricsConfig)
     embed = SentenceEmbedder()  # loaded once for every file
     for f in files:
         mc = MetricsConfig(**keep, input_file=str(f), output_file=str(out / f"auto_metrics_{f.stem}.json"))

@@ -84,9 +84,9 @@ class ChatConfig(EndpointConfig):
 # %% ../nbs/43_chat.ipynb #b86058f5
 def chat_episode_config(cfg: ChatConfig) -> EpisodeConfig:
     "The `EpisodeConfig` the chat's rounds run with."
-    ev = EvalConfig(**{k: v for k, v in cfg.model_dump().items() if k in EvalConfig.model_fields})
+    ev = EvalConfig(**cfg.fields_for(EvalConfig))
     if cfg.share_model and get_system(cfg.system).trained_roles:  # untrained: every role on the base model
-        ecfg = EpisodeConfig(**{k: v for k, v in ev.model_dump().items() if k in EpisodeConfig.model_fields})
+        ecfg = EpisodeConfig(**ev.fields_for(EpisodeConfig))
     else:
         try:
             ecfg = system_config(ev, cfg.system)

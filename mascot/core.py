@@ -457,6 +457,10 @@ class Config(BaseModel):
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, protected_namespaces=())
 
+    def fields_for(self, other: type[BaseModel], exclude: tuple[str, ...] = ()) -> dict:
+        "The values of this config that `other` also has (minus `exclude`): how a stage hands its settings to the config of a step it runs."
+        return {k: v for k, v in self.model_dump().items() if k in other.model_fields and k not in exclude}
+
     @classmethod
     def from_dict(cls, d: dict, source: str = "config"):
         try:

@@ -66,7 +66,7 @@ class DirectorGRPOConfig(EndpointConfig, GRPOTrainingConfig):
 
     def episode_config(self) -> EpisodeConfig:
         "The episode settings the rollouts use (speaker/user routed to the rollout server when given)."
-        keep = {k: v for k, v in self.model_dump().items() if k in EndpointConfig.model_fields}
+        keep = self.fields_for(EndpointConfig)
         if self.rollout_server_url:
             keep.update(speaker_server_url=self.rollout_server_url, user_server_url=self.rollout_server_url)
         return EpisodeConfig(

@@ -50,7 +50,7 @@ def system_config(cfg: EvalConfig, system: str) -> EpisodeConfig:
     "The episode config of one system: its role models and LoRA modules from the registry (`assign_models`)."
     m = assign_models(system, cfg, cfg.adapter_paths())
     out = Path(cfg.output_dir) / "mascot_eval" / cfg.dataset / cfg.split
-    fields = {k: v for k, v in cfg.model_dump().items() if k in EpisodeConfig.model_fields}
+    fields = cfg.fields_for(EpisodeConfig)
     roles = {"directive_model": m.director, "agent_model": m.speaker, "user_model": m.user}
     return EpisodeConfig(
         **{

@@ -29,7 +29,7 @@ class GroupRewardModelConfig(RewardModelConfig):
 
 def train_group_reward_model(cfg: GroupRewardModelConfig) -> Path:
     rm_cfg = RewardModelConfig(
-        **{k: v for k, v in cfg.model_dump().items() if k in RewardModelConfig.model_fields and k != "model_name"},
+        **cfg.fields_for(RewardModelConfig, exclude=("model_name",)),
         model_name=cfg.group_reward_model_name,
     )
     return train_reward_model(

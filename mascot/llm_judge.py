@@ -90,7 +90,7 @@ async def judge_folder_async(cfg: JudgeStageConfig, embedded: EmbeddedBackend | 
     if not files:
         raise FileNotFoundError(f"{inp}: no conversation files (*.jsonl) to judge")
     out.mkdir(parents=True, exist_ok=True)
-    keep = {k: v for k, v in cfg.model_dump().items() if k in JudgeConfig.model_fields and k not in ("output_dir",)}
+    keep = cfg.fields_for(JudgeConfig, exclude=("output_dir",))
     require_judge(cfg)  # an in-process judge only when chosen (--provider embedded or --judge-provider embedded)
     if embedded is None and route_roles(cfg)["judge"].backend == "embedded":
         embedded = EmbeddedBackend(cfg.judge or cfg.model_name)
