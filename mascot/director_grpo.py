@@ -43,10 +43,11 @@ class DirectorGRPOConfig(EndpointConfig, GRPOTrainingConfig):
 
     mode: str = "train-director-grpo"
     episode_dataset_path: str | None = None  # default data/rl/branching_{dataset}_{model}
-    group_reward_model_path: str | None = None  # default outputs/reward_model/group_reward_{dataset}_{model}
+    group_reward_model_path: str | None = None  # default outputs/reward_model/group_reward_{dataset}_{reward_model}
+    group_reward_model_name: str | None = None  # names the default group RM folder, as train-reward-model names it
     PATH_DEFAULTS: ClassVar[dict[str, str]] = {
         "episode_dataset_path": "data/rl/branching_{dataset}_{model}",
-        "group_reward_model_path": "outputs/reward_model/group_reward_{dataset}_{model}",
+        "group_reward_model_path": "outputs/reward_model/group_reward_{dataset}_{reward_model}",
     }
     rollout_server_url: str | None = None
     horizon: int = 1
@@ -87,7 +88,8 @@ describe(
     DirectorGRPOConfig,
     mode="train-director-grpo (this stage of mascot train-group)",
     episode_dataset_path="the branching folder whose director states are the prompts; default: data/rl/branching_{dataset}_{model}",
-    group_reward_model_path="the group reward model that scores rollouts; default: outputs/reward_model/group_reward_{dataset}_{model}",
+    group_reward_model_name="the group reward model's base model, naming its default folder (train-group --mode train-reward-model names it so); default: --model-name",
+    group_reward_model_path="the group reward model that scores rollouts; default: outputs/reward_model/group_reward_{dataset}_{reward_model}",
     rollout_server_url="a server for the rollouts' speaker and user calls (never the director's); unset: the run's routes",
     horizon="steps each sampled directive is rolled forward before the group RM scores it",
     holdout_fraction="share of the contexts held out for the random/untrained/trained comparison",

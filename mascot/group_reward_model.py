@@ -21,10 +21,17 @@ class GroupRewardModelConfig(RewardModelConfig):
     "Flags of `mascot train-group --mode train-reward-model` (`--group-reward-model-name` is the base model)."
 
     mode: str = "train-reward-model"
-    group_reward_model_name: str = EMBEDDED_DEFAULT
+    group_reward_model_name: str | None = None
     data_path: str | None = None  # default data/rl/group_{dataset}_{model}
     PATH_DEFAULTS: ClassVar[dict[str, str]] = {"data_path": "data/rl/group_{dataset}_{model}"}
     max_length: int = 1024
+
+    def model_post_init(self, _):
+        super().model_post_init(_)
+        if (
+            self.group_reward_model_name is None
+        ):  # one base model unless a flag names another, as --model-name means in the reference
+            self.__dict__["group_reward_model_name"] = self.model_name
 
 
 def train_group_reward_model(cfg: GroupRewardModelConfig) -> Path:
@@ -51,5 +58,5 @@ if __name__ == "__main__" and "IPython" not in sys.modules:
 describe(
     GroupRewardModelConfig,
     mode="train-reward-model (this stage of mascot train-group)",
-    group_reward_model_name="the group reward model's base model",
+    group_reward_model_name="the group reward model's base model (its folder is group_reward_{dataset}_{this model}); default: --model-name",
 )

@@ -89,7 +89,11 @@ class TrainingConfig(Config):
         )  # a bad list is a config error now, not a PEFT error after the model loads
         for name, template in self.PATH_DEFAULTS.items():
             if getattr(self, name) is None:
-                self.__dict__[name] = template.format(dataset=self.dataset, model=model_slug(self.model_name))
+                # {reward_model}: a group RM's folder is named after its own base model (default: the policy's)
+                reward_model = getattr(self, "group_reward_model_name", None) or self.model_name
+                self.__dict__[name] = template.format(
+                    dataset=self.dataset, model=model_slug(self.model_name), reward_model=model_slug(reward_model)
+                )
 
     def trl_args(self, config_cls, output_dir: str, **stage):
         "TRL's `config_cls` from the shared fields and the stage's own (`stage`), then the user's `trl` keys."
