@@ -10,7 +10,7 @@ from .data import Context, load_contexts
 from .personas import *
 from .judge import get_rubric, judge_reply, JudgeParseError
 from .jobs import Job
-from .pairs import model_slug, preference_pairs, save_pairs, load_pairs
+from .pairs import model_slug, preference_pairs, candidate_pairs, save_pairs, load_pairs
 import asyncio, itertools, json, os, re, shutil, sys
 from pathlib import Path
 
@@ -165,23 +165,8 @@ async def score_query(
 
 # %% ../nbs/10_candidates.ipynb #8e45b8a4
 def pairs_from_records(records: Iterable[dict], margin: float) -> list[dict]:
-    rows = []
-    for rec in records:
-        cs = rec["candidates"]
-        for c, r in preference_pairs(cs, margin):
-            rows.append(
-                {
-                    "prompt": rec["prompt"],
-                    "chosen": [{"role": "assistant", "content": cs[c]["text"]}],
-                    "rejected": [{"role": "assistant", "content": cs[r]["text"]}],
-                    "score_chosen": cs[c]["overall"],
-                    "score_rejected": cs[r]["overall"],
-                    "persona": rec["persona"],
-                    "context_id": rec["context_id"],
-                    "query_id": rec["query_id"],
-                }
-            )
-    return rows
+    "Stage 1's pairs: each persona's candidates for one query."
+    return candidate_pairs(records, margin)
 
 # %% ../nbs/10_candidates.ipynb #01543ec6
 async def generate_individual_async(

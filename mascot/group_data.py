@@ -18,7 +18,7 @@ from mascot.episodes import (
     StrictModeError,
 )
 from .judge import get_rubric, judge_conversation, JudgeParseError
-from .pairs import preference_pairs, save_pairs, model_slug
+from .pairs import preference_pairs, candidate_pairs, save_pairs, model_slug
 from .jobs import Job
 from .reward_models import trajectory_messages
 from .rollouts import state_to_dict, state_from_dict, roll_forward
@@ -198,23 +198,8 @@ async def branching_context(runner: EpisodeRunner, cfg: GroupDataConfig, ctx: Co
 
 
 def directive_pairs(states: list[dict], margin: float) -> list[dict]:
-    rows = []
-    for s in states:
-        cs = s["candidates"]
-        for c, r in preference_pairs(cs, margin):
-            rows.append(
-                {
-                    "prompt": s["prompt"],
-                    "chosen": [{"role": "assistant", "content": cs[c]["text"]}],
-                    "rejected": [{"role": "assistant", "content": cs[r]["text"]}],
-                    "score_chosen": cs[c]["overall"],
-                    "score_rejected": cs[r]["overall"],
-                    "persona": "director",
-                    "context_id": s["context_id"],
-                    "query_id": s["state_id"],
-                }
-            )
-    return rows
+    "Stage 2's DPO pairs: the director's candidate directives for one state."
+    return candidate_pairs(states, margin, persona="director", id_key="state_id")
 
 # %% ../nbs/20_group_data.ipynb #7324507d
 async def generate_group_async(

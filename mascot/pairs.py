@@ -9,7 +9,7 @@ import itertools, json, os, re, shutil
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['PAIR_COLUMNS', 'model_slug', 'preference_pairs', 'save_pairs', 'load_pairs']
+__all__ = ['PAIR_COLUMNS', 'model_slug', 'preference_pairs', 'save_pairs', 'load_pairs', 'candidate_pairs']
 
 # %% ../nbs/08a_pairs.ipynb #43047e5b
 def model_slug(name: str) -> str:
@@ -59,3 +59,25 @@ def load_pairs(data_path: str | Path):
     if not list(p.glob("*.arrow")):
         return datasets.Dataset.from_dict({c: [] for c in PAIR_COLUMNS})  # no pair passed the margin
     return datasets.load_from_disk(str(p))
+
+# %% ../nbs/08a_pairs.ipynb #f92d13e5
+def candidate_pairs(records, margin: float, persona: str | None = None, id_key: str = "query_id") -> list[dict]:
+    """Pair rows (`PAIR_COLUMNS`) from records that each hold one prompt's scored `candidates`: stage 1's persona candidates
+    and stage 2's branching directives alike. `persona` names every row's persona (else each record's); `id_key` is the record's id field."""
+    rows = []
+    for rec in records:
+        cs = rec["candidates"]
+        for c, r in preference_pairs(cs, margin):
+            rows.append(
+                {
+                    "prompt": rec["prompt"],
+                    "chosen": [{"role": "assistant", "content": cs[c]["text"]}],
+                    "rejected": [{"role": "assistant", "content": cs[r]["text"]}],
+                    "score_chosen": cs[c]["overall"],
+                    "score_rejected": cs[r]["overall"],
+                    "persona": persona or rec["persona"],
+                    "context_id": rec["context_id"],
+                    "query_id": rec[id_key],
+                }
+            )
+    return rows
