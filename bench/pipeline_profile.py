@@ -3,6 +3,7 @@ training steps, and the rest (scoring, judging, I/O, Python).
 
     python bench/pipeline_profile.py --run-dir runs/smoke                      # profile a finished run
     python bench/pipeline_profile.py --config configs/smoke.yaml --fp32        # run the job first (fp32 serving, as on CPUs without bf16)
+    python bench/pipeline_profile.py --config configs/smoke.yaml --avx2        # ... on an AVX-512 CPU, as an AVX2-only one without bf16 runs
 
 Reads each stage's `meta.json` (wall seconds, peak memory, the embedded backend's load/prefill/decode seconds, which `mascot run`
 records), its executed notebook (papermill's per-cell timings) and the training logs beside its adapters (`log_history.json`,
@@ -13,6 +14,8 @@ import argparse, json, os, re, subprocess, sys, tempfile, time
 from datetime import datetime
 from pathlib import Path
 
+# the ISA caps torch (ATen), oneDNN and MKL honour: the same code paths as on a CPU without AVX-512 (and so without bf16 units)
+AVX2_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
 IMPORT_LINE = re.compile(r"^\s*(#.*|import .*|from \S+ import .*|)$")
 
 
@@ -157,12 +160,21 @@ def main():
         action="store_true",
         help="serve the embedded model in fp32 (MASCOT_EMBEDDED_DTYPE=float32), as on CPUs without bf16",
     )
+    ap.add_argument(
+        "--avx2",
+        action="store_true",
+        help="also keep torch, oneDNN and MKL to AVX2 kernels (implies --fp32): an AVX-512 machine then runs as an AVX2-only CPU would",
+    )
     ap.add_argument("--name", default="", help="suffix of the results file: pipeline_profile-NAME.json")
     ap.add_argument("--out-dir", default="bench/results")
     a = ap.parse_args()
     if not (a.run_dir or a.config):
         ap.error("give --run-dir or --config")
-    env = {**os.environ, **({"MASCOT_EMBEDDED_DTYPE": "float32"} if a.fp32 else {})}
+    env = {
+        **os.environ,
+        **({"MASCOT_EMBEDDED_DTYPE": "float32"} if a.fp32 or a.avx2 else {}),
+        **(AVX2_ENV if a.avx2 else {}),
+    }
     wall = None
     load_before = os.getloadavg()  # the machine may be shared: the 1, 5 and 15 minute load averages around the run
     if a.config:
@@ -178,6 +190,7 @@ def main():
     prof = profile_run(run_dir)
     prof["pipeline_wall_s"] = wall
     prof["dtype"] = env.get("MASCOT_EMBEDDED_DTYPE", "auto")
+    prof["isa"] = {k: env[k] for k in AVX2_ENV if k in env} or "native"
     prof["cpus"] = os.cpu_count()
     prof["load_avg_before"], prof["load_avg_after"] = (
         [round(x, 2) for x in load_before],

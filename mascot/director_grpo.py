@@ -254,24 +254,27 @@ async def heldout_directors(
     backend: ChatBackend | None = None,
 ) -> list[dict]:
     "Each director on the same states, `eval_samples_per_state` sampled directives each (sample j uses the same seed for every director)."
-    res = {d: [] for d in directors}
-    for j in range(cfg.eval_samples_per_state):
-        for d in directors:
-            res[d].append(
-                await director_group_reward(
-                    runner,
-                    grm,
-                    states,
-                    d,
-                    cfg.horizon,
-                    cfg.num_turns,
-                    cfg.max_completion_length,
-                    cfg.seed * 1000 + j,
-                    cfg.temperature,
-                    cfg.top_p,
-                    backend=backend,
-                )
+    # every director and sample at once, so the backend batches their directives and rollouts together
+    jobs = [(d, j) for j in range(cfg.eval_samples_per_state) for d in directors]
+    results = await asyncio.gather(
+        *[
+            director_group_reward(
+                runner,
+                grm,
+                states,
+                d,
+                cfg.horizon,
+                cfg.num_turns,
+                cfg.max_completion_length,
+                cfg.seed * 1000 + j,
+                cfg.temperature,
+                cfg.top_p,
+                backend=backend,
             )
+            for d, j in jobs
+        ]
+    )
+    res = {d: [r for (dj, _), r in zip(jobs, results) if dj == d] for d in directors}
     out = []
     for d in directors:
         runs = res[d]
