@@ -468,10 +468,9 @@ class _Pending:
     ids: list[int] | None = None  # the prompt's tokens, once a batch choice needed them
 
 
-def _group_key(p: _Pending, mixed_adapters: bool = False):
-    """Requests that can share one `generate`: logprobs or not, and the same adapter unless the model serves mixed-adapter batches
-    (greedy and sampled rows mix: see `_RowSampling`)."""
-    return (None if mixed_adapters else p.adapter, p.req.logprobs)
+def _group_key(p: _Pending):
+    "Requests that can share one `generate`: same adapter, logprobs or not (greedy and sampled rows mix: see `_RowSampling`)."
+    return (p.adapter, p.req.logprobs)
 
 
 class _RowSampling:
@@ -522,16 +521,8 @@ def shared_prefix_len(rows: list[list[int]]) -> int:
     return max(0, n)
 
 
-def prefix_groups(
-    rows: list[list[int]], min_tokens: int = PREFIX_CACHE_MIN_TOKENS, keys: list | None = None
-) -> list[tuple[list[int], int]]:
-    """Rows clustered by a shared prefix of at least `min_tokens` tokens: (row indices, prefix length) per cluster; a lone row's prefix is 0.
-    Rows with different `keys` (their adapters: the same tokens give other keys and values) never share a prefix."""
-    if keys is not None and len(set(keys)) > 1:
-        # a marker token per key in front of each row: rows of different keys then differ at position 0
-        marker = {k: -1 - i for i, k in enumerate(dict.fromkeys(keys))}
-        groups = prefix_groups([[marker[k], *r] for k, r in zip(keys, rows)], min_tokens + 1)
-        return [(m, max(0, p - 1)) for m, p in groups]
+def prefix_groups(rows: list[list[int]], min_tokens: int = PREFIX_CACHE_MIN_TOKENS) -> list[tuple[list[int], int]]:
+    "Rows clustered by a shared prefix of at least `min_tokens` tokens: (row indices, prefix length) per cluster; a lone row's prefix is 0."
     order = sorted(
         range(len(rows)), key=lambda i: rows[i]
     )  # sorted, a cluster's common prefix is that of its last row and the next
@@ -691,13 +682,12 @@ class EmbeddedBackend(ChatBackend):
         await asyncio.sleep(0)  # let requests issued in the same tick join the first batch
         while self._queue:
             first = self._queue[0]
-            mixed = self.serves_mixed_batches()
-            key = _group_key(first, mixed)
-            batch = self._pick_batch([p for p in self._queue if _group_key(p, mixed) == key])
+            key = _group_key(first)
+            batch = self._pick_batch([p for p in self._queue if _group_key(p) == key])
             for p in batch:
                 self._queue.remove(p)
             try:
-                results = await asyncio.to_thread(self._generate, [p.req for p in batch], [p.adapter for p in batch])
+                results = await asyncio.to_thread(self._generate, [p.req for p in batch], first.adapter)
             except Exception as e:
                 for p in batch:
                     if not p.future.done():
@@ -721,7 +711,7 @@ class EmbeddedBackend(ChatBackend):
                 p.ids = tok.apply_chat_template(
                     p.req.messages, tokenize=True, add_generation_prompt=True, return_dict=False
                 )
-        groups = prefix_groups([p.ids for p in waiting], keys=[p.adapter for p in waiting])
+        groups = prefix_groups([p.ids for p in waiting])
 
         def rank(group):
             members, prefix = group
@@ -741,10 +731,6 @@ class EmbeddedBackend(ChatBackend):
                 p.skipped += 1
         return batch
 
-    def serves_mixed_batches(self) -> bool:
-        "Whether rows of different adapters (and the base) can share one `generate`: PEFT's mixed-adapter batches, once an adapter is loaded."
-        return bool(self.adapters)
-
     def _adapter_context(self, adapter: str | None):
         "Base weights (adapters disabled) or the named adapter, for one generate."
         import contextlib
@@ -756,16 +742,12 @@ class EmbeddedBackend(ChatBackend):
         self.model.set_adapter(adapter)
         return contextlib.nullcontext()
 
-    def _generate(self, reqs: list[ChatRequest], adapters: list[str | None]) -> list[ChatResponse]:
-        """One batched `generate` for requests that share logprobs or not; `adapters` names each request's adapter (None: the base).
-        One adapter: it is set for the call; several: PEFT's mixed-adapter batch (`adapter_names`, one per row)."""
-        import contextlib
+    def _generate(self, reqs: list[ChatRequest], adapter: str | None) -> list[ChatResponse]:
+        "One batched `generate` for requests that share adapter and sampling settings."
         import torch
         from transformers import GenerationConfig, LogitsProcessorList
 
         tok, r0 = self.tokenizer, reqs[0]
-        row_adapters = [a for r, a in zip(reqs, adapters) for _ in range(r.n)]
-        one_adapter = len(set(row_adapters)) == 1
         prompts = [
             tok.apply_chat_template(r.messages, tokenize=False, add_generation_prompt=True)
             for r in reqs
@@ -775,7 +757,7 @@ class EmbeddedBackend(ChatBackend):
         limit = max(16, self.max_context - max_new)  # keep the end of an over-long conversation, where the question is
         prompt_ids = [x[-limit:] for x in tok(prompts, add_special_tokens=False)["input_ids"]]
         groups = [
-            g for g in prefix_groups(prompt_ids, keys=row_adapters) if g[1]
+            g for g in prefix_groups(prompt_ids) if g[1]
         ]  # rows sharing a rubric, worked examples, a persona, one prompt sampled n times
         row_prefix, row_group = [0] * len(prompt_ids), [0] * len(prompt_ids)
         for g, (members, p) in enumerate(groups):
@@ -831,10 +813,8 @@ class EmbeddedBackend(ChatBackend):
             torch.manual_seed(hash(tuple(seeds)) % 2**31 if seeds else int.from_bytes(os.urandom(4), "little"))
         t0 = time.perf_counter()
         with self._load_lock, torch.inference_mode():
-            kw, per_row = {}, {}
-            if not one_adapter:  # PEFT routes each row through its own adapter ("__base__": none)
-                per_row = {"adapter_names": ["__base__" if a is None else a for a in row_adapters]}
-            with self._adapter_context(row_adapters[0]) if one_adapter else contextlib.nullcontext():
+            kw = {}
+            with self._adapter_context(adapter):
                 if prefix:  # each group's prefix keys and values, computed once and copied to the group's rows
                     from transformers import DynamicCache
                     import inspect
@@ -852,12 +832,11 @@ class EmbeddedBackend(ChatBackend):
                         position_ids=positions,
                         use_cache=True,
                         **{name: cache},
-                        **({"adapter_names": [per_row["adapter_names"][h] for h in heads]} if per_row else {}),
                     )
                     cache.batch_select_indices(torch.tensor(row_group, device=self.device))
                     kw[name] = cache
                 out = self.model.generate(
-                    **enc, generation_config=gen, logits_processor=LogitsProcessorList(processors), **kw, **per_row
+                    **enc, generation_config=gen, logits_processor=LogitsProcessorList(processors), **kw
                 )
         t1 = time.perf_counter()
         self.batches.append(len(prompts))
@@ -901,7 +880,7 @@ class EmbeddedBackend(ChatBackend):
                     reasons,
                     int(prompt_lens[row - 1]),
                     ntoks,
-                    adapters[len(results)] or self.model_id,
+                    adapter or self.model_id,
                     "embedded",
                     0.0,
                     lps if r.logprobs else None,

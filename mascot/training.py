@@ -54,9 +54,11 @@ def trl_config(config_cls, ours: dict, trl: dict):
         "report_to": report_to(),
         "disable_tqdm": True,
         "use_cpu": on_cpu,
-        # on a CPU memory is not what limits a run: recomputing activations (TRL turns gradient checkpointing on) costs a third more time
-        **({"bf16": False, "gradient_checkpointing": False} if on_cpu else {}),
+        **({"bf16": False} if on_cpu else {}),
     }
+    if on_cpu and not {"gradient_checkpointing", "activation_checkpointing"} & set(trl):
+        # on a CPU memory is not what limits a run: recomputing activations (TRL turns checkpointing on) costs a third more time
+        args["activation_checkpointing"] = False
     args.update({k: v for k, v in ours.items() if v is not None})
     try:
         return config_cls(**{**args, **trl})
