@@ -57,7 +57,8 @@ def trl_config(config_cls, ours: dict, trl: dict):
         **({"bf16": False} if on_cpu else {}),
     }
     if on_cpu and not {"gradient_checkpointing", "activation_checkpointing"} & set(trl):
-        # on a CPU memory is not what limits a run: recomputing activations (TRL turns checkpointing on) costs a third more time
+        # on a CPU memory is not what limits a run, and recomputing activations (TRL turns checkpointing on) costs time:
+        # one DPO run, AVX-512 fp32, 116.5 -> 72.6 s of training without it, the same loss
         args["activation_checkpointing"] = False
     args.update({k: v for k, v in ours.items() if v is not None})
     try:
