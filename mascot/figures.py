@@ -329,6 +329,7 @@ class FiguresConfig(Config):
     runs: list[str] = []
     labels: list[str] = []
     progress: bool = True
+    max_workers: int = 2
 
 
 def figures_nbs() -> Path:
@@ -385,8 +386,9 @@ def run_figures(cfg: FiguresConfig) -> dict[str, Path]:
     if cfg.metrics_dir is not None and not Path(cfg.metrics_dir).exists():
         raise FileNotFoundError(f"metrics_dir {cfg.metrics_dir} does not exist")
     runs, labels = _sensitivity_runs(cfg)
-    done, failed = {}, []
-    for nb in sorted(figures_nbs().glob("*.ipynb")):
+
+    def run_one(nb: Path) -> str | None:
+        "Execute one figure notebook; the failure's line, or None."
         out = (Path(cfg.output_dir) / nb.stem).resolve()
         out.mkdir(parents=True, exist_ok=True)
         params = {
@@ -409,11 +411,19 @@ def run_figures(cfg: FiguresConfig) -> dict[str, Path]:
                 language="python",
                 progress_bar=False,
             )
-            done[nb.stem] = out / f"{nb.stem}.png"
         except Exception as e:
-            failed.append(
-                f"{nb.stem}: {getattr(e, 'ename', type(e).__name__)}: {getattr(e, 'evalue', e)} (see {out / 'executed.ipynb'})"
-            )
+            return f"{nb.stem}: {getattr(e, 'ename', type(e).__name__)}: {getattr(e, 'evalue', e)} (see {out / 'executed.ipynb'})"
+
+    from concurrent.futures import ThreadPoolExecutor
+
+    nbs = sorted(figures_nbs().glob("*.ipynb"))
+    # two kernels at a time: each notebook is mostly its kernel's start and imports, single-threaded, so two overlap on 2 cores
+    with ThreadPoolExecutor(max_workers=cfg.max_workers) as pool:
+        errors = list(pool.map(run_one, nbs))
+    failed = [e for e in errors if e]
+    done = {
+        nb.stem: (Path(cfg.output_dir) / nb.stem).resolve() / f"{nb.stem}.png" for nb, e in zip(nbs, errors) if not e
+    }
     if failed:
         raise RuntimeError("figure notebooks failed:\n" + "\n".join(failed))
     return done
@@ -427,4 +437,5 @@ describe(
     runs="other runs' judge folders for the sensitivity figures, beside this run's",
     labels="a label per run (one per --runs entry, or one more for this run first); default: the folder names",
     progress="show a progress bar",
+    max_workers="figure notebooks executed at once, each in its own kernel",
 )

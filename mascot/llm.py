@@ -5,7 +5,7 @@
 # %% ../nbs/01_llm.ipynb #1f9565bc
 from __future__ import annotations
 from .core import *  # sets OMP_WAIT_POLICY before torch loads
-import asyncio, glob, importlib.util, json, os, shutil, sys, time, threading, math
+import asyncio, contextlib, glob, importlib.util, json, os, shutil, sys, time, threading, math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -15,9 +15,10 @@ from pydantic import model_validator
 __all__ = ['EMBEDDED_DEFAULT', 'TINY_MODEL_ENV', 'PREFIX_CACHE_MIN_TOKENS', 'MAX_SKIPS', 'GEN_ROLES', 'ROLES', 'API_PROVIDERS',
            'NO_JUDGE', 'ChatRequest', 'TokenLogprob', 'ChatResponse', 'LLMError', 'BackendUnavailable', 'ModelNotFound',
            'MalformedResponse', 'ChatBackend', 'served_base', 'served_model', 'OpenAIBackend', 'smollm2_gguf',
-           'convert_smollm2', 'embedded_dtype', 'resolve_model_path', 'tiny_model', 'shared_prefix_len',
-           'prefix_groups', 'embedded_stats', 'EmbeddedBackend', 'make_random_lora', 'EndpointConfig', 'judging_config',
-           'RoleRoute', 'route_roles', 'require_judge', 'public_url', 'judge_record', 'parse_lora_modules', 'LLMClient']
+           'gguf_read_once', 'convert_smollm2', 'embedded_dtype', 'resolve_model_path', 'tiny_model',
+           'shared_prefix_len', 'prefix_groups', 'embedded_stats', 'EmbeddedBackend', 'make_random_lora',
+           'EndpointConfig', 'judging_config', 'RoleRoute', 'route_roles', 'require_judge', 'public_url',
+           'judge_record', 'parse_lora_modules', 'LLMClient']
 
 # %% ../nbs/01_llm.ipynb #b15fcbfb
 @dataclass
@@ -365,6 +366,29 @@ def smollm2_gguf() -> Path:
     return Path(files[0])
 
 
+@contextlib.contextmanager
+def gguf_read_once():
+    "Within it, gguf files are parsed once per process and gguf's tensor-name map is built once per architecture."
+    # transformers parses the GGUF three times (config, tokenizer, weights) and rebuilds gguf's tensor-name map for each of
+    # the model's ~400 modules: 31 s of the first conversion on 2 AVX2 cores, 12 s with this (the files written are byte-identical)
+    import functools, gguf
+    from unittest import mock
+
+    readers = {}
+    real = gguf.GGUFReader
+
+    def reader(path, *args, **kw):
+        key = (str(path), args, tuple(sorted(kw.items())))
+        if key not in readers:
+            readers[key] = real(path, *args, **kw)
+        return readers[key]
+
+    name_map = functools.lru_cache(maxsize=None)(gguf.get_tensor_name_map)
+    # transformers imports both names from `gguf` inside its functions, at call time, so patching the module reaches them
+    with mock.patch.object(gguf, "GGUFReader", reader), mock.patch.object(gguf, "get_tensor_name_map", name_map):
+        yield
+
+
 def convert_smollm2(dest: Path | None = None, max_length: int = 8192) -> Path:
     "Convert the shipped GGUF into a safetensors folder once; concurrent callers are safe (write to a temp folder, then rename)."
     dest = Path(dest or cache_dir() / "models" / "SmolLM2-135M-Instruct")
@@ -373,8 +397,9 @@ def convert_smollm2(dest: Path | None = None, max_length: int = 8192) -> Path:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     gguf = smollm2_gguf()
-    tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    with gguf_read_once():
+        tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
     model.hf_quantizer.remove_quantization_config(
         model
     )  # else save_pretrained writes a quantisation config nothing can load
@@ -597,6 +622,7 @@ class EmbeddedBackend(ChatBackend):
         self.model = self.tokenizer = None
         self._queue: list[_Pending] = []
         self._worker: asyncio.Task | None = None
+        self._loading: asyncio.Task | None = None  # the model load the requests of one event loop wait on
         self._load_lock = threading.Lock()
         self.batches: list[int] = []  # sizes of the batches run, for benchmarks and tests
         self.stats = {k: 0.0 if k.endswith("_s") else 0 for k in _STAT_KEYS}
@@ -666,9 +692,13 @@ class EmbeddedBackend(ChatBackend):
 
     async def chat(self, req: ChatRequest) -> ChatResponse:
         model = await self.check_model(req.model)
-        if self.model is None:
-            await asyncio.to_thread(self.load)
         loop = asyncio.get_running_loop()
+        if self.model is None:
+            # one load for all the requests of this loop that arrive before the model is there: they then wake in the same tick
+            # and join one batch (a thread each, they woke one by one and the first batch of a judge stage held 3 rows of 48)
+            if self._loading is None or self._loading.get_loop() is not loop:
+                self._loading = loop.create_task(asyncio.to_thread(self.load))
+            await asyncio.shield(self._loading)
         p = _Pending(req, None if model == self.model_id else model, loop.create_future(), time.perf_counter())
         self._queue.append(p)
         if (
@@ -679,7 +709,9 @@ class EmbeddedBackend(ChatBackend):
 
     async def _work(self):
         "Drain the queue batch by batch; exit when it is empty (the next request starts a new worker)."
-        await asyncio.sleep(0)  # let requests issued in the same tick join the first batch
+        await (
+            self._settle()
+        )  # let requests issued in the same tick, and those their callers are about to issue, join the first batch
         while self._queue:
             first = self._queue[0]
             key = _group_key(first)
@@ -698,8 +730,16 @@ class EmbeddedBackend(ChatBackend):
                 if not p.future.done():
                     p.future.set_result(r)
             # let the callers just answered (an episode's next role, its speakers' gather) queue their next calls before the next batch forms
-            for _ in range(3):
-                await asyncio.sleep(0)
+            await self._settle()
+
+    async def _settle(self, max_ticks: int = 20):
+        "Yield to the other tasks until a tick adds no request to the queue (or it holds a full batch)."
+        n = -1
+        for _ in range(max_ticks):
+            if len(self._queue) == n or sum(p.req.n for p in self._queue) >= self.max_batch_size:
+                return
+            n = len(self._queue)
+            await asyncio.sleep(0)
 
     def _pick_batch(self, waiting: list[_Pending]) -> list[_Pending]:
         "Requests for the next `generate`: all when they fit; else whole shared-prefix groups, overdue ones first, then the largest."
