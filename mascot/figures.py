@@ -417,7 +417,7 @@ def run_figures(cfg: FiguresConfig) -> dict[str, Path]:
     from concurrent.futures import ThreadPoolExecutor
 
     nbs = sorted(figures_nbs().glob("*.ipynb"))
-    # two kernels at a time: each notebook is mostly its kernel's start and imports, single-threaded, so two overlap on 2 cores
+    # `max_workers` kernels at a time (2): each notebook is mostly its kernel's start and imports, single-threaded, so two overlap on 2 cores
     with ThreadPoolExecutor(max_workers=cfg.max_workers) as pool:
         errors = list(pool.map(run_one, nbs))
     failed = [e for e in errors if e]

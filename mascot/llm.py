@@ -709,9 +709,8 @@ class EmbeddedBackend(ChatBackend):
 
     async def _work(self):
         "Drain the queue batch by batch; exit when it is empty (the next request starts a new worker)."
-        await (
-            self._settle()
-        )  # let requests issued in the same tick, and those their callers are about to issue, join the first batch
+        # let requests issued in the same tick, and those their callers are about to issue, join the first batch
+        await self._settle()
         while self._queue:
             first = self._queue[0]
             key = _group_key(first)
@@ -732,14 +731,17 @@ class EmbeddedBackend(ChatBackend):
             # let the callers just answered (an episode's next role, its speakers' gather) queue their next calls before the next batch forms
             await self._settle()
 
-    async def _settle(self, max_ticks: int = 20):
-        "Yield to the other tasks until a tick adds no request to the queue (or it holds a full batch)."
-        n = -1
+    async def _settle(self, quiet_ticks: int = 3, max_ticks: int = 100):
+        "Yield to the other tasks until `quiet_ticks` ticks in a row add no request to the queue (or it holds a full batch)."
+        # an answered caller needs a few ticks to issue its next request (its future's callback, its task, a gather's callback),
+        # so one quiet tick is not the end of a wave; a tick costs microseconds against a batch's seconds
+        n, quiet = len(self._queue), 0
         for _ in range(max_ticks):
-            if len(self._queue) == n or sum(p.req.n for p in self._queue) >= self.max_batch_size:
+            if quiet >= quiet_ticks or sum(p.req.n for p in self._queue) >= self.max_batch_size:
                 return
-            n = len(self._queue)
             await asyncio.sleep(0)
+            quiet = quiet + 1 if len(self._queue) == n else 0
+            n = len(self._queue)
 
     def _pick_batch(self, waiting: list[_Pending]) -> list[_Pending]:
         "Requests for the next `generate`: all when they fit; else whole shared-prefix groups, overdue ones first, then the largest."
