@@ -406,7 +406,9 @@ def run_figures(cfg: FiguresConfig) -> dict[str, Path]:
                 str(nb),
                 str(out / "executed.ipynb"),
                 parameters={k: v for k, v in params.items() if k in declared},
-                cwd=str(out),
+                # the kernel starts in `out` (nbclient's resources path); papermill's `cwd=` would chdir this whole process,
+                # which two threads at once leave in the wrong folder
+                resources={"metadata": {"path": str(out)}},
                 kernel_name="python3",
                 language="python",
                 progress_bar=False,

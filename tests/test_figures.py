@@ -1,6 +1,6 @@
 "The figures stage end to end: a hand-made judge table and auto-metrics file, every figure notebook really executed by papermill."
 
-import json
+import json, os
 from pathlib import Path
 import pandas as pd
 import pytest
@@ -118,11 +118,14 @@ def stage(tmp_path_factory):
             }
         )
     )
+    cwd = os.getcwd()
     figs = run_figures(
         FiguresConfig(
             judge_dir=str(judge), metrics_dir=str(tmp / "metrics"), output_dir=str(tmp / "out"), progress=False
         )
     )
+    # the notebooks run two at a time: none may move this process's working directory (papermill's cwd= chdirs the process)
+    assert os.getcwd() == cwd
     return tmp, figs
 
 
