@@ -387,10 +387,11 @@ def run_figures(cfg: FiguresConfig) -> dict[str, Path]:
         raise FileNotFoundError(f"metrics_dir {cfg.metrics_dir} does not exist")
     runs, labels = _sensitivity_runs(cfg)
 
-    def run_one(nb: Path) -> str | None:
-        "Execute one figure notebook; the failure's line, or None."
+    def run_one(nb: Path) -> tuple[Path, str | None]:
+        "Execute one figure notebook: its PNG, and the failure's line or None."
         out = (Path(cfg.output_dir) / nb.stem).resolve()
         out.mkdir(parents=True, exist_ok=True)
+        png = out / f"{nb.stem}.png"
         params = {
             "judge_dir": str(Path(cfg.judge_dir).resolve()),
             "metrics_dir": cfg.metrics_dir and str(Path(cfg.metrics_dir).resolve()),
@@ -414,18 +415,20 @@ def run_figures(cfg: FiguresConfig) -> dict[str, Path]:
                 progress_bar=False,
             )
         except Exception as e:
-            return f"{nb.stem}: {getattr(e, 'ename', type(e).__name__)}: {getattr(e, 'evalue', e)} (see {out / 'executed.ipynb'})"
+            return (
+                png,
+                f"{nb.stem}: {getattr(e, 'ename', type(e).__name__)}: {getattr(e, 'evalue', e)} (see {out / 'executed.ipynb'})",
+            )
+        return png, None
 
     from concurrent.futures import ThreadPoolExecutor
 
     nbs = sorted(figures_nbs().glob("*.ipynb"))
     # `max_workers` kernels at a time (2): each notebook is mostly its kernel's start and imports, single-threaded, so two overlap on 2 cores
     with ThreadPoolExecutor(max_workers=cfg.max_workers) as pool:
-        errors = list(pool.map(run_one, nbs))
-    failed = [e for e in errors if e]
-    done = {
-        nb.stem: (Path(cfg.output_dir) / nb.stem).resolve() / f"{nb.stem}.png" for nb, e in zip(nbs, errors) if not e
-    }
+        results = list(pool.map(run_one, nbs))
+    failed = [e for _, e in results if e]
+    done = {nb.stem: png for nb, (png, e) in zip(nbs, results) if not e}
     if failed:
         raise RuntimeError("figure notebooks failed:\n" + "\n".join(failed))
     return done
