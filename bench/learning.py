@@ -1,7 +1,8 @@
 """Learning checks on signals the model can learn (issue #14, item 4), at CPU sizes; resumable section by section.
 
-reward_model: a persona reward model on known-label pairs (each ESConv context's real reply vs its degraded copies: the context parroted, the
+reward_model: a persona reward model on known-label pairs (each context's real reply vs its degraded copies: the context parroted, the
     persona's name alone, the reply cut off, another conversation's reply), held-out accuracy on unseen contexts with its binomial 95% CI.
+    The contexts: the shipped ESConv and ED samples (56 with a reference reply of 6+ words), 31 of them held out (--stage1-holdout 0.55).
 speaker: speaker GRPO (the package's train_speaker, gated reward) against that reward model on the same contexts' persona prompts; held-out
     prompts sampled at the training temperature, several samples each, the same seeds for base and trained: paired difference +- s.e. and the
     degenerate-reply rate of each.
@@ -12,10 +13,13 @@ group_reward_model, director, dpo_director: the stage-2 checks against a program
     director: the package's train_director_grpo with that reward in place of the trained group RM; dpo_director: the package's
     train_director_dpo on pairs of the base director's sampled directives, both parsed, ranked by that reward. Each is compared on the held-out
     states with a random director and the untrained one (the same rollout seeds), as paired differences +- s.e.
+director_turn_taking: the same GRPO check on one part of that reward alone, distinct speakers, whose optimum is known and depends only on the
+    directive: on these states a director that gives the floor to a persona who has not spoken scores 1.0, one that names the persona who
+    just spoke 0.5, a random one 0.83 in expectation.
 
 Every section writes its figures into --out as soon as it finishes; a rerun skips the sections already there (--force reruns them).
 
-    python bench/learning.py [--rm-epochs 2] [--grpo-steps 20] [--eval-samples 4] [--director-contexts 40] [--director-steps 10]
+    python bench/learning.py [--stage1-datasets ESConv ED] [--stage1-holdout 0.55] [--rm-epochs 2] [--grpo-steps 20] [--eval-samples 4] [--director-contexts 40] [--director-steps 10]
                              [--work-dir DIR] [--out bench/results/learning.json]
 """
 
@@ -29,13 +33,20 @@ from mascot.reward_model import RewardModelConfig, known_label_pairs, train_rewa
 from mascot.speaker_grpo import SpeakerGRPOConfig, train_speaker
 
 
-def contexts():
-    d = str(shared_data_dir() / "esconv")
-    return [c for s in ("train", "valid", "test") for c in load_contexts("ESConv", split=s, data_path=d)]
+SAMPLES = {"ESConv": ("esconv", ("train", "valid", "test")), "ED": ("empathetic_dialogues", ("train",))}
+
+
+def contexts(datasets=("ESConv",)):
+    "Every context of the shipped dataset samples (`../shared/data`), all splits: the checks make their own held-out split by context."
+    out = []
+    for ds in datasets:
+        folder, splits = SAMPLES[ds]
+        out += [c for s in splits for c in load_contexts(ds, split=s, data_path=str(shared_data_dir() / folder))]
+    return out
 
 
 def section_reward_model(a, work: Path) -> dict:
-    rows = known_label_pairs(contexts())
+    rows = known_label_pairs(contexts(a.stage1_datasets))
     (work / "pairs").mkdir(parents=True, exist_ok=True)
     save_pairs(rows, work / "pairs")
     t = time.time()
@@ -49,7 +60,7 @@ def section_reward_model(a, work: Path) -> dict:
             lora_r=8,
             learning_rate=1e-3,
             per_device_train_batch_size=8,
-            holdout_fraction=0.3,
+            holdout_fraction=a.stage1_holdout,
         )
     )
     m = json.loads((out / "mascot_metadata.json").read_text())
@@ -69,7 +80,7 @@ def section_reward_model(a, work: Path) -> dict:
 def section_speaker(a, work: Path, rm_path: str) -> dict:
     folder = work / "speaker_prompts"
     folder.mkdir(parents=True, exist_ok=True)
-    rows = known_label_pairs(contexts(), kinds=("name_only",))  # one persona prompt per context
+    rows = known_label_pairs(contexts(a.stage1_datasets), kinds=("name_only",))  # one persona prompt per context
     (folder / "candidates.jsonl").write_text(
         "".join(
             json.dumps({"prompt": r["prompt"], "persona": r["persona"], "context_id": r["context_id"]}) + "\n"
@@ -88,7 +99,7 @@ def section_speaker(a, work: Path, rm_path: str) -> dict:
             max_completion_length=48,
             eval_max_tokens=48,
             eval_samples_per_prompt=a.eval_samples,
-            holdout_fraction=0.3,
+            holdout_fraction=a.stage1_holdout,
             lora_r=8,
         )
     )
@@ -266,7 +277,7 @@ class _ProgrammaticAsGroupRM:
         return cls.reward
 
 
-def section_director(a, work: Path, states_path: str, reward) -> dict:
+def section_director(a, work: Path, states_path: str, reward, name: str = "director") -> dict:
     import mascot.director_grpo as dg
 
     dg.GroupRewardModel = (
@@ -284,7 +295,7 @@ def section_director(a, work: Path, states_path: str, reward) -> dict:
             dataset="ESConv",
             episode_dataset_path=states_path,
             group_reward_model_path="programmatic",
-            output_dir=str(work / "director"),
+            output_dir=str(work / name),
             max_steps=a.director_steps,
             learning_rate=a.grpo_lr,
             num_generations=4,
@@ -314,6 +325,7 @@ def section_director(a, work: Path, states_path: str, reward) -> dict:
         **{f"{k}_mean_reward": m[f"heldout_{k}"]["mean_group_reward"] for k in ("random", "untrained", "trained")},
         **{f"{k}_parse_rate": m[f"heldout_{k}"]["parse_rate"] for k in ("untrained", "trained")},
         "max_weight_change": m["max_weight_change"],
+        "reward_parts": list(reward.use),
         "seconds": round(time.time() - t, 1),
         "path": str(out),
     }
@@ -440,6 +452,19 @@ def section_dpo_director(a, work: Path, states_path: str, embedded, reward) -> d
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument(
+        "--stage1-datasets",
+        nargs="+",
+        default=["ESConv", "ED"],
+        choices=list(SAMPLES),
+        help="dataset samples whose contexts the reward-model and speaker checks use (ESConv 25 and ED 31 with a reference reply of 6+ words)",
+    )
+    ap.add_argument(
+        "--stage1-holdout",
+        type=float,
+        default=0.55,
+        help="fraction of those contexts held out (0.55 of 56: 31, at least the 30 held-out prompts the speaker check asks for)",
+    )
     ap.add_argument("--rm-epochs", type=float, default=2)
     ap.add_argument("--grpo-steps", type=int, default=20)
     ap.add_argument("--grpo-lr", type=float, default=5e-4)
@@ -453,7 +478,9 @@ def main():
     ap.add_argument("--dpo-margin", type=float, default=0.05)
     ap.add_argument("--dpo-epochs", type=float, default=2)
     ap.add_argument(
-        "--sections", nargs="+", default=["reward_model", "speaker", "group_reward_model", "director", "dpo_director"]
+        "--sections",
+        nargs="+",
+        default=["reward_model", "speaker", "group_reward_model", "director", "dpo_director", "director_turn_taking"],
     )
     ap.add_argument("--work-dir", default=None)
     ap.add_argument("--out", default="bench/results/learning.json")
@@ -490,7 +517,9 @@ def main():
 
     run("reward_model", lambda: section_reward_model(a, work))
     run("speaker", lambda: section_speaker(a, work, res["reward_model"]["path"]))
-    if any(s in a.sections and todo(s) for s in ("group_reward_model", "director", "dpo_director")):
+    if any(
+        s in a.sections and todo(s) for s in ("group_reward_model", "director", "dpo_director", "director_turn_taking")
+    ):
         from mascot.llm import EmbeddedBackend
         from mascot.auto_metrics import ProgrammaticGroupReward
 
@@ -500,6 +529,11 @@ def main():
         run("group_reward_model", lambda: section_group_reward_model(a, work, states, embedded, reward))
         run("director", lambda: section_director(a, work, states, reward))
         run("dpo_director", lambda: section_dpo_director(a, work, states, embedded, reward))
+        turn_taking = ProgrammaticGroupReward(use=["distinct_speakers"])
+        run(
+            "director_turn_taking",
+            lambda: section_director(a, work, states, turn_taking, name="director_turn_taking"),
+        )
     save()
     print(f"wrote {out}")
 

@@ -433,8 +433,12 @@ GROUP_REWARD_PARTS = ("distinct_speakers", "diversity", "relevance", "clean")
 class ProgrammaticGroupReward:
     "Distinct speakers, low Self-BLEU, relevance to the situation (MiniLM) and clean replies, averaged: a learnable stand-in for the group RM."
 
-    def __init__(self, embed: Callable | None = None):
-        self._embed = embed
+    def __init__(self, embed: Callable | None = None, use: Sequence[str] = GROUP_REWARD_PARTS):
+        "`use`: the parts the reward averages (all four by default; one part alone is a signal whose optimum is known)."
+        unknown = [u for u in use if u not in GROUP_REWARD_PARTS]
+        if unknown or not use:
+            raise ValueError(f"ProgrammaticGroupReward use={list(use)!r}: choose from {', '.join(GROUP_REWARD_PARTS)}")
+        self._embed, self.use = embed, tuple(use)
 
     @property
     def embed(self) -> Callable:
@@ -462,8 +466,8 @@ class ProgrammaticGroupReward:
         }
 
     def score_states(self, situations: list[str], turns: list[list], roster) -> list[float]:
-        "One reward in [0, 1] per conversation: the mean of its parts."
-        return [_mean(list(self.parts(s, t, roster).values())) for s, t in zip(situations, turns)]
+        "One reward in [0, 1] per conversation: the mean of the parts it uses."
+        return [_mean([self.parts(s, t, roster)[k] for k in self.use]) for s, t in zip(situations, turns)]
 
 # %% ../nbs/32_auto_metrics.ipynb #a5a85f9e
 def evaluate(cfg: MetricsConfig, scorer: Scorer | None = None, embed: Callable | None = None) -> dict:
