@@ -45,6 +45,21 @@ def contexts(datasets=("ESConv",)):
     return out
 
 
+def accuracy_by_degradation(rm_path, rows: list[dict], held_ids, max_length: int = 256) -> dict:
+    "The trained reward model's held-out pairwise accuracy per degradation kind (which copies it still prefers to the real reply)."
+    from mascot.reward_models import RewardModel
+
+    rm = RewardModel.load(rm_path, max_length=max_length)
+    held = [r for r in rows if r["context_id"] in set(held_ids)]
+    chosen = rm.score([r["prompt"] for r in held], [r["chosen"] for r in held])
+    rejected = rm.score([r["prompt"] for r in held], [r["rejected"] for r in held])
+    out = {}
+    for kind in dict.fromkeys(r["degradation"] for r in held):
+        idx = [i for i, r in enumerate(held) if r["degradation"] == kind]
+        out[kind] = {"accuracy": sum(chosen[i] > rejected[i] for i in idx) / len(idx), "n": len(idx)}
+    return out
+
+
 def section_reward_model(a, work: Path) -> dict:
     rows = known_label_pairs(contexts(a.stage1_datasets))
     (work / "pairs").mkdir(parents=True, exist_ok=True)
@@ -68,6 +83,7 @@ def section_reward_model(a, work: Path) -> dict:
         "heldout_accuracy": m["heldout_accuracy_after"],
         "ci95": m["heldout_accuracy_after_ci95"],
         "heldout_accuracy_before": m["heldout_accuracy_before"],
+        "heldout_accuracy_by_degradation": accuracy_by_degradation(out, rows, m["heldout_contexts"]),
         "n_pairs": m["num_heldout_pairs"],
         "n_train_pairs": m["num_train_pairs"],
         "heldout_contexts": len(m["heldout_contexts"]),
