@@ -19,7 +19,8 @@ director_turn_taking: the same GRPO check on one part of that reward alone, dist
 
 Every section writes its figures into --out as soon as it finishes; a rerun skips the sections already there (--force reruns them).
 
-    python bench/learning.py [--stage1-datasets ESConv ED] [--stage1-holdout 0.55] [--rm-epochs 2] [--grpo-steps 20] [--eval-samples 4] [--director-contexts 40] [--director-steps 10]
+    python bench/learning.py [--stage1-datasets ESConv ED] [--stage1-holdout 0.55] [--rm-epochs 2] [--grpo-steps 20] [--eval-samples 4]
+                             [--director-datasets ESConv] [--director-contexts 40] [--director-steps 10]
                              [--work-dir DIR] [--out bench/results/learning.json]
 """
 
@@ -167,7 +168,7 @@ def section_director_states(a, work: Path, embedded) -> dict:
     from mascot.core import run_sync
 
     runner = director_runner(embedded)
-    ctxs = contexts()[: a.director_contexts]
+    ctxs = contexts(a.director_datasets)[: a.director_contexts]
 
     async def one(ctx):
         st = new_state(runner, ctx)
@@ -485,7 +486,19 @@ def main():
     ap.add_argument("--grpo-steps", type=int, default=20)
     ap.add_argument("--grpo-lr", type=float, default=5e-4)
     ap.add_argument("--eval-samples", type=int, default=4)
-    ap.add_argument("--director-contexts", type=int, default=40, help="ESConv contexts for the director states")
+    ap.add_argument(
+        "--director-contexts",
+        type=int,
+        default=40,
+        help="contexts for the director states (the first N of --director-datasets)",
+    )
+    ap.add_argument(
+        "--director-datasets",
+        nargs="+",
+        default=["ESConv"],
+        choices=list(SAMPLES),
+        help="dataset samples whose contexts become director states (ESConv 28; with ED, 68)",
+    )
     ap.add_argument("--holdout-fraction", type=float, default=0.3)
     ap.add_argument("--grm-rollouts", type=int, default=3)
     ap.add_argument("--grm-margin", type=float, default=0.05)
