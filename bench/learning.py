@@ -3,6 +3,8 @@
 reward_model: a persona reward model on known-label pairs (each context's real reply vs its degraded copies: the context parroted, the
     persona's name alone, the reply cut off, another conversation's reply), held-out accuracy on unseen contexts with its binomial 95% CI.
     The contexts: the shipped ESConv and ED samples (56 with a reference reply of 6+ words), 31 of them held out (--stage1-holdout 0.55).
+reward_model_hard_negatives: the same, with --rm-hard-negatives more pairs per *training* context whose rejected reply is another training
+    context's real reply (only the context tells them apart); the held-out pairs are exactly reward_model's.
 speaker: speaker GRPO (the package's train_speaker, gated reward) against that reward model on the same contexts' persona prompts; held-out
     prompts sampled at the training temperature, several samples each, the same seeds for base and trained: paired difference +- s.e. and the
     degenerate-reply rate of each.
@@ -19,7 +21,7 @@ director_turn_taking: the same GRPO check on one part of that reward alone, dist
 
 Every section writes its figures into --out as soon as it finishes; a rerun skips the sections already there (--force reruns them).
 
-    python bench/learning.py [--stage1-datasets ESConv ED] [--stage1-holdout 0.55] [--rm-epochs 2] [--grpo-steps 20] [--eval-samples 4]
+    python bench/learning.py [--stage1-datasets ESConv ED] [--stage1-holdout 0.55] [--rm-epochs 2] [--rm-hard-negatives 2] [--grpo-steps 20] [--eval-samples 4]
                              [--director-datasets ESConv] [--director-contexts 40] [--director-steps 10]
                              [--work-dir DIR] [--out bench/results/learning.json]
 """
@@ -61,8 +63,38 @@ def accuracy_by_degradation(rm_path, rows: list[dict], held_ids, max_length: int
     return out
 
 
-def section_reward_model(a, work: Path) -> dict:
+def hard_negative_pairs(rows: list[dict], k: int, holdout_fraction: float, seed: int = 0) -> list[dict]:
+    """`k` more pairs per *training* context whose rejected reply is another training context's real reply (hard negatives: only the
+    context tells them apart). The held-out contexts, and so the held-out pairs, are the ones `train_reward_model` holds out anyway:
+    the same split function, fraction and seed on the same context ids."""
+    from datasets import Dataset
+    from mascot.training import split_by_context
+
+    _, _, held = split_by_context(
+        Dataset.from_dict({"context_id": [r["context_id"] for r in rows]}), holdout_fraction, seed
+    )
+    first = {r["context_id"]: r for r in reversed(rows)}  # each context's prompt and real reply
+    train_ids = sorted(set(first) - set(held))
+    rng, out = random.Random(seed), []
+    for cid in train_ids:
+        for j, other in enumerate(rng.sample([c for c in train_ids if c != cid], k)):
+            r = first[cid]
+            out.append(
+                {
+                    **r,
+                    "rejected": first[other]["chosen"],
+                    "query_id": f"{cid}:other_training_reply:{j}",
+                    "degradation": "other_training_reply",
+                }
+            )
+    return out
+
+
+def section_reward_model(a, work: Path, hard_negatives: int = 0) -> dict:
     rows = known_label_pairs(contexts(a.stage1_datasets))
+    held_out_rows = rows
+    if hard_negatives:
+        rows = rows + hard_negative_pairs(rows, hard_negatives, a.stage1_holdout)
     (work / "pairs").mkdir(parents=True, exist_ok=True)
     save_pairs(rows, work / "pairs")
     t = time.time()
@@ -84,7 +116,8 @@ def section_reward_model(a, work: Path) -> dict:
         "heldout_accuracy": m["heldout_accuracy_after"],
         "ci95": m["heldout_accuracy_after_ci95"],
         "heldout_accuracy_before": m["heldout_accuracy_before"],
-        "heldout_accuracy_by_degradation": accuracy_by_degradation(out, rows, m["heldout_contexts"]),
+        "heldout_accuracy_by_degradation": accuracy_by_degradation(out, held_out_rows, m["heldout_contexts"]),
+        "hard_negatives_per_training_context": hard_negatives,
         "n_pairs": m["num_heldout_pairs"],
         "n_train_pairs": m["num_train_pairs"],
         "heldout_contexts": len(m["heldout_contexts"]),
@@ -483,6 +516,12 @@ def main():
         help="fraction of those contexts held out (0.55 of 56: 31, at least the 30 held-out prompts the speaker check asks for)",
     )
     ap.add_argument("--rm-epochs", type=float, default=2)
+    ap.add_argument(
+        "--rm-hard-negatives",
+        type=int,
+        default=2,
+        help="section reward_model_hard_negatives: extra pairs per training context whose rejected reply is another training context's real reply",
+    )
     ap.add_argument("--grpo-steps", type=int, default=20)
     ap.add_argument("--grpo-lr", type=float, default=5e-4)
     ap.add_argument("--eval-samples", type=int, default=4)
@@ -509,7 +548,15 @@ def main():
     ap.add_argument(
         "--sections",
         nargs="+",
-        default=["reward_model", "speaker", "group_reward_model", "director", "dpo_director", "director_turn_taking"],
+        default=[
+            "reward_model",
+            "speaker",
+            "reward_model_hard_negatives",
+            "group_reward_model",
+            "director",
+            "dpo_director",
+            "director_turn_taking",
+        ],
     )
     ap.add_argument("--work-dir", default=None)
     ap.add_argument("--out", default="bench/results/learning.json")
@@ -546,6 +593,10 @@ def main():
 
     run("reward_model", lambda: section_reward_model(a, work))
     run("speaker", lambda: section_speaker(a, work, res["reward_model"]["path"]))
+    run(
+        "reward_model_hard_negatives",
+        lambda: section_reward_model(a, work / "hard_negatives", hard_negatives=a.rm_hard_negatives),
+    )
     if any(
         s in a.sections and todo(s) for s in ("group_reward_model", "director", "dpo_director", "director_turn_taking")
     ):
