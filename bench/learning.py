@@ -94,7 +94,7 @@ def section_reward_model(a, work: Path, hard_negatives: int = 0) -> dict:
     rows = known_label_pairs(contexts(a.stage1_datasets))
     held_out_rows = rows
     if hard_negatives:
-        rows = rows + hard_negative_pairs(rows, hard_negatives, a.stage1_holdout)
+        rows = rows + hard_negative_pairs(rows, hard_negatives, a.stage1_holdout, seed=a.stage1_seed)
     (work / "pairs").mkdir(parents=True, exist_ok=True)
     save_pairs(rows, work / "pairs")
     t = time.time()
@@ -109,6 +109,7 @@ def section_reward_model(a, work: Path, hard_negatives: int = 0) -> dict:
             learning_rate=1e-3,
             per_device_train_batch_size=8,
             holdout_fraction=a.stage1_holdout,
+            seed=a.stage1_seed,
         )
     )
     m = json.loads((out / "mascot_metadata.json").read_text())
@@ -516,6 +517,12 @@ def main():
         help="fraction of those contexts held out (0.55 of 56: 31, at least the 30 held-out prompts the speaker check asks for)",
     )
     ap.add_argument("--rm-epochs", type=float, default=2)
+    ap.add_argument(
+        "--stage1-seed",
+        type=int,
+        default=0,
+        help="seed of the reward-model checks' held-out split, score head and sampling (another seed: another 31 held-out contexts)",
+    )
     ap.add_argument(
         "--rm-hard-negatives",
         type=int,
