@@ -3,8 +3,8 @@
 reward_model: a persona reward model on known-label pairs (each context's real reply vs its degraded copies: the context parroted, the
     persona's name alone, the reply cut off, another conversation's reply), held-out accuracy on unseen contexts with its binomial 95% CI.
     The contexts: the shipped ESConv and ED samples (56 with a reference reply of 6+ words), 31 of them held out (--stage1-holdout 0.55).
-reward_model_hard_negatives: the same, with --rm-hard-negatives more pairs per *training* context whose rejected reply is another training
-    context's real reply (only the context tells them apart); the held-out pairs are exactly reward_model's.
+    Each *training* context also gets --rm-hard-negatives (2) pairs whose rejected reply is another training context's real reply: only the
+    context tells them apart. The held-out pairs are the same with or without them (the same split of the same context ids).
 speaker: speaker GRPO (the package's train_speaker, gated reward) against that reward model on the same contexts' persona prompts; held-out
     prompts sampled at the training temperature, several samples each, the same seeds for base and trained: paired difference +- s.e. and the
     degenerate-reply rate of each.
@@ -527,7 +527,7 @@ def main():
         "--rm-hard-negatives",
         type=int,
         default=2,
-        help="section reward_model_hard_negatives: extra pairs per training context whose rejected reply is another training context's real reply",
+        help="pairs added per training context whose rejected reply is another training context's real reply (hard negatives; 0: none)",
     )
     ap.add_argument("--grpo-steps", type=int, default=20)
     ap.add_argument("--grpo-lr", type=float, default=5e-4)
@@ -558,7 +558,6 @@ def main():
         default=[
             "reward_model",
             "speaker",
-            "reward_model_hard_negatives",
             "group_reward_model",
             "director",
             "dpo_director",
@@ -598,12 +597,8 @@ def main():
             save()
             print(name, res[name], flush=True)
 
-    run("reward_model", lambda: section_reward_model(a, work))
+    run("reward_model", lambda: section_reward_model(a, work, hard_negatives=a.rm_hard_negatives))
     run("speaker", lambda: section_speaker(a, work, res["reward_model"]["path"]))
-    run(
-        "reward_model_hard_negatives",
-        lambda: section_reward_model(a, work / "hard_negatives", hard_negatives=a.rm_hard_negatives),
-    )
     if any(
         s in a.sections and todo(s) for s in ("group_reward_model", "director", "dpo_director", "director_turn_taking")
     ):
