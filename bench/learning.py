@@ -92,7 +92,7 @@ def hard_negative_pairs(rows: list[dict], k: int, holdout_fraction: float, seed:
 
 def section_reward_model(a, work: Path, hard_negatives: int = 0) -> dict:
     rows = known_label_pairs(contexts(a.stage1_datasets))
-    held_out_rows = rows
+    known = rows  # the held-out pairs are among these; hard negatives only add training pairs
     if hard_negatives:
         rows = rows + hard_negative_pairs(rows, hard_negatives, a.stage1_holdout, seed=a.stage1_seed)
     (work / "pairs").mkdir(parents=True, exist_ok=True)
@@ -117,7 +117,7 @@ def section_reward_model(a, work: Path, hard_negatives: int = 0) -> dict:
         "heldout_accuracy": m["heldout_accuracy_after"],
         "ci95": m["heldout_accuracy_after_ci95"],
         "heldout_accuracy_before": m["heldout_accuracy_before"],
-        "heldout_accuracy_by_degradation": accuracy_by_degradation(out, held_out_rows, m["heldout_contexts"]),
+        "heldout_accuracy_by_degradation": accuracy_by_degradation(out, known, m["heldout_contexts"]),
         "hard_negatives_per_training_context": hard_negatives,
         "n_pairs": m["num_heldout_pairs"],
         "n_train_pairs": m["num_train_pairs"],

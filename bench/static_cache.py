@@ -13,9 +13,11 @@ bench/results/static_cache[-fp32|-avx2].json: per workload and cache, the decode
 decode milliseconds per step, and whether the greedy texts matched. One run on a shared machine: read the ratios.
 """
 
-import argparse, asyncio, json, os, sys, time
+import argparse, asyncio, json, os, time
 
-AVX2_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
+from pipeline_profile import (
+    AVX2_ENV,
+)  # the ISA caps of an AVX2-only CPU (this folder is on sys.path when run as a script)
 
 
 def parse():
@@ -129,5 +131,4 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     main()

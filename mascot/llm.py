@@ -779,6 +779,16 @@ class EmbeddedBackend(ChatBackend):
                 p.skipped += 1
         return batch
 
+    def _cache_argument(self) -> str:
+        "The name under which `forward` and `generate` take a cache: transformers 5.2x says `cache`, earlier 5.x `past_key_values`."
+        if not hasattr(self, "_cache_name"):  # the model's class decides it: looked up once, not on every generate
+            import inspect
+
+            base = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
+            params = inspect.signature(type(base).forward).parameters
+            self._cache_name = "cache" if "cache" in params else "past_key_values"
+        return self._cache_name
+
     def _adapter_context(self, adapter: str | None):
         "Base weights (adapters disabled) or the named adapter, for one generate."
         import contextlib
@@ -863,13 +873,10 @@ class EmbeddedBackend(ChatBackend):
         with self._load_lock, torch.inference_mode():
             with self._adapter_context(adapter):
                 from transformers import DynamicCache, StaticCache
-                import inspect
 
-                base = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
-                # transformers 5.2x names it `cache`; earlier 5.x releases `past_key_values`
-                name = "cache" if "cache" in inspect.signature(type(base).forward).parameters else "past_key_values"
+                name = self._cache_argument()
                 # keys and values preallocated for the whole generation: a DynamicCache concatenates every layer's cache at every
-                # step, which on CPU cost 20% of a decode step at 16 rows x 600 tokens (bench/results/static_cache-avx2.json)
+                # step, a quarter of a decode step on 16 judge rows on 2 AVX2 cores (bench/results/static_cache-avx2.json)
                 cache = (
                     StaticCache(config=self.model.config, max_cache_len=prompt_len + max_new)
                     if self.kv_cache == "static"
