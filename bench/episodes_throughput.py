@@ -4,7 +4,11 @@
     python bench/episodes_throughput.py [--num-samples 16] [--c1-samples 4] [--num-turns 2] [--fp32] [--data-path ../shared/data/esconv]
 
 Concurrency 1 runs fewer episodes (`--c1-samples`): one at a time, its rate per episode does not depend on how many. The backend's gain is
-measured as bench/llm_throughput.py does (short requests, 64 new tokens: 4 one at a time vs 16 at once).
+measured twice: as bench/llm_throughput.py does (short requests, 64 new tokens: 4 one at a time vs 16 at once), and on the episodes' own
+requests (every request the concurrency-16 run made, replayed straight to the backend 16 at a time with no episode between them, and the
+first --c1-samples x 8 of them one at a time). The replay is the like-for-like bound: the same prompts and token caps, so the only thing
+the episodes add is the loop (each role waits for the previous turn), while the short-request figure also differs in workload (episodes'
+prompts are hundreds of tokens, whose prefill gains little from batching).
 Writes bench/results/episodes_throughput[-fp32].json. One run on a shared machine: read the ratios, not the absolute times.
 """
 
@@ -35,8 +39,18 @@ def measure(emb, concurrency, num_samples, a, out_dir):
         progress=False,
     )
     emb.batches.clear()
+    requests, chat = [], emb.chat
+
+    async def recording_chat(req):
+        requests.append(req)
+        return await chat(req)
+
+    emb.chat = recording_chat
     t = time.perf_counter()
-    path = asyncio.run(run_episodes_async(cfg, embedded=emb))
+    try:
+        path = asyncio.run(run_episodes_async(cfg, embedded=emb))
+    finally:
+        del emb.chat  # the instance attribute shadowed the method
     dt = time.perf_counter() - t
     summ = json.loads(next(Path(str(path) + ".runs").glob("*/run_summary.json")).read_text())
     toks = sum(r["completion_tokens"] for r in summ["roles"].values())
@@ -46,6 +60,33 @@ def measure(emb, concurrency, num_samples, a, out_dir):
         "seconds": round(dt, 2),
         "conversations_per_min": round(60 * n / dt, 2),
         "completion_tokens": toks,
+        "tokens_per_s": round(toks / dt, 2),
+        "mean_batch": round(sum(emb.batches) / max(1, len(emb.batches)), 2),
+        "requests": requests,
+    }
+
+
+def replay(emb, requests, concurrency) -> dict:
+    "The same requests straight to the backend, `concurrency` at a time, in the order the episodes made them."
+    sem = asyncio.Semaphore(concurrency)
+
+    async def one(req):
+        async with sem:
+            return await emb.chat(req)
+
+    async def all_():
+        return await asyncio.gather(*[one(r) for r in requests])
+
+    emb.batches.clear()
+    t = time.perf_counter()
+    rs = asyncio.run(all_())
+    dt = time.perf_counter() - t
+    toks = sum(r.completion_tokens for r in rs)
+    return {
+        "requests": len(requests),
+        "seconds": round(dt, 2),
+        "completion_tokens": toks,
+        "prompt_tokens": sum(r.prompt_tokens for r in rs),
         "tokens_per_s": round(toks / dt, 2),
         "mean_batch": round(sum(emb.batches) / max(1, len(emb.batches)), 2),
     }
@@ -79,7 +120,12 @@ def main():
     with tempfile.TemporaryDirectory() as d:
         for c, n in ((1, a.c1_samples), (16, a.num_samples)):
             res[f"concurrency_{c}"] = measure(emb, c, n, a, Path(d))
-            print(c, res[f"concurrency_{c}"], flush=True)
+            print(c, {k: v for k, v in res[f"concurrency_{c}"].items() if k != "requests"}, flush=True)
+    requests = res["concurrency_16"].pop("requests")
+    res["concurrency_1"].pop("requests")
+    res["replay_16"] = replay(emb, requests, 16)
+    res["replay_1"] = replay(emb, requests[: a.c1_samples * 8], 1)
+    print("replay", res["replay_1"], res["replay_16"], flush=True)
     res["speedup_conversations_per_min"] = round(
         res["concurrency_16"]["conversations_per_min"] / res["concurrency_1"]["conversations_per_min"], 3
     )
@@ -88,6 +134,14 @@ def main():
         res["speedup_tokens_per_s"] / res["backend_speedup_16_vs_1"], 3
     )
     res["ratio_episodes16_vs_backend16_tokens_per_s"] = round(res["concurrency_16"]["tokens_per_s"] / backend[16], 3)
+    # like for like: the backend on the episodes' own requests
+    res["replay_speedup_16_vs_1"] = round(res["replay_16"]["tokens_per_s"] / res["replay_1"]["tokens_per_s"], 3)
+    res["ratio_episodes16_vs_replay16_tokens_per_s"] = round(
+        res["concurrency_16"]["tokens_per_s"] / res["replay_16"]["tokens_per_s"], 3
+    )
+    res["ratio_episode_speedup_vs_replay_speedup"] = round(
+        res["speedup_tokens_per_s"] / res["replay_speedup_16_vs_1"], 3
+    )
     res["load_after"] = os.getloadavg()
     out = Path(a.out or f"bench/results/episodes_throughput{'-fp32' if a.fp32 else ''}.json")
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -18,11 +18,14 @@ group_reward_model, director, dpo_director: the stage-2 checks against a program
 director_turn_taking: the same GRPO check on one part of that reward alone, distinct speakers, whose optimum is known and depends only on the
     directive: on these states a director that gives the floor to a persona who has not spoken scores 1.0, one that names the persona who
     just spoke 0.5, a random one 0.83 in expectation.
+dpo_director_turn_taking: the DPO check on that same one-part reward (pairs of parsed directives, the one that gives the floor to a new voice
+    chosen).
 
 Every section writes its figures into --out as soon as it finishes; a rerun skips the sections already there (--force reruns them).
 
     python bench/learning.py [--stage1-datasets ESConv ED] [--stage1-holdout 0.55] [--rm-epochs 2] [--rm-hard-negatives 2] [--grpo-steps 20] [--eval-samples 4]
-                             [--director-datasets ESConv] [--director-contexts 40] [--director-steps 10]
+                             [--director-datasets ESConv] [--director-datasets ESConv ED] [--director-contexts 80] [--director-steps 20]
+                             [--director-accum 4] [--director-lr 1e-3] [--director-mask-truncated 0]
                              [--work-dir DIR] [--out bench/results/learning.json]
 """
 
@@ -348,10 +351,11 @@ def section_director(a, work: Path, states_path: str, reward, name: str = "direc
             group_reward_model_path="programmatic",
             output_dir=str(work / name),
             max_steps=a.director_steps,
-            learning_rate=a.grpo_lr,
+            learning_rate=a.director_lr,
             num_generations=4,
             per_device_train_batch_size=4,
-            gradient_accumulation_steps=2,
+            gradient_accumulation_steps=a.director_accum,
+            mask_truncated_completions=a.director_mask_truncated,
             max_completion_length=40,
             temperature=1.0,
             horizon=1,
@@ -382,7 +386,7 @@ def section_director(a, work: Path, states_path: str, reward, name: str = "direc
     }
 
 
-def section_dpo_director(a, work: Path, states_path: str, embedded, reward) -> dict:
+def section_dpo_director(a, work: Path, states_path: str, embedded, reward, name: str = "dpo") -> dict:
     "Pairs of the base director's sampled directives (both parsed, ranked by the reward of their rollouts), DPO, then the held-out comparison."
     from mascot.pairs import preference_pairs, save_pairs
     from mascot.core import run_sync
@@ -450,7 +454,7 @@ def section_dpo_director(a, work: Path, states_path: str, embedded, reward) -> d
             "se": None,
             "why": "no state had two parsed directives with different rewards",
         }
-    folder = work / "dpo_pairs"
+    folder = work / f"{name}_pairs"
     folder.mkdir(parents=True, exist_ok=True)
     save_pairs(rows, folder)
     t = time.time()
@@ -458,7 +462,7 @@ def section_dpo_director(a, work: Path, states_path: str, embedded, reward) -> d
         DirectorDPOConfig(
             dataset="ESConv",
             episode_dataset_path=str(folder),
-            output_dir=str(work / "dpo"),
+            output_dir=str(work / name),
             num_train_epochs=a.dpo_epochs,
             lora_r=8,
             learning_rate=a.grpo_lr,
@@ -496,6 +500,7 @@ def section_dpo_director(a, work: Path, states_path: str, embedded, reward) -> d
         "trained_mean_reward": trained["mean_group_reward"],
         "untrained_parse_rate": untrained["parse_rate"],
         "trained_parse_rate": trained["parse_rate"],
+        "reward_parts": list(reward.use),
         "seconds": round(time.time() - t, 1),
         "path": str(out),
     }
@@ -535,20 +540,28 @@ def main():
     ap.add_argument(
         "--director-contexts",
         type=int,
-        default=40,
+        default=80,
         help="contexts for the director states (the first N of --director-datasets)",
     )
     ap.add_argument(
         "--director-datasets",
         nargs="+",
-        default=["ESConv"],
+        default=["ESConv", "ED"],
         choices=list(SAMPLES),
         help="dataset samples whose contexts become director states (ESConv 28; with ED, 68)",
     )
     ap.add_argument("--holdout-fraction", type=float, default=0.3)
     ap.add_argument("--grm-rollouts", type=int, default=3)
     ap.add_argument("--grm-margin", type=float, default=0.05)
-    ap.add_argument("--director-steps", type=int, default=10)
+    ap.add_argument("--director-steps", type=int, default=20)
+    ap.add_argument("--director-accum", type=int, default=4, help="prompts per director GRPO step (4 generations each)")
+    ap.add_argument("--director-lr", type=float, default=1e-3, help="the director GRPO's learning rate")
+    ap.add_argument(
+        "--director-mask-truncated",
+        type=int,
+        default=0,
+        help="1: directives cut at the 40-token cap are left out of the GRPO loss (TRL's mask_truncated_completions); 0: they count",
+    )
     ap.add_argument("--dpo-candidates", type=int, default=6)
     ap.add_argument("--dpo-margin", type=float, default=0.05)
     ap.add_argument("--dpo-epochs", type=float, default=2)
@@ -562,6 +575,7 @@ def main():
             "director",
             "dpo_director",
             "director_turn_taking",
+            "dpo_director_turn_taking",
         ],
     )
     ap.add_argument("--work-dir", default=None)
@@ -599,9 +613,8 @@ def main():
 
     run("reward_model", lambda: section_reward_model(a, work, hard_negatives=a.rm_hard_negatives))
     run("speaker", lambda: section_speaker(a, work, res["reward_model"]["path"]))
-    if any(
-        s in a.sections and todo(s) for s in ("group_reward_model", "director", "dpo_director", "director_turn_taking")
-    ):
+    stage2 = ("group_reward_model", "director", "dpo_director", "director_turn_taking", "dpo_director_turn_taking")
+    if any(s in a.sections and todo(s) for s in stage2):
         from mascot.llm import EmbeddedBackend
         from mascot.auto_metrics import ProgrammaticGroupReward
 
@@ -615,6 +628,10 @@ def main():
         run(
             "director_turn_taking",
             lambda: section_director(a, work, states, turn_taking, name="director_turn_taking"),
+        )
+        run(
+            "dpo_director_turn_taking",
+            lambda: section_dpo_director(a, work, states, embedded, turn_taking, name="dpo_turn_taking"),
         )
     save()
     print(f"wrote {out}")

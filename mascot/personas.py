@@ -15,9 +15,9 @@ from .core import Directive, Persona, Turn
 __all__ = ['DOMAINS', 'SUPPORT_ROSTER', 'MEETING_ROSTER', 'ROSTERS', 'PERSONA_SETS', 'BIG_FIVE_TRAITS', 'BIG_FIVE_PROFILES',
            'DIRECTIVE_FIELDS', 'DEFAULT_ACTION', 'ESC_STRATEGIES', 'GROUP_RM_INSTRUCTIONS', 'RosterError', 'Roster',
            'roster_for_dataset', 'load_roster', 'BigFiveProfile', 'get_big_five', 'render_history', 'speaker_messages',
-           'director_messages', 'random_directive', 'parse_directive', 'user_messages', 'parse_user_reply',
-           'baseline_name', 'baseline_messages', 'extract_response', 'esc_analysis_messages', 'esc_strategy_messages',
-           'esc_reply_messages', 'group_rm_instruction']
+           'spoken_line', 'director_messages', 'random_directive', 'parse_directive', 'user_messages',
+           'parse_user_reply', 'baseline_name', 'baseline_messages', 'extract_response', 'esc_analysis_messages',
+           'esc_strategy_messages', 'esc_reply_messages', 'group_rm_instruction']
 
 # %% ../nbs/03_personas.ipynb #706f8fe4
 DOMAINS = ("support", "meeting")
@@ -413,6 +413,14 @@ DIRECTIVE_FIELDS = {
 }
 
 
+def spoken_line(history: list[Turn], roster: Roster) -> str:
+    """Who of the team has spoken so far and who has not. A small director otherwise copies the last speaker's name off the transcript
+    (the untrained 135M director named a member who had already spoken in 69% of its parsed directives on 48 one-round states)."""
+    spoke = list(dict.fromkeys(t.agent_name for t in history if t.turn_type != "user" and t.agent_name in roster.names))
+    rest = [n for n in roster.names if n not in spoke]
+    return f"Already spoke: {', '.join(spoke) or 'nobody'}. Not heard yet: {', '.join(rest) or 'nobody'}."
+
+
 def director_messages(situation: str, history: list[Turn], roster: Roster) -> list[dict]:
     "Chat messages asking the director for the next directive, as JSON only."
     team = "".join(f"- {p.name}: {p.contribution}\n" for p in roster.personas)
@@ -422,7 +430,10 @@ def director_messages(situation: str, history: list[Turn], roster: Roster) -> li
         "Pick the member whose contribution fits best now; let different members contribute.\n"
         f"Answer with JSON only, no other text:\n{json.dumps({k: '...' for k in DIRECTIVE_FIELDS})}\n{fields}".rstrip()
     )
-    return _msgs(system, f"{_context(situation, history, roster)}\n\nWho speaks next? Answer with the JSON only.")
+    return _msgs(
+        system,
+        f"{_context(situation, history, roster)}\n\n{spoken_line(history, roster)}\nWho speaks next? Answer with the JSON only.",
+    )
 
 # %% ../nbs/03_personas.ipynb #7b0198f2
 _KEY_SYNONYMS = {
