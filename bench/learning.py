@@ -356,6 +356,7 @@ def section_director(a, work: Path, states_path: str, reward, name: str = "direc
             per_device_train_batch_size=4,
             gradient_accumulation_steps=a.director_accum,
             mask_truncated_completions=a.director_mask_truncated,
+            beta=a.director_beta,
             max_completion_length=40,
             temperature=1.0,
             horizon=1,
@@ -556,6 +557,12 @@ def main():
     ap.add_argument("--director-steps", type=int, default=20)
     ap.add_argument("--director-accum", type=int, default=4, help="prompts per director GRPO step (4 generations each)")
     ap.add_argument("--director-lr", type=float, default=1e-3, help="the director GRPO's learning rate")
+    ap.add_argument(
+        "--director-beta",
+        type=float,
+        default=0.02,
+        help="the director GRPO's KL weight (TRL's beta; the package's default)",
+    )
     ap.add_argument(
         "--director-mask-truncated",
         type=int,
