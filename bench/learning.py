@@ -10,11 +10,13 @@ speaker: speaker GRPO (the package's train_speaker, gated reward) against that r
     degenerate-reply rate of each.
 group_reward_model, director, dpo_director: the stage-2 checks against a programmatic group reward (`mascot.auto_metrics.ProgrammaticGroupReward`:
     distinct speakers, 1 - Self-BLEU, MiniLM relevance to the situation, clean replies), a reference judge whose preferences are known and
-    learnable. Director states are ESConv contexts after one random-speaker round (so who speaks next can add a new voice); held-out states
+    learnable. Director states are ESConv and ED contexts (68) after one random-speaker round (so who speaks next can add a new voice); held-out states
     come from unseen contexts. group_reward_model: a group RM trained on conversation pairs that reward labels, held-out accuracy + Wilson CI.
     director: the package's train_director_grpo with that reward in place of the trained group RM; dpo_director: the package's
     train_director_dpo on pairs of the base director's sampled directives, both parsed, ranked by that reward. Each is compared on the held-out
-    states with a random director and the untrained one (the same rollout seeds), as paired differences +- s.e.
+    states with a random director and the untrained one (the same rollout seeds), as paired differences +- s.e. The director GRPO counts
+    directives cut at the token cap in the loss (the package's default for the director: masked, they left the untrained 135M director, two
+    thirds of whose samples run on, almost no gradient).
 director_turn_taking: the same GRPO check on one part of that reward alone, distinct speakers, whose optimum is known and depends only on the
     directive: on these states a director that gives the floor to a persona who has not spoken scores 1.0, one that names the persona who
     just spoke 0.5, a random one 0.83 in expectation.
@@ -24,8 +26,8 @@ dpo_director_turn_taking: the DPO check on that same one-part reward (pairs of p
 Every section writes its figures into --out as soon as it finishes; a rerun skips the sections already there (--force reruns them).
 
     python bench/learning.py [--stage1-datasets ESConv ED] [--stage1-holdout 0.55] [--rm-epochs 2] [--rm-hard-negatives 2] [--grpo-steps 20] [--eval-samples 4]
-                             [--director-datasets ESConv] [--director-datasets ESConv ED] [--director-contexts 80] [--director-steps 20]
-                             [--director-accum 4] [--director-lr 1e-3] [--director-mask-truncated 0]
+                             [--director-datasets ESConv ED] [--director-contexts 80] [--director-steps 20]
+                             [--director-accum 4] [--director-lr 1e-3] [--director-beta 0.02] [--director-mask-truncated 0]
                              [--work-dir DIR] [--out bench/results/learning.json]
 """
 
