@@ -439,13 +439,16 @@ def test_judge_tolerant_under_malformed_bodies_and_outage(conversations, tmp_pat
     s = summaries(tmp_path / f"judge_{conversations.stem}.runs")[-1]
     assert s["status"] == "completed" and s["num_annotation_failures"] > 0
     assert s["num_written"] + s["num_skipped_samples"] == s["num_requested"] == 12  # 6 records x 2 rubric kinds
-    for kind in ("persona", "collective"):
-        ids = records(tmp_path / f"scores_{kind}_{conversations.stem}.jsonl")
+    assert s["num_written"] > 0
+    # the faults are drawn from each request's body, so which kind loses every record depends on the conversations' text; a kind whose
+    # every request failed writes no file (its records are counted as skipped above)
+    files = [tmp_path / f"scores_{k}_{conversations.stem}.jsonl" for k in ("persona", "collective")]
+    written = [records(p) if p.exists() else [] for p in files]
+    assert sum(map(len, written)) == s["num_written"]
+    for ids in written:
         assert len(ids) == len(set(ids))
     failed_items = sum(
-        l["num_failures"]
-        for k in ("persona", "collective")
-        for l in map(json.loads, (tmp_path / f"scores_{k}_{conversations.stem}.jsonl").read_text().splitlines())
+        l["num_failures"] for p in files if p.exists() for l in map(json.loads, p.read_text().splitlines())
     )
     assert failed_items <= s["num_annotation_failures"]  # (records with nothing parsed are not written but counted)
 
