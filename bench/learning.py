@@ -21,13 +21,17 @@ director_turn_taking: the same GRPO check on one part of that reward alone, dist
     directive: on these states a director that gives the floor to a persona who has not spoken scores 1.0, one that names the persona who
     just spoke 0.5, a random one 0.83 in expectation.
 dpo_director_turn_taking: the DPO check on that same one-part reward (pairs of parsed directives, the one that gives the floor to a new voice
-    chosen).
+    chosen). At 16 sampled directives per training state (--dpo-candidates) it gets about 200 such pairs; at 6 it got 24 and learnt the format only.
+
+At the defaults the seven sections take about 2.5 hours on 2 cores (each director GRPO check about 20 minutes, each DPO check about 40, most of
+it DPO's 100 steps); --sections runs a subset.
 
 Every section writes its figures into --out as soon as it finishes; a rerun skips the sections already there (--force reruns them).
 
     python bench/learning.py [--stage1-datasets ESConv ED] [--stage1-holdout 0.55] [--rm-epochs 2] [--rm-hard-negatives 2] [--grpo-steps 20] [--eval-samples 4]
                              [--director-datasets ESConv ED] [--director-contexts 80] [--director-steps 20]
-                             [--director-accum 4] [--director-lr 1e-3] [--director-beta 0.02] [--director-mask-truncated 0]
+                             [--director-accum 4] [--director-generations 4] [--director-depths 1] [--director-lr 1e-3] [--director-beta 0.02]
+                             [--director-mask-truncated 0] [--dpo-candidates 16]
                              [--work-dir DIR] [--out bench/results/learning.json]
 """
 
@@ -200,7 +204,7 @@ def director_runner(embedded):
 
 
 def section_director_states(a, work: Path, embedded) -> dict:
-    "Director states: each context's opening plus one random-speaker round (mascot-c), as states.jsonl for train_director_grpo."
+    "Director states: each context's opening plus --director-depths random-speaker steps (mascot-c), as states.jsonl for train_director_grpo."
     from mascot.episodes import new_state
     from mascot.rollouts import state_to_dict
     from mascot.personas import director_messages
@@ -210,24 +214,29 @@ def section_director_states(a, work: Path, embedded) -> dict:
     ctxs = contexts(a.director_datasets)[: a.director_contexts]
 
     async def one(ctx):
-        st = new_state(runner, ctx)
-        await runner.step(st)
-        return {
-            "state_id": f"{ctx.context_id}::s{st.steps}",
-            "context_id": ctx.context_id,
-            "step": st.steps,
-            "prompt": director_messages(st.situation, st.turns, runner.roster),
-            "state": state_to_dict(st),
-        }
+        st, out = new_state(runner, ctx), []
+        for depth in range(1, max(a.director_depths) + 1):
+            await runner.step(st)
+            if depth in a.director_depths:
+                out.append(
+                    {
+                        "state_id": f"{ctx.context_id}::s{st.steps}",
+                        "context_id": ctx.context_id,
+                        "step": st.steps,
+                        "prompt": director_messages(st.situation, st.turns, runner.roster),
+                        "state": state_to_dict(st),
+                    }
+                )
+        return out
 
     async def all_():
-        return list(await asyncio.gather(*[one(c) for c in ctxs]))
+        return [s for states in await asyncio.gather(*[one(c) for c in ctxs]) for s in states]
 
     states = run_sync(all_())
     folder = work / "director_states"
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "states.jsonl").write_text("".join(json.dumps(s) + "\n" for s in states))
-    return {"path": str(folder), "n_states": len(states)}
+    return {"path": str(folder), "n_states": len(states), "depths": list(a.director_depths)}
 
 
 def held_split(states_path: str, a):
@@ -354,7 +363,7 @@ def section_director(a, work: Path, states_path: str, reward, name: str = "direc
             output_dir=str(work / name),
             max_steps=a.director_steps,
             learning_rate=a.director_lr,
-            num_generations=4,
+            num_generations=a.director_generations,
             per_device_train_batch_size=4,
             gradient_accumulation_steps=a.director_accum,
             mask_truncated_completions=a.director_mask_truncated,
@@ -557,7 +566,22 @@ def main():
     ap.add_argument("--grm-rollouts", type=int, default=3)
     ap.add_argument("--grm-margin", type=float, default=0.05)
     ap.add_argument("--director-steps", type=int, default=20)
-    ap.add_argument("--director-accum", type=int, default=4, help="prompts per director GRPO step (4 generations each)")
+    ap.add_argument(
+        "--director-accum",
+        type=int,
+        default=4,
+        help="micro-batches of 4 completions per director GRPO step (prompts per step: 4 x this / --director-generations)",
+    )
+    ap.add_argument(
+        "--director-generations", type=int, default=4, help="directives sampled per state in a director GRPO group"
+    )
+    ap.add_argument(
+        "--director-depths",
+        type=int,
+        nargs="+",
+        default=[1],
+        help="director states after these many random-speaker steps of each context (1: one persona has spoken; 1 2: both kinds)",
+    )
     ap.add_argument("--director-lr", type=float, default=1e-3, help="the director GRPO's learning rate")
     ap.add_argument(
         "--director-beta",
@@ -571,7 +595,12 @@ def main():
         default=0,
         help="1: directives cut at the 40-token cap are left out of the GRPO loss (TRL's mask_truncated_completions); 0: they count",
     )
-    ap.add_argument("--dpo-candidates", type=int, default=6)
+    ap.add_argument(
+        "--dpo-candidates",
+        type=int,
+        default=16,
+        help="directives the base director samples per training state for the DPO pairs (about a third parse; 16 gave 205 turn-taking pairs, 6 gave 24)",
+    )
     ap.add_argument("--dpo-margin", type=float, default=0.05)
     ap.add_argument("--dpo-epochs", type=float, default=2)
     ap.add_argument(
@@ -610,7 +639,10 @@ def main():
         return (
             r is None
             or r.get("measured") is False
-            or (name == "director_states" and not Path(r["path"], "states.jsonl").exists())
+            or (
+                name == "director_states"
+                and (not Path(r["path"], "states.jsonl").exists() or r.get("depths", [1]) != a.director_depths)
+            )
         )
 
     def run(name, fn, needed=False):
