@@ -31,7 +31,7 @@ Every section writes its figures into --out as soon as it finishes; a rerun skip
     python bench/learning.py [--stage1-datasets ESConv ED] [--stage1-holdout 0.55] [--rm-epochs 2] [--rm-hard-negatives 2] [--grpo-steps 20] [--eval-samples 4]
                              [--director-datasets ESConv ED] [--director-contexts 80] [--director-steps 20]
                              [--director-accum 4] [--director-generations 4] [--director-depths 1] [--director-lr 1e-3] [--director-beta 0.02]
-                             [--director-mask-truncated 0] [--dpo-candidates 16]
+                             [--director-mask-truncated 0] [--director-unparsed 0.0] [--director-format-weight 0.5] [--dpo-candidates 16]
                              [--work-dir DIR] [--out bench/results/learning.json]
 """
 
@@ -371,7 +371,10 @@ def section_director(a, work: Path, states_path: str, reward, name: str = "direc
             max_completion_length=40,
             temperature=1.0,
             horizon=1,
-            unparsed_directive_reward=0.0,
+            unparsed_directive_reward=a.director_unparsed
+            if a.director_unparsed == "group_mean"
+            else float(a.director_unparsed),
+            reward_weights=[1.0, a.director_format_weight],
             eval_samples_per_state=a.eval_samples,
             holdout_fraction=a.holdout_fraction,
             lora_r=8,
@@ -594,6 +597,18 @@ def main():
         type=int,
         default=0,
         help="1: directives cut at the 40-token cap are left out of the GRPO loss (TRL's mask_truncated_completions); 0: they count",
+    )
+    ap.add_argument(
+        "--director-unparsed",
+        default="0.0",
+        help="reward of a director GRPO directive that does not parse (the package's unparsed_directive_reward): a number, or group_mean "
+        "(its group's mean parsed reward: zero rollout advantage, so the format and the name choice are not learnt from one signal)",
+    )
+    ap.add_argument(
+        "--director-format-weight",
+        type=float,
+        default=0.5,
+        help="the director GRPO's weight of the directive-format reward (the rollout reward's is 1.0; the package's default 0.5)",
     )
     ap.add_argument(
         "--dpo-candidates",

@@ -4,6 +4,7 @@
 
 # %% ../nbs/22_director_grpo.ipynb #efd2dcb9
 from __future__ import annotations
+from typing import Literal
 from .core import *
 from .llm import *
 from .personas import *
@@ -64,8 +65,9 @@ class DirectorGRPOConfig(EndpointConfig, GRPOTrainingConfig):
     # fell from 0.56-0.75 to mostly under 0.25 and the held-out parse rate rose 0.31-0.58 -> 0.95-0.99 in 20 steps)
     mask_truncated_completions: bool = False
     # a directive the loop cannot act on is not rolled out and gets this, below the group RM's usual range; None rolls it out with a random speaker
-    # as the episode loop does (for plumbing runs, e.g. the 135M smoke, where no directive parses and a fixed value would leave nothing to learn)
-    unparsed_directive_reward: float | None = -5.0
+    # as the episode loop does (for plumbing runs, e.g. the 135M smoke, where no directive parses and a fixed value would leave nothing to learn);
+    # "group_mean" gives it the mean rollout reward of its group's parsed directives, so only the format reward (if weighted) tells it apart
+    unparsed_directive_reward: float | Literal["group_mean"] | None = -5.0
     eval_samples_per_state: int = 4
     roster_path: str | None = None
 
@@ -97,7 +99,8 @@ describe(
     rollout_server_url="a server for the rollouts' speaker and user calls (never the director's); unset: the run's routes",
     horizon="steps each sampled directive is rolled forward before the group RM scores it",
     holdout_fraction="share of the contexts held out for the random/untrained/trained comparison",
-    unparsed_directive_reward="reward of a directive that does not parse (not rolled out); None rolls it out with a random speaker",
+    unparsed_directive_reward="reward of a directive that does not parse (not rolled out); group_mean: the mean reward of its group's parsed "
+    "directives (zero rollout advantage); None rolls it out with a random speaker",
     eval_samples_per_state="directives sampled per held-out state, for every director compared",
     num_turns="length of a rollout conversation in director steps (the episode it continues)",
     enable_user_simulation="let the simulated user take turns in the rollouts",
@@ -140,11 +143,12 @@ def make_rollout_reward(
     num_turns: int,
     seed: int = 0,
     num_generations: int = 1,
-    unparsed_reward: float | None = -5.0,
+    unparsed_reward: float | str | None = -5.0,
 ):
     """The group-RM reward of each sampled directive's rollout. An unparseable directive is not played (a fixed `unparsed_reward`); the
     completions of one prompt (TRL puts a group's `num_generations` side by side) share one rollout seed, so the directive is what differs.
-    `unparsed_reward=None` rolls unparseable directives out with a random speaker instead."""
+    `unparsed_reward="group_mean"` gives an unparseable directive the mean reward of its group's parsed ones (0.0 if none parsed), so its
+    rollout advantage is zero and only the choices among parsed directives teach; `None` rolls unparseable directives out with a random speaker."""
     calls = {"n": 0}
 
     async def group_rm_reward(prompts, completions, state, **kwargs) -> list[float]:
@@ -162,7 +166,15 @@ def make_rollout_reward(
             if keep
             else {}
         )
-        return [scores.get(i, unparsed_reward) for i in range(len(texts))]
+        if unparsed_reward != "group_mean":
+            return [scores.get(i, unparsed_reward) for i in range(len(texts))]
+        groups = {}
+        for i, s in scores.items():
+            groups.setdefault(i // num_generations, []).append(s)
+        return [
+            scores[i] if i in scores else statistics.fmean(groups.get(i // num_generations, [0.0]))
+            for i in range(len(texts))
+        ]
 
     return group_rm_reward
 

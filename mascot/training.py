@@ -122,17 +122,24 @@ class EpochTrainingConfig(TrainingConfig):
     "Training by epochs over a fixed dataset (reward models, SFT, DPO)."
 
     num_train_epochs: float = 2.0
+    max_steps: int = -1
     max_length: int = 1024
 
     def trl_args(self, config_cls, output_dir: str, **stage):
         return super().trl_args(
-            config_cls, output_dir, num_train_epochs=self.num_train_epochs, max_length=self.max_length, **stage
+            config_cls,
+            output_dir,
+            num_train_epochs=self.num_train_epochs,
+            max_steps=self.max_steps,
+            max_length=self.max_length,
+            **stage,
         )
 
 # %% ../nbs/08_training.ipynb #33f27fd2
 describe(
     EpochTrainingConfig,
     num_train_epochs="passes over the training data (TRL's num_train_epochs)",
+    max_steps="optimiser steps when > 0, in place of num_train_epochs (TRL's max_steps; a fixed cost when the number of pairs varies); -1: by epochs",
     max_length="token cap of one training example (TRL's max_length; longer ones are truncated or dropped, as TRL does)",
 )
 
