@@ -5,7 +5,7 @@ the three personas' first name tokens, renormalised; P(a persona who has not spo
 (bench/learning.py's split), and how often each persona is the top name. The read-offs quoted for `dpo_director_turn_taking` and the GRPO
 turn-taking runs in bench/results/learning.json come from this.
 
-    python bench/director_probe.py STATES_DIR ADAPTER|base [--prefix '{"agent_name": "The'] [--holdout-fraction 0.3]
+    python bench/director_probe.py STATES_DIR ADAPTER|base [--prefix '{"agent_name": "The'] [--holdout-fraction 0.3] [--seed 0]
 """
 
 import argparse, sys
@@ -23,6 +23,7 @@ def main():
         "--prefix", default='{"agent_name": "The', help="the start of the director's answer, up to the name"
     )
     ap.add_argument("--holdout-fraction", type=float, default=0.3)
+    ap.add_argument("--seed", type=int, default=0, help="the split seed (bench/learning.py --director-seed)")
     a = ap.parse_args()
     import torch
     from learning import held_split
@@ -31,7 +32,7 @@ def main():
     from mascot.personas import director_messages, roster_for_dataset
     from mascot.training import load_causal_lm
 
-    train, held, _ = held_split(a.states, SimpleNamespace(holdout_fraction=a.holdout_fraction))
+    train, held, _ = held_split(a.states, SimpleNamespace(holdout_fraction=a.holdout_fraction, director_seed=a.seed))
     roster = roster_for_dataset("ESConv")
     model, tok = load_causal_lm(DirectorGRPOConfig(dataset="ESConv").model_name)
     model = model.float()

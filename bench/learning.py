@@ -240,11 +240,11 @@ def section_director_states(a, work: Path, embedded) -> dict:
 
 
 def held_split(states_path: str, a):
-    "The held-out contexts train_director_grpo will use (split_by_context with the same fraction and seed)."
+    "The held-out contexts train_director_grpo will use (split_by_context with the same fraction and --director-seed)."
     from mascot.director_grpo import director_prompts
     from mascot.training import split_by_context
 
-    train, held, held_ids = split_by_context(director_prompts(states_path), a.holdout_fraction, 0)
+    train, held, held_ids = split_by_context(director_prompts(states_path), a.holdout_fraction, a.director_seed)
     return [json.loads(s) for s in train["state"]], [json.loads(s) for s in held["state"]], held_ids
 
 
@@ -375,6 +375,7 @@ def section_director(a, work: Path, states_path: str, reward, name: str = "direc
             if a.director_unparsed == "group_mean"
             else float(a.director_unparsed),
             reward_weights=[1.0, a.director_format_weight],
+            seed=a.director_seed,
             eval_samples_per_state=a.eval_samples,
             holdout_fraction=a.holdout_fraction,
             lora_r=8,
@@ -482,10 +483,12 @@ def section_dpo_director(a, work: Path, states_path: str, embedded, reward, name
             lora_r=8,
             learning_rate=a.grpo_lr,
             per_device_train_batch_size=4,
+            seed=a.director_seed,
         )
     )
     ecfg = DirectorGRPOConfig(
         dataset="ESConv",
+        seed=a.director_seed,
         max_completion_length=40,
         temperature=1.0,
         horizon=1,
@@ -609,6 +612,12 @@ def main():
         type=float,
         default=0.5,
         help="the director GRPO's weight of the directive-format reward (the rollout reward's is 1.0; the package's default 0.5)",
+    )
+    ap.add_argument(
+        "--director-seed",
+        type=int,
+        default=0,
+        help="seed of the director checks' held-out split (by context), sampling and rollouts: another seed is a replication on other held-out states",
     )
     ap.add_argument(
         "--dpo-candidates",
