@@ -23,8 +23,9 @@ director_turn_taking: the same GRPO check on one part of that reward alone, dist
 dpo_director_turn_taking: the DPO check on that same one-part reward (pairs of parsed directives, the one that gives the floor to a new voice
     chosen). At 16 sampled directives per training state (--dpo-candidates) it gets about 200 such pairs; at 6 it got 24 and learnt the format only.
 
-At the defaults the seven sections take about 2.5 hours on 2 cores (each director GRPO check about 20 minutes, each DPO check about 40, most of
-it DPO's 100 steps); --sections runs a subset.
+At the defaults the seven sections take about 4 hours on 2 cores (each director GRPO check about 20 minutes; the turn-taking DPO check about
+40, most of it DPO's 104 steps on ~200 pairs; the four-part DPO check about 2 hours: 16 samples per state give ~435 pairs, ranked on a
+continuous reward, so 2 epochs are ~218 steps of ~27 s; --dpo-epochs 1 halves that); --sections runs a subset.
 
 Every section writes its figures into --out as soon as it finishes; a rerun skips the sections already there (--force reruns them).
 
