@@ -372,9 +372,7 @@ def section_director(a, work: Path, states_path: str, reward, name: str = "direc
             max_completion_length=40,
             temperature=1.0,
             horizon=1,
-            unparsed_directive_reward=a.director_unparsed
-            if a.director_unparsed == "group_mean"
-            else float(a.director_unparsed),
+            unparsed_directive_reward=a.director_unparsed,  # "0.0" or "group_mean": the config's type reads either
             reward_weights=[1.0, a.director_format_weight],
             seed=a.director_seed,
             eval_samples_per_state=a.eval_samples,
