@@ -93,7 +93,7 @@ async def judge_folder_async(cfg: JudgeStageConfig, embedded: EmbeddedBackend | 
     keep = cfg.fields_for(JudgeConfig, exclude=("output_dir",))
     require_judge(cfg)  # an in-process judge only when chosen (--provider embedded or --judge-provider embedded)
     if embedded is None and route_roles(cfg)["judge"].backend == "embedded":
-        embedded = EmbeddedBackend(cfg.judge or cfg.model_name)
+        embedded = EmbeddedBackend(cfg.judge or cfg.model_name, max_batch_size=cfg.max_concurrency)
     # all files judged concurrently, sharing one judge model, so its batches stay full
     jcs = [JudgeConfig(**{**keep, "input_file": str(f), "output_dir": str(out)}) for f in files]
     all_metrics = await asyncio.gather(*[judge_file_async(jc, embedded=embedded) for jc in jcs])
