@@ -91,7 +91,7 @@ async def evaluate_async(cfg: EvalConfig, embedded: EmbeddedBackend | None = Non
         max_transcript_tokens=cfg.max_transcript_tokens,
     )
     if embedded is None and any(r is None for r in (cfg.vllm_server_url, cfg.speaker_server_url)):
-        embedded = EmbeddedBackend(cfg.model_name, max_batch_size=cfg.max_concurrency)
+        embedded = embedded_backend(cfg)
     # every system's episodes in flight at once: requests on the same model (base or one adapter) share a batch
     paths = await asyncio.gather(*[run_episodes_async(c, contexts=contexts, embedded=embedded) for c in cfgs.values()])
     return dict(zip(cfgs, paths))

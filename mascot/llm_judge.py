@@ -5,7 +5,7 @@
 # %% ../nbs/31_llm_judge.ipynb #42b40a9a
 from __future__ import annotations
 from .core import *
-from .llm import EndpointConfig, EmbeddedBackend, judging_config, require_judge, route_roles
+from .llm import EndpointConfig, EmbeddedBackend, embedded_backend, judging_config, require_judge, route_roles
 from .rubric_eval import JudgeConfig, judge_file_async
 import asyncio, json, sys
 from pathlib import Path
@@ -93,7 +93,7 @@ async def judge_folder_async(cfg: JudgeStageConfig, embedded: EmbeddedBackend | 
     keep = cfg.fields_for(JudgeConfig, exclude=("output_dir",))
     require_judge(cfg)  # an in-process judge only when chosen (--provider embedded or --judge-provider embedded)
     if embedded is None and route_roles(cfg)["judge"].backend == "embedded":
-        embedded = EmbeddedBackend(cfg.judge or cfg.model_name, max_batch_size=cfg.max_concurrency)
+        embedded = embedded_backend(cfg, cfg.judge)
     # all files judged concurrently, sharing one judge model, so its batches stay full
     jcs = [JudgeConfig(**{**keep, "input_file": str(f), "output_dir": str(out)}) for f in files]
     all_metrics = await asyncio.gather(*[judge_file_async(jc, embedded=embedded) for jc in jcs])

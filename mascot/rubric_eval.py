@@ -134,9 +134,7 @@ async def judge_clients(
             client = LLMClient(ep, run=run)
         else:
             if embedded is None:
-                embedded = EmbeddedBackend(
-                    cfg.model_name, adapters=parse_lora_modules(cfg.lora_modules), max_batch_size=cfg.max_concurrency
-                )
+                embedded = embedded_backend(cfg, adapters=parse_lora_modules(cfg.lora_modules))
             try:
                 await embedded.check_model(model)
                 client = LLMClient(ep, run=run, embedded=embedded)
