@@ -7,9 +7,14 @@ from mascot.core import read_jsonl, validate_episode
 from mascot.personas import SUPPORT_ROSTER, MEETING_ROSTER
 
 
+# the smoke config's token caps (the CLI's defaults are 64/80/64; a test's own flags, given after these, win): what these tests assert
+# (record shape, rounds, Big Five, exactly-once after a kill) does not depend on reply length, and decoding is most of their time
+SHORT = ("--director-max-tokens", "40", "--speaker-max-tokens", "32", "--user-max-tokens", "24")
+
+
 def run_cli(*args, **kw):
     return subprocess.run(
-        [sys.executable, "-m", "mascot.episodes", *args, "--no-progress"], capture_output=True, text=True, **kw
+        [sys.executable, "-m", "mascot.episodes", *SHORT, *args, "--no-progress"], capture_output=True, text=True, **kw
     )
 
 
@@ -128,7 +133,7 @@ def test_sigkill_then_resume_writes_each_conversation_once(shared_data_dir, tmp_
     ]
     out = tmp_path / "killed.jsonl"
     p = subprocess.Popen(
-        [sys.executable, "-m", "mascot.episodes", *args, "--no-progress"],
+        [sys.executable, "-m", "mascot.episodes", *SHORT, *args, "--no-progress"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
