@@ -12,13 +12,13 @@ from typing import Any, ClassVar, Literal
 from pydantic import model_validator
 
 # %% auto #0
-__all__ = ['EMBEDDED_DEFAULT', 'TINY_MODEL_ENV', 'PREFIX_CACHE_MIN_TOKENS', 'MAX_SKIPS', 'GEN_ROLES', 'ROLES', 'API_PROVIDERS',
-           'NO_JUDGE', 'ChatRequest', 'TokenLogprob', 'ChatResponse', 'LLMError', 'BackendUnavailable', 'ModelNotFound',
-           'MalformedResponse', 'ChatBackend', 'served_base', 'served_model', 'OpenAIBackend', 'smollm2_gguf',
-           'gguf_read_once', 'convert_smollm2', 'embedded_dtype', 'resolve_model_path', 'tiny_model',
-           'shared_prefix_len', 'prefix_groups', 'embedded_stats', 'EmbeddedBackend', 'make_random_lora',
-           'EndpointConfig', 'judging_config', 'RoleRoute', 'route_roles', 'require_judge', 'public_url',
-           'judge_record', 'parse_lora_modules', 'embedded_backend', 'LLMClient']
+__all__ = ['EMBEDDED_DEFAULT', 'TINY_MODEL_ENV', 'PREFIX_CACHE_MIN_TOKENS', 'SUFFIX_PAD_SLACK', 'MAX_SKIPS', 'GEN_ROLES', 'ROLES',
+           'API_PROVIDERS', 'NO_JUDGE', 'ChatRequest', 'TokenLogprob', 'ChatResponse', 'LLMError', 'BackendUnavailable',
+           'ModelNotFound', 'MalformedResponse', 'ChatBackend', 'served_base', 'served_model', 'OpenAIBackend',
+           'smollm2_gguf', 'gguf_read_once', 'convert_smollm2', 'embedded_dtype', 'resolve_model_path', 'tiny_model',
+           'shared_prefix_len', 'prefix_groups', 'suffix_chunks', 'embedded_stats', 'EmbeddedBackend',
+           'make_random_lora', 'EndpointConfig', 'judging_config', 'RoleRoute', 'route_roles', 'require_judge',
+           'public_url', 'judge_record', 'parse_lora_modules', 'embedded_backend', 'LLMClient']
 
 # %% ../nbs/01_llm.ipynb #b15fcbfb
 @dataclass
@@ -566,6 +566,22 @@ def prefix_groups(rows: list[list[int]], min_tokens: int = PREFIX_CACHE_MIN_TOKE
     return [(sorted(m), p if len(m) > 1 else 0) for m, p in sorted(clusters, key=lambda c: min(c[0]))]
 
 
+SUFFIX_PAD_SLACK = 0.15  # a chunk of the unpadded prefill may compute this much padding beyond its rows' own tokens
+
+
+def suffix_chunks(lengths: list[int], slack: float = SUFFIX_PAD_SLACK) -> list[list[int]]:
+    "Rows (by index) for a prefill without padding: sorted by length, a chunk grows while its padding stays within `slack` of its tokens."
+    chunks: list[list[int]] = []
+    for i in sorted((i for i, n in enumerate(lengths) if n > 0), key=lambda i: lengths[i]):
+        if chunks and lengths[i] * (len(chunks[-1]) + 1) <= (1 + slack) * (
+            sum(lengths[j] for j in chunks[-1]) + lengths[i]
+        ):
+            chunks[-1].append(i)
+        else:
+            chunks.append([i])
+    return chunks
+
+
 MAX_SKIPS = 2  # a request passed over this many times goes into the next batch, whatever its prefix
 
 _STAT_KEYS = (
@@ -897,6 +913,48 @@ class EmbeddedBackend(ChatBackend):
                     shared.batch_select_indices(torch.tensor(row_group, device=self.device))
                     for slot, layer in zip(cache.layers, shared.layers):
                         slot.update(layer.keys, layer.values)  # positions [0, prefix) of every row
+                # each row's own tokens but its last, without the padding one batched forward computes (rows of different
+                # lengths; 30-50% of the prefill in the episode, judge and GRPO stages): rows of similar length in chunks, their
+                # keys and values written where the left-padded batch has them; `generate` then processes only the last column
+                own = [len(x) - q - 1 for x, q in zip(prompt_ids, row_prefix)]
+                body = width - 1
+                chunks = suffix_chunks(own)
+                if body > 0:
+                    blank = None
+                    for slot in cache.layers:  # columns [prefix, prefix + body): zeros where a row has padding
+                        if blank is None:
+                            cfg = self.model.config
+                            heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+                            dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+                            blank = torch.zeros(
+                                len(prompt_ids), heads, body, dim, dtype=self.model.dtype, device=self.device
+                            )
+                        slot.update(blank, blank)
+                    del blank
+                    for chunk in chunks:
+                        c = max(own[i] for i in chunk)
+                        ids = torch.tensor(
+                            [[pad] * (c - own[i]) + prompt_ids[i][row_prefix[i] : -1] for i in chunk],
+                            device=self.device,
+                        )
+                        mask = torch.tensor([[0] * (c - own[i]) + [1] * own[i] for i in chunk], device=self.device)
+                        step = DynamicCache(config=self.model.config)
+                        if prefix:  # the chunk's rows' prefixes as the past
+                            rows = torch.tensor(chunk, device=self.device)
+                            for slot, layer in zip(step.layers, shared.layers):
+                                slot.update(layer.keys[rows], layer.values[rows])
+                            mask = torch.cat([attention[rows, :prefix], mask], 1)
+                        positions = (mask.long().cumsum(-1) - 1).clamp(min=0)[:, -c:]
+                        self.model(
+                            input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, **{name: step}
+                        )
+                        for slot, layer in zip(cache.layers, step.layers):
+                            for j, i in enumerate(chunk):
+                                n = own[i]
+                                slot.keys[i, :, prefix + body - n : prefix + body] = layer.keys[j, :, -n:]
+                                slot.values[i, :, prefix + body - n : prefix + body] = layer.values[j, :, -n:]
+                        del step
+                if prefix:
                     del shared
                 out = self.model.generate(
                     **enc, generation_config=gen, logits_processor=LogitsProcessorList(processors), **{name: cache}
@@ -956,7 +1014,9 @@ class EmbeddedBackend(ChatBackend):
             rows=len(prompts),
             new_tokens=sum(r.completion_tokens for r in results),
             prompt_tokens=int(sum(prompt_lens)),
-            prefill_tokens=len(prompt_ids) * width + len(groups) * prefix,  # what the model processed
+            prefill_tokens=len(prompt_ids)  # what the model processed: the last column, each chunk, each group's prefix
+            + sum(len(ch) * max(own[i] for i in ch) for ch in chunks)
+            + len(groups) * prefix,
             prefix_cached_tokens=sum(row_prefix) - sum(p for _, p in groups),
             prefill_s=pre,
             decode_s=(t1 - t0) - pre,
