@@ -914,7 +914,7 @@ class EmbeddedBackend(ChatBackend):
                     for slot, layer in zip(cache.layers, shared.layers):
                         slot.update(layer.keys, layer.values)  # positions [0, prefix) of every row
                 # each row's own tokens but its last, without the padding one batched forward computes (rows of different
-                # lengths; 30-50% of the prefill in the episode, judge and GRPO stages): rows of similar length in chunks, their
+                # lengths: a fifth to a third of the tokens prefilled in the smoke run's episode, judge and GRPO stages): rows of similar length in chunks, their
                 # keys and values written where the left-padded batch has them; `generate` then processes only the last column
                 own = [len(x) - q - 1 for x, q in zip(prompt_ids, row_prefix)]
                 body = width - 1
