@@ -12,11 +12,11 @@ from typing import Any, ClassVar, Literal
 from pydantic import model_validator
 
 # %% auto #0
-__all__ = ['EMBEDDED_DEFAULT', 'TINY_MODEL_ENV', 'PREFIX_CACHE_MIN_TOKENS', 'SUFFIX_PAD_SLACK', 'MAX_SKIPS', 'GEN_ROLES', 'ROLES',
-           'API_PROVIDERS', 'NO_JUDGE', 'ChatRequest', 'TokenLogprob', 'ChatResponse', 'LLMError', 'BackendUnavailable',
-           'ModelNotFound', 'MalformedResponse', 'ChatBackend', 'served_base', 'served_model', 'OpenAIBackend',
-           'smollm2_gguf', 'gguf_read_once', 'convert_smollm2', 'embedded_dtype', 'resolve_model_path', 'tiny_model',
-           'shared_prefix_len', 'prefix_groups', 'suffix_chunks', 'embedded_stats', 'EmbeddedBackend',
+__all__ = ['EMBEDDED_DEFAULT', 'TINY_MODEL_ENV', 'PREFIX_CACHE_MIN_TOKENS', 'SUFFIX_PAD_SLACK', 'SUFFIX_CHUNK_ROWS', 'MAX_SKIPS',
+           'GEN_ROLES', 'ROLES', 'API_PROVIDERS', 'NO_JUDGE', 'ChatRequest', 'TokenLogprob', 'ChatResponse', 'LLMError',
+           'BackendUnavailable', 'ModelNotFound', 'MalformedResponse', 'ChatBackend', 'served_base', 'served_model',
+           'OpenAIBackend', 'smollm2_gguf', 'gguf_read_once', 'convert_smollm2', 'embedded_dtype', 'resolve_model_path',
+           'tiny_model', 'shared_prefix_len', 'prefix_groups', 'suffix_chunks', 'embedded_stats', 'EmbeddedBackend',
            'make_random_lora', 'EndpointConfig', 'judging_config', 'RoleRoute', 'route_roles', 'require_judge',
            'public_url', 'judge_record', 'parse_lora_modules', 'embedded_backend', 'LLMClient']
 
@@ -567,14 +567,21 @@ def prefix_groups(rows: list[list[int]], min_tokens: int = PREFIX_CACHE_MIN_TOKE
 
 
 SUFFIX_PAD_SLACK = 0.15  # a chunk of the unpadded prefill may compute this much padding beyond its rows' own tokens
+SUFFIX_CHUNK_ROWS = (
+    8  # and holds at most this many rows: its forward copies their prefixes' keys and values as its past
+)
 
 
-def suffix_chunks(lengths: list[int], slack: float = SUFFIX_PAD_SLACK) -> list[list[int]]:
+def suffix_chunks(
+    lengths: list[int], slack: float = SUFFIX_PAD_SLACK, max_rows: int = SUFFIX_CHUNK_ROWS
+) -> list[list[int]]:
     "Rows (by index) for a prefill without padding: sorted by length, a chunk grows while its padding stays within `slack` of its tokens."
     chunks: list[list[int]] = []
     for i in sorted((i for i, n in enumerate(lengths) if n > 0), key=lambda i: lengths[i]):
-        if chunks and lengths[i] * (len(chunks[-1]) + 1) <= (1 + slack) * (
-            sum(lengths[j] for j in chunks[-1]) + lengths[i]
+        if (
+            chunks
+            and len(chunks[-1]) < max_rows
+            and lengths[i] * (len(chunks[-1]) + 1) <= (1 + slack) * (sum(lengths[j] for j in chunks[-1]) + lengths[i])
         ):
             chunks[-1].append(i)
         else:
@@ -910,25 +917,22 @@ class EmbeddedBackend(ChatBackend):
                         use_cache=True,
                         **{name: shared},
                     )
-                    shared.batch_select_indices(torch.tensor(row_group, device=self.device))
-                    for slot, layer in zip(cache.layers, shared.layers):
-                        slot.update(layer.keys, layer.values)  # positions [0, prefix) of every row
-                # each row's own tokens but its last, without the padding one batched forward computes (rows of different
-                # lengths: a fifth to a third of the tokens prefilled in the smoke run's episode, judge and GRPO stages): rows of similar length in chunks, their
-                # keys and values written where the left-padded batch has them; `generate` then processes only the last column
+                    by_row = torch.tensor(row_group, device=self.device)
+                    for slot, layer in zip(cache.layers, shared.layers):  # one layer's copy for every row at a time
+                        slot.update(layer.keys[by_row], layer.values[by_row])  # positions [0, prefix) of every row
+                # each row's own tokens but its last, without the padding one batched forward computes on rows of different lengths
+                # (a fifth to a third of the tokens prefilled in the smoke run's episode, judge and GRPO stages): rows of similar
+                # length in chunks, their keys and values written where the left-padded batch has them; `generate` then processes
+                # only the last column
                 own = [len(x) - q - 1 for x, q in zip(prompt_ids, row_prefix)]
                 body = width - 1
                 chunks = suffix_chunks(own)
                 if body > 0:
-                    blank = None
+                    config = self.model.config
+                    heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+                    dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+                    blank = torch.zeros(len(prompt_ids), heads, body, dim, dtype=self.model.dtype, device=self.device)
                     for slot in cache.layers:  # columns [prefix, prefix + body): zeros where a row has padding
-                        if blank is None:
-                            cfg = self.model.config
-                            heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
-                            dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-                            blank = torch.zeros(
-                                len(prompt_ids), heads, body, dim, dtype=self.model.dtype, device=self.device
-                            )
                         slot.update(blank, blank)
                     del blank
                     for chunk in chunks:
@@ -942,7 +946,7 @@ class EmbeddedBackend(ChatBackend):
                         if prefix:  # the chunk's rows' prefixes as the past
                             rows = torch.tensor(chunk, device=self.device)
                             for slot, layer in zip(step.layers, shared.layers):
-                                slot.update(layer.keys[rows], layer.values[rows])
+                                slot.update(layer.keys[by_row[rows]], layer.values[by_row[rows]])
                             mask = torch.cat([attention[rows, :prefix], mask], 1)
                         positions = (mask.long().cumsum(-1) - 1).clamp(min=0)[:, -c:]
                         self.model(
