@@ -12,11 +12,11 @@ from typing import Any, ClassVar, Literal
 from pydantic import model_validator
 
 # %% auto #0
-__all__ = ['EMBEDDED_DEFAULT', 'TINY_MODEL_ENV', 'PREFIX_CACHE_MIN_TOKENS', 'SUFFIX_PAD_SLACK', 'SUFFIX_CHUNK_ROWS', 'MAX_SKIPS',
+__all__ = ['EMBEDDED_DEFAULT', 'TINY_MODEL_ENV', 'MAX_SKIPS', 'PREFIX_CACHE_MIN_TOKENS', 'SUFFIX_PAD_SLACK', 'SUFFIX_CHUNK_ROWS',
            'GEN_ROLES', 'ROLES', 'API_PROVIDERS', 'NO_JUDGE', 'ChatRequest', 'TokenLogprob', 'ChatResponse', 'LLMError',
            'BackendUnavailable', 'ModelNotFound', 'MalformedResponse', 'ChatBackend', 'served_base', 'served_model',
            'OpenAIBackend', 'smollm2_gguf', 'gguf_read_once', 'convert_smollm2', 'embedded_dtype', 'resolve_model_path',
-           'tiny_model', 'shared_prefix_len', 'prefix_groups', 'suffix_chunks', 'embedded_stats', 'EmbeddedBackend',
+           'tiny_model', 'embedded_stats', 'shared_prefix_len', 'prefix_groups', 'suffix_chunks', 'EmbeddedBackend',
            'make_random_lora', 'EndpointConfig', 'judging_config', 'RoleRoute', 'route_roles', 'require_judge',
            'public_url', 'judge_record', 'parse_lora_modules', 'embedded_backend', 'LLMClient']
 
@@ -498,6 +498,34 @@ def _group_key(p: _Pending):
     return (p.adapter, p.req.logprobs)
 
 
+MAX_SKIPS = 2  # a request passed over this many times goes into the next batch, whatever its prefix
+
+_STAT_KEYS = (
+    "load_s",
+    "prefill_s",
+    "decode_s",
+    "generate_calls",
+    "rows",
+    "prompt_tokens",
+    "prefill_tokens",
+    "prefix_cached_tokens",
+    "new_tokens",
+)
+# the whole process's totals, kept here so they outlive the backends (a stage's backend is gone by the time its job records them)
+_PROCESS_STATS: dict[str, float] = dict.fromkeys(_STAT_KEYS, 0)
+
+
+def _count(backend: "EmbeddedBackend", **add) -> None:
+    for k, v in add.items():
+        backend.stats[k] += v
+        _PROCESS_STATS[k] += v
+
+
+def embedded_stats() -> dict:
+    "Where the time of every embedded backend in this process went: model load, prompt processing (prefill), decoding; tokens and batches."
+    return {k: round(v, 3) if isinstance(v, float) else v for k, v in _PROCESS_STATS.items()}
+
+# %% ../nbs/01_llm.ipynb #17257be9
 class _RowSampling:
     "Each row's own temperature and top-p, for a batch that mixes them; a greedy row (temperature 0) keeps only its argmax."
 
@@ -532,7 +560,7 @@ class _PrefillClock:
         self.profile.setdefault("prefill_end", time.perf_counter())
         return scores
 
-
+# %% ../nbs/01_llm.ipynb #b6339a5f
 PREFIX_CACHE_MIN_TOKENS = 64  # shorter shared prefixes (the chat template's header) are not worth a separate forward
 
 
@@ -588,35 +616,7 @@ def suffix_chunks(
             chunks.append([i])
     return chunks
 
-
-MAX_SKIPS = 2  # a request passed over this many times goes into the next batch, whatever its prefix
-
-_STAT_KEYS = (
-    "load_s",
-    "prefill_s",
-    "decode_s",
-    "generate_calls",
-    "rows",
-    "prompt_tokens",
-    "prefill_tokens",
-    "prefix_cached_tokens",
-    "new_tokens",
-)
-# the whole process's totals, kept here so they outlive the backends (a stage's backend is gone by the time its job records them)
-_PROCESS_STATS: dict[str, float] = dict.fromkeys(_STAT_KEYS, 0)
-
-
-def _count(backend: "EmbeddedBackend", **add) -> None:
-    for k, v in add.items():
-        backend.stats[k] += v
-        _PROCESS_STATS[k] += v
-
-
-def embedded_stats() -> dict:
-    "Where the time of every embedded backend in this process went: model load, prompt processing (prefill), decoding; tokens and batches."
-    return {k: round(v, 3) if isinstance(v, float) else v for k, v in _PROCESS_STATS.items()}
-
-
+# %% ../nbs/01_llm.ipynb #0778bd1c
 class EmbeddedBackend(ChatBackend):
     "An in-process transformers model; LoRA adapters served by alias; concurrent requests batched."
 
@@ -905,61 +905,9 @@ class EmbeddedBackend(ChatBackend):
                     if self.kv_cache == "static"
                     else DynamicCache(config=self.model.config)
                 )
-                if prefix:  # each group's prefix keys and values, computed once and copied to the group's rows
-                    shared = DynamicCache(config=self.model.config)
-                    heads = [members[0] for members, _ in groups]
-                    mask = attention[heads, :prefix]
-                    positions = (mask.long().cumsum(-1) - 1).clamp(min=0)  # as generate numbers a left-padded row
-                    self.model(
-                        input_ids=input_ids[heads, :prefix],
-                        attention_mask=mask,
-                        position_ids=positions,
-                        use_cache=True,
-                        **{name: shared},
-                    )
-                    by_row = torch.tensor(row_group, device=self.device)
-                    for slot, layer in zip(cache.layers, shared.layers):  # one layer's copy for every row at a time
-                        slot.update(layer.keys[by_row], layer.values[by_row])  # positions [0, prefix) of every row
-                # each row's own tokens but its last, without the padding one batched forward computes on rows of different lengths
-                # (a fifth to a third of the tokens prefilled in the smoke run's episode, judge and GRPO stages): rows of similar
-                # length in chunks, their keys and values written where the left-padded batch has them; `generate` then processes
-                # only the last column
-                own = [len(x) - q - 1 for x, q in zip(prompt_ids, row_prefix)]
-                body = width - 1
-                chunks = suffix_chunks(own)
-                if body > 0:
-                    config = self.model.config
-                    heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
-                    dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-                    blank = torch.zeros(len(prompt_ids), heads, body, dim, dtype=self.model.dtype, device=self.device)
-                    for slot in cache.layers:  # columns [prefix, prefix + body): zeros where a row has padding
-                        slot.update(blank, blank)
-                    del blank
-                    for chunk in chunks:
-                        c = max(own[i] for i in chunk)
-                        ids = torch.tensor(
-                            [[pad] * (c - own[i]) + prompt_ids[i][row_prefix[i] : -1] for i in chunk],
-                            device=self.device,
-                        )
-                        mask = torch.tensor([[0] * (c - own[i]) + [1] * own[i] for i in chunk], device=self.device)
-                        step = DynamicCache(config=self.model.config)
-                        if prefix:  # the chunk's rows' prefixes as the past
-                            rows = torch.tensor(chunk, device=self.device)
-                            for slot, layer in zip(step.layers, shared.layers):
-                                slot.update(layer.keys[by_row[rows]], layer.values[by_row[rows]])
-                            mask = torch.cat([attention[rows, :prefix], mask], 1)
-                        positions = (mask.long().cumsum(-1) - 1).clamp(min=0)[:, -c:]
-                        self.model(
-                            input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, **{name: step}
-                        )
-                        for slot, layer in zip(cache.layers, step.layers):
-                            for j, i in enumerate(chunk):
-                                n = own[i]
-                                slot.keys[i, :, prefix + body - n : prefix + body] = layer.keys[j, :, -n:]
-                                slot.values[i, :, prefix + body - n : prefix + body] = layer.values[j, :, -n:]
-                        del step
-                if prefix:
-                    del shared
+                # every prompt token but each row's last into the cache, without computing padding; `generate` then starts
+                # from the last column
+                processed = self._prefill(cache, input_ids, attention, prompt_ids, row_prefix, row_group, groups)
                 out = self.model.generate(
                     **enc, generation_config=gen, logits_processor=LogitsProcessorList(processors), **{name: cache}
                 )
@@ -1018,14 +966,84 @@ class EmbeddedBackend(ChatBackend):
             rows=len(prompts),
             new_tokens=sum(r.completion_tokens for r in results),
             prompt_tokens=int(sum(prompt_lens)),
-            prefill_tokens=len(prompt_ids)  # what the model processed: the last column, each chunk, each group's prefix
-            + sum(len(ch) * max(own[i] for i in ch) for ch in chunks)
-            + len(groups) * prefix,
+            prefill_tokens=len(prompt_ids)
+            + processed,  # what the model processed: the last column, and `_prefill`'s tokens
             prefix_cached_tokens=sum(row_prefix) - sum(p for _, p in groups),
             prefill_s=pre,
             decode_s=(t1 - t0) - pre,
         )
         return results
+
+# %% ../nbs/01_llm.ipynb #23d0407e
+def _embedded_prefill(
+    self: EmbeddedBackend, cache, input_ids, attention, prompt_ids, row_prefix, row_group, groups
+) -> int:
+    """Write into `cache` the keys and values of every prompt token but each row's last, laid out as the left-padded batch `input_ids`
+    has them, without computing the padding; the tokens the model processed."""
+    import torch
+    from transformers import DynamicCache
+
+    pad, name, prefix = self.tokenizer.pad_token_id, self._cache_argument(), max(row_prefix)
+    width = input_ids.shape[1] - prefix
+    processed = len(groups) * prefix if prefix else 0
+    if prefix:  # each group's prefix keys and values, computed once and copied to the group's rows
+        shared = DynamicCache(config=self.model.config)
+        heads = [members[0] for members, _ in groups]
+        mask = attention[heads, :prefix]
+        positions = (mask.long().cumsum(-1) - 1).clamp(min=0)  # as generate numbers a left-padded row
+        self.model(
+            input_ids=input_ids[heads, :prefix],
+            attention_mask=mask,
+            position_ids=positions,
+            use_cache=True,
+            **{name: shared},
+        )
+        by_row = torch.tensor(row_group, device=self.device)
+        for slot, layer in zip(cache.layers, shared.layers):  # one layer's copy for every row at a time
+            slot.update(layer.keys[by_row], layer.values[by_row])  # positions [0, prefix) of every row
+    # each row's own tokens but its last, without the padding one batched forward computes on rows of different lengths
+    # (a fifth to a third of the tokens prefilled in the smoke run's episode, judge and GRPO stages): rows of similar
+    # length in chunks, their keys and values written where the left-padded batch has them; `generate` then processes
+    # only the last column
+    own = [len(x) - q - 1 for x, q in zip(prompt_ids, row_prefix)]
+    body = width - 1
+    chunks = suffix_chunks(own)
+    if body > 0:
+        config = self.model.config
+        heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+        dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        blank = torch.zeros(len(prompt_ids), heads, body, dim, dtype=self.model.dtype, device=self.device)
+        for slot in cache.layers:  # columns [prefix, prefix + body): zeros where a row has padding
+            slot.update(blank, blank)
+        del blank
+        for chunk in chunks:
+            c = max(own[i] for i in chunk)
+            processed += len(chunk) * c
+            ids = torch.tensor(
+                [[pad] * (c - own[i]) + prompt_ids[i][row_prefix[i] : -1] for i in chunk],
+                device=self.device,
+            )
+            mask = torch.tensor([[0] * (c - own[i]) + [1] * own[i] for i in chunk], device=self.device)
+            step = DynamicCache(config=self.model.config)
+            if prefix:  # the chunk's rows' prefixes as the past
+                rows = torch.tensor(chunk, device=self.device)
+                for slot, layer in zip(step.layers, shared.layers):
+                    slot.update(layer.keys[by_row[rows]], layer.values[by_row[rows]])
+                mask = torch.cat([attention[rows, :prefix], mask], 1)
+            positions = (mask.long().cumsum(-1) - 1).clamp(min=0)[:, -c:]
+            self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, **{name: step})
+            for slot, layer in zip(cache.layers, step.layers):
+                for j, i in enumerate(chunk):
+                    n = own[i]
+                    slot.keys[i, :, prefix + body - n : prefix + body] = layer.keys[j, :, -n:]
+                    slot.values[i, :, prefix + body - n : prefix + body] = layer.values[j, :, -n:]
+            del step
+    if prefix:
+        del shared
+    return processed
+
+
+EmbeddedBackend._prefill = _embedded_prefill
 
 # %% ../nbs/01_llm.ipynb #bbaffe03
 def make_random_lora(base: str, out: str | Path, r: int = 8, seed: int = 0, scale: float = 0.5) -> Path:
