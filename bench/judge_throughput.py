@@ -16,8 +16,8 @@ from pathlib import Path
 from unittest.mock import patch
 import torch
 import mascot.llm as llm
-from mascot.llm import EmbeddedBackend, embedded_stats
-from mascot.judge import record_items, record_domain
+from mascot.llm import EMBEDDED_STAT_KEYS, EmbeddedBackend, embedded_stats
+from mascot.rubric_eval import record_items, record_domain
 from mascot.llm_judge import JudgeStageConfig, judge_folder_async
 from mascot.core import read_jsonl
 
@@ -70,19 +70,7 @@ def stage(emb: EmbeddedBackend, eval_dir: Path, a, reuse: bool) -> dict:
     return {
         "seconds": round(dt, 2),
         "tokens_per_s": round(d["new_tokens"] / dt, 2),
-        **{
-            k: d[k]
-            for k in (
-                "prefill_s",
-                "decode_s",
-                "generate_calls",
-                "rows",
-                "prompt_tokens",
-                "prefill_tokens",
-                "prefix_cached_tokens",
-                "new_tokens",
-            )
-        },
+        **{k: d[k] for k in EMBEDDED_STAT_KEYS if k != "load_s"},
     }
 
 

@@ -14,6 +14,8 @@ import argparse, json, os, re, subprocess, sys, tempfile, time
 from datetime import datetime
 from pathlib import Path
 
+from mascot.llm import EMBEDDED_STAT_KEYS
+
 # the ISA caps torch (ATen), oneDNN and MKL honour: the same code paths as on a CPU without AVX-512 (and so without bf16 units)
 AVX2_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
 IMPORT_LINE = re.compile(r"^\s*(#.*|import .*|from \S+ import .*|)$")
@@ -90,14 +92,8 @@ def profile_run(run_dir: Path) -> dict:
             row.update(
                 {
                     k: emb.get(k, 0)
-                    for k in (
-                        "generate_calls",
-                        "rows",
-                        "prompt_tokens",
-                        "prefill_tokens",
-                        "prefix_cached_tokens",
-                        "new_tokens",
-                    )
+                    for k in EMBEDDED_STAT_KEYS
+                    if not k.endswith("_s")  # the counts; its seconds are read above
                 }
             )
             row["mean_batch_rows"] = round(emb["rows"] / max(1, emb["generate_calls"]), 2)

@@ -12,13 +12,14 @@ from typing import Any, ClassVar, Literal
 from pydantic import model_validator
 
 # %% auto #0
-__all__ = ['EMBEDDED_DEFAULT', 'TINY_MODEL_ENV', 'MAX_SKIPS', 'PREFIX_CACHE_MIN_TOKENS', 'SUFFIX_PAD_SLACK', 'SUFFIX_CHUNK_ROWS',
-           'GEN_ROLES', 'ROLES', 'API_PROVIDERS', 'NO_JUDGE', 'ChatRequest', 'TokenLogprob', 'ChatResponse', 'LLMError',
-           'BackendUnavailable', 'ModelNotFound', 'MalformedResponse', 'ChatBackend', 'served_base', 'served_model',
-           'OpenAIBackend', 'smollm2_gguf', 'gguf_read_once', 'convert_smollm2', 'embedded_dtype', 'resolve_model_path',
-           'tiny_model', 'embedded_stats', 'shared_prefix_len', 'prefix_groups', 'suffix_chunks', 'EmbeddedBackend',
-           'make_random_lora', 'EndpointConfig', 'judging_config', 'RoleRoute', 'route_roles', 'require_judge',
-           'public_url', 'judge_record', 'parse_lora_modules', 'embedded_backend', 'LLMClient']
+__all__ = ['EMBEDDED_DEFAULT', 'TINY_MODEL_ENV', 'MAX_SKIPS', 'EMBEDDED_STAT_KEYS', 'PREFIX_CACHE_MIN_TOKENS', 'SUFFIX_PAD_SLACK',
+           'SUFFIX_CHUNK_ROWS', 'GEN_ROLES', 'ROLES', 'API_PROVIDERS', 'NO_JUDGE', 'ChatRequest', 'TokenLogprob',
+           'ChatResponse', 'LLMError', 'BackendUnavailable', 'ModelNotFound', 'MalformedResponse', 'ChatBackend',
+           'served_base', 'served_model', 'OpenAIBackend', 'smollm2_gguf', 'gguf_read_once', 'convert_smollm2',
+           'embedded_dtype', 'resolve_model_path', 'tiny_model', 'embedded_stats', 'shared_prefix_len', 'prefix_groups',
+           'suffix_chunks', 'EmbeddedBackend', 'make_random_lora', 'EndpointConfig', 'judging_config', 'RoleRoute',
+           'route_roles', 'require_judge', 'public_url', 'judge_record', 'parse_lora_modules', 'embedded_backend',
+           'LLMClient']
 
 # %% ../nbs/01_llm.ipynb #b15fcbfb
 @dataclass
@@ -500,7 +501,7 @@ def _group_key(p: _Pending):
 
 MAX_SKIPS = 2  # a request passed over this many times goes into the next batch, whatever its prefix
 
-_STAT_KEYS = (
+EMBEDDED_STAT_KEYS = (  # what `embedded_stats` and each backend's `stats` count
     "load_s",
     "prefill_s",
     "decode_s",
@@ -512,7 +513,7 @@ _STAT_KEYS = (
     "new_tokens",
 )
 # the whole process's totals, kept here so they outlive the backends (a stage's backend is gone by the time its job records them)
-_PROCESS_STATS: dict[str, float] = dict.fromkeys(_STAT_KEYS, 0)
+_PROCESS_STATS: dict[str, float] = dict.fromkeys(EMBEDDED_STAT_KEYS, 0)
 
 
 def _count(backend: "EmbeddedBackend", **add) -> None:
@@ -654,7 +655,7 @@ class EmbeddedBackend(ChatBackend):
         self._loading: asyncio.Task | None = None  # the model load the requests of one event loop wait on
         self._load_lock = threading.Lock()
         self.batches: list[int] = []  # sizes of the batches run, for benchmarks and tests
-        self.stats = {k: 0.0 if k.endswith("_s") else 0 for k in _STAT_KEYS}
+        self.stats = {k: 0.0 if k.endswith("_s") else 0 for k in EMBEDDED_STAT_KEYS}
 
     def load(self) -> "EmbeddedBackend":
         with self._load_lock:
