@@ -914,52 +914,15 @@ class EmbeddedBackend(ChatBackend):
                 )
         t1 = time.perf_counter()
         self.batches.append(len(prompts))
-        new = out.sequences[:, prompt_len:]
-        logp = torch.stack(out.logits, dim=1).float().log_softmax(-1) if r0.logprobs else None
         prompt_lens = enc["attention_mask"].sum(1).tolist()
-        results, row = [], 0
-        for r in reqs:
-            texts, reasons, lps, ntoks = [], [], [], 0
-            for _ in range(r.n):
-                ids = new[row].tolist()[: r.max_tokens]
-                end = next((i for i, t in enumerate(ids) if t in (tok.eos_token_id, tok.pad_token_id)), None)
-                reason = "stop" if end is not None else "length"
-                ids = ids[:end] if end is not None else ids
-                text = tok.decode(ids, skip_special_tokens=True)
-                for s in r.stop or []:
-                    if s and s in text:
-                        text, reason = text[: text.index(s)], "stop"
-                texts.append(text)
-                reasons.append(reason)
-                ntoks += len(ids)
-                if logp is not None:
-                    k = max(r.top_logprobs, 0)
-                    row_lp = []
-                    for i, t in enumerate(ids):
-                        top = torch.topk(logp[row, i], k) if k else None
-                        row_lp.append(
-                            TokenLogprob(
-                                tok.decode([t]),
-                                float(logp[row, i, t]),
-                                {tok.decode([j]): float(v) for v, j in zip(top.values.tolist(), top.indices.tolist())}
-                                if k
-                                else {},
-                            )
-                        )
-                    lps.append(row_lp)
-                row += 1
-            results.append(
-                ChatResponse(
-                    texts,
-                    reasons,
-                    int(prompt_lens[row - 1]),
-                    ntoks,
-                    adapter or self.model_id,
-                    "embedded",
-                    0.0,
-                    lps if r.logprobs else None,
-                )
-            )
+        results = _responses(
+            tok,
+            reqs,
+            out.sequences[:, prompt_len:],
+            out.logits if r0.logprobs else None,
+            prompt_lens,
+            adapter or self.model_id,
+        )
         pre = prof.get("prefill_end", t1) - t0
         _count(
             self,
@@ -1045,6 +1008,57 @@ def _embedded_prefill(
 
 
 EmbeddedBackend._prefill = _embedded_prefill
+
+# %% ../nbs/01_llm.ipynb #121b5341
+def _responses(tok, reqs: list[ChatRequest], new, logits, prompt_lens: list[int], model: str) -> list[ChatResponse]:
+    "Each request's texts, finish reasons, token counts and logprobs, from one batched `generate`'s new tokens (`n` rows per request, in order)."
+    import torch
+
+    logp = torch.stack(logits, dim=1).float().log_softmax(-1) if logits is not None else None
+    results, row = [], 0
+    for r in reqs:
+        texts, reasons, lps, ntoks = [], [], [], 0
+        for _ in range(r.n):
+            ids = new[row].tolist()[: r.max_tokens]
+            end = next((i for i, t in enumerate(ids) if t in (tok.eos_token_id, tok.pad_token_id)), None)
+            reason = "stop" if end is not None else "length"
+            ids = ids[:end] if end is not None else ids
+            text = tok.decode(ids, skip_special_tokens=True)
+            for s in r.stop or []:
+                if s and s in text:
+                    text, reason = text[: text.index(s)], "stop"
+            texts.append(text)
+            reasons.append(reason)
+            ntoks += len(ids)
+            if logp is not None:
+                k = max(r.top_logprobs, 0)
+                row_lp = []
+                for i, t in enumerate(ids):
+                    top = torch.topk(logp[row, i], k) if k else None
+                    row_lp.append(
+                        TokenLogprob(
+                            tok.decode([t]),
+                            float(logp[row, i, t]),
+                            {tok.decode([j]): float(v) for v, j in zip(top.values.tolist(), top.indices.tolist())}
+                            if k
+                            else {},
+                        )
+                    )
+                lps.append(row_lp)
+            row += 1
+        results.append(
+            ChatResponse(
+                texts,
+                reasons,
+                int(prompt_lens[row - 1]),
+                ntoks,
+                model,
+                "embedded",
+                0.0,
+                lps if r.logprobs else None,
+            )
+        )
+    return results
 
 # %% ../nbs/01_llm.ipynb #bbaffe03
 def make_random_lora(base: str, out: str | Path, r: int = 8, seed: int = 0, scale: float = 0.5) -> Path:
