@@ -174,8 +174,10 @@ def _model_page(r):
         raise MalformedResponse(f"no model list in the reply ({str(r)[:80]!r})")
     return r
 
-
+# %% ../nbs/01_llm.ipynb #583d4171
 class OpenAIBackend(ChatBackend):
+    "Any OpenAI-compatible server (vLLM, `transformers serve`, llama.cpp, OpenAI) through the official client."
+
     kind = "openai"
 
     def __init__(
