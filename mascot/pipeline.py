@@ -476,7 +476,7 @@ def _record_job_runs(run: RunDir, sdir: Path):
     run.counters.update(total)
     run.extra.update(by_system=by, job_runs=[{"path": r["path"], "status": r["status"]} for r in runs])
 
-
+# %% ../nbs/40_pipeline.ipynb #f39f3cc7
 def plan_pipeline(
     cfg: PipelineConfig,
     source: str = "config",
@@ -525,7 +525,7 @@ def plan_pipeline(
         check_stage(cfg, st, params, source, pending)
     return todo, outputs
 
-
+# %% ../nbs/40_pipeline.ipynb #abc30584
 def run_pipeline(
     cfg: PipelineConfig,
     source: str = "config",
@@ -621,7 +621,7 @@ def run_pipeline(
         log(f"[{k}] done in {time.time() - t0:.0f}s, peak memory {peak} MB (run elapsed {time.time() - t_run:.0f}s)")
     return run_dir
 
-
+# %% ../nbs/40_pipeline.ipynb #49a4a519
 def main(argv: list[str] | None = None):
     import argparse
 
