@@ -733,7 +733,7 @@ def _is_interruption(et) -> bool:
 
     return issubclass(et, (KeyboardInterrupt, asyncio.CancelledError, RunInterrupted))
 
-
+# %% ../nbs/00_core.ipynb #d85725b8
 def _alive(pid) -> bool:
     try:
         os.kill(int(pid), 0)
@@ -767,7 +767,7 @@ def mark_stale_runs(runs_root: str | Path) -> list[Path]:
         marked.append(p.parent)
     return marked
 
-
+# %% ../nbs/00_core.ipynb #f186fc94
 # Settings that never change what a record says: where it goes, how fast, how it is shown, which server answers.
 NOT_FINGERPRINTED = (
     "resume",
