@@ -307,7 +307,7 @@ async def heldout_directors(
         )
     return out
 
-
+# %% ../nbs/22_director_grpo.ipynb #0aeaee9b
 def train_director_grpo(cfg: DirectorGRPOConfig, embedded: EmbeddedBackend | None = None) -> Path:
     import torch
     from transformers import set_seed
@@ -389,7 +389,7 @@ def train_director_grpo(cfg: DirectorGRPOConfig, embedded: EmbeddedBackend | Non
         )
     return out
 
-
+# %% ../nbs/22_director_grpo.ipynb #6016431b
 def main(argv: list[str] | None = None):
     out = train_director_grpo(DirectorGRPOConfig.from_cli(argv, prog="mascot train-group --mode train-director-grpo"))
     if process_rank()[0]:
