@@ -252,7 +252,7 @@ JUDGE_EXAMPLES: dict[tuple[str, str], list[JudgeExample]] = {
     ],
 }
 
-
+# %% ../nbs/05_judge.ipynb #7c3410cc
 def _item_text(rubric: Rubric, situation: str, conversation: str, reply: str | None, persona: Persona | None) -> str:
     parts = ([f"Persona: {describe_persona(persona)}"] if rubric.kind == "persona" else []) + [
         f"{CONTEXT_LABEL[rubric.domain]}: {situation.strip() or '(not given)'}",
