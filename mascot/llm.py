@@ -1142,7 +1142,7 @@ def judging_config(cls):
     cls.uses_judge = True
     return cls
 
-
+# %% ../nbs/01_llm.ipynb #1506d5d1
 @dataclass
 class RoleRoute:
     role: str
@@ -1201,7 +1201,7 @@ def require_judge(cfg: EndpointConfig) -> RoleRoute:
         raise ConfigError(NO_JUDGE)
     return route
 
-
+# %% ../nbs/01_llm.ipynb #aabf207b
 def public_url(url: str | None) -> str | None:
     "A URL without credentials or query (where a key may hide), as run files record it."
     if not url:
