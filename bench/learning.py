@@ -31,7 +31,7 @@ Every section writes its figures into --out as soon as it finishes; a rerun skip
 
     python bench/learning.py [--stage1-datasets ESConv ED] [--stage1-holdout 0.55] [--rm-epochs 2] [--rm-hard-negatives 2] [--grpo-steps 20] [--eval-samples 4]
                              [--director-datasets ESConv ED] [--director-contexts 80] [--director-steps 20]
-                             [--director-accum 4] [--director-generations 4] [--director-depths 1] [--director-lr 1e-3] [--director-beta 0.02]
+                             [--director-accum 4] [--director-generations 4] [--director-depths 1] [--director-lr 1e-3] [--director-beta 0.02] [--director-temperature 1.0]
                              [--director-mask-truncated 0] [--director-unparsed 0.0] [--director-format-weight 0.5] [--dpo-candidates 16]
                              [--work-dir DIR] [--out bench/results/learning.json]
 """
@@ -370,7 +370,7 @@ def section_director(a, work: Path, states_path: str, reward, name: str = "direc
             mask_truncated_completions=a.director_mask_truncated,
             beta=a.director_beta,
             max_completion_length=40,
-            temperature=1.0,
+            temperature=a.director_temperature,  # training samples and the held-out comparison alike
             horizon=1,
             unparsed_directive_reward=a.director_unparsed,  # "0.0" or "group_mean": the config's type reads either
             reward_weights=[1.0, a.director_format_weight],
@@ -593,6 +593,12 @@ def main():
         type=float,
         default=0.02,
         help="the director GRPO's KL weight (TRL's beta; the package's default)",
+    )
+    ap.add_argument(
+        "--director-temperature",
+        type=float,
+        default=1.0,
+        help="the director GRPO's sampling temperature, in training and in the held-out comparison (above 1: more names to compare within a state)",
     )
     ap.add_argument(
         "--director-mask-truncated",
