@@ -1016,7 +1016,24 @@ def _responses(tok, reqs: list[ChatRequest], new, logits, prompt_lens: list[int]
     "Each request's texts, finish reasons, token counts and logprobs, from one batched `generate`'s new tokens (`n` rows per request, in order)."
     import torch
 
-    logp = torch.stack(logits, dim=1).float().log_softmax(-1) if logits is not None else None
+    if logits is not None:
+        # one step's log-softmax at a time ([rows, vocab]) and only what is kept of it: stacking every step and taking the log-softmax
+        # of the stack made two more copies of the logits (about 0.75 GB each for the judge stage's 48 rows of 80 tokens)
+        k_max = max(max(r.top_logprobs, 0) for r in reqs)
+        chosen, top_values, top_ids = [], [], []
+        for i, step in enumerate(logits):
+            logp = step.float().log_softmax(-1)
+            chosen.append(logp.gather(1, new[:, i : i + 1].to(logp.device))[:, 0])
+            if k_max:
+                top = torch.topk(logp, k_max)
+                top_values.append(top.values)
+                top_ids.append(top.indices)
+        chosen = torch.stack(chosen, 1).tolist()  # [rows][steps]
+        if k_max:
+            top_values, top_ids = (
+                torch.stack(top_values, 1).tolist(),
+                torch.stack(top_ids, 1).tolist(),
+            )  # [rows][steps][k_max]
     results, row = [], 0
     for r in reqs:
         texts, reasons, lps, ntoks = [], [], [], 0
@@ -1032,21 +1049,20 @@ def _responses(tok, reqs: list[ChatRequest], new, logits, prompt_lens: list[int]
             texts.append(text)
             reasons.append(reason)
             ntoks += len(ids)
-            if logp is not None:
+            if logits is not None:
                 k = max(r.top_logprobs, 0)
-                row_lp = []
-                for i, t in enumerate(ids):
-                    top = torch.topk(logp[row, i], k) if k else None
-                    row_lp.append(
+                lps.append(
+                    [
                         TokenLogprob(
                             tok.decode([t]),
-                            float(logp[row, i, t]),
-                            {tok.decode([j]): float(v) for v, j in zip(top.values.tolist(), top.indices.tolist())}
+                            chosen[row][i],
+                            {tok.decode([j]): v for v, j in zip(top_values[row][i][:k], top_ids[row][i][:k])}
                             if k
                             else {},
                         )
-                    )
-                lps.append(row_lp)
+                        for i, t in enumerate(ids)
+                    ]
+                )
             row += 1
         results.append(
             ChatResponse(
