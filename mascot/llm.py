@@ -951,7 +951,7 @@ def _embedded_prefill(
 
     pad, name, prefix = self.tokenizer.pad_token_id, self._cache_argument(), max(row_prefix)
     width = input_ids.shape[1] - prefix
-    processed = len(groups) * prefix if prefix else 0
+    processed = len(groups) * prefix  # each group's shared prefix, once
     if prefix:  # each group's prefix keys and values, computed once and copied to the group's rows
         shared = DynamicCache(config=self.model.config)
         heads = [members[0] for members, _ in groups]
@@ -1023,7 +1023,7 @@ def _responses(tok, reqs: list[ChatRequest], new, logits, prompt_lens: list[int]
         chosen, top_values, top_ids = [], [], []
         for i, step in enumerate(logits):
             logp = step.float().log_softmax(-1)
-            chosen.append(logp.gather(1, new[:, i : i + 1].to(logp.device))[:, 0])
+            chosen.append(logp.gather(1, new[:, i : i + 1])[:, 0])
             if k_max:
                 top = torch.topk(logp, k_max)
                 top_values.append(top.values)

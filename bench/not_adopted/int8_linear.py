@@ -18,18 +18,16 @@ was batched with (the `batch_dependence` entry), and the package's replies must 
 reply relative to fp32 (`texts_equal_fp32`). A per-row dynamic int8 kernel that is fast on AVX2 would change this.
 """
 
-import os
-
-AVX2_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
-os.environ.update(AVX2_ENV)  # before torch is imported: the kernels are chosen then
-import argparse, json, sys, time
+import argparse, json, os, sys, time
 from pathlib import Path
-
-import torch
 
 sys.path.insert(
     0, str(Path(__file__).resolve().parents[1])
-)  # bench/, for the speaker-sized requests of static_cache.py
+)  # bench/: the AVX2 caps, and static_cache.py's speaker-sized requests
+from pipeline_profile import AVX2_ENV  # imports no torch
+
+os.environ.update(AVX2_ENV)  # before torch is imported: the kernels are chosen then
+import torch
 
 
 def ms(f, n: int) -> float:
