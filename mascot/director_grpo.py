@@ -34,9 +34,9 @@ from typing import Any
 from typing import ClassVar
 
 # %% auto #0
-__all__ = ['DirectorGRPOConfig', 'make_directive_format_reward', 'rollout_states', 'make_rollout_reward',
-           'heldout_director_backend', 'director_group_reward', 'director_prompts', 'heldout_directors',
-           'train_director_grpo', 'main']
+__all__ = ['DirectorGRPOConfig', 'make_directive_format_reward', 'make_speaker_diversity_reward', 'rollout_states',
+           'make_rollout_reward', 'heldout_director_backend', 'director_group_reward', 'director_prompts',
+           'heldout_directors', 'train_director_grpo', 'main']
 
 # %% ../nbs/22_director_grpo.ipynb #ac38dd7a
 class DirectorGRPOConfig(EndpointConfig, GRPOTrainingConfig):
@@ -68,6 +68,9 @@ class DirectorGRPOConfig(EndpointConfig, GRPOTrainingConfig):
     # as the episode loop does (for plumbing runs, e.g. the 135M smoke, where no directive parses and a fixed value would leave nothing to learn);
     # "group_mean" gives it the mean rollout reward of its group's parsed directives, so only the format reward (if weighted) tells it apart
     unparsed_directive_reward: float | Literal["group_mean"] | None = -5.0
+    # an exploration bonus, 0 = off (the paper has none): GRPO learns whom to pick only from groups whose samples name different personas, and
+    # the 135M director settles on one name per state before it learns which (bench/director_samples.py: 8 of 22 states differ before, 2 of 24 after)
+    speaker_diversity_weight: float = 0.0
     eval_samples_per_state: int = 4
     roster_path: str | None = None
 
@@ -101,6 +104,7 @@ describe(
     holdout_fraction="share of the contexts held out for the random/untrained/trained comparison",
     unparsed_directive_reward="reward of a directive that does not parse (not rolled out); group_mean: the mean reward of its group's parsed "
     "directives (zero rollout advantage); None rolls it out with a random speaker",
+    speaker_diversity_weight="weight of a third reward, the within-group speaker-diversity bonus (make_speaker_diversity_reward); 0 leaves it out",
     eval_samples_per_state="directives sampled per held-out state, for every director compared",
     num_turns="length of a rollout conversation in director steps (the episode it continues)",
     enable_user_simulation="let the simulated user take turns in the rollouts",
@@ -120,6 +124,24 @@ def make_directive_format_reward(roster: Roster):
         return [1.0 if parse_directive(_text(c), roster) else 0.0 for c in completions]
 
     return directive_format_reward
+
+
+def make_speaker_diversity_reward(roster: Roster, num_generations: int):
+    """An exploration bonus within each group of `num_generations` completions of one prompt (TRL puts them side by side): a parsed directive
+    scores 1 - (its group-mates naming the same persona) / (group size - 1), an unparsed one 0. It keeps a group's samples on several names,
+    so the rollout reward can still tell them apart; it says nothing about which name is right."""
+
+    def speaker_diversity_reward(completions, **kwargs) -> list[float]:
+        names = [getattr(parse_directive(_text(c), roster), "agent_name", None) for c in completions]
+        out = []
+        for i, name in enumerate(names):
+            start = i - i % num_generations
+            group = names[start : start + num_generations]
+            same = sum(n == name for n in group) - 1
+            out.append(0.0 if name is None else 1.0 - same / max(len(group) - 1, 1))
+        return out
+
+    return speaker_diversity_reward
 
 
 async def rollout_states(
@@ -324,13 +346,14 @@ def train_director_grpo(cfg: DirectorGRPOConfig, embedded: EmbeddedBackend | Non
         run.extra["routes"] = client.describe()
         set_seed(cfg.seed)
         model, tok = load_causal_lm(cfg.model_name, padding_side="left")
-        args = grpo_config(cfg, str(out / "trainer"))
+        weights = [*cfg.reward_weights, cfg.speaker_diversity_weight] if cfg.speaker_diversity_weight else cfg.reward_weights
+        args = grpo_config(cfg.model_copy(update={"reward_weights": weights}), str(out / "trainer"))
         rewards = [
             make_rollout_reward(
                 runner, grm, cfg.horizon, cfg.num_turns, cfg.seed, cfg.num_generations, cfg.unparsed_directive_reward
             ),
             make_directive_format_reward(runner.roster),
-        ]
+        ] + ([make_speaker_diversity_reward(runner.roster, cfg.num_generations)] if cfg.speaker_diversity_weight else [])
         trainer = GRPOTrainer(
             model=model,
             reward_funcs=rewards,
