@@ -346,14 +346,18 @@ def train_director_grpo(cfg: DirectorGRPOConfig, embedded: EmbeddedBackend | Non
         run.extra["routes"] = client.describe()
         set_seed(cfg.seed)
         model, tok = load_causal_lm(cfg.model_name, padding_side="left")
-        weights = [*cfg.reward_weights, cfg.speaker_diversity_weight] if cfg.speaker_diversity_weight else cfg.reward_weights
+        weights = (
+            [*cfg.reward_weights, cfg.speaker_diversity_weight] if cfg.speaker_diversity_weight else cfg.reward_weights
+        )
         args = grpo_config(cfg.model_copy(update={"reward_weights": weights}), str(out / "trainer"))
         rewards = [
             make_rollout_reward(
                 runner, grm, cfg.horizon, cfg.num_turns, cfg.seed, cfg.num_generations, cfg.unparsed_directive_reward
             ),
             make_directive_format_reward(runner.roster),
-        ] + ([make_speaker_diversity_reward(runner.roster, cfg.num_generations)] if cfg.speaker_diversity_weight else [])
+        ] + (
+            [make_speaker_diversity_reward(runner.roster, cfg.num_generations)] if cfg.speaker_diversity_weight else []
+        )
         trainer = GRPOTrainer(
             model=model,
             reward_funcs=rewards,
