@@ -32,7 +32,8 @@ Every section writes its figures into --out as soon as it finishes; a rerun skip
     python bench/learning.py [--stage1-datasets ESConv ED] [--stage1-holdout 0.55] [--rm-epochs 2] [--rm-hard-negatives 2] [--grpo-steps 20] [--eval-samples 4]
                              [--director-datasets ESConv ED] [--director-contexts 80] [--director-steps 20]
                              [--director-accum 4] [--director-generations 4] [--director-depths 1] [--director-lr 1e-3] [--director-beta 0.02] [--director-temperature 1.0]
-                             [--director-mask-truncated 0] [--director-unparsed 0.0] [--director-format-weight 0.5] [--director-diversity-weight 0] [--dpo-candidates 16]
+                             [--director-mask-truncated 0] [--director-unparsed 0.0] [--director-format-weight 0.5] [--director-diversity-weight 0]
+                             [--director-top-entropy-quantile 1] [--dpo-candidates 16]
                              [--work-dir DIR] [--out bench/results/learning.json]
 """
 
@@ -375,6 +376,10 @@ def section_director(a, work: Path, states_path: str, reward, name: str = "direc
             unparsed_directive_reward=a.director_unparsed,  # "0.0" or "group_mean": the config's type reads either
             reward_weights=[1.0, a.director_format_weight],
             speaker_diversity_weight=a.director_diversity_weight,
+            # TRL's top_entropy_quantile: the policy loss only on the highest-entropy tokens (the name is the one fork in a directive)
+            trl={"top_entropy_quantile": a.director_top_entropy_quantile}
+            if a.director_top_entropy_quantile < 1
+            else {},
             seed=a.director_seed,
             eval_samples_per_state=a.eval_samples,
             holdout_fraction=a.holdout_fraction,
@@ -624,6 +629,12 @@ def main():
         type=float,
         default=0.0,
         help="the director GRPO's weight of the within-group speaker-diversity bonus (the package's speaker_diversity_weight; 0: off)",
+    )
+    ap.add_argument(
+        "--director-top-entropy-quantile",
+        type=float,
+        default=1.0,
+        help="the director GRPO's policy loss only on this top fraction of completion tokens by entropy (TRL's top_entropy_quantile; 1: all tokens)",
     )
     ap.add_argument(
         "--director-seed",
