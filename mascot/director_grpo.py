@@ -71,6 +71,9 @@ class DirectorGRPOConfig(EndpointConfig, GRPOTrainingConfig):
     # an exploration bonus, 0 = off (the paper has none): GRPO learns whom to pick only from groups whose samples name different personas, and
     # the 135M director settles on one name per state before it learns which (bench/director_samples.py: 8 of 22 states differ before, 2 of 24 after)
     speaker_diversity_weight: float = 0.0
+    # GRPO from a trained director (an SFT'd or DPO'd adapter) instead of a fresh LoRA: the format is then there from step one, so the groups'
+    # reward spread is about whom to pick (bench/learning.py --director-init sft); TRL keeps a frozen copy of the adapter as the KL reference
+    init_adapter_path: str | None = None
     eval_samples_per_state: int = 4
     roster_path: str | None = None
 
@@ -106,6 +109,8 @@ describe(
     "directives (zero rollout advantage); None rolls it out with a random speaker",
     speaker_diversity_weight="weight of a third reward, the within-group speaker-diversity bonus (make_speaker_diversity_reward); 0 leaves it out",
     eval_samples_per_state="directives sampled per held-out state, for every director compared",
+    init_adapter_path="a LoRA adapter folder (PEFT) to start from and train further, e.g. an SFT'd or DPO'd director; the held-out check "
+    "then also compares with it (paired_diff_vs_start); unset: a fresh LoRA on the base",
     num_turns="length of a rollout conversation in director steps (the episode it continues)",
     enable_user_simulation="let the simulated user take turns in the rollouts",
     user_response_probability="chance that the simulated user answers after a speaker turn in a rollout",
@@ -335,6 +340,10 @@ def train_director_grpo(cfg: DirectorGRPOConfig, embedded: EmbeddedBackend | Non
     from transformers import set_seed
     from trl import GRPOTrainer
 
+    if cfg.init_adapter_path and not (Path(cfg.init_adapter_path) / "adapter_config.json").exists():
+        raise FileNotFoundError(
+            f"--init-adapter-path {cfg.init_adapter_path}: no adapter_config.json (not a PEFT adapter folder)"
+        )
     prompts = director_prompts(cfg.episode_dataset_path)
     train, held, held_ids = split_by_context(prompts, cfg.holdout_fraction, cfg.seed)
     grm = GroupRewardModel.load(cfg.group_reward_model_path)
@@ -346,6 +355,10 @@ def train_director_grpo(cfg: DirectorGRPOConfig, embedded: EmbeddedBackend | Non
         run.extra["routes"] = client.describe()
         set_seed(cfg.seed)
         model, tok = load_causal_lm(cfg.model_name, padding_side="left")
+        if cfg.init_adapter_path:
+            from peft import PeftModel
+
+            model = PeftModel.from_pretrained(model, cfg.init_adapter_path, is_trainable=True)
         weights = (
             [*cfg.reward_weights, cfg.speaker_diversity_weight] if cfg.speaker_diversity_weight else cfg.reward_weights
         )
@@ -364,7 +377,7 @@ def train_director_grpo(cfg: DirectorGRPOConfig, embedded: EmbeddedBackend | Non
             args=args,
             train_dataset=train,
             processing_class=tok,
-            peft_config=lora_config(cfg, "CAUSAL_LM"),
+            peft_config=None if cfg.init_adapter_path else lora_config(cfg, "CAUSAL_LM"),
         )
         before = trainable_snapshot(trainer.model)
         result = trainer.train()
@@ -373,8 +386,12 @@ def train_director_grpo(cfg: DirectorGRPOConfig, embedded: EmbeddedBackend | Non
         # held-out: random order, untrained and trained director on the same states, sampled as in training, the same seeds for all three
         director_backend = heldout_director_backend(client, cfg.model_name, out)
         held_states = [json.loads(s) for s in held["state"]]
-        random_, untrained, trained = run_sync(
-            heldout_directors(runner, grm, held_states, ["random", None, "trained-director"], cfg, director_backend)
+        directors = ["random", None, "trained-director"]
+        if cfg.init_adapter_path:
+            director_backend.load_adapter("start-director", cfg.init_adapter_path)
+            directors.append("start-director")
+        random_, untrained, trained, *start = run_sync(
+            heldout_directors(runner, grm, held_states, directors, cfg, director_backend)
         )
         meta = {
             "kind": "director",
@@ -394,6 +411,15 @@ def train_director_grpo(cfg: DirectorGRPOConfig, embedded: EmbeddedBackend | Non
             "paired_diff_vs_untrained": paired_summary(untrained["per_state"], trained["per_state"]),
             "paired_diff_vs_random": paired_summary(random_["per_state"], trained["per_state"]),
             "unparsed_directive_reward": cfg.unparsed_directive_reward,
+            **(
+                {
+                    "init_adapter_path": cfg.init_adapter_path,
+                    "heldout_start": start[0],
+                    "paired_diff_vs_start": paired_summary(start[0]["per_state"], trained["per_state"]),
+                }
+                if start
+                else {}
+            ),
             "prompts_per_step": cfg.prompts_per_step(),
             "rollout": {
                 "horizon": cfg.horizon,
