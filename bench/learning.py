@@ -350,15 +350,11 @@ def director_format_sft(a, work: Path, states_path: str, embedded, name: str) ->
     """A format-only start for the GRPO director (--director-init sft): the base director's own directives on the *training* states, sampled
     at temperature 1, those that parse, rewritten as the JSON the prompt asks for, as SFT targets (TRL SFTTrainer, LoRA). No reward is
     looked at, so the start knows the format and whom the base tends to pick, nothing about whom it should."""
-    import datasets
-    from transformers import set_seed
-    from trl import SFTTrainer
     from mascot.core import run_sync
     from mascot.group_data import state_from_dict
     from mascot.llm import ChatRequest
     from mascot.personas import director_messages, parse_directive
-    from mascot.sft import SFTConfig_
-    from mascot.training import load_causal_lm, lora_config, save_trained, training_run
+    from mascot.sft import SFTConfig_, train_sft_on_rows
 
     out = work / f"{name}_sft_start"
     if (out / "adapter_config.json").exists():  # resumable: a finished start is reused
@@ -373,13 +369,17 @@ def director_format_sft(a, work: Path, states_path: str, embedded, name: str) ->
         parsed = [parse_directive(t, runner.roster) for t in r.texts]
         # each target is the directive the base wrote, in the JSON the prompt asks for: the raw samples run on past it (the SFT on them
         # left a start that parsed 0.31-0.44 of its training samples, about what the base does)
-        return [(msgs, json.dumps(d.to_dict())) for d in parsed if d is not None]
+        return [
+            {"prompt": msgs, "completion": [{"role": "assistant", "content": json.dumps(d.to_dict())}]}
+            for d in parsed
+            if d is not None
+        ]
 
     async def all_():
         return [x for xs in await asyncio.gather(*[sample(i, s) for i, s in enumerate(train_states)]) for x in xs]
 
     rows = run_sync(all_())
-    names = [json.loads(t)["agent_name"] for _, t in rows]
+    names = [json.loads(r["completion"][0]["content"])["agent_name"] for r in rows]
     cfg = SFTConfig_(
         dataset="ESConv",
         output_dir=str(work),
@@ -391,29 +391,18 @@ def director_format_sft(a, work: Path, states_path: str, embedded, name: str) ->
         seed=a.director_seed,
     )
     t = time.time()
-    with training_run(out, cfg):
-        set_seed(cfg.seed)
-        model, tok = load_causal_lm(cfg.model_name, pad_from_eos=False)
-        ds = datasets.Dataset.from_list(
-            [{"prompt": m, "completion": [{"role": "assistant", "content": c}]} for m, c in rows]
-        )
-        trainer = SFTTrainer(
-            model=model,
-            args=cfg.trl_config(str(out / "trainer")),
-            train_dataset=ds,
-            processing_class=tok,
-            peft_config=lora_config(cfg, "CAUSAL_LM"),
-        )
-        result = trainer.train()
-        save_trained(trainer, tok, out)
+    train_sft_on_rows(
+        cfg, rows, out, kind="director", data_path=states_path, targets="the base director's parsed directives"
+    )
+    meta = json.loads((out / "mascot_metadata.json").read_text())
     info = {
         "path": str(out),
         "n_train_states": len(train_states),
         "candidates_per_state": a.sft_candidates,
         "n_examples": len(rows),
         "names": {n: names.count(n) for n in sorted(set(names))},
-        "steps": result.global_step,
-        "train_loss": result.training_loss,
+        "steps": meta["steps"],
+        "train_loss": meta["train_loss"],
         "seconds": round(time.time() - t, 1),
     }
     (out / "start_info.json").write_text(json.dumps(info, indent=2))

@@ -36,7 +36,7 @@ from typing import ClassVar
 # %% auto #0
 __all__ = ['DirectorGRPOConfig', 'make_directive_format_reward', 'make_speaker_diversity_reward', 'rollout_states',
            'make_rollout_reward', 'heldout_director_backend', 'director_group_reward', 'director_prompts',
-           'heldout_directors', 'train_director_grpo', 'main']
+           'heldout_directors', 'lora_shape', 'train_director_grpo', 'main']
 
 # %% ../nbs/22_director_grpo.ipynb #ac38dd7a
 class DirectorGRPOConfig(EndpointConfig, GRPOTrainingConfig):
@@ -335,6 +335,14 @@ async def heldout_directors(
     return out
 
 # %% ../nbs/22_director_grpo.ipynb #0aeaee9b
+def lora_shape(cfg: DirectorGRPOConfig) -> dict:
+    "The trained adapter's LoRA shape for the metadata: the start adapter's own when GRPO continues one, else the flags'."
+    if cfg.init_adapter_path:
+        pc = json.loads((Path(cfg.init_adapter_path) / "adapter_config.json").read_text())
+        return {"r": pc["r"], "alpha": pc["lora_alpha"], "target_modules": pc["target_modules"]}
+    return {"r": cfg.lora_r, "alpha": cfg.lora_alpha, "target_modules": cfg.lora_target_modules}
+
+
 def train_director_grpo(cfg: DirectorGRPOConfig, embedded: EmbeddedBackend | None = None) -> Path:
     import torch
     from transformers import set_seed
@@ -382,6 +390,10 @@ def train_director_grpo(cfg: DirectorGRPOConfig, embedded: EmbeddedBackend | Non
         before = trainable_snapshot(trainer.model)
         result = trainer.train()
         change = weights_changed(before, trainer.model)
+        if "ref" in getattr(
+            trainer.model, "peft_config", {}
+        ):  # TRL's frozen KL copy of the start: saved, it would store the start twice
+            trainer.model.delete_adapter("ref")
         saved = save_trained(trainer, tok, out)
         # held-out: random order, untrained and trained director on the same states, sampled as in training, the same seeds for all three
         director_backend = heldout_director_backend(client, cfg.model_name, out)
@@ -426,7 +438,7 @@ def train_director_grpo(cfg: DirectorGRPOConfig, embedded: EmbeddedBackend | Non
                 "server": cfg.rollout_server_url,
                 "speaker_model": runner.client.routes["speaker"].model,
             },
-            "lora": {"r": cfg.lora_r, "alpha": cfg.lora_alpha, "target_modules": cfg.lora_target_modules},
+            "lora": lora_shape(cfg),
             **saved,
             "seed": cfg.seed,
             "versions": package_versions(),

@@ -27,7 +27,7 @@ from typing import Any
 from typing import ClassVar
 
 # %% auto #0
-__all__ = ['SFTConfig_', 'sft_rows', 'train_sft', 'main', 'completion_logprobs']
+__all__ = ['SFTConfig_', 'sft_rows', 'train_sft_on_rows', 'train_sft', 'main', 'completion_logprobs']
 
 # %% ../nbs/13_sft.ipynb #179fe689
 class SFTConfig_(EpochTrainingConfig):
@@ -68,15 +68,14 @@ def sft_rows(data_path: str | Path, dataset: str, min_score: float = 0.0) -> lis
     return rows
 
 
-def train_sft(cfg: SFTConfig_) -> Path:
-    import torch, datasets
+def train_sft_on_rows(cfg: SFTConfig_, rows: list[dict], out: Path, kind: str = "speaker", **meta_extra) -> Path:
+    "LoRA SFT (TRL `SFTTrainer`) of `cfg.model_name` on chat rows (`prompt`: messages, `completion`: [the assistant message]), saved in `out` with TRL's log, its curves and the metadata."
+    import datasets
     from transformers import set_seed
     from trl import SFTTrainer
 
-    rows = sft_rows(cfg.data_path, cfg.dataset, cfg.min_score)
     if not rows:
-        raise ValueError(f"{cfg.data_path}: no scored candidate at or above --min-score {cfg.min_score}")
-    out = Path(cfg.output_dir) / (cfg.run_name or f"sft_Speaker_{cfg.dataset}_{model_slug(cfg.model_name)}")
+        raise ValueError(f"{out}: no training rows for the SFT")
     with training_run(out, cfg) as run:
         set_seed(cfg.seed)
         model, tok = load_causal_lm(cfg.model_name, pad_from_eos=False)
@@ -90,10 +89,10 @@ def train_sft(cfg: SFTConfig_) -> Path:
         change = weights_changed(before, trainer.model)
         saved = save_trained(trainer, tok, out)
         meta = {
-            "kind": "speaker",
+            "kind": kind,
             "algorithm": "sft",
             "base_model": cfg.model_name,
-            "data_path": cfg.data_path,
+            **meta_extra,
             "num_examples": len(rows),
             "steps": result.global_step,
             "train_loss": result.training_loss,
@@ -111,6 +110,15 @@ def train_sft(cfg: SFTConfig_) -> Path:
             **{k: saved[k] for k in ("trainable_parameters", "total_parameters", "trainable_fraction")},
         )
     return out
+
+
+def train_sft(cfg: SFTConfig_) -> Path:
+    "The SFT baseline: `train_sft_on_rows` on `sft_rows` of the stage-1 folder."
+    rows = sft_rows(cfg.data_path, cfg.dataset, cfg.min_score)
+    if not rows:
+        raise ValueError(f"{cfg.data_path}: no scored candidate at or above --min-score {cfg.min_score}")
+    out = Path(cfg.output_dir) / (cfg.run_name or f"sft_Speaker_{cfg.dataset}_{model_slug(cfg.model_name)}")
+    return train_sft_on_rows(cfg, rows, out, data_path=cfg.data_path)
 
 
 def main(argv: list[str] | None = None):
