@@ -390,9 +390,8 @@ def train_director_grpo(cfg: DirectorGRPOConfig, embedded: EmbeddedBackend | Non
         before = trainable_snapshot(trainer.model)
         result = trainer.train()
         change = weights_changed(before, trainer.model)
-        if "ref" in getattr(
-            trainer.model, "peft_config", {}
-        ):  # TRL's frozen KL copy of the start: saved, it would store the start twice
+        # TRL's frozen KL copy of the start ("ref"): saved, it would store the start twice
+        if "ref" in getattr(trainer.model, "peft_config", {}):
             trainer.model.delete_adapter("ref")
         saved = save_trained(trainer, tok, out)
         # held-out: random order, untrained and trained director on the same states, sampled as in training, the same seeds for all three
