@@ -35,7 +35,7 @@ Every section writes its figures into --out as soon as it finishes; a rerun skip
                              [--director-datasets ESConv ED] [--director-contexts 80] [--director-steps 20]
                              [--director-accum 4] [--director-generations 4] [--director-depths 1] [--director-lr 1e-3] [--director-beta 0.02] [--director-temperature 1.0]
                              [--director-mask-truncated 0] [--director-unparsed 0.0] [--director-format-weight 0.5] [--director-diversity-weight 0]
-                             [--director-top-entropy-quantile 1] [--director-init none|sft] [--dpo-candidates 16]
+                             [--director-top-entropy-quantile 1] [--director-init none|sft|sft_balanced] [--dpo-candidates 16]
                              [--work-dir DIR] [--out bench/results/learning.json]
 """
 
@@ -346,17 +346,21 @@ class _ProgrammaticAsGroupRM:
         return cls.reward
 
 
-def director_format_sft(a, work: Path, states_path: str, embedded, name: str) -> dict:
+def director_format_sft(a, work: Path, states_path: str, embedded, name: str, balanced: bool = False) -> dict:
     """A format-only start for the GRPO director (--director-init sft): the base director's own directives on the *training* states, sampled
     at temperature 1, those that parse, rewritten as the JSON the prompt asks for, as SFT targets (TRL SFTTrainer, LoRA). No reward is
-    looked at, so the start knows the format and whom the base tends to pick, nothing about whom it should."""
+    looked at, so the start knows the format and whom the base tends to pick, nothing about whom it should.
+
+    balanced (--director-init sft_balanced): each parsed directive once per persona, its name swapped in, so every state's targets name
+    each persona equally often. The start then knows the format and picks no one: a random director that parses, whose samples of a
+    state differ in name, so GRPO's groups have reward spread from the first step and the name is what sets the advantages."""
     from mascot.core import run_sync
     from mascot.group_data import state_from_dict
     from mascot.llm import ChatRequest
     from mascot.personas import director_messages, parse_directive
     from mascot.sft import SFTConfig_, train_sft_on_rows
 
-    out = work / f"{name}_sft_start"
+    out = work / f"{name}_sft{'_balanced' if balanced else ''}_start"
     if (out / "adapter_config.json").exists():  # resumable: a finished start is reused
         return json.loads((out / "start_info.json").read_text())
     runner = director_runner(embedded)
@@ -369,11 +373,10 @@ def director_format_sft(a, work: Path, states_path: str, embedded, name: str) ->
         parsed = [parse_directive(t, runner.roster) for t in r.texts]
         # each target is the directive the base wrote, in the JSON the prompt asks for: the raw samples run on past it (the SFT on them
         # left a start that parsed 0.31-0.44 of its training samples, about what the base does)
-        return [
-            {"prompt": msgs, "completion": [{"role": "assistant", "content": json.dumps(d.to_dict())}]}
-            for d in parsed
-            if d is not None
-        ]
+        targets = [d.to_dict() for d in parsed if d is not None]
+        if balanced:
+            targets = [{**d, "agent_name": n} for d in targets for n in runner.roster.names]
+        return [{"prompt": msgs, "completion": [{"role": "assistant", "content": json.dumps(d)}]} for d in targets]
 
     async def all_():
         return [x for xs in await asyncio.gather(*[sample(i, s) for i, s in enumerate(train_states)]) for x in xs]
@@ -392,13 +395,20 @@ def director_format_sft(a, work: Path, states_path: str, embedded, name: str) ->
     )
     t = time.time()
     train_sft_on_rows(
-        cfg, rows, out, kind="director", data_path=states_path, targets="the base director's parsed directives"
+        cfg,
+        rows,
+        out,
+        kind="director",
+        data_path=states_path,
+        targets="the base director's parsed directives" + (", each once per persona name" if balanced else ""),
     )
     meta = json.loads((out / "mascot_metadata.json").read_text())
     info = {
         "path": str(out),
         "n_train_states": len(train_states),
         "candidates_per_state": a.sft_candidates,
+        "balanced_names": balanced,
+        "epochs": a.sft_epochs,
         "n_examples": len(rows),
         "names": {n: names.count(n) for n in sorted(set(names))},
         "steps": meta["steps"],
@@ -421,7 +431,11 @@ def section_director(a, work: Path, states_path: str, reward, name: str = "direc
         for k, v in DIRECTOR_EPISODE.items()
         if k in ("speaker_max_tokens", "user_max_tokens", "num_turns", "user_response_probability")
     }
-    start = director_format_sft(a, work, states_path, embedded, name) if a.director_init == "sft" else None
+    start = (
+        director_format_sft(a, work, states_path, embedded, name, balanced=a.director_init == "sft_balanced")
+        if a.director_init != "none"
+        else None
+    )
     t = time.time()
     out = dg.train_director_grpo(
         dg.DirectorGRPOConfig(
@@ -716,10 +730,11 @@ def main():
     )
     ap.add_argument(
         "--director-init",
-        choices=["none", "sft"],
+        choices=["none", "sft", "sft_balanced"],
         default="none",
         help="the GRPO director's start: none, a fresh LoRA on the base; sft, a LoRA SFT'd on the base's own parsed directives for the "
-        "training states (no reward looked at), so the format is there from step one; the result then adds paired_diff_vs_start",
+        "training states (no reward looked at), so the format is there from step one; sft_balanced, the same with each directive once per "
+        "persona name (the format, and no preferred name); the result then adds paired_diff_vs_start",
     )
     ap.add_argument(
         "--sft-candidates",
