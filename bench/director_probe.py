@@ -2,7 +2,8 @@
 
 For each director state, the prompt the director sees plus the start of its answer (PREFIX, e.g. '{"agent_name": "The'); the probabilities of
 the three personas' first name tokens, renormalised; P(a persona who has not spoken yet) averaged over the training and held-out states
-(bench/learning.py's split), and how often each persona is the top name. The read-offs quoted for `dpo_director_turn_taking` and the GRPO
+(bench/learning.py's split), how often each persona is the top name, and the mean top probability and entropy of the three (how far a
+state's samples can differ in name: GRPO compares nothing where they cannot). The read-offs quoted for `dpo_director_turn_taking` and the GRPO
 turn-taking runs in bench/results/learning.json come from this.
 
     python bench/director_probe.py STATES_DIR ADAPTER|base [--prefix '{"agent_name": "The'] [--holdout-fraction 0.3] [--seed 0]
@@ -44,7 +45,7 @@ def main():
     first = [tok(" " + n.split(" ", 1)[1], add_special_tokens=False).input_ids[0] for n in roster.names]
 
     def probe(states):
-        unheard, top = [], dict.fromkeys(roster.names, 0)
+        unheard, top, p_top, entropy = [], dict.fromkeys(roster.names, 0), [], []
         with torch.no_grad():
             for s in states:
                 st = state_from_dict(s, roster)
@@ -57,7 +58,17 @@ def main():
                 spoke = {t.agent_name for t in st.turns if t.turn_type != "user"}
                 unheard.append(float(sum(p[i] for i, n in enumerate(roster.names) if n not in spoke)))
                 top[roster.names[int(p.argmax())]] += 1
-        return {"p_not_yet_heard": round(sum(unheard) / len(unheard), 3), "top_name": top, "n_states": len(states)}
+                p_top.append(float(p.max()))
+                entropy.append(float(-(p * p.clamp_min(1e-12).log()).sum()))
+        mean = lambda xs: round(sum(xs) / len(xs), 3)  # noqa: E731
+        # p_top and the entropy (nats; log 3 = 1.099 for three equally likely names) say how much a state's samples can differ in name
+        return {
+            "p_not_yet_heard": mean(unheard),
+            "top_name": top,
+            "mean_p_top": mean(p_top),
+            "mean_name_entropy": mean(entropy),
+            "n_states": len(states),
+        }
 
     print({"adapter": a.adapter, "train": probe(train), "heldout": probe(held)})
 

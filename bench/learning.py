@@ -21,7 +21,8 @@ director_turn_taking: the same GRPO check on one part of that reward alone, dist
     directive: on these states a director that gives the floor to a persona who has not spoken scores 1.0, one that names the persona who
     just spoke 0.5, a random one 0.83 in expectation. With --director-init sft the GRPO director starts from a LoRA SFT'd on the base
     director's own parsed directives for the training states (no reward looked at: the format, not whom to pick), and the result adds the
-    paired difference with that start.
+    paired difference with that start; with --director-init sft_balanced each of those directives is a target once per persona name, so the
+    start parses and prefers no one (use --sft-epochs 1: the targets are three times as many).
 dpo_director_turn_taking: the DPO check on that same one-part reward (pairs of parsed directives, the one that gives the floor to a new voice
     chosen). At 16 sampled directives per training state (--dpo-candidates) it gets about 200 such pairs; at 6 it got 24 and learnt the format only.
 
