@@ -496,9 +496,9 @@ class _Pending:
     ids: list[int] | None = None  # the prompt's tokens, once a batch choice needed them
 
 
-def _group_key(p: _Pending):
-    "Requests that can share one `generate`: same adapter, logprobs or not (greedy and sampled rows mix: see `_RowSampling`)."
-    return (p.adapter, p.req.logprobs)
+def _group_key(p: _Pending, mixed_adapters: bool = False):
+    "Requests that can share one `generate`: logprobs or not, and the same adapter unless adapters mix (greedy and sampled rows mix: see `_RowSampling`)."
+    return (None if mixed_adapters else p.adapter, p.req.logprobs)
 
 
 MAX_SKIPS = 2  # a request passed over this many times goes into the next batch, whatever its prefix
@@ -635,6 +635,7 @@ class EmbeddedBackend(ChatBackend):
         device: str = "cpu",
         attn_implementation: str | None = None,
         kv_cache: str = "static",
+        mixed_adapters: bool | None = None,
     ):
         self.model_id, self.dtype, self.max_batch_size, self.max_context, self.device = (
             model,
@@ -649,6 +650,12 @@ class EmbeddedBackend(ChatBackend):
                 f"kv_cache={kv_cache!r}: use static (preallocated for each generate) or dynamic (grown step by step)"
             )
         self.kv_cache = kv_cache
+        # rows on different adapters (or the base) in one `generate`, through PEFT's mixed-batch LoRA (`adapter_names`): an
+        # evaluation's eight systems run on four sets of weights, and batches split by adapter held ~5 rows where 16 were waiting
+        # (None: on unless MASCOT_EMBEDDED_MIXED_ADAPTERS=0, the switch a benchmark compares with)
+        self.mixed_adapters = (
+            os.environ.get("MASCOT_EMBEDDED_MIXED_ADAPTERS", "1") != "0" if mixed_adapters is None else mixed_adapters
+        )
         self.adapters: dict[str, str] = {}
         self._pending_adapters = dict(adapters or {})
         self.model = self.tokenizer = None
@@ -700,6 +707,11 @@ class EmbeddedBackend(ChatBackend):
             self.model.load_adapter(str(path), adapter_name=alias)
         else:
             self.model = PeftModel.from_pretrained(self.model, str(path), adapter_name=alias).eval()
+        config = self.model.peft_config[alias]
+        if getattr(config, "peft_type", None) != "LORA" or getattr(config, "use_dora", False):
+            self.mixed_adapters = (
+                False  # PEFT mixes plain LoRA adapters in one batch only (not DoRA, not other methods)
+            )
         self.adapters[alias] = str(path)
 
     def load_adapter(self, alias: str, path: str | Path):
@@ -745,12 +757,12 @@ class EmbeddedBackend(ChatBackend):
         await self._settle()
         while self._queue:
             first = self._queue[0]
-            key = _group_key(first)
-            batch = self._pick_batch([p for p in self._queue if _group_key(p) == key])
+            key = _group_key(first, self.mixed_adapters)
+            batch = self._pick_batch([p for p in self._queue if _group_key(p, self.mixed_adapters) == key])
             for p in batch:
                 self._queue.remove(p)
             try:
-                results = await asyncio.to_thread(self._generate, [p.req for p in batch], first.adapter)
+                results = await asyncio.to_thread(self._generate, [p.req for p in batch], [p.adapter for p in batch])
             except Exception as e:
                 for p in batch:
                     if not p.future.done():
@@ -826,8 +838,8 @@ class EmbeddedBackend(ChatBackend):
         self.model.set_adapter(adapter)
         return contextlib.nullcontext()
 
-    def _generate(self, reqs: list[ChatRequest], adapter: str | None) -> list[ChatResponse]:
-        "One batched `generate` for requests that share adapter and sampling settings."
+    def _generate(self, reqs: list[ChatRequest], adapter: str | None | list[str | None]) -> list[ChatResponse]:
+        "One batched `generate`: `adapter` is the adapter of every request (None: the base), or a list with each request's."
         import torch
         from transformers import GenerationConfig, LogitsProcessorList
 
@@ -840,9 +852,16 @@ class EmbeddedBackend(ChatBackend):
         max_new = max(r.max_tokens for r in reqs)
         limit = max(16, self.max_context - max_new)  # keep the end of an over-long conversation, where the question is
         prompt_ids = [x[-limit:] for x in tok(prompts, add_special_tokens=False)["input_ids"]]
-        groups = [
-            g for g in prefix_groups(prompt_ids) if g[1]
-        ]  # rows sharing a rubric, worked examples, a persona, one prompt sampled n times
+        adapters = adapter if isinstance(adapter, list) else [adapter] * len(reqs)
+        row_adapters = [a for r, a in zip(reqs, adapters) for _ in range(r.n)]
+        # several adapters: each row's by name (PEFT's mixed batch; "__base__" is the base weights), else the one adapter set as usual
+        lora_rows = {"adapter_names": [a or "__base__" for a in row_adapters]} if len(set(row_adapters)) > 1 else {}
+        # rows sharing a rubric, worked examples, a persona, one prompt sampled n times; a prefix's keys and values are shared only
+        # on the same weights, so rows are grouped within each adapter's rows
+        groups = []
+        for a in dict.fromkeys(row_adapters):
+            idx = [i for i, x in enumerate(row_adapters) if x == a]
+            groups += [([idx[j] for j in m], p) for m, p in prefix_groups([prompt_ids[i] for i in idx]) if p]
         row_prefix, row_group = [0] * len(prompt_ids), [0] * len(prompt_ids)
         for g, (members, p) in enumerate(groups):
             for i in members:
@@ -897,7 +916,7 @@ class EmbeddedBackend(ChatBackend):
             torch.manual_seed(hash(tuple(seeds)) % 2**31 if seeds else int.from_bytes(os.urandom(4), "little"))
         t0 = time.perf_counter()
         with self._load_lock, torch.inference_mode():
-            with self._adapter_context(adapter):
+            with contextlib.nullcontext() if lora_rows else self._adapter_context(adapters[0]):
                 from transformers import DynamicCache, StaticCache
 
                 name = self._cache_argument()
@@ -910,9 +929,22 @@ class EmbeddedBackend(ChatBackend):
                 )
                 # every prompt token but each row's last into the cache, without computing padding; `generate` then starts
                 # from the last column
-                processed = self._prefill(cache, input_ids, attention, prompt_ids, row_prefix, row_group, groups)
+                processed = self._prefill(
+                    cache,
+                    input_ids,
+                    attention,
+                    prompt_ids,
+                    row_prefix,
+                    row_group,
+                    groups,
+                    lora_rows.get("adapter_names"),
+                )
                 out = self.model.generate(
-                    **enc, generation_config=gen, logits_processor=LogitsProcessorList(processors), **{name: cache}
+                    **enc,
+                    generation_config=gen,
+                    logits_processor=LogitsProcessorList(processors),
+                    **{name: cache},
+                    **lora_rows,
                 )
         t1 = time.perf_counter()
         self.batches.append(len(prompts))
@@ -923,7 +955,7 @@ class EmbeddedBackend(ChatBackend):
             out.sequences[:, prompt_len:],
             out.logits if r0.logprobs else None,
             prompt_lens,
-            adapter or self.model_id,
+            [a or self.model_id for a in adapters],
         )
         pre = prof.get("prefill_end", t1) - t0
         _count(
@@ -942,10 +974,10 @@ class EmbeddedBackend(ChatBackend):
 
 # %% ../nbs/01_llm.ipynb #23d0407e
 def _embedded_prefill(
-    self: EmbeddedBackend, cache, input_ids, attention, prompt_ids, row_prefix, row_group, groups
+    self: EmbeddedBackend, cache, input_ids, attention, prompt_ids, row_prefix, row_group, groups, adapter_names=None
 ) -> int:
     """Write into `cache` the keys and values of every prompt token but each row's last, laid out as the left-padded batch `input_ids`
-    has them, without computing the padding; the tokens the model processed."""
+    has them, without computing the padding; the tokens the model processed. `adapter_names`: each row's adapter in a mixed batch."""
     import torch
     from transformers import DynamicCache
 
@@ -963,6 +995,7 @@ def _embedded_prefill(
             position_ids=positions,
             use_cache=True,
             **{name: shared},
+            **({"adapter_names": [adapter_names[h] for h in heads]} if adapter_names else {}),
         )
         by_row = torch.tensor(row_group, device=self.device)
         for slot, layer in zip(cache.layers, shared.layers):  # one layer's copy for every row at a time
@@ -997,7 +1030,14 @@ def _embedded_prefill(
                     slot.update(layer.keys[by_row[rows]], layer.values[by_row[rows]])
                 mask = torch.cat([attention[rows, :prefix], mask], 1)
             positions = (mask.long().cumsum(-1) - 1).clamp(min=0)[:, -c:]
-            self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, **{name: step})
+            self.model(
+                input_ids=ids,
+                attention_mask=mask,
+                position_ids=positions,
+                use_cache=True,
+                **{name: step},
+                **({"adapter_names": [adapter_names[i] for i in chunk]} if adapter_names else {}),
+            )
             for slot, layer in zip(cache.layers, step.layers):
                 for j, i in enumerate(chunk):
                     n = own[i]
@@ -1012,8 +1052,11 @@ def _embedded_prefill(
 EmbeddedBackend._prefill = _embedded_prefill
 
 # %% ../nbs/01_llm.ipynb #121b5341
-def _responses(tok, reqs: list[ChatRequest], new, logits, prompt_lens: list[int], model: str) -> list[ChatResponse]:
-    "Each request's texts, finish reasons, token counts and logprobs, from one batched `generate`'s new tokens (`n` rows per request, in order)."
+def _responses(
+    tok, reqs: list[ChatRequest], new, logits, prompt_lens: list[int], model: str | list[str]
+) -> list[ChatResponse]:
+    "Each request's texts, finish reasons, token counts and logprobs, from one batched `generate`'s new tokens (`n` rows per request, in order); `model`: every request's model id, or each one's."
+    models = model if isinstance(model, list) else [model] * len(reqs)
     import torch
 
     if logits is not None:
@@ -1035,7 +1078,7 @@ def _responses(tok, reqs: list[ChatRequest], new, logits, prompt_lens: list[int]
                 torch.stack(top_ids, 1).tolist(),
             )  # [rows][steps][k_max]
     results, row = [], 0
-    for r in reqs:
+    for r, model in zip(reqs, models):
         texts, reasons, lps, ntoks = [], [], [], 0
         for _ in range(r.n):
             ids = new[row].tolist()[: r.max_tokens]

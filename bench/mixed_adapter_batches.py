@@ -1,14 +1,10 @@
-"""Rows of different LoRA adapters in one batch (PEFT `adapter_names`), against one batch per adapter: measured, not adopted.
+"""Rows of different LoRA adapters in one batch (PEFT `adapter_names`, the embedded backend's default), against one batch per adapter.
 
-Needs the backend change this folder keeps as a patch (the package batches per adapter). In a scratch clone:
-
-    git apply bench/not_adopted/mixed_adapter_batches.diff
-    python bench/not_adopted/mixed_adapter_batches.py --run-dir runs/smoke [--out bench/results/mixed_adapter_batches.json]
+    python bench/mixed_adapter_batches.py --run-dir runs/smoke [--out bench/results/mixed_adapter_batches.json]
 
 16 sampled requests (40 new tokens each) on the embedded SmolLM2-135M in fp32 with the trained speaker-GRPO, SFT and director-GRPO
 adapters of a finished smoke run and the base, twice each: all 16 on one adapter; 4 per adapter in one mixed batch; 4 per adapter as four
-batches. The stage-level result (the evaluate stage mixed vs split) is in README.md; this one alone is not the reason the change was dropped.
-"""
+batches (one adapter's requests at a time). The stage-level comparison is bench/mixed_adapter_evaluate.py."""
 
 import argparse, asyncio, glob, json, os, time
 
