@@ -838,8 +838,8 @@ class EmbeddedBackend(ChatBackend):
         self.model.set_adapter(adapter)
         return contextlib.nullcontext()
 
-    def _generate(self, reqs: list[ChatRequest], adapter: str | None | list[str | None]) -> list[ChatResponse]:
-        "One batched `generate`: `adapter` is the adapter of every request (None: the base), or a list with each request's."
+    def _generate(self, reqs: list[ChatRequest], adapters: list[str | None]) -> list[ChatResponse]:
+        "One batched `generate`: `adapters` holds each request's adapter (None: the base)."
         import torch
         from transformers import GenerationConfig, LogitsProcessorList
 
@@ -852,7 +852,6 @@ class EmbeddedBackend(ChatBackend):
         max_new = max(r.max_tokens for r in reqs)
         limit = max(16, self.max_context - max_new)  # keep the end of an over-long conversation, where the question is
         prompt_ids = [x[-limit:] for x in tok(prompts, add_special_tokens=False)["input_ids"]]
-        adapters = adapter if isinstance(adapter, list) else [adapter] * len(reqs)
         row_adapters = [a for r, a in zip(reqs, adapters) for _ in range(r.n)]
         # several adapters: each row's by name (PEFT's mixed batch; "__base__" is the base weights), else the one adapter set as usual
         lora_rows = {"adapter_names": [a or "__base__" for a in row_adapters]} if len(set(row_adapters)) > 1 else {}
@@ -1053,10 +1052,9 @@ EmbeddedBackend._prefill = _embedded_prefill
 
 # %% ../nbs/01_llm.ipynb #121b5341
 def _responses(
-    tok, reqs: list[ChatRequest], new, logits, prompt_lens: list[int], model: str | list[str]
+    tok, reqs: list[ChatRequest], new, logits, prompt_lens: list[int], models: list[str]
 ) -> list[ChatResponse]:
-    "Each request's texts, finish reasons, token counts and logprobs, from one batched `generate`'s new tokens (`n` rows per request, in order); `model`: every request's model id, or each one's."
-    models = model if isinstance(model, list) else [model] * len(reqs)
+    "Each request's texts, finish reasons, token counts and logprobs, from one batched `generate`'s new tokens (`n` rows per request, in order); `models`: each request's model id."
     import torch
 
     if logits is not None:
