@@ -23,6 +23,9 @@ director_turn_taking: the same GRPO check on one part of that reward alone, dist
     director's own parsed directives for the training states (no reward looked at: the format, not whom to pick), and the result adds the
     paired difference with that start; with --director-init sft_balanced each of those directives is a target once per persona name, so the
     start parses and prefers no one (use --sft-epochs 1: the targets are three times as many).
+    --director-openings each opens every context once with each persona, so each has just spoken in a third of the states: with random
+    openings the training states' last speakers are uneven (split 3: 20, 18, 10 of 48), and naming the rarest everywhere beats random on
+    training states (0.79 of that persona's states vs 0.67) while it does not held out; GRPO from the balanced start took that shortcut.
 dpo_director_turn_taking: the DPO check on that same one-part reward (pairs of parsed directives, the one that gives the floor to a new voice
     chosen). At 16 sampled directives per training state (--dpo-candidates) it gets about 200 such pairs; at 6 it got 24 and learnt the format only.
 
@@ -34,7 +37,7 @@ Every section writes its figures into --out as soon as it finishes; a rerun skip
 
     python bench/learning.py [--stage1-datasets ESConv ED] [--stage1-holdout 0.55] [--rm-epochs 2] [--rm-hard-negatives 2] [--grpo-steps 20] [--eval-samples 4]
                              [--director-datasets ESConv ED] [--director-contexts 80] [--director-steps 20]
-                             [--director-accum 4] [--director-generations 4] [--director-depths 1] [--director-lr 1e-3] [--director-beta 0.02] [--director-temperature 1.0]
+                             [--director-accum 4] [--director-generations 4] [--director-depths 1] [--director-openings random|each] [--director-lr 1e-3] [--director-beta 0.02] [--director-temperature 1.0]
                              [--director-mask-truncated 0] [--director-unparsed 0.0] [--director-format-weight 0.5] [--director-diversity-weight 0]
                              [--director-top-entropy-quantile 1] [--director-init none|sft|sft_balanced] [--dpo-candidates 16]
                              [--work-dir DIR] [--out bench/results/learning.json]
@@ -209,23 +212,34 @@ def director_runner(embedded):
 
 
 def section_director_states(a, work: Path, embedded) -> dict:
-    "Director states: each context's opening plus --director-depths random-speaker steps (mascot-c), as states.jsonl for train_director_grpo."
+    """Director states: each context's opening plus --director-depths steps (mascot-c), as states.jsonl for train_director_grpo.
+
+    --director-openings random: the first step's speaker is the random director's pick. each: every context is opened once by each persona
+    (a state per context and persona), so each persona has just spoken in exactly a third of the training states. With random openings of 48
+    training states (split 3), The Beacon had spoken last in 10: naming The Beacon everywhere earned 0.79 of the turn-taking reward on
+    training states and 0.60 held out (random: 0.67), a shortcut GRPO took in one step from the balanced-name start."""
     from mascot.episodes import new_state
     from mascot.rollouts import state_to_dict
-    from mascot.personas import director_messages
+    from mascot.personas import Directive, director_messages, random_directive
     from mascot.core import run_sync
 
     runner = director_runner(embedded)
     ctxs = contexts(a.director_datasets)[: a.director_contexts]
 
-    async def one(ctx):
+    async def one(ctx, opener):
         st, out = new_state(runner, ctx), []
+        tag = "" if opener is None else f"::{opener.split()[-1].lower()}"
         for depth in range(1, max(a.director_depths) + 1):
-            await runner.step(st)
+            if depth == 1 and opener is not None:
+                d = random_directive(st.rng, runner.roster)  # the draw keeps the rng where a random opening leaves it
+                p = next(p for p in runner.roster.personas if p.name == opener)
+                await runner.step(st, Directive(p.name, d.action, p.tone))
+            else:
+                await runner.step(st)
             if depth in a.director_depths:
                 out.append(
                     {
-                        "state_id": f"{ctx.context_id}::s{st.steps}",
+                        "state_id": f"{ctx.context_id}{tag}::s{st.steps}",
                         "context_id": ctx.context_id,
                         "step": st.steps,
                         "prompt": director_messages(st.situation, st.turns, runner.roster),
@@ -234,14 +248,22 @@ def section_director_states(a, work: Path, embedded) -> dict:
                 )
         return out
 
+    openers = [None] if a.director_openings == "random" else runner.roster.names
+
     async def all_():
-        return [s for states in await asyncio.gather(*[one(c) for c in ctxs]) for s in states]
+        jobs = [one(c, o) for c in ctxs for o in openers]
+        return [s for states in await asyncio.gather(*jobs) for s in states]
 
     states = run_sync(all_())
     folder = work / "director_states"
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "states.jsonl").write_text("".join(json.dumps(s) + "\n" for s in states))
-    return {"path": str(folder), "n_states": len(states), "depths": list(a.director_depths)}
+    return {
+        "path": str(folder),
+        "n_states": len(states),
+        "depths": list(a.director_depths),
+        "openings": a.director_openings,
+    }
 
 
 def held_split(states_path: str, a):
@@ -666,6 +688,13 @@ def main():
         choices=list(SAMPLES),
         help="dataset samples whose contexts become director states (ESConv 28; with ED, 68)",
     )
+    ap.add_argument(
+        "--director-openings",
+        default="random",
+        choices=["random", "each"],
+        help="random: the first speaker is the random director's pick (the recorded figures'); each: every context opened once by each persona, "
+        "so no one name is a shortcut to the turn-taking reward (three times the states)",
+    )
     ap.add_argument("--holdout-fraction", type=float, default=0.3)
     ap.add_argument("--grm-rollouts", type=int, default=3)
     ap.add_argument("--grm-margin", type=float, default=0.05)
@@ -796,7 +825,11 @@ def main():
             or r.get("measured") is False
             or (
                 name == "director_states"
-                and (not Path(r["path"], "states.jsonl").exists() or r.get("depths", [1]) != a.director_depths)
+                and (
+                    not Path(r["path"], "states.jsonl").exists()
+                    or r.get("depths", [1]) != a.director_depths
+                    or r.get("openings", "random") != a.director_openings
+                )
             )
         )
 
