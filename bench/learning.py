@@ -383,9 +383,20 @@ def director_format_sft(a, work: Path, states_path: str, embedded, name: str, ba
     from mascot.personas import director_messages, parse_directive
     from mascot.sft import SFTConfig_, train_sft_on_rows
 
+    from mascot.training import data_hash
+
     out = work / f"{name}_sft{'_balanced' if balanced else ''}_start"
-    if (out / "adapter_config.json").exists():  # resumable: a finished start is reused
-        return json.loads((out / "start_info.json").read_text())
+    states_sha = data_hash(Path(states_path) / "states.jsonl")
+    if (
+        out / "adapter_config.json"
+    ).exists():  # resumable: a finished start is reused, if it was made from these states
+        info = json.loads((out / "start_info.json").read_text())
+        if info.get("states_sha256", states_sha) != states_sha:
+            raise SystemExit(
+                f"{out}: this SFT start was made from other director states than {states_path} (e.g. other --director-openings); "
+                "move it away or use another --work-dir"
+            )
+        return info
     runner = director_runner(embedded)
     train_states, _, _ = held_split(states_path, a)
 
@@ -431,6 +442,7 @@ def director_format_sft(a, work: Path, states_path: str, embedded, name: str, ba
         "n_train_states": len(train_states),
         "candidates_per_state": a.sft_candidates,
         "balanced_names": balanced,
+        "states_sha256": states_sha,
         "epochs": a.sft_epochs,
         "n_examples": len(rows),
         "names": {n: names.count(n) for n in sorted(set(names))},

@@ -410,7 +410,9 @@ def train_director_grpo(cfg: DirectorGRPOConfig, embedded: EmbeddedBackend | Non
             "base_model": cfg.model_name,
             "group_reward_model_path": cfg.group_reward_model_path,
             "episode_dataset_path": cfg.episode_dataset_path,
-            "data_sha256": data_hash(cfg.episode_dataset_path),
+            "data_sha256": data_hash(
+                Path(cfg.episode_dataset_path) / "states.jsonl"
+            ),  # the states trained on (the folder may hold pairs too)
             "num_train_states": len(train),
             "num_heldout_states": len(held),
             "heldout_contexts": held_ids,

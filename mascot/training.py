@@ -252,11 +252,15 @@ def package_versions() -> dict:
 
 
 def data_hash(folder: str | Path) -> str:
-    "sha256 of the pair data (pairs.jsonl when present, else the arrow files)."
+    "sha256 of the pair data (pairs.jsonl when present, else the arrow files), or of one file (a director's states.jsonl)."
     folder = Path(folder)
     h = hashlib.sha256()
     files = (
-        [folder / "pairs.jsonl"] if (folder / "pairs.jsonl").exists() else sorted((folder / "pairs").glob("*.arrow"))
+        [folder]
+        if folder.is_file()
+        else [folder / "pairs.jsonl"]
+        if (folder / "pairs.jsonl").exists()
+        else sorted((folder / "pairs").glob("*.arrow"))
     )
     for f in files:
         h.update(f.read_bytes())

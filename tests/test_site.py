@@ -51,6 +51,12 @@ def test_smoke_run_trained_and_served_the_adapters(smoke_run):
         meta = json.loads((path / "mascot_metadata.json").read_text())
         assert meta["max_weight_change"] > 0 and meta["steps"] >= 1, stage
         assert (path / "adapter_model.safetensors").exists(), stage
+    from mascot.training import data_hash
+
+    grpo = json.loads((smoke_run / "22_director_grpo" / "outputs.json").read_text())["path"]
+    meta = json.loads(Path(grpo, "mascot_metadata.json").read_text())
+    # provenance: the hash of the states the director GRPO trained on (the branching folder also holds DPO's pairs)
+    assert meta["data_sha256"] == data_hash(Path(meta["episode_dataset_path"]) / "states.jsonl")
     for stage in ("11_reward_model", "21_group_reward_model"):
         meta = json.loads(
             (
