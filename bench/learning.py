@@ -220,7 +220,7 @@ def section_director_states(a, work: Path, embedded) -> dict:
     training states and 0.60 held out (random: 0.67), a shortcut GRPO took in one step from the balanced-name start."""
     from mascot.episodes import new_state
     from mascot.rollouts import state_to_dict
-    from mascot.personas import Directive, director_messages, random_directive
+    from mascot.personas import DEFAULT_ACTION, Directive, director_messages, random_directive
     from mascot.core import run_sync
 
     runner = director_runner(embedded)
@@ -228,12 +228,12 @@ def section_director_states(a, work: Path, embedded) -> dict:
 
     async def one(ctx, opener):
         st, out = new_state(runner, ctx), []
-        tag = "" if opener is None else f"::{opener.split()[-1].lower()}"
+        tag = "" if opener is None else f"::{opener.name.split()[-1].lower()}"
         for depth in range(1, max(a.director_depths) + 1):
             if depth == 1 and opener is not None:
-                d = random_directive(st.rng, runner.roster)  # the draw keeps the rng where a random opening leaves it
-                p = next(p for p in runner.roster.personas if p.name == opener)
-                await runner.step(st, Directive(p.name, d.action, p.tone))
+                # mascot-c's own draw, discarded, so later steps' rng is where a random opening leaves it
+                random_directive(st.rng, runner.roster)
+                await runner.step(st, Directive(opener.name, DEFAULT_ACTION, opener.tone))
             else:
                 await runner.step(st)
             if depth in a.director_depths:
@@ -248,7 +248,7 @@ def section_director_states(a, work: Path, embedded) -> dict:
                 )
         return out
 
-    openers = [None] if a.director_openings == "random" else runner.roster.names
+    openers = [None] if a.director_openings == "random" else runner.roster.personas
 
     async def all_():
         jobs = [one(c, o) for c in ctxs for o in openers]
@@ -382,14 +382,12 @@ def director_format_sft(a, work: Path, states_path: str, embedded, name: str, ba
     from mascot.llm import ChatRequest
     from mascot.personas import director_messages, parse_directive
     from mascot.sft import SFTConfig_, train_sft_on_rows
-
     from mascot.training import data_hash
 
     out = work / f"{name}_sft{'_balanced' if balanced else ''}_start"
     states_sha = data_hash(Path(states_path) / "states.jsonl")
-    if (
-        out / "adapter_config.json"
-    ).exists():  # resumable: a finished start is reused, if it was made from these states
+    # resumable: a finished start is reused, if it was made from these states
+    if (out / "adapter_config.json").exists():
         info = json.loads((out / "start_info.json").read_text())
         if info.get("states_sha256", states_sha) != states_sha:
             raise SystemExit(

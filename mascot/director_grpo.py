@@ -410,9 +410,8 @@ def train_director_grpo(cfg: DirectorGRPOConfig, embedded: EmbeddedBackend | Non
             "base_model": cfg.model_name,
             "group_reward_model_path": cfg.group_reward_model_path,
             "episode_dataset_path": cfg.episode_dataset_path,
-            "data_sha256": data_hash(
-                Path(cfg.episode_dataset_path) / "states.jsonl"
-            ),  # the states trained on (the folder may hold pairs too)
+            # the states trained on (the branching folder holds DPO's pairs too)
+            "data_sha256": data_hash(Path(cfg.episode_dataset_path) / "states.jsonl"),
             "num_train_states": len(train),
             "num_heldout_states": len(held),
             "heldout_contexts": held_ids,
