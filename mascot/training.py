@@ -251,17 +251,16 @@ def package_versions() -> dict:
     return out
 
 
-def data_hash(folder: str | Path) -> str:
-    "sha256 of the pair data (pairs.jsonl when present, else the arrow files), or of one file (a director's states.jsonl)."
-    folder = Path(folder)
+def data_hash(path: str | Path) -> str:
+    "sha256 of one file (a director's states.jsonl), or of a folder's pair data (pairs.jsonl when present, else the arrow files)."
+    path = Path(path)
     h = hashlib.sha256()
-    files = (
-        [folder]
-        if folder.is_file()
-        else [folder / "pairs.jsonl"]
-        if (folder / "pairs.jsonl").exists()
-        else sorted((folder / "pairs").glob("*.arrow"))
-    )
+    if path.is_file():
+        files = [path]
+    elif (path / "pairs.jsonl").exists():
+        files = [path / "pairs.jsonl"]
+    else:
+        files = sorted((path / "pairs").glob("*.arrow"))
     for f in files:
         h.update(f.read_bytes())
     return h.hexdigest()
