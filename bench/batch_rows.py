@@ -10,7 +10,8 @@ import argparse, asyncio, json, os, platform, statistics, time
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 from pathlib import Path
-from mascot.llm import EmbeddedBackend, ChatRequest
+from mascot.llm.embedded import EmbeddedBackend
+from mascot.llm.types import ChatRequest
 
 
 def requests(n: int) -> list[ChatRequest]:

@@ -10,9 +10,10 @@ STATES_DIR is a director_states folder of bench/learning.py (states.jsonl). Writ
 import argparse, asyncio, json, statistics
 from pathlib import Path
 
-from mascot.core import read_jsonl
-from mascot.llm import ChatRequest, EmbeddedBackend
-from mascot.personas import ROSTERS, parse_directive
+from mascot.core.store import read_jsonl
+from mascot.llm.types import ChatRequest
+from mascot.llm.embedded import EmbeddedBackend
+from mascot.domain.personas import ROSTERS, parse_directive
 
 
 async def sample(emb: EmbeddedBackend, states: list[dict], n: int, temperature: float, model: str | None) -> dict:

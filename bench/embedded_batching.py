@@ -1,9 +1,8 @@
 """Shared-prefix reuse in the embedded backend, against itself with reuse off, alternated in one process: 16 judge calls (the real
 persona rubric with its worked example: one long shared prefix), the prefix computed once vs re-encoded for every row.
 
-(A second lever was measured and dropped: batching rows of different LoRA adapters together with PEFT's `adapter_names` and per-row
-sampling was slower than one batch per adapter — 16 episodes' director/speaker/user calls: 129.7 s mixed vs 87.4 s split; 6 episodes:
-55-59 s vs 40-48 s — because PEFT's mixed-adapter forward and the longest row's max_tokens cost more than the batches it saves.)
+(Rows of different LoRA adapters in one batch are measured by bench/mixed_adapter_batches.py and, on the evaluate stage,
+bench/mixed_adapter_evaluate.py.)
 
     python bench/embedded_batching.py [--reps 2] [--fp32]
 
@@ -14,10 +13,11 @@ import argparse, asyncio, json, os, statistics, time
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 from pathlib import Path
-import mascot.llm as llm
-from mascot.llm import EmbeddedBackend, ChatRequest, embedded_stats
-from mascot.judge import RUBRICS, judge_messages
-from mascot.personas import SUPPORT_ROSTER
+import mascot.llm.embedded as llm
+from mascot.llm.embedded import EmbeddedBackend, embedded_stats
+from mascot.llm.types import ChatRequest
+from mascot.judging.rubrics import RUBRICS, judge_messages
+from mascot.domain.personas import SUPPORT_ROSTER
 
 
 def judge_requests(n=16, max_tokens=100):

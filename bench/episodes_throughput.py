@@ -16,9 +16,9 @@ import argparse, asyncio, json, os, sys, tempfile, time
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 from pathlib import Path
-from mascot.llm import EmbeddedBackend
-from mascot.episodes import EpisodeConfig, run_episodes_async
-from mascot.data import shared_data_dir
+from mascot.llm.embedded import EmbeddedBackend
+from mascot.domain.episodes import EpisodeConfig, run_episodes_async
+from mascot.domain.datasets import shared_data_dir
 
 sys.path.insert(0, str(Path(__file__).parent))
 from llm_throughput import embedded_rate

@@ -4,7 +4,7 @@ with and without shared-prefix reuse, alternated in one process on one embedded 
 The stage path is the real one (`judge_folder_async` over a finished run's evaluation folder); the raw path builds the same judge
 prompts with `record_items`, batches them 16 at a time in arrival order with plain left padding, and decodes greedily to the same cap.
 
-    python bench/judge_throughput.py --eval-dir RUN/30_evaluate/out/mascot_eval/ED/test [--fp32] [--reps 1]
+    python bench/judge_throughput.py --eval-dir RUN/30_generate/out/mascot_eval/ED/test [--fp32] [--reps 1]
 
 Writes bench/results/judge_throughput[-fp32].json. One run on a shared machine: read the ratios, not the absolute times.
 """
@@ -15,11 +15,11 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 from pathlib import Path
 from unittest.mock import patch
 import torch
-import mascot.llm as llm
-from mascot.llm import EMBEDDED_STAT_KEYS, EmbeddedBackend, embedded_stats
-from mascot.rubric_eval import record_items, record_domain
-from mascot.llm_judge import JudgeStageConfig, judge_folder_async
-from mascot.core import read_jsonl
+import mascot.llm.embedded as llm
+from mascot.llm.embedded import EMBEDDED_STAT_KEYS, EmbeddedBackend, embedded_stats
+from mascot.judging.evaluator import record_items, record_domain
+from mascot.evaluation.judge_all import JudgeStageConfig, judge_folder_async
+from mascot.core.store import read_jsonl
 
 
 def judge_prompts(eval_dir: Path, examples: int) -> list[list[dict]]:

@@ -8,7 +8,7 @@ reward_model: a persona reward model on known-label pairs (each context's real r
 speaker: speaker GRPO (the package's train_speaker, gated reward) against that reward model on the same contexts' persona prompts; held-out
     prompts sampled at the training temperature, several samples each, the same seeds for base and trained: paired difference +- s.e. and the
     degenerate-reply rate of each.
-group_reward_model, director, dpo_director: the stage-2 checks against a programmatic group reward (`mascot.auto_metrics.ProgrammaticGroupReward`:
+group_reward_model, director, dpo_director: the stage-2 checks against a programmatic group reward (`mascot.evaluation.auto_metrics.ProgrammaticGroupReward`:
     distinct speakers, 1 - Self-BLEU, MiniLM relevance to the situation, clean replies), a reference judge whose preferences are known and
     learnable. Director states are ESConv and ED contexts (68) after one random-speaker round (so who speaks next can add a new voice); held-out states
     come from unseen contexts. group_reward_model: a group RM trained on conversation pairs that reward labels, held-out accuracy + Wilson CI.
@@ -47,10 +47,10 @@ import argparse, asyncio, json, os, random, tempfile, time
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 from pathlib import Path
-from mascot.data import load_contexts, shared_data_dir
-from mascot.pairs import save_pairs
-from mascot.reward_model import RewardModelConfig, known_label_pairs, train_reward_model
-from mascot.speaker_grpo import SpeakerGRPOConfig, train_speaker
+from mascot.domain.datasets import load_contexts, shared_data_dir
+from mascot.training.pairs import save_pairs
+from mascot.stage1.reward_model import RewardModelConfig, known_label_pairs, train_reward_model
+from mascot.stage1.speaker_grpo import SpeakerGRPOConfig, train_speaker
 
 
 SAMPLES = {"ESConv": ("esconv", ("train", "valid", "test")), "ED": ("empathetic_dialogues", ("train",))}
@@ -67,7 +67,7 @@ def contexts(datasets=("ESConv",)):
 
 def accuracy_by_degradation(rm_path, rows: list[dict], held_ids, max_length: int = 256) -> dict:
     "The trained reward model's held-out pairwise accuracy per degradation kind (which copies it still prefers to the real reply)."
-    from mascot.reward_models import RewardModel
+    from mascot.training.reward_models import RewardModel
 
     rm = RewardModel.load(rm_path, max_length=max_length)
     held = [r for r in rows if r["context_id"] in set(held_ids)]
@@ -85,7 +85,7 @@ def hard_negative_pairs(rows: list[dict], k: int, holdout_fraction: float, seed:
     context tells them apart). The held-out contexts, and so the held-out pairs, are the ones `train_reward_model` holds out anyway:
     the same split function, fraction and seed on the same context ids."""
     from datasets import Dataset
-    from mascot.training import split_by_context
+    from mascot.training.common import split_by_context
 
     _, _, held = split_by_context(
         Dataset.from_dict({"context_id": [r["context_id"] for r in rows]}), holdout_fraction, seed
@@ -204,8 +204,8 @@ DIRECTOR_EPISODE = dict(
 
 
 def director_runner(embedded):
-    from mascot.episodes import EpisodeConfig, EpisodeRunner
-    from mascot.llm import LLMClient
+    from mascot.domain.episodes import EpisodeConfig, EpisodeRunner
+    from mascot.llm.client import LLMClient
 
     cfg = EpisodeConfig(**DIRECTOR_EPISODE)
     return EpisodeRunner(cfg, LLMClient(cfg, embedded=embedded))
@@ -218,10 +218,10 @@ def section_director_states(a, work: Path, embedded) -> dict:
     (a state per context and persona), so each persona has just spoken in exactly a third of the training states. With random openings of 48
     training states (split 3), The Beacon had spoken last in 10: naming The Beacon everywhere earned 0.79 of the turn-taking reward on
     training states and 0.60 held out (random: 0.67), a shortcut GRPO took in one step from the balanced-name start."""
-    from mascot.episodes import new_state
-    from mascot.rollouts import state_to_dict
-    from mascot.personas import DEFAULT_ACTION, Directive, director_messages, random_directive
-    from mascot.core import run_sync
+    from mascot.domain.episodes import new_state
+    from mascot.domain.rollouts import state_to_dict
+    from mascot.domain.personas import DEFAULT_ACTION, Directive, director_messages, random_directive
+    from mascot.core.runtime import run_sync
 
     runner = director_runner(embedded)
     ctxs = contexts(a.director_datasets)[: a.director_contexts]
@@ -268,8 +268,8 @@ def section_director_states(a, work: Path, embedded) -> dict:
 
 def held_split(states_path: str, a):
     "The held-out contexts train_director_grpo will use (split_by_context with the same fraction and --director-seed)."
-    from mascot.director_grpo import director_prompts
-    from mascot.training import split_by_context
+    from mascot.stage2.director_grpo import director_prompts
+    from mascot.training.common import split_by_context
 
     train, held, held_ids = split_by_context(director_prompts(states_path), a.holdout_fraction, a.director_seed)
     return [json.loads(s) for s in train["state"]], [json.loads(s) for s in held["state"]], held_ids
@@ -277,11 +277,12 @@ def held_split(states_path: str, a):
 
 def section_group_reward_model(a, work: Path, states_path: str, embedded, reward) -> dict:
     "Conversations continued from every state by random speakers, ranked by the programmatic reward, as group-RM pairs; held-out accuracy."
-    from mascot.pairs import preference_pairs, save_pairs
-    from mascot.rollouts import state_from_dict
-    from mascot.reward_models import trajectory_messages
-    from mascot.group_reward_model import GroupRewardModelConfig, train_group_reward_model
-    from mascot.core import read_jsonl, run_sync
+    from mascot.training.pairs import preference_pairs, save_pairs
+    from mascot.domain.rollouts import state_from_dict
+    from mascot.training.reward_models import trajectory_messages
+    from mascot.stage2.group_reward_model import GroupRewardModelConfig, train_group_reward_model
+    from mascot.core.store import read_jsonl
+    from mascot.core.runtime import run_sync
 
     folder = work / "group_pairs"
     if (folder / "pairs.jsonl").exists():
@@ -327,7 +328,7 @@ def section_group_reward_model(a, work: Path, states_path: str, embedded, reward
 
 
 def train_group_rm(a, work: Path, folder: Path) -> dict:
-    from mascot.group_reward_model import GroupRewardModelConfig, train_group_reward_model
+    from mascot.stage2.group_reward_model import GroupRewardModelConfig, train_group_reward_model
 
     t = time.time()
     out = train_group_reward_model(
@@ -377,12 +378,12 @@ def director_format_sft(a, work: Path, states_path: str, embedded, name: str, ba
     balanced (--director-init sft_balanced): each parsed directive once per persona, its name swapped in, so every state's targets name
     each persona equally often. The start then knows the format and picks no one: a random director that parses, whose samples of a
     state differ in name, so GRPO's groups have reward spread from the first step and the name is what sets the advantages."""
-    from mascot.core import run_sync
-    from mascot.group_data import state_from_dict
-    from mascot.llm import ChatRequest
-    from mascot.personas import director_messages, parse_directive
-    from mascot.sft import SFTConfig_, train_sft_on_rows
-    from mascot.training import data_hash
+    from mascot.core.runtime import run_sync
+    from mascot.stage2.group_data import state_from_dict
+    from mascot.llm.types import ChatRequest
+    from mascot.domain.personas import director_messages, parse_directive
+    from mascot.stage1.sft import SFTConfig_, train_sft_on_rows
+    from mascot.training.common import data_hash
 
     out = work / f"{name}_sft{'_balanced' if balanced else ''}_start"
     states_sha = data_hash(Path(states_path) / "states.jsonl")
@@ -453,7 +454,7 @@ def director_format_sft(a, work: Path, states_path: str, embedded, name: str, ba
 
 
 def section_director(a, work: Path, states_path: str, reward, name: str = "director", embedded=None) -> dict:
-    import mascot.director_grpo as dg
+    import mascot.stage2.director_grpo as dg
 
     dg.GroupRewardModel = (
         _ProgrammaticAsGroupRM  # this check trains against the programmatic reward, not a learnt group RM
@@ -534,14 +535,19 @@ def section_director(a, work: Path, states_path: str, reward, name: str = "direc
 
 def section_dpo_director(a, work: Path, states_path: str, embedded, reward, name: str = "dpo") -> dict:
     "Pairs of the base director's sampled directives (both parsed, ranked by the reward of their rollouts), DPO, then the held-out comparison."
-    from mascot.pairs import preference_pairs, save_pairs
-    from mascot.core import run_sync
-    from mascot.director_dpo import DirectorDPOConfig, train_director_dpo
-    from mascot.director_grpo import DirectorGRPOConfig, rollout_states, heldout_directors, heldout_director_backend
-    from mascot.group_data import state_from_dict
-    from mascot.llm import ChatRequest
-    from mascot.personas import director_messages, parse_directive
-    from mascot.training import paired_summary
+    from mascot.training.pairs import preference_pairs, save_pairs
+    from mascot.core.runtime import run_sync
+    from mascot.stage2.director_dpo import DirectorDPOConfig, train_director_dpo
+    from mascot.stage2.director_grpo import (
+        DirectorGRPOConfig,
+        rollout_states,
+        heldout_directors,
+        heldout_director_backend,
+    )
+    from mascot.stage2.group_data import state_from_dict
+    from mascot.llm.types import ChatRequest
+    from mascot.domain.personas import director_messages, parse_directive
+    from mascot.training.common import paired_summary
 
     runner = director_runner(embedded)
     train_states, held_states, held_ids = held_split(states_path, a)
@@ -854,8 +860,8 @@ def main():
     run("speaker", lambda: section_speaker(a, work, res["reward_model"]["path"]))
     stage2 = ("group_reward_model", "director", "dpo_director", "director_turn_taking", "dpo_director_turn_taking")
     if any(s in a.sections and todo(s) for s in stage2):
-        from mascot.llm import EmbeddedBackend
-        from mascot.auto_metrics import ProgrammaticGroupReward
+        from mascot.llm.embedded import EmbeddedBackend
+        from mascot.evaluation.auto_metrics import ProgrammaticGroupReward
 
         embedded, reward = EmbeddedBackend(), ProgrammaticGroupReward()
         run("director_states", lambda: section_director_states(a, work, embedded), needed=True)

@@ -14,7 +14,10 @@ import argparse, asyncio, json, os, platform, socket, subprocess, sys, time, shu
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 from pathlib import Path
 import torch
-from mascot.llm import ChatRequest, EmbeddedBackend, OpenAIBackend, convert_smollm2
+from mascot.llm.types import ChatRequest
+from mascot.llm.embedded import EmbeddedBackend
+from mascot.llm.openai import OpenAIBackend
+from mascot.llm.embedded_model import convert_smollm2
 
 PROMPTS = [
     "I moved to a new city and I feel lonely.",
@@ -143,7 +146,7 @@ def start_vllm(adapter, port):
     cmd = [
         sys.executable,
         "-m",
-        "mascot.serve",
+        "mascot.apps.serve",
         "--model",
         "smollm2-135m-instruct",
         "--port",
@@ -175,8 +178,9 @@ def start_vllm(adapter, port):
 def vllm_bench(a):
     "Embedded vs vLLM, base and LoRA alias, concurrency 1 and 16, in one run (the same prompts, greedy, fp32)."
     import tempfile
-    from mascot.llm import make_random_lora, EMBEDDED_DEFAULT
-    from mascot.serve import vllm_python
+    from mascot.llm.embedded import make_random_lora
+    from mascot.llm.embedded_model import EMBEDDED_DEFAULT
+    from mascot.apps.serve import vllm_python
 
     if vllm_python() is None:
         raise SystemExit("--vllm needs .venv-vllm: run `make vllm`")

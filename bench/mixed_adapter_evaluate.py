@@ -35,7 +35,7 @@ def main():
     import yaml
 
     run_name = yaml.safe_load(Path(a.config).read_text())["run_name"]
-    meta_path = Path(a.runs_dir, run_name, "30_evaluate", "meta.json")
+    meta_path = Path(a.runs_dir, run_name, "30_generate", "meta.json")
     env = {**os.environ, "MASCOT_EMBEDDED_DTYPE": "float32", **(AVX2_ENV if a.avx2 else {})}
     mascot = str(Path(sys.executable).parent / "mascot")
     runs = []

@@ -3,7 +3,7 @@
 Runs the evaluation's episodes (director -> speaker -> simulated user, the evaluate stage's sizes in configs/smoke.yaml) for a few systems on the
 base model, no adapters: `mascot` here is the untrained MASCOT (base director, base persona speakers: the `mascot-i` spec without its adapter),
 `mascot-c` (random order), `mascot-p` (no persona prompting) and the `zero-shot` baseline. Each agent reply is classed by
-`mascot.auto_metrics.degenerate_reasons` (the GRPO format gate's rule); the rate per system comes with its Wilson 95% interval.
+`mascot.evaluation.auto_metrics.degenerate_reasons` (the GRPO format gate's rule); the rate per system comes with its Wilson 95% interval.
 Results go under --label (e.g. `before`, `after`) in --out, beside earlier labels, with the first degenerate replies as examples.
 
     python bench/prompt_degenerate.py --label after [--splits test] [--systems mascot mascot-c mascot-p zero-shot]
@@ -14,12 +14,12 @@ import argparse, asyncio, json, os, subprocess, tempfile, time
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 from pathlib import Path
 import yaml
-from mascot.core import read_jsonl
-from mascot.data import load_contexts
-from mascot.episodes import EpisodeConfig, run_episodes_async
-from mascot.llm import EmbeddedBackend
-from mascot.auto_metrics import conversation_from_record, degenerate_reasons
-from mascot.reward_models import wilson_interval
+from mascot.core.store import read_jsonl
+from mascot.domain.datasets import load_contexts
+from mascot.domain.episodes import EpisodeConfig, run_episodes_async
+from mascot.llm.embedded import EmbeddedBackend
+from mascot.evaluation.auto_metrics import conversation_from_record, degenerate_reasons
+from mascot.training.reward_models import wilson_interval
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC = {

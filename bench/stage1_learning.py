@@ -11,13 +11,13 @@ import argparse, asyncio, json, os, tempfile, time
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 from pathlib import Path
-from mascot.core import read_jsonl
-from mascot.data import shared_data_dir
-from mascot.llm import EmbeddedBackend
-from mascot.candidates import CandidatesConfig, generate_individual_async
-from mascot.pairs import load_pairs
-from mascot.reward_models import RewardModelConfig, train_reward_model
-from mascot.speaker_grpo import SpeakerGRPOConfig, train_speaker
+from mascot.core.store import read_jsonl
+from mascot.domain.datasets import shared_data_dir
+from mascot.llm.embedded import EmbeddedBackend
+from mascot.stage1.candidates import CandidatesConfig, generate_individual_async
+from mascot.training.pairs import load_pairs
+from mascot.training.reward_models import RewardModelConfig, train_reward_model
+from mascot.stage1.speaker_grpo import SpeakerGRPOConfig, train_speaker
 
 
 def data_summary(folder: Path) -> dict:

@@ -11,17 +11,17 @@ import argparse, asyncio, json, os, statistics, tempfile, time
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 from pathlib import Path
-from mascot.core import read_jsonl
-from mascot.data import shared_data_dir
-from mascot.llm import EmbeddedBackend
-from mascot.group_data import GroupDataConfig, generate_group_async
-from mascot.group_reward_model import GroupRewardModelConfig, train_group_reward_model
-from mascot.reward_models import GroupRewardModel
-from mascot.director_grpo import DirectorGRPOConfig, train_director_grpo, director_group_reward, director_prompts
-from mascot.director_dpo import DirectorDPOConfig, train_director_dpo
-from mascot.training import split_by_context
-from mascot.episodes import EpisodeRunner
-from mascot.llm import LLMClient
+from mascot.core.store import read_jsonl
+from mascot.domain.datasets import shared_data_dir
+from mascot.llm.embedded import EmbeddedBackend
+from mascot.stage2.group_data import GroupDataConfig, generate_group_async
+from mascot.stage2.group_reward_model import GroupRewardModelConfig, train_group_reward_model
+from mascot.training.reward_models import GroupRewardModel
+from mascot.stage2.director_grpo import DirectorGRPOConfig, train_director_grpo, director_group_reward, director_prompts
+from mascot.stage2.director_dpo import DirectorDPOConfig, train_director_dpo
+from mascot.training.common import split_by_context
+from mascot.domain.episodes import EpisodeRunner
+from mascot.llm.client import LLMClient
 
 
 def main():

@@ -45,12 +45,13 @@ def main():
             name, results[name].get("ok"), {k: v for k, v in results[name].items() if k not in ("trace",)}, flush=True
         )
 
-    from mascot.training import training_dtype
-    from mascot.reward_model import known_label_pairs
-    from mascot.reward_models import RewardModelConfig, train_reward_model, RewardModel
-    from mascot.pairs import save_pairs
-    from mascot.data import load_contexts
-    from mascot.llm import EmbeddedBackend, ChatRequest
+    from mascot.training.common import training_dtype
+    from mascot.stage1.reward_model import known_label_pairs
+    from mascot.training.reward_models import RewardModelConfig, train_reward_model, RewardModel
+    from mascot.training.pairs import save_pairs
+    from mascot.domain.datasets import load_contexts
+    from mascot.llm.embedded import EmbeddedBackend
+    from mascot.llm.types import ChatRequest
 
     def dtype():
         assert training_dtype() == torch.bfloat16, training_dtype()
@@ -69,7 +70,7 @@ def main():
     check("embedded_backend_on_gpu", embedded)
 
     def reward_model():
-        from mascot.data import shared_data_dir
+        from mascot.domain.datasets import shared_data_dir
 
         rows = known_label_pairs(
             load_contexts("ESConv", split="train", data_path=str(shared_data_dir() / "esconv"))[:8]

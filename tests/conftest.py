@@ -11,7 +11,7 @@ ARTIFACTS = ROOT / "test-artifacts"
 
 def shared_data() -> Path:
     "The package's own lookup ($MASCOT_SHARED_DATA, else shared/data at or above the repo), so tests and stages find the same samples."
-    from mascot.data import shared_data_dir
+    from mascot.domain.datasets import shared_data_dir
 
     try:
         return shared_data_dir(ROOT)
@@ -26,7 +26,7 @@ def shared_data_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def smol_path() -> Path:
-    from mascot.llm import convert_smollm2
+    from mascot.llm.embedded_model import convert_smollm2
 
     return convert_smollm2()
 
@@ -97,7 +97,7 @@ def smoke_run(tmp_path_factory):
     runs = tmp_path_factory.mktemp("runs")
     t0 = time.time()
     r = subprocess.run(
-        [sys.executable, "-m", "mascot.pipeline", "configs/smoke.yaml", "--runs-dir", str(runs)],
+        [sys.executable, "-m", "mascot.apps.pipeline", "configs/smoke.yaml", "--runs-dir", str(runs)],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -5,8 +5,8 @@ import json, os, signal, socket, subprocess, sys, time, urllib.request
 from pathlib import Path
 import pytest
 from browser import chrome, free_port
-from mascot.arena import demo_files, demo_record, study_id
-from mascot.core import read_jsonl
+from mascot.apps.arena import demo_files, demo_record, study_id
+from mascot.core.store import read_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_WAIT_POLICY": "PASSIVE", "HF_HUB_OFFLINE": "1"}
@@ -14,7 +14,7 @@ ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_WAIT_POLICY": "PASSIVE", "HF_
 
 def mascot(*args, **kw) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "mascot.cli", *args],
+        [sys.executable, "-m", "mascot.apps.cli", *args],
         cwd=ROOT,
         env=ENV,
         capture_output=True,
@@ -26,7 +26,7 @@ def mascot(*args, **kw) -> subprocess.CompletedProcess:
 
 def start_arena(args: list[str], log: Path, port: int) -> subprocess.Popen:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "mascot.cli", "arena", "--port", str(port), *args],
+        [sys.executable, "-m", "mascot.apps.cli", "arena", "--port", str(port), *args],
         cwd=ROOT,
         env=ENV,
         stdout=open(log, "a"),

@@ -3,8 +3,8 @@
 import json, subprocess, sys
 from pathlib import Path
 import pytest
-from mascot.core import Directive, Episode, EpisodeMetadata, Turn
-from mascot.auto_metrics import *
+from mascot.core.records import Directive, Episode, EpisodeMetadata, Turn
+from mascot.evaluation.auto_metrics import *
 
 
 def episode(conv_id, lines, system="mascot", **meta) -> dict:
@@ -199,7 +199,7 @@ def test_real_nli_path_end_to_end(tmp_path):
         [
             sys.executable,
             "-c",
-            "import sys; from mascot.cli import main; sys.exit(main())",
+            "import sys; from mascot.apps.cli import main; sys.exit(main())",
             "metrics",
             "--input-file",
             str(data),

@@ -4,8 +4,9 @@ import json, os, signal, socket, subprocess, sys, time, urllib.request
 from pathlib import Path
 import pytest
 from browser import chrome, free_port
-from mascot.core import read_jsonl, validate_episode
-from mascot.personas import SUPPORT_ROSTER
+from mascot.core.store import read_jsonl
+from mascot.core.records import validate_episode
+from mascot.domain.personas import SUPPORT_ROSTER
 
 ROOT = Path(__file__).resolve().parents[1]
 # few tokens, one director -> speaker step per message: the 135M model on two shared cores
@@ -22,7 +23,7 @@ ENV = {
 
 def mascot(*args, **kw) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "mascot.cli", *args],
+        [sys.executable, "-m", "mascot.apps.cli", *args],
         cwd=kw.pop("cwd", ROOT),
         env=ENV,
         capture_output=True,
@@ -77,7 +78,7 @@ def test_piped_lines_become_a_saved_episode(tmp_path, shared_data_dir):
             and f"{t['agent_name']} ({role}): {t['response']}" in r.stdout
         )
     # mascot judge builds its persona and collective items from it (running the 135M judge takes minutes; that is the judge's test)
-    from mascot.rubric_eval import record_items, record_domain
+    from mascot.judging.evaluator import record_items, record_domain
 
     items = {k: record_items(rec, k, record_domain(rec, path)) for k in ("persona", "collective")}
     assert len(items["persona"]) == 2 and len(items["collective"]) == 1
@@ -101,7 +102,7 @@ def test_piped_lines_become_a_saved_episode(tmp_path, shared_data_dir):
 def test_chat_on_a_served_model(openai_server, tmp_path):
     "The same session on an OpenAI-compatible server (`transformers serve` of the same model): every role's calls go there."
     import asyncio, io
-    from mascot.chat import ChatConfig, ChatSession, chat_terminal
+    from mascot.apps.chat import ChatConfig, ChatSession, chat_terminal
 
     cfg = ChatConfig(
         dataset="ESConv",
@@ -152,7 +153,11 @@ def test_bad_flags_are_one_line(tmp_path):
 def start_server(args: list[str], log: Path, url: str, timeout: float = 120) -> subprocess.Popen:
     "Start a `mascot` web command on 127.0.0.1 and wait until it answers."
     proc = subprocess.Popen(
-        [sys.executable, "-m", "mascot.cli", *args], cwd=ROOT, env=ENV, stdout=open(log, "w"), stderr=subprocess.STDOUT
+        [sys.executable, "-m", "mascot.apps.cli", *args],
+        cwd=ROOT,
+        env=ENV,
+        stdout=open(log, "w"),
+        stderr=subprocess.STDOUT,
     )
     deadline = time.time() + timeout
     while time.time() < deadline:

@@ -2,17 +2,17 @@
 
 import contextlib, importlib, io
 import pytest
-from mascot.core import field_description
-from mascot.pipeline import STAGES
-from mascot import cli
+from mascot.core.config import field_description
+from mascot.apps.pipeline import STAGES
+from mascot.apps import cli
 
 CONFIGS = sorted(
     {s.config_class for s in STAGES}
     | {
-        "mascot.episodes:EpisodeConfig",
-        "mascot.llm:EndpointConfig",
-        "mascot.rubric_eval:JudgeConfig",
-        "mascot.auto_metrics:MetricsConfig",
+        "mascot.domain.episodes:EpisodeConfig",
+        "mascot.llm.routing:EndpointConfig",
+        "mascot.judging.evaluator:JudgeConfig",
+        "mascot.evaluation.auto_metrics:MetricsConfig",
     }
 )
 
@@ -30,15 +30,15 @@ def test_every_field_is_described(path):
 
 
 COMMANDS = {
-    "generate": "mascot.candidates:CandidatesConfig",
-    "train-reward-model": "mascot.reward_models:RewardModelConfig",
-    "train-speaker": "mascot.speaker_grpo:SpeakerGRPOConfig",
-    "train-sft": "mascot.sft:SFTConfig_",
-    "train-group": "mascot.director_grpo:DirectorGRPOConfig",
-    "episode": "mascot.episodes:EpisodeConfig",
-    "eval": "mascot.evaluate:EvalConfig",
-    "judge": "mascot.rubric_eval:JudgeConfig",
-    "metrics": "mascot.auto_metrics:MetricsConfig",
+    "generate": "mascot.stage1.candidates:CandidatesConfig",
+    "train-reward-model": "mascot.training.reward_models:RewardModelConfig",
+    "train-speaker": "mascot.stage1.speaker_grpo:SpeakerGRPOConfig",
+    "train-sft": "mascot.stage1.sft:SFTConfig_",
+    "train-group": "mascot.stage2.director_grpo:DirectorGRPOConfig",
+    "episode": "mascot.domain.episodes:EpisodeConfig",
+    "eval": "mascot.evaluation.generate:EvalConfig",
+    "judge": "mascot.judging.evaluator:JudgeConfig",
+    "metrics": "mascot.evaluation.auto_metrics:MetricsConfig",
 }
 
 

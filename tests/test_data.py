@@ -2,7 +2,7 @@
 
 import json
 import pytest
-from mascot.data import DataFormatError, ED_VALENCE, load_contexts, few_shot_examples, shared_data_dir
+from mascot.domain.datasets import DataFormatError, ED_VALENCE, load_contexts, few_shot_examples, shared_data_dir
 
 DATA = shared_data_dir()
 

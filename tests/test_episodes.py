@@ -3,8 +3,9 @@
 import json, os, signal, subprocess, sys, time
 from pathlib import Path
 import pytest
-from mascot.core import read_jsonl, validate_episode
-from mascot.personas import SUPPORT_ROSTER, MEETING_ROSTER
+from mascot.core.store import read_jsonl
+from mascot.core.records import validate_episode
+from mascot.domain.personas import SUPPORT_ROSTER, MEETING_ROSTER
 
 
 # the smoke config's token caps (the CLI's defaults are 64/80/64; a test's own flags, given after these, win): what these tests assert
@@ -14,7 +15,10 @@ SHORT = ("--director-max-tokens", "40", "--speaker-max-tokens", "32", "--user-ma
 
 def run_cli(*args, **kw):
     return subprocess.run(
-        [sys.executable, "-m", "mascot.episodes", *SHORT, *args, "--no-progress"], capture_output=True, text=True, **kw
+        [sys.executable, "-m", "mascot.domain.episodes", *SHORT, *args, "--no-progress"],
+        capture_output=True,
+        text=True,
+        **kw,
     )
 
 
@@ -133,7 +137,7 @@ def test_sigkill_then_resume_writes_each_conversation_once(shared_data_dir, tmp_
     ]
     out = tmp_path / "killed.jsonl"
     p = subprocess.Popen(
-        [sys.executable, "-m", "mascot.episodes", *SHORT, *args, "--no-progress"],
+        [sys.executable, "-m", "mascot.domain.episodes", *SHORT, *args, "--no-progress"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )

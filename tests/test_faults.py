@@ -32,7 +32,7 @@ def mascot(*args, timeout=BOUND_S, env=None):
         **(env or {}),
     }
     return subprocess.run(
-        [sys.executable, "-m", "mascot.cli", *map(str, args)],
+        [sys.executable, "-m", "mascot.apps.cli", *map(str, args)],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -297,7 +297,7 @@ def test_sigterm_marks_interrupted_and_sigkill_is_marked_by_the_next_resume(esco
         args = [
             sys.executable,
             "-m",
-            "mascot.cli",
+            "mascot.apps.cli",
             *map(
                 str, episode_args(srv.url, esconv, tmp_path, 6, 2, "--max-concurrency", "1", "--request-timeout", "10")
             ),

@@ -3,11 +3,19 @@
 import asyncio, json, math, statistics, subprocess, sys
 from pathlib import Path
 import pytest
-from mascot.core import read_jsonl
-from mascot.llm import ChatBackend, ChatRequest, ChatResponse, TokenLogprob
-from mascot.judge import RUBRICS, JudgeParseError, get_rubric, judge_line, parse_judgement, score_distribution, to_100
-from mascot.pairwise import krippendorff_alpha
-from mascot.rubric_eval import JudgeConfig, judge_file
+from mascot.core.store import read_jsonl
+from mascot.llm.types import ChatBackend, ChatRequest, ChatResponse, TokenLogprob
+from mascot.judging.rubrics import (
+    RUBRICS,
+    JudgeParseError,
+    get_rubric,
+    judge_line,
+    parse_judgement,
+    score_distribution,
+    to_100,
+)
+from mascot.judging.pairwise import krippendorff_alpha
+from mascot.judging.evaluator import JudgeConfig, judge_file
 
 NAMES = list(dict.fromkeys(c.name for r in RUBRICS.values() for c in r.criteria))
 
@@ -277,7 +285,7 @@ def test_legacy_file_without_metadata_uses_the_file_name(tmp_path, caplog):
     del rec["metadata"]
     path = tmp_path / "old_qmsum_run.jsonl"
     path.write_text(json.dumps(rec) + "\n")
-    with caplog.at_level("WARNING", logger="mascot.judge"):
+    with caplog.at_level("WARNING", logger="mascot.judging.rubrics"):
         paths = judge_file(
             JudgeConfig(provider="embedded", input_file=str(path), rubric="persona", progress=False),
             embedded=ScriptedJudge({"Critic": 6}),
@@ -308,7 +316,7 @@ def test_real_embedded_smollm2_judge_through_the_cli(tmp_path):
         [
             sys.executable,
             "-m",
-            "mascot.rubric_eval",
+            "mascot.judging.evaluator",
             "--input-file",
             str(path),
             "--provider",

@@ -8,9 +8,9 @@ import pytest
 
 def test_reward_model_learns_known_label_pairs(shared_data_dir, tmp_path):
     "A real reply beats its degraded copies (parroted context, name only, cut off, another conversation's reply) more often on held-out contexts."
-    from mascot.data import load_contexts
-    from mascot.pairs import save_pairs
-    from mascot.reward_model import RewardModelConfig, known_label_pairs, train_reward_model
+    from mascot.domain.datasets import load_contexts
+    from mascot.training.pairs import save_pairs
+    from mascot.stage1.reward_model import RewardModelConfig, known_label_pairs, train_reward_model
 
     ctxs = load_contexts("ESConv", split="train", data_path=str(shared_data_dir / "esconv")) + load_contexts(
         "ESConv", split="valid", data_path=str(shared_data_dir / "esconv")
@@ -91,8 +91,8 @@ def test_grpo_raises_a_learnable_reward_and_trains_only_lora(smol_path, tmp_path
     import datasets, torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
     from trl import GRPOTrainer
-    from mascot.training import lora_config, save_trained, grpo_config, paired_summary
-    from mascot.speaker_grpo import SpeakerGRPOConfig
+    from mascot.training.common import lora_config, save_trained, grpo_config, paired_summary
+    from mascot.stage1.speaker_grpo import SpeakerGRPOConfig
 
     set_seed(0)
     tok = AutoTokenizer.from_pretrained(smol_path)

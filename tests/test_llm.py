@@ -2,18 +2,13 @@
 
 import asyncio, json
 import pytest
-from mascot.core import RunDir
-from mascot.llm import (
-    ChatRequest,
-    OpenAIBackend,
-    EmbeddedBackend,
-    EndpointConfig,
-    LLMClient,
-    ModelNotFound,
-    BackendUnavailable,
-    EMBEDDED_DEFAULT,
-    route_roles,
-)
+from mascot.core.runtime import RunDir
+from mascot.llm.types import ChatRequest, ModelNotFound, BackendUnavailable
+from mascot.llm.openai import OpenAIBackend
+from mascot.llm.embedded import EmbeddedBackend
+from mascot.llm.routing import EndpointConfig, route_roles
+from mascot.llm.client import LLMClient
+from mascot.llm.embedded_model import EMBEDDED_DEFAULT
 
 HELLO = [{"role": "user", "content": "Say hello to a friend in one short sentence."}]
 

@@ -1,8 +1,8 @@
-"Director parsing and roster YAML errors: the two places where model output and user files meet `mascot.personas`."
+"Director parsing and roster YAML errors: the two places where model output and user files meet `mascot.domain.personas`."
 
 import pytest, yaml
-from mascot.core import Directive
-from mascot.personas import (
+from mascot.core.records import Directive
+from mascot.domain.personas import (
     SUPPORT_ROSTER,
     MEETING_ROSTER,
     RosterError,

@@ -10,7 +10,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def mascot(*args, **kw):
     return subprocess.run(
-        [sys.executable, "-m", "mascot.pipeline", *args], capture_output=True, text=True, cwd=kw.pop("cwd", ROOT), **kw
+        [sys.executable, "-m", "mascot.apps.pipeline", *args],
+        capture_output=True,
+        text=True,
+        cwd=kw.pop("cwd", ROOT),
+        **kw,
     )
 
 
@@ -66,7 +70,7 @@ def test_interrupt_then_resume_skips_completed_stages(tmp_path):
         tmp_path / "runs"
     )  # given as the relative "runs", as `make demo` does: every stage must still write inside it
     p = subprocess.Popen(
-        [sys.executable, "-m", "mascot.pipeline", str(cfg), "--runs-dir", "runs"],
+        [sys.executable, "-m", "mascot.apps.pipeline", str(cfg), "--runs-dir", "runs"],
         cwd=tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

@@ -5,11 +5,12 @@ import json, os, subprocess, sys
 from pathlib import Path
 import pytest
 from fake_openai_server import FakeOpenAIServer
-from mascot.core import ConfigError
-from mascot.defaults import CPU_MODEL
-from mascot.llm import EndpointConfig, LLMClient, route_roles
-from mascot.candidates import CandidatesConfig, generate_individual, individual_dir
-from mascot.rubric_eval import JudgeConfig
+from mascot.core.config import ConfigError
+from mascot.core.defaults import CPU_MODEL
+from mascot.llm.routing import EndpointConfig, route_roles
+from mascot.llm.client import LLMClient
+from mascot.stage1.candidates import CandidatesConfig, generate_individual, individual_dir
+from mascot.judging.evaluator import JudgeConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -17,7 +18,12 @@ ROOT = Path(__file__).resolve().parents[1]
 def mascot(*args, timeout=300):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "MASCOT_NO_DOTENV": "1"}
     return subprocess.run(
-        [sys.executable, "-m", "mascot.cli", *args], capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT
+        [sys.executable, "-m", "mascot.apps.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=ROOT,
     )
 
 

@@ -9,9 +9,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_reward_model_trains_on_two_ranks_and_saves_one_adapter(shared_data_dir, tmp_path):
-    from mascot.data import load_contexts
-    from mascot.pairs import save_pairs
-    from mascot.reward_model import known_label_pairs
+    from mascot.domain.datasets import load_contexts
+    from mascot.training.pairs import save_pairs
+    from mascot.stage1.reward_model import known_label_pairs
 
     rows = known_label_pairs(load_contexts("ESConv", split="train", data_path=str(shared_data_dir / "esconv"))[:8])
     (tmp_path / "pairs").mkdir()
@@ -34,7 +34,7 @@ def test_reward_model_trains_on_two_ranks_and_saves_one_adapter(shared_data_dir,
             "--master_port",
             str(free_port()),
             "-m",
-            "mascot.reward_model",
+            "mascot.stage1.reward_model",
             "--dataset",
             "ESConv",
             "--data-path",

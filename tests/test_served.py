@@ -7,7 +7,7 @@ import json, os, re, signal, subprocess, sys, time, urllib.request
 from pathlib import Path
 import pytest
 from conftest import ROOT, ARTIFACTS, _free_port, shared_data
-from mascot.serve import vllm_python
+from mascot.apps.serve import vllm_python
 
 BASE = "smollm2-135m-instruct"
 SYSTEMS = ("mascot", "mascot-g", "mascot-i", "zero-shot")
@@ -52,7 +52,7 @@ def server(adapters, tmp_path_factory):
     cmd = [
         sys.executable,
         "-m",
-        "mascot.serve",
+        "mascot.apps.serve",
         "--model",
         BASE,
         "--port",
@@ -103,7 +103,8 @@ def test_server_lists_base_and_aliases(server, adapters):
 def test_backend_on_vllm_greedy_n_seed_logprobs(server):
     "The requests the stages send: greedy n > 1 (vLLM refuses it as such), seeded sampling, logprobs with top alternatives."
     import asyncio
-    from mascot.llm import OpenAIBackend, ChatRequest
+    from mascot.llm.openai import OpenAIBackend
+    from mascot.llm.types import ChatRequest
 
     async def go():
         b = OpenAIBackend(server["url"])
@@ -137,7 +138,7 @@ def served_eval(server, tmp_path_factory):
     cmd = [
         sys.executable,
         "-m",
-        "mascot.evaluate",
+        "mascot.evaluation.generate",
         "--dataset",
         "ED",
         "--data-path",
@@ -221,7 +222,7 @@ def test_eval_refuses_unmappable_flags(server):
         [
             sys.executable,
             "-m",
-            "mascot.evaluate",
+            "mascot.evaluation.generate",
             "--dataset",
             "ED",
             "--systems",
@@ -246,7 +247,7 @@ def test_judge_on_served_base_model(served_eval, server, tmp_path):
     cmd = [
         sys.executable,
         "-m",
-        "mascot.rubric_eval",
+        "mascot.judging.evaluator",
         "--input-file",
         served_eval["zero-shot"],
         "--judge-server-url",

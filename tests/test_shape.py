@@ -4,38 +4,75 @@ import ast
 from pathlib import Path
 
 PKG = Path(__file__).resolve().parent.parent / "mascot"
-STAGES = {
-    "candidates",
-    "reward_model",
-    "speaker_grpo",
-    "sft",
-    "group_data",
-    "group_reward_model",
-    "director_grpo",
-    "director_dpo",
-    "evaluate",
-    "llm_judge",
-    "auto_metrics",
+# The layers, lowest first: a module imports only from lower layers or from its own subpackage; subpackages of one layer are
+# siblings and never import each other (as import-linter's "layers" contract would check).
+LAYERS = {
+    "core": 0,
+    "llm": 1,
+    "domain": 2,
+    "judging": 3,
+    "training": 3,
+    "stage1": 4,
+    "stage2": 4,
+    "evaluation": 4,
+    "apps": 5,
+    "testing": 6,
 }
+STAGES = {
+    "stage1.candidates",
+    "stage1.reward_model",
+    "stage1.speaker_grpo",
+    "stage1.sft",
+    "stage2.group_data",
+    "stage2.group_reward_model",
+    "stage2.director_grpo",
+    "stage2.director_dpo",
+    "evaluation.generate",
+    "evaluation.judge_all",
+    "evaluation.auto_metrics",
+}
+MAX_MODULE_LINES = 800
 
 
-def imported_modules(path: Path) -> set[str]:
-    "The mascot modules a file imports (`from .x import`, `from mascot.x import`, `import mascot.x`), wherever the import statement is."
+def module_name(path: Path, pkg: Path = PKG) -> str:
+    "`core.records` for mascot/core/records.py; `testing` for mascot/testing.py."
+    return ".".join(path.relative_to(pkg).with_suffix("").parts)
+
+
+def imported_modules(path: Path, pkg: Path = PKG) -> set[str]:
+    "The mascot modules a file imports (relative, `from mascot.x.y import`, `import mascot.x.y`), wherever the import statement is."
+    here = module_name(path, pkg).split(".")[:-1] if path.is_relative_to(pkg) else []
     out = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom):
-            if node.level == 1 and node.module:
-                out.add(node.module.split(".")[0])
-            elif node.level == 0 and node.module and node.module.startswith("mascot."):
-                out.add(node.module.split(".")[1])
+            if node.level:
+                base = here[: len(here) - node.level + 1]
+                out.add(".".join(base + ([node.module] if node.module else [])))
+            elif node.module and node.module.startswith("mascot."):
+                out.add(node.module.removeprefix("mascot."))
         elif isinstance(node, ast.Import):
-            out |= {a.name.split(".")[1] for a in node.names if a.name.startswith("mascot.")}
+            out |= {a.name.removeprefix("mascot.") for a in node.names if a.name.startswith("mascot.")}
     return out
 
 
 def import_graph(pkg: Path = PKG) -> dict[str, set[str]]:
-    names = {p.stem for p in pkg.glob("*.py")}
-    return {p.stem: imported_modules(p) & names - {p.stem} for p in sorted(pkg.glob("*.py")) if p.stem != "_modidx"}
+    files = [p for p in sorted(pkg.rglob("*.py")) if p.name not in ("_modidx.py", "__init__.py")]
+    names = {module_name(p, pkg) for p in files}
+    return {module_name(p, pkg): (imported_modules(p, pkg) & names) - {module_name(p, pkg)} for p in files}
+
+
+def layer_problems(graph: dict[str, set[str]]) -> list[str]:
+    "Edges that go up a layer or across to a sibling subpackage of the same layer."
+    out = []
+    for m, deps in graph.items():
+        top = m.split(".")[0]
+        for n in deps:
+            other = n.split(".")[0]
+            if other == top:
+                continue
+            if LAYERS[other] >= LAYERS[top]:
+                out.append(f"{m} -> {n}")
+    return sorted(out)
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -61,11 +98,25 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 
 def test_graph_checks_catch_what_they_look_for():
-    # the checks themselves, on a made-up graph: a cycle and a stage->stage edge are both found
-    g = {"candidates": {"core", "group_data"}, "group_data": {"candidates"}, "core": set()}
-    assert find_cycle(g) == ["candidates", "group_data", "candidates"]
+    # the checks themselves, on a made-up graph: a cycle, an upward edge and a sibling edge are all found
+    g = {
+        "stage1.candidates": {"core.store", "stage2.group_data"},
+        "stage2.group_data": {"stage1.candidates"},
+        "core.store": set(),
+    }
+    assert find_cycle(g) == ["stage1.candidates", "stage2.group_data", "stage1.candidates"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
-    assert imported_modules(PKG / "cli.py") >= {"core"}  # imports inside functions count
+    assert layer_problems(
+        {"core.store": {"llm.types"}, "judging.rubrics": {"training.pairs"}, "apps.cli": {"core.config"}}
+    ) == [
+        "core.store -> llm.types",
+        "judging.rubrics -> training.pairs",
+    ]
+    assert "core.config" in imported_modules(PKG / "apps" / "cli.py")  # imports inside functions count
+
+
+def test_every_subpackage_has_a_layer():
+    assert {m.split(".")[0] for m in import_graph()} <= set(LAYERS), set(import_graph()) - set(LAYERS)
 
 
 def test_stage_modules_exist():
@@ -76,6 +127,14 @@ def test_no_import_cycle():
     assert find_cycle(import_graph()) is None, " -> ".join(find_cycle(import_graph()))
 
 
+def test_layers_hold():
+    problems = layer_problems(import_graph())
+    assert not problems, (
+        "imports against the layer order core < llm < domain < judging|training < stage1|stage2|evaluation < apps: "
+        + ", ".join(problems)
+    )
+
+
 def test_no_stage_imports_another_stage():
     edges = sorted(f"{m} -> {n}" for m, deps in import_graph().items() if m in STAGES for n in deps if n in STAGES)
     assert not edges, "stage modules importing stage modules (move what they share to a shared module): " + ", ".join(
@@ -83,17 +142,28 @@ def test_no_stage_imports_another_stage():
     )
 
 
+def test_modules_stay_readable():
+    long = {
+        module_name(p): n
+        for p in PKG.rglob("*.py")
+        if p.name != "_modidx.py" and (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES
+    }
+    assert not long, f"modules over {MAX_MODULE_LINES} lines (split the notebook): {long}"
+
+
 def test_readme_stage_table_is_the_generated_one():
     import re
-    from mascot.pipeline import stage_table
+    from mascot.apps.pipeline import stage_table
 
     readme = (PKG.parent / "README.md").read_text()
     m = re.search(
-        r"<!-- stage-table: made by mascot.pipeline.stage_table\(\) -->\n(.*?)\n<!-- /stage-table -->", readme, re.S
+        r"<!-- stage-table: made by mascot.apps.pipeline.stage_table\(\) -->\n(.*?)\n<!-- /stage-table -->",
+        readme,
+        re.S,
     )
     assert m, "README.md: no stage table between the stage-table markers"
     assert m.group(1) == stage_table(), (
-        "README.md's stage table differs from mascot.pipeline.stage_table(): paste the generated one"
+        "README.md's stage table differs from mascot.apps.pipeline.stage_table(): paste the generated one"
     )
 
 
@@ -132,10 +202,10 @@ def missing_names(path: Path) -> list[str]:
 
 
 def test_bench_and_scripts_import_what_exists(tmp_path):
-    "Benchmarks and scripts run only by hand still name things the package has (a bench once imported a moved function)."
+    "Benchmarks and scripts run only by hand still name things the package has (a moved function would break them silently)."
     probe = tmp_path / "probe.py"
-    probe.write_text("from mascot import llm\nfrom mascot.llm import EmbeddedBackend, no_such_name\n")
-    assert missing_names(probe) == ["mascot.llm.no_such_name"]  # the check can fail
+    probe.write_text("from mascot.llm import embedded\nfrom mascot.llm.embedded import EmbeddedBackend, no_such_name\n")
+    assert missing_names(probe) == ["mascot.llm.embedded.no_such_name"]  # the check can fail
     root = PKG.parent
     scripts = sorted(root.glob("bench/**/*.py")) + sorted(root.glob("scripts/*.py"))
     broken = {str(p.relative_to(root)): m for p in scripts if (m := missing_names(p))}

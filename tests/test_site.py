@@ -10,7 +10,7 @@ ARTIFACTS = ROOT / "test-artifacts"
 
 
 def test_smoke_run_has_every_stage_and_figure(smoke_run):
-    from mascot.pipeline import STAGES
+    from mascot.apps.pipeline import STAGES
 
     for st in STAGES:
         sdir = smoke_run / st.dir
@@ -32,7 +32,7 @@ def test_smoke_run_has_every_stage_and_figure(smoke_run):
     # the persona table's numbers are the judge table's means
     import pandas as pd
 
-    scores = pd.read_csv(smoke_run / "31_llm_judge" / "out" / "judge_scores.csv")
+    scores = pd.read_csv(smoke_run / "31_judge_all" / "out" / "judge_scores.csv")
     f01 = pd.read_csv(smoke_run / "figures" / "f01_persona_table_ed" / "f01_persona_table_ed.csv")
     row = f01.iloc[0]
     sel = scores[
@@ -51,7 +51,7 @@ def test_smoke_run_trained_and_served_the_adapters(smoke_run):
         meta = json.loads((path / "mascot_metadata.json").read_text())
         assert meta["max_weight_change"] > 0 and meta["steps"] >= 1, stage
         assert (path / "adapter_model.safetensors").exists(), stage
-    from mascot.training import data_hash
+    from mascot.training.common import data_hash
 
     grpo = json.loads((smoke_run / "22_director_grpo" / "outputs.json").read_text())["path"]
     meta = json.loads(Path(grpo, "mascot_metadata.json").read_text())
@@ -64,7 +64,7 @@ def test_smoke_run_trained_and_served_the_adapters(smoke_run):
             ).read_text()
         )
         assert 0 <= meta["heldout_accuracy_after"] <= 1 and meta["heldout_contexts"], stage
-    files = json.loads((smoke_run / "30_evaluate" / "outputs.json").read_text())["files"]
+    files = json.loads((smoke_run / "30_generate" / "outputs.json").read_text())["files"]
     assert set(files) == {"mascot", "mascot-g", "mascot-i", "mascot-c", "mascot-p", "zero-shot", "few-shot", "sft"}
     rec = json.loads(open(files["mascot"]).readline())
     assert rec["metadata"]["director_model"] == "mascot-director" and set(rec["metadata"]["adapters"]) == {
@@ -79,7 +79,7 @@ def test_smoke_run_trained_and_served_the_adapters(smoke_run):
 
 @pytest.fixture(scope="module")
 def site(smoke_run, tmp_path_factory) -> Path:
-    from mascot.site import build_site
+    from mascot.apps.site import build_site
 
     t0 = time.time()
     idx = build_site([smoke_run], output_dir=tmp_path_factory.mktemp("site") / "_site")
@@ -95,16 +95,16 @@ def run_page(site: Path, smoke_run: Path) -> Path:
 
 
 def eval_records(smoke_run: Path) -> dict[str, list[dict]]:
-    files = json.loads((smoke_run / "30_evaluate" / "outputs.json").read_text())["files"]
-    from mascot.site import locate
+    files = json.loads((smoke_run / "30_generate" / "outputs.json").read_text())["files"]
+    from mascot.apps.site_sections import locate
 
     return {s: [json.loads(l) for l in open(locate(p, smoke_run)) if l.strip()] for s, p in files.items()}
 
 
 def judge_dir(smoke_run: Path) -> Path:
-    from mascot.site import locate
+    from mascot.apps.site_sections import locate
 
-    return locate(json.loads((smoke_run / "31_llm_judge" / "outputs.json").read_text())["output_dir"], smoke_run)
+    return locate(json.loads((smoke_run / "31_judge_all" / "outputs.json").read_text())["output_dir"], smoke_run)
 
 
 def conv_list(dom: str) -> str:
@@ -136,7 +136,7 @@ def test_site_lists_run_and_shows_figures(site, smoke_run, tmp_path):
     nb_pages = list((site.parent / "runs" / smoke_run.name / "notebooks").glob("*.html"))
     assert len(nb_pages) >= 10
     # provenance: each stage's wall time and peak memory, the package versions, the models per role
-    meta = json.loads((smoke_run / "30_evaluate" / "meta.json").read_text())
+    meta = json.loads((smoke_run / "30_generate" / "meta.json").read_text())
     assert f"{meta['peak_rss_mb']} MB" in dom and f"<td>torch</td><td>{meta['versions']['torch']}</td>" in dom
     assert "<td>mascot</td><td>director</td><td>mascot-director" in dom
 
@@ -160,7 +160,7 @@ def test_site_shows_every_conversation_with_directives_and_scores(site, smoke_ru
         assert html.escape(r0["user_big_five"], quote=False) in lst
     assert all(html.escape(e, quote=False) in lst for e in r0.get("emotion_trajectory", []))
     # the judge's reasons for a judged turn are on the page
-    stem = Path(json.loads((smoke_run / "30_evaluate" / "outputs.json").read_text())["files"]["mascot"]).stem
+    stem = Path(json.loads((smoke_run / "30_generate" / "outputs.json").read_text())["files"]["mascot"]).stem
     lines = [json.loads(l) for l in open(judge_dir(smoke_run) / f"scores_persona_{stem}.jsonl")]
     reasons = [r for l in lines for i in l["items"] if not i.get("failed") for r in i["reasons"].values() if r.strip()]
     assert reasons and all(html.escape(r, quote=False) in lst for r in reasons)
@@ -195,7 +195,7 @@ def test_site_opens_one_conversation_by_its_link(site, smoke_run, tmp_path):
 
 
 def test_site_training_section_has_curves_or_says_why_not(site, smoke_run, tmp_path):
-    from mascot.site import locate
+    from mascot.apps.site_sections import locate
 
     dom = browse(
         run_page(site, smoke_run).resolve().as_uri() + "#training", tmp_path, screenshot=ARTIFACTS / "site_training.png"

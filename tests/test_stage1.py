@@ -6,7 +6,9 @@ import pytest
 
 
 def cli(*args, timeout=900):
-    return subprocess.run([sys.executable, "-m", "mascot.cli", *args], capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "mascot.apps.cli", *args], capture_output=True, text=True, timeout=timeout
+    )
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +43,7 @@ def stage1(shared_data_dir, tmp_path_factory):
 
 
 def test_pairs_respect_k_and_margin(stage1):
-    from mascot.pairs import load_pairs
+    from mascot.training.pairs import load_pairs
 
     recs = [json.loads(l) for l in open(stage1 / "candidates.jsonl")]
     assert len(recs) == 3 * 3  # contexts x personas
@@ -62,9 +64,9 @@ def test_pairs_respect_k_and_margin(stage1):
 
 
 def test_reward_trainer_accepts_the_pairs(stage1, tmp_path):
-    from mascot.candidates import pairs_from_records
-    from mascot.pairs import load_pairs, save_pairs
-    from mascot.core import read_jsonl
+    from mascot.stage1.candidates import pairs_from_records
+    from mascot.training.pairs import load_pairs, save_pairs
+    from mascot.core.store import read_jsonl
 
     if (
         len(set(load_pairs(stage1)["context_id"])) < 2
@@ -91,8 +93,8 @@ def test_reward_trainer_accepts_the_pairs(stage1, tmp_path):
     out = tmp_path / "Individual_ESConv_smollm2-135m-instruct"
     meta = json.loads((out / "mascot_metadata.json").read_text())
     assert meta["steps"] >= 1 and meta["num_heldout_pairs"] > 0
-    from mascot.reward_models import RewardModel
-    from mascot.training import split_by_context
+    from mascot.training.reward_models import RewardModel
+    from mascot.training.common import split_by_context
 
     rm = RewardModel.load(out)
     # the 135M judge's labels are noise, so the accuracy's level is not asserted here (tests/test_learning.py asserts learning on known labels);

@@ -10,7 +10,8 @@ SECRET = "dotenv-secret-0123456789abcdef"
 
 
 def test_dotenv_key_reaches_the_environment_and_no_run_file(tmp_path, monkeypatch):
-    from mascot.core import RunDir, load_env_file
+    from mascot.core.runtime import RunDir
+    from mascot.core.config import load_env_file
 
     monkeypatch.delenv("MASCOT_NO_DOTENV", raising=False)
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
@@ -26,9 +27,9 @@ def test_dotenv_key_reaches_the_environment_and_no_run_file(tmp_path, monkeypatc
 
 def test_reward_model_logs_to_wandb_offline_without_the_key(shared_data_dir, tmp_path):
     pytest.importorskip("wandb")
-    from mascot.data import load_contexts
-    from mascot.candidates import save_pairs
-    from mascot.reward_model import known_label_pairs
+    from mascot.domain.datasets import load_contexts
+    from mascot.stage1.candidates import save_pairs
+    from mascot.stage1.reward_model import known_label_pairs
 
     rows = known_label_pairs(load_contexts("ESConv", split="train", data_path=str(shared_data_dir / "esconv"))[:6])
     (tmp_path / "pairs").mkdir()
@@ -49,7 +50,7 @@ def test_reward_model_logs_to_wandb_offline_without_the_key(shared_data_dir, tmp
         [
             sys.executable,
             "-m",
-            "mascot.cli",
+            "mascot.apps.cli",
             "train-reward-model",
             "--dataset",
             "ESConv",

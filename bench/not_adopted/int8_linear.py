@@ -12,7 +12,7 @@ read a quarter of the bytes. This script measures, under AVX2 kernels (torch, on
 
     python bench/not_adopted/int8_linear.py [--out bench/results/int8_linear-avx2.json]
 
-Why not adopted (session 31, one run): the two routes that keep each row independent are slower than fp32 on AVX2; fbgemm's dynamic
+Why not adopted (one run, 2026-12-03): the two routes that keep each row independent are slower than fp32 on AVX2; fbgemm's dynamic
 Linear is 3-10x faster per layer, but it quantizes a whole batch's activations with one scale, so a row's reply depends on the rows it
 was batched with (the `batch_dependence` entry), and the package's replies must not change with `--max-concurrency`. It also changes every
 reply relative to fp32 (`texts_equal_fp32`). A per-row dynamic int8 kernel that is fast on AVX2 would change this.
@@ -75,7 +75,7 @@ def shapes() -> list[dict]:
 
 def model_decode() -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from mascot.llm import EMBEDDED_DEFAULT, resolve_model_path
+    from mascot.llm.embedded_model import EMBEDDED_DEFAULT, resolve_model_path
     from static_cache import speaker_requests
 
     path = resolve_model_path(EMBEDDED_DEFAULT)
