@@ -11,7 +11,7 @@ export OMP_WAIT_POLICY := PASSIVE
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup vllm chromium test test-fast test-slow format demo chat site bench clean-venv
+.PHONY: setup setup-gpu vllm chromium test test-fast test-slow format demo chat site bench clean-venv
 
 setup: $(STAMP)
 
@@ -55,6 +55,15 @@ $(VLLM_STAMP): constraints/vllm.txt
 	fi
 	$(VLLM_VENV)/bin/python -c "import vllm.entrypoints.openai.api_server, vllm; print('vllm', vllm.__version__)"
 	touch $@
+
+# A GPU machine, one install path: CUDA torch in .venv (the trainers) and vLLM with constraints/vllm.txt in .venv-vllm (the servers
+# `mascot serve` starts). TRL's own vLLM modes are not used: the trainers generate in process, the rollouts call the server.
+CUDA_TORCH_SPEC ?= torch
+setup-gpu:
+	nvidia-smi >/dev/null 2>&1 || { echo "setup-gpu: nvidia-smi does not answer (no CUDA GPU here): use make setup / make vllm"; exit 2; }
+	$(MAKE) TORCH_SPEC="$(CUDA_TORCH_SPEC)" setup
+	$(MAKE) vllm
+	$(BIN)/python -c "import torch; assert torch.cuda.is_available(), 'torch in .venv has no CUDA'; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
 
 # headless Chromium (and its chromedriver, which Selenium drives) for the browser tests (Debian's packages; root installs them, others are told how)
 chromium:

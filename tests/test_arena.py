@@ -1,7 +1,7 @@
 """`mascot arena` for real: two annotators vote in headless Chromium, the server is killed mid-study and resumed, and `mascot arena-report`'s
 numbers are those of the votes; bad input is one line."""
 
-import json, os, signal, socket, subprocess, sys, time, urllib.request
+import json, os, signal, subprocess, sys, time, urllib.request
 from pathlib import Path
 import pytest
 from browser import chrome, free_port
@@ -192,3 +192,112 @@ def test_bad_input_is_one_line(tmp_path):
     one_line_error(mascot("arena-report", "--votes", str(votes), "--files", *map(str, fc)), "holds votes of study")
     one_line_error(mascot("arena-report", "--votes", str(tmp_path / "none.jsonl")), "does not exist")
     assert votes.read_text().count("\n") == 1  # nothing written by a refused run
+
+
+# --- one server per vote file ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.served
+def test_a_second_arena_on_the_same_votes_stops(tmp_path):
+    fa, fb = demo_files(tmp_path / "convs")
+    votes, port = tmp_path / "votes.jsonl", free_port()
+    proc = start_arena(["--files", str(fa), str(fb), "--votes", str(votes)], tmp_path / "arena.log", port)
+    try:
+        r = mascot("arena", "--files", str(fa), str(fb), "--votes", str(votes), "--port", str(free_port()))
+        one_line_error(r, f"--votes {votes} is in use by another mascot arena (PID {proc.pid})")
+        assert r.returncode == 2
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+# --- integrity, blindness and web hygiene, in process ----------------------------------------------------------------------------
+
+
+def test_votes_are_tied_to_their_voter_and_to_what_was_shown(tmp_path):
+    from fastapi.testclient import TestClient
+    from mascot.apps.arena import VoteStore, arena_app, load_arena
+
+    fa, fb = demo_files(tmp_path / "convs")
+    store = VoteStore(tmp_path / "votes.jsonl", load_arena([str(fa), str(fb)]))
+    with TestClient(arena_app(store), base_url="http://127.0.0.1:8766") as web:
+        nxt = lambda who, tok=None: web.get(
+            "/api/next", params={"annotator": who}, headers={"X-Annotator-Token": tok} if tok else {}
+        )
+        a = nxt("alice").json()
+        alice = a["annotator_token"]
+        assert {t["name"] for s in "AB" for t in a["pair"][s]} == {"User", "Speaker 1"}  # blind: no persona names
+        assert nxt("alice").status_code == 403 and nxt("alice", "x" * 32).status_code == 403
+        m = nxt("mallory").json()
+        vote = lambda body, tok: web.post("/api/vote", json=body, headers={"X-Annotator-Token": tok})
+        shown = a["pair"]["pair_id"]
+        unseen = next(p for p in ("ed-1", "ed-2", "ed-3") if p != shown)
+        as_alice = {"annotator": "alice", "pair_id": shown, "choice": "A", "token": m["pair"]["vote_token"]}
+        assert vote(as_alice, m["annotator_token"]).status_code == 403  # mallory cannot vote as alice
+        assert vote({**as_alice, "pair_id": unseen, "token": a["pair"]["vote_token"]}, alice).status_code == 403
+        ok = {**as_alice, "token": a["pair"]["vote_token"]}
+        assert vote(ok, alice).status_code == 200 and vote(ok, alice).status_code == 409
+        assert vote({**ok, "reason": "x" * 5000}, alice).status_code == 413
+        assert web.post("/api/vote", content=b"{" + b" " * 200_000 + b"}").status_code == 413
+        assert web.get("/api/study", headers={"Host": "attacker.example"}).status_code == 400
+    store.close()
+    assert [v["annotator"] for v in read_jsonl(tmp_path / "votes.jsonl")] == ["alice"]
+
+
+# --- the report at small n and across three systems ------------------------------------------------------------------------------
+
+
+def test_report_intervals_at_small_n_and_bradley_terry_across_studies(tmp_path):
+    def study_votes(a: str, b: str, wins_a: int, n: int = 6) -> Path:
+        sid = study_id((a, b), [f"ed-{i}" for i in range(n)])
+        p = tmp_path / f"votes-{a}-{b}.jsonl"
+        rows = [
+            {
+                "vote_id": f"ann/ed-{i}",
+                "study": sid,
+                "pair_id": f"ed-{i}",
+                "annotator": "ann",
+                "systems": sorted([a, b]),
+                "winner": a if i < wins_a else b,
+            }
+            for i in range(n)
+        ]
+        p.write_text("".join(json.dumps(v) + "\n" for v in rows + rows[:2]))  # two lines written twice: counted once
+        return p
+
+    two = tmp_path / "two.jsonl"  # 2 votes, both for zero-shot
+    rows = [
+        {
+            "vote_id": f"{a}/ed-1",
+            "study": "s",
+            "pair_id": "ed-1",
+            "annotator": a,
+            "systems": ["mascot", "zero-shot"],
+            "winner": "zero-shot",
+        }
+        for a in ("alice", "bob")
+    ]
+    two.write_text("".join(json.dumps(v) + "\n" for v in rows))
+    r = mascot("arena-report", "--votes", str(two), "--output-dir", str(tmp_path / "rep2"))
+    assert r.returncode == 0, r.stderr
+    m = json.loads((tmp_path / "rep2/arena_report.json").read_text())["by_system"]["mascot"]
+    assert m["win_rate"] == 0 and m["ci95"][0] == 0 and m["ci95"][1] > 0.5  # Wilson: not [0, 0]
+
+    files = [study_votes("mascot", "zero-shot", 5), study_votes("zero-shot", "sft", 4), study_votes("mascot", "sft", 6)]
+    r = mascot(
+        "arena-report", "--votes", *map(str, files), "--bootstrap", "300", "--output-dir", str(tmp_path / "rep3")
+    )
+    assert r.returncode == 0, r.stderr
+    rep = json.loads((tmp_path / "rep3/arena_report.json").read_text())
+    assert rep["num_votes"] == 18 and rep["duplicates_dropped"] == 6
+    bt = rep["bradley_terry"]["ratings"]
+    assert (
+        set(bt) == {"mascot", "sft", "zero-shot"}
+        and bt["mascot"]["rating"] > bt["zero-shot"]["rating"] > bt["sft"]["rating"]
+    )
+    assert all(x["ci95"][0] < x["rating"] < x["ci95"][1] for x in bt.values())
+    assert "Bradley-Terry ratings" in r.stdout and "3 studies: 18 votes" in r.stdout

@@ -53,3 +53,14 @@ def test_malformed_files_name_file_line_and_field(tmp_path):
     (tmp_path / "ESConv.json").write_text(json.dumps(recs))
     with pytest.raises(DataFormatError, match=r"ESConv\.json\[3\]: field 'dialog'"):
         load_contexts("ESConv", "test", tmp_path)
+
+
+def test_a_file_with_no_context_for_the_split_is_an_error_naming_it(tmp_path):
+    from mascot.domain.datasets import NoContextsError
+
+    (tmp_path / "test.csv").write_text("conv_id,utterance_idx,context,prompt,speaker_idx,utterance,selfeval,tags\n")
+    with pytest.raises(NoContextsError, match=r"test\.csv: no conversations \(only the header\)"):
+        load_contexts("ED", "test", tmp_path)
+    (tmp_path / "ESConv.json").write_text("[]")
+    with pytest.raises(NoContextsError, match=r"ESConv\.json: no conversations \(an empty list\)"):
+        load_contexts("ESConv", "test", tmp_path)

@@ -141,3 +141,130 @@ def test_a_judge_url_without_a_judge_model_records_the_served_one():
         url = srv.url
         route = CandidatesConfig(judge_server_url=url).resolved()["judge_route"]
     assert route == {"provider": "vllm", "model": "google/gemma-3-27b-it", "url": url, "where": "served"}
+
+
+# ---------------------------------------------------------------- the reference's quick start chains (../shared/SPEC.md, steps 1-10)
+def _made_by(folder: Path, role: str, model: str) -> Path:
+    "A data folder as `mascot generate` leaves it: a job run whose routes record the model of each role."
+    run = folder / "runs" / "r1"
+    run.mkdir(parents=True)
+    (run / "run_summary.json").write_text(json.dumps({"status": "completed", "routes": {role: {"model": model}}}))
+    (run / "run_config.json").write_text(json.dumps({"model_name": model}))
+    return folder
+
+
+def test_quick_start_resolves_to_the_papers_models(tmp_path, monkeypatch):
+    """Each step's flags exactly as the reference's quick start gives them resolve to Qwen3-8B (policies) and Qwen3-0.6B (reward models),
+    and to the folders the earlier steps wrote: the stages read the models their input data records."""
+    from mascot.apps.serve import ServeConfig, vllm_command
+    from mascot.stage1.reward_model import RewardModelConfig
+    from mascot.stage1.speaker_grpo import SpeakerGRPOConfig
+    from mascot.stage1.sft import SFTConfig_
+    from mascot.stage2.group_data import GroupDataConfig, group_dir
+    from mascot.stage2.group_reward_model import GroupRewardModelConfig
+    from mascot.stage2.director_grpo import DirectorGRPOConfig
+    from mascot.stage2.director_dpo import DirectorDPOConfig
+    from mascot.evaluation.generate import EvalConfig, system_config
+    from mascot.evaluation.auto_metrics import MetricsConfig
+
+    monkeypatch.chdir(tmp_path)
+    # 1 and 8: the server's command line
+    cmd, _ = vllm_command(ServeConfig.from_cli(["--model", "Qwen/Qwen3-8B", "--gpus", "2", "--port", "8008"]), "cuda")
+    assert cmd[cmd.index("--model") + 1] == "Qwen/Qwen3-8B" and cmd[cmd.index("--tensor-parallel-size") + 1] == "2"
+    with FakeOpenAIServer(model="Qwen/Qwen3-8B") as srv:
+        url = srv.url
+        # 2: candidates
+        c2 = CandidatesConfig.from_cli(
+            ["--mode", "individual", "--dataset", "QMSum", "--model-name", "Qwen/Qwen3-8B", "--num-candidates", "8"]
+            + ["--score-margin", "0.5", "--vllm-server-url", url, "--judge-server-url", url, "--output-dir", "data/rl"]
+        )
+        assert individual_dir(c2) == Path("data/rl/individual_QMSum_Qwen3-8B")
+        cands = _made_by(tmp_path / "data/rl/individual_QMSum_Qwen3-8B", "speaker", "Qwen/Qwen3-8B")
+        # 5: group data, independent and branching
+        for mode, name in (("independent", "group"), ("branching", "branching")):
+            c5 = GroupDataConfig.from_cli(
+                ["--mode", "group", "--dataset", "QMSum", "--model-name", "Qwen/Qwen3-8B", "--generation-mode", mode]
+                + ["--num-episodes", "2", "--num-turns", "5", "--user-response-probability", "0.5", "--seed", "42"]
+                + ["--vllm-server-url", url, "--judge-server-url", url, "--output-dir", "data/rl"]
+            )
+            assert group_dir(c5) == Path(f"data/rl/{name}_QMSum_Qwen3-8B")
+            _made_by(tmp_path / f"data/rl/{name}_QMSum_Qwen3-8B", "director", "Qwen/Qwen3-8B")
+    # 3: the persona reward model
+    c3 = RewardModelConfig.from_cli(
+        ["--dataset", "QMSum", "--model-name", "Qwen/Qwen3-0.6B", "--data-path", str(cands)]
+    )
+    assert c3.model_name == "Qwen/Qwen3-0.6B" and c3.data_path == str(cands)
+    # 4: the speaker is the Qwen3-8B that made the data (no --model-name)
+    c4 = SpeakerGRPOConfig.from_cli(
+        ["--algorithm", "grpo", "--dataset", "QMSum", "--data-path", "data/rl/individual_QMSum_Qwen3-8B"]
+        + ["--reward-model-path", "outputs/reward_model/Individual_QMSum_Qwen3-0.6B"]
+    )
+    assert c4.model_name == "Qwen/Qwen3-8B" and not c4.enable_thinking
+    assert SFTConfig_.from_cli(["--dataset", "QMSum", "--data-path", str(cands)]).model_name == "Qwen/Qwen3-8B"
+    # 6: the group reward model (the paper's full weights are configs/paper-*.yaml's full_finetune)
+    c6 = GroupRewardModelConfig.from_cli(
+        ["--mode", "train-reward-model", "--dataset", "QMSum", "--group-reward-model-name", "Qwen/Qwen3-0.6B"]
+        + ["--data-path", "data/rl/group_QMSum_Qwen3-8B"]
+    )
+    assert c6.group_reward_model_name == "Qwen/Qwen3-0.6B"
+    grm = tmp_path / "outputs/reward_model/group_reward_QMSum_Qwen3-0.6B"
+    grm.mkdir(parents=True)
+    (grm / "mascot_metadata.json").write_text("{}")
+    # 7: the director is the branching data's, the group reward model step 6's
+    c7 = DirectorGRPOConfig.from_cli(
+        [
+            "--mode",
+            "train-director-grpo",
+            "--dataset",
+            "QMSum",
+            "--episode-dataset-path",
+            "data/rl/branching_QMSum_Qwen3-8B",
+        ]
+        + ["--rollout-server-url", "http://localhost:8008/v1", "--use-vllm"]
+    )
+    assert c7.model_name == "Qwen/Qwen3-8B"
+    assert Path(c7.group_reward_model_path).resolve() == grm.resolve()
+    c7b = DirectorDPOConfig.from_cli(
+        [
+            "--mode",
+            "train-director-dpo",
+            "--dataset",
+            "QMSum",
+            "--episode-dataset-path",
+            "data/rl/branching_QMSum_Qwen3-8B",
+        ]
+    )
+    assert c7b.model_name == "Qwen/Qwen3-8B"
+    # 8: evaluation with the served aliases
+    c8 = EvalConfig.from_cli(
+        [
+            "--dataset",
+            "QMSum",
+            "--split",
+            "test",
+            "--directive-model",
+            "mascot-director",
+            "--agent-model",
+            "mascot-speaker",
+        ]
+        + ["--user-model", "Qwen/Qwen3-8B", "--enable-user-simulation", "--output-dir", "outputs"]
+    )
+    mascot_cfg = system_config(c8, "mascot")
+    assert (mascot_cfg.directive_model, mascot_cfg.agent_model, mascot_cfg.user_model) == (
+        "mascot-director",
+        "mascot-speaker",
+        "Qwen/Qwen3-8B",
+    )
+    assert Path(mascot_cfg.output_dir) == Path("outputs/mascot_eval/QMSum/test")
+    # 9: the judge, named
+    c9 = JudgeConfig.from_cli(
+        ["--input-file", "x.jsonl", "--dataset", "QMSum", "--provider", "vllm", "--judge", "Qwen/Qwen3-8B"]
+        + ["--judge-server-url", "http://localhost:8009/v1"]
+    )
+    assert c9.judge == "Qwen/Qwen3-8B"
+    # 10: automatic metrics
+    c10 = MetricsConfig.from_cli(
+        ["--input-file", "x.jsonl", "--nli-model", "FacebookAI/roberta-large-mnli", "--pairing-mode", "same-round"]
+        + ["--output-file", "outputs/mascot_eval/QMSum/test/metrics_auto.json"]
+    )
+    assert c10.nli_model == "FacebookAI/roberta-large-mnli"

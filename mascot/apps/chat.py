@@ -10,6 +10,7 @@ from ..core.config import *
 from ..llm.types import *
 from ..llm.routing import *
 from ..llm.client import *
+from ..llm.embedded_model import EMBEDDED_DEFAULT
 from ..domain.datasets import Context, load_contexts, canonical_dataset
 from ..domain.personas import *
 from mascot.domain.episodes import (
@@ -22,15 +23,19 @@ from mascot.domain.episodes import (
     SYSTEMS,
 )
 from ..evaluation.generate import EvalConfig, system_config
-from ..domain.systems import get_system
-import asyncio, datetime, json, os, sys, uuid
+from ..domain.systems import get_system, DIRECTOR_ALIAS, SPEAKER_ALIAS, SFT_ALIAS
+from .pipeline import STAGE_BY_KEY
+import asyncio, datetime, ipaddress, json, logging, os, sys, uuid
+from dataclasses import dataclass
 from pathlib import Path
 from pydantic import BaseModel, Field
 
 # %% auto #0
-__all__ = ['DEMO_FOLDERS', 'HELP', 'CHAT_HTML', 'ChatConfig', 'chat_episode_config', 'chat_context', 'ChatSession',
-           'describe_speaker', 'format_turn', 'chat_terminal', 'turn_view', 'session_view', 'ChatMessage', 'chat_app',
-           'serve_chat', 'main']
+__all__ = ['DEMO_FOLDERS', 'ADAPTER_STAGES', 'HELP', 'FALLBACK_MARK', 'LOOPBACK_NAMES', 'CHAT_HTML', 'MAX_MESSAGE_CHARS', 'log',
+           'ChatConfig', 'chat_episode_config', 'TrainedRun', 'find_trained_run', 'with_trained_adapters',
+           'chat_context', 'is_fallback', 'ChatSession', 'describe_speaker', 'format_turn', 'chat_header',
+           'chat_terminal', 'turn_view', 'session_view', 'is_loopback', 'BodyLimit', 'guard_web_app', 'ChatMessage',
+           'chat_app', 'serve_chat', 'main']
 
 # %% ../../nbs/apps/43_chat.ipynb #1d1e359f
 DEMO_FOLDERS = {"ED": "empathetic_dialogues", "ESConv": "esconv", "QMSum": "qmsum"}
@@ -55,6 +60,10 @@ class ChatConfig(EndpointConfig):
     director_adapter: str | None = Field(None, description="the trained director's LoRA adapter (mascot, mascot-g)")
     speaker_adapter: str | None = Field(None, description="the trained speaker's LoRA adapter (mascot, mascot-i)")
     sft_adapter: str | None = Field(None, description="the SFT baseline's adapter (sft)")
+    runs_dir: str = Field(
+        "runs",
+        description="with no adapter flag: the trained adapters of the latest finished run here; none found: the untrained base model",
+    )
     agent_turns: int = Field(2, description="director -> speaker steps after each of your messages")
     max_rounds: int = Field(50, description="the conversation ends (and is saved) after this many of your messages")
     seed: int = Field(
@@ -98,6 +107,84 @@ def chat_episode_config(cfg: ChatConfig) -> EpisodeConfig:
             raise ConfigError(f"{e}; or pass --share-model to talk to the untrained base model") from None
     return ecfg.model_copy(update={"enable_user_simulation": False, "output_dir": cfg.output_dir, "progress": False})
 
+# %% ../../nbs/apps/43_chat.ipynb #9f6454e5
+ADAPTER_STAGES = {"director_adapter": "director_grpo", "speaker_adapter": "speaker_grpo", "sft_adapter": "sft"}
+_ALIAS_FLAG = {DIRECTOR_ALIAS: "director_adapter", SPEAKER_ALIAS: "speaker_adapter", SFT_ALIAS: "sft_adapter"}
+
+
+@dataclass
+class TrainedRun:
+    "A pipeline run whose completed stages trained the adapters a system needs."
+
+    path: Path
+    adapters: dict[str, str]  # ChatConfig field (director_adapter ...) -> adapter folder
+    model_name: str  # the base model the adapters were trained on
+    finished: float  # when its last adapter stage finished (mtime of that stage's run_summary.json)
+
+
+def _stage_adapter(run: Path, stage_key: str) -> tuple[str, float] | None:
+    "(adapter folder, finish time) of a completed adapter stage of `run`, else None."
+    sdir = run / STAGE_BY_KEY[stage_key].dir
+    try:
+        status = json.loads((sdir / "run_summary.json").read_text()).get("status")
+        path = Path(json.loads((sdir / "outputs.json").read_text())["path"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    if status != "completed" or not (path / "adapter_config.json").is_file():
+        return None
+    return str(path), (sdir / "run_summary.json").stat().st_mtime
+
+
+def _run_model(run: Path) -> str:
+    try:
+        return json.loads((run / "pipeline_config.json").read_text()).get("model_name") or EMBEDDED_DEFAULT
+    except (OSError, ValueError, AttributeError):
+        return EMBEDDED_DEFAULT
+
+
+def find_trained_run(runs_dir: str | Path, system: str, model_name: str | None = None) -> TrainedRun | None:
+    "The latest run under `runs_dir` whose completed stages hold every adapter `system` needs (trained on `model_name`, when given)."
+    need = [_ALIAS_FLAG[a] for a in get_system(system).trained_roles.values()]
+    root = Path(runs_dir)
+    if not need or not root.is_dir():
+        return None
+    found = []
+    for run in sorted(p for p in root.iterdir() if p.is_dir()):
+        got = {f: _stage_adapter(run, ADAPTER_STAGES[f]) for f in need}
+        base = _run_model(run)
+        if None in got.values() or (model_name is not None and base != model_name):
+            continue
+        found.append(TrainedRun(run, {f: p for f, (p, _) in got.items()}, base, max(t for _, t in got.values())))
+    return max(found, key=lambda r: r.finished, default=None)
+
+# %% ../../nbs/apps/43_chat.ipynb #cd64bdc7
+_EXPLICIT = ("director_adapter", "speaker_adapter", "sft_adapter", "directive_model", "agent_model", "lora_modules")
+_SERVED = ("vllm_server_url", "director_server_url", "speaker_server_url")
+
+
+def with_trained_adapters(cfg: ChatConfig) -> tuple[ChatConfig, str]:
+    "The config the chat runs with and one line saying which: the adapters given, else the latest finished run's, else the untrained base model."
+    trained = get_system(cfg.system).trained_roles
+    if not trained:
+        return cfg, f"system {cfg.system}: the base model answers (no trained adapter in this system)"
+    if cfg.share_model:
+        return cfg, f"system {cfg.system} on the untrained base model {cfg.model_name} (--share-model)"
+    if any(getattr(cfg, f) for f in _EXPLICIT + _SERVED):
+        return cfg, f"system {cfg.system} with the models and adapters given on the command line"
+    fixed = cfg.model_name if "model_name" in cfg.model_fields_set else None
+    run = find_trained_run(cfg.runs_dir, cfg.system, fixed)
+    if run is None:
+        need = " and ".join(sorted({a.removeprefix("mascot-") for a in trained.values()}))
+        return cfg.model_copy(update={"share_model": True}), (
+            f"no finished run with a trained {need} adapter under {cfg.runs_dir}/"
+            + (f" on {fixed}" if fixed else "")
+            + f": talking to the untrained base model {cfg.model_name} (`make demo` trains one; or pass the adapter flags)"
+        )
+    given = ", ".join(f"{f.removesuffix('_adapter')} {p}" for f, p in sorted(run.adapters.items()))
+    return cfg.model_copy(update={**run.adapters, "model_name": run.model_name}), (
+        f"using the trained adapters of run {run.path}: {given}; base model {run.model_name}"
+    )
+
 # %% ../../nbs/apps/43_chat.ipynb #ddbd69f6
 def chat_context(cfg: ChatConfig) -> Context:
     "The context the chat starts from."
@@ -138,18 +225,28 @@ def _atomic_write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def is_fallback(t: Turn | dict) -> bool:
+    "Whether an agent turn's speaker is a random fallback because the director's output did not parse (unknown in old records: False)."
+    get = t.get if isinstance(t, dict) else lambda k: getattr(t, k, None)
+    return get("directive_source") == "fallback" or get("directive_parsed") is False
+
+
 class ChatSession:
     "One conversation between a person and the group."
 
     def __init__(self, cfg: ChatConfig, context: Context | None = None, embedded: ChatBackend | None = None):
-        self.cfg, self.ecfg = cfg, chat_episode_config(cfg)
-        self.context = context or chat_context(cfg)
+        self.cfg, self.note = with_trained_adapters(cfg)
+        self.ecfg = chat_episode_config(self.cfg)
+        self.context = context or chat_context(self.cfg)
         self.client = LLMClient(self.ecfg, embedded=embedded)
         self.runner = EpisodeRunner(self.ecfg, self.client)
         self.state: EpisodeState = new_state(self.runner, self.context)
         self.session_id = datetime.datetime.now().strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:4]
-        self.path = Path(cfg.output_dir) / f"{cfg.system}_{self.context.dataset}_{self.session_id}.jsonl"
+        self.path = Path(self.cfg.output_dir) / f"{self.cfg.system}_{self.context.dataset}_{self.session_id}.jsonl"
         self.started, self.rounds = False, 0
+        self.progress = ""  # what the group is doing now, for the web page's status line
+        self.on_progress = None  # called with each progress line (the terminal prints them)
+        self.on_turn = None  # called with each new turn as soon as it is there
 
     @property
     def roster(self) -> Roster:
@@ -159,10 +256,63 @@ class ChatSession:
     def turns(self) -> list[Turn]:
         return self.state.turns
 
+    def role_models(self) -> dict[str, str]:
+        "Which model answers each role the system runs: base model, LoRA adapter folder, server."
+        roles = (["director"] if self.runner.system.directed else []) + ["speaker"]
+        out = {}
+        for r in roles:
+            ident, route = self.client.identity(r), self.client.routes[r]
+            text = f"{ident['base']} + LoRA {ident['adapter_path']}" if ident.get("adapter_path") else ident["model"]
+            out[r] = text + (f" at {public_url(route.url)}" if route.url else "")
+        return out
+
+    def _say(self, line: str):
+        self.progress = line
+        if self.on_progress:
+            self.on_progress(line)
+
+    async def _step(self):
+        "One director -> speaker step, saying what happens as it happens (a fallback speaker is marked on its turn by the runner)."
+        r, st = self.runner, self.state
+        n = len(st.turns)
+        if not r.system.multi_agent:
+            self._say(f"{baseline_name(self.roster)} is replying…")
+            await r.step(st)
+            return self._new_turns(n)
+        if r.system.directed:
+            self._say("the director is choosing who speaks…")
+        d, raw, parsed = await r.directive(st)
+        detail = f" ({d.action}, {d.tone})" if self.cfg.show_directives else ""
+        mark = " [FALLBACK: the director's output did not parse; a random speaker]" if parsed is False else ""
+        self._say(f"director → {d.agent_name}{detail}{mark}" if r.system.directed else f"next: {d.agent_name}")
+        self._say(f"{d.agent_name} is replying…")
+        await r.step(st, d, raw, parsed)
+        self._new_turns(n)
+
+    def _new_turns(self, n: int):
+        for t in self.state.turns[n:]:
+            if self.on_turn:
+                self.on_turn(t)
+
+    def _snapshot(self):
+        st = (
+            self.state
+        )  # its random draws derive from (seed, context, turn, role): the turns and round are all it holds
+        return len(st.turns), st.round_id, list(st.emotion_trajectory), self.rounds
+
+    def _restore(self, snap):
+        "Take back everything since `snap`: a failed round leaves the conversation as it was before the person's message."
+        n, rid, emo, rounds = snap
+        del self.state.turns[n:]
+        self.state.round_id, self.state.emotion_trajectory, self.rounds = rid, emo, rounds
+
     async def _group(self) -> list[Turn]:
         n = len(self.state.turns)
-        for _ in range(self.cfg.agent_turns):
-            await self.runner.step(self.state)
+        try:
+            for _ in range(self.cfg.agent_turns):
+                await self._step()
+        finally:
+            self.progress = ""
         self.save()
         return self.state.turns[n:]
 
@@ -173,25 +323,33 @@ class ChatSession:
         await self.client.check()
         self.started = True
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        return await self._group() if self.state.turns else []
+        if not self.state.turns:
+            return []
+        snap = self._snapshot()
+        try:
+            return await self._group()
+        except BaseException:
+            self._restore(snap)
+            raise
 
     async def send(self, text: str) -> list[Turn]:
-        "The person's message, then the group's replies (the new turns, the person's first)."
+        "The person's message, then the group's replies (the new turns, the person's first); if they fail, the message is taken back."
         text = text.strip()
         if not text:
             raise ValueError("empty message")
         if not self.started:
             await self.start()
-        st = self.state
-        if st.steps:  # the person's reply closes the round, as the simulated user's does
-            st.add(self.roster.user_label, text, turn_type="user")
-            st.round_id += 1
-        else:
-            st.add(self.roster.user_label, text, turn_type="user")  # still the opening
-        self.rounds += 1
-        n = len(st.turns) - 1
-        await self._group()
-        return st.turns[n:]
+        st, snap = self.state, self._snapshot()
+        try:
+            t = st.add(self.roster.user_label, text, turn_type="user")
+            if st.steps:  # the person's reply ends the round of the reply it answers, as the simulated user's does
+                t.round_id = st.round_id - 1
+            self.rounds += 1
+            await self._group()
+            return st.turns[snap[0] :]
+        except BaseException:
+            self._restore(snap)
+            raise
 
     def record(self) -> dict:
         "The conversation in the episode schema."
@@ -217,6 +375,7 @@ class ChatSession:
 
 # %% ../../nbs/apps/43_chat.ipynb #69fdc61e
 HELP = "commands: /quit (save and leave; end of input does the same), /directive (show or hide the director's directives), /help"
+FALLBACK_MARK = "[random speaker: the director's output did not parse]"
 
 
 def describe_speaker(roster: Roster, name: str) -> str:
@@ -226,11 +385,13 @@ def describe_speaker(roster: Roster, name: str) -> str:
 
 
 def format_turn(roster: Roster, t: Turn, show_directive: bool = False) -> str:
-    "One turn as the terminal shows it."
+    "One turn as the terminal shows it; a fallback speaker is marked."
     lines = []
     if show_directive and t.turn_type == "agent" and t.directive is not None:
         lines.append(f"  [director -> {t.directive.agent_name}: {t.directive.action} ({t.directive.tone})]")
     who = "you" if t.turn_type == "user" else describe_speaker(roster, t.agent_name)
+    if t.turn_type == "agent" and is_fallback(t):
+        who += " " + FALLBACK_MARK
     lines.append(f"{who}: {t.response}")
     return "\n".join(lines)
 
@@ -242,6 +403,23 @@ def _read_lines(stdin, loop: asyncio.AbstractEventLoop, queue: asyncio.Queue):
     loop.call_soon_threadsafe(queue.put_nowait, "")
 
 
+def _one_line(e: BaseException, limit: int = 300) -> str:
+    return " ".join(str(e).split())[:limit]
+
+
+def chat_header(session: ChatSession) -> list[str]:
+    "What the chat says first: which models answer (and why), the context, the group."
+    ctx, roster = session.context, session.roster
+    lines = [f"mascot chat · system {session.cfg.system} · {ctx.dataset} context {ctx.context_id}", session.note]
+    lines += [f"  {role}: {model}" for role, model in session.role_models().items()]
+    lines.append(f"situation: {ctx.situation}" + (f"\nquery: {ctx.query}" if ctx.query and ctx.split != "chat" else ""))
+    if session.ecfg.system in MULTI_AGENT:
+        lines.append("the group: " + "; ".join(f"{p.name} ({p.role})" for p in roster.personas))
+    else:
+        lines.append(f"single agent: {baseline_name(roster)} (system {session.cfg.system})")
+    return lines
+
+
 async def chat_terminal(session: ChatSession, stdin=None, out=None) -> Path:
     "The terminal loop; returns the saved conversation's path."
     import threading
@@ -250,20 +428,16 @@ async def chat_terminal(session: ChatSession, stdin=None, out=None) -> Path:
     lines: asyncio.Queue = asyncio.Queue()
     threading.Thread(target=_read_lines, args=(stdin, asyncio.get_running_loop(), lines), daemon=True).start()
     say = lambda s: print(s, file=out, flush=True)
-    show = session.cfg.show_directives
-    ctx, roster = session.context, session.roster
-    say(f"mascot chat · system {session.cfg.system} · {ctx.dataset} context {ctx.context_id}")
-    say(f"situation: {ctx.situation}" + (f"\nquery: {ctx.query}" if ctx.query and ctx.split != "chat" else ""))
-    if session.ecfg.system in MULTI_AGENT:
-        say("the group: " + "; ".join(f"{p.name} ({p.role})" for p in roster.personas))
-    else:
-        say(f"single agent: {baseline_name(roster)} (system {session.cfg.system})")
-    say(HELP)
+    roster = session.roster
+    for line in chat_header(session) + [HELP]:
+        say(line)
+    session.on_progress = lambda s: say("  " + s)  # who the director picked, then who is replying, before each reply
+    session.on_turn = lambda t: say(format_turn(roster, t))  # each reply as soon as it is there
+    show_directives = lambda: session.cfg.show_directives
     try:
         for t in session.turns:
             say(format_turn(roster, t))
-        for t in await session.start():
-            say(format_turn(roster, t, show))
+        await session.start()
         while session.rounds < session.cfg.max_rounds:
             if getattr(stdin, "isatty", lambda: False)():
                 print("you> ", end="", file=out, flush=True)
@@ -279,16 +453,18 @@ async def chat_terminal(session: ChatSession, stdin=None, out=None) -> Path:
                 say(HELP)
                 continue
             if text == "/directive":
-                show = not show
-                say(f"(directives {'shown' if show else 'hidden'})")
+                session.cfg.show_directives = not show_directives()
+                say(f"(directives {'shown' if show_directives() else 'hidden'})")
                 continue
             if text.startswith("/"):
                 say(f"unknown command {text!r}; {HELP}")
                 continue
             if not getattr(stdin, "isatty", lambda: False)():
                 say(f"you: {text}")  # piped: the transcript shows what was sent
-            for t in (await session.send(text))[1:]:
-                say(format_turn(roster, t, show))
+            try:
+                await session.send(text)
+            except LLMError as e:  # the model failed: the message was taken back, the conversation goes on
+                say(f"(no answer: {_one_line(e)}; your message was taken back: send it again, or /quit)")
     finally:
         if session.started:
             session.save()
@@ -308,6 +484,7 @@ def turn_view(roster: Roster, t: Turn) -> dict:
         "text": t.response,
         "role": p.role if p else ("you" if t.turn_type == "user" else ""),
         "directive": t.directive.to_dict() if t.directive else None,
+        "fallback": t.turn_type == "agent" and is_fallback(t),
     }
 
 
@@ -315,6 +492,8 @@ def session_view(session: ChatSession) -> dict:
     c = session.context
     return {
         "system": session.cfg.system,
+        "models": session.role_models(),
+        "note": session.note,
         "dataset": c.dataset,
         "context_id": c.context_id,
         "situation": c.situation,
@@ -329,33 +508,106 @@ def session_view(session: ChatSession) -> dict:
         "turns": [turn_view(session.roster, t) for t in session.turns],
     }
 
+# %% ../../nbs/apps/43_chat.ipynb #768bab48
+LOOPBACK_NAMES = ["127.0.0.1", "localhost", "::1", "[::1]"]
+
+
+def is_loopback(host: str) -> bool:
+    "Whether an address to bind is this machine only."
+    try:
+        return host == "localhost" or ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+class BodyLimit:
+    "ASGI middleware: a request body over `max_bytes` is 413 (by Content-Length before reading, else while it streams in)."
+
+    def __init__(self, app, max_bytes: int):
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope, receive, send):
+        from starlette.exceptions import HTTPException
+        from starlette.responses import JSONResponse
+
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        too_big = {"detail": f"request body over {self.max_bytes} bytes"}
+        length = dict(scope.get("headers") or []).get(b"content-length", b"")
+        if length.isdigit() and int(length) > self.max_bytes:
+            return await JSONResponse(too_big, 413)(scope, receive, send)
+        seen = 0
+
+        async def limited():
+            nonlocal seen
+            msg = await receive()
+            seen += len(msg.get("body", b""))
+            if seen > self.max_bytes:
+                raise HTTPException(413, too_big["detail"])
+            return msg
+
+        await self.app(scope, limited, send)
+
+
+def guard_web_app(app, host: str, max_body: int):
+    "Size limits (413), one-line validation errors that echo nothing, and loopback-only Host names when bound to loopback (400)."
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse
+    from starlette.middleware.trustedhost import TrustedHostMiddleware
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request, exc):
+        errs = exc.errors()
+        long = [e for e in errs if e.get("type") == "string_too_long"]
+        if long:
+            e = long[0]
+            return JSONResponse(
+                {"detail": f"field '{e['loc'][-1]}' is longer than {e['ctx']['max_length']} characters"}, 413
+            )
+        e = errs[0] if errs else {"loc": (), "msg": "invalid request"}
+        where = ".".join(str(x) for x in e["loc"][1:]) or "body"
+        return JSONResponse({"detail": f"{where}: {e['msg']}"}, 422)
+
+    if is_loopback(host):
+        app.add_middleware(TrustedHostMiddleware, allowed_hosts=LOOPBACK_NAMES)
+    app.add_middleware(BodyLimit, max_bytes=max_body)
+    return app
+
 # %% ../../nbs/apps/43_chat.ipynb #22a3e872
 CHAT_HTML = """<!doctype html><html><head><meta charset="utf-8"><title>mascot chat</title><style>
 body{font-family:system-ui,sans-serif;max-width:860px;margin:1.5em auto;padding:0 1em;color:#222}
 #situation{background:#f5f5f0;padding:.6em .9em;border-radius:6px}#roster span{display:inline-block;margin:.2em 1.2em .2em 0;font-size:.9em}
+#models{color:#555;font-size:.85em;white-space:pre-line}
 .turn{margin:.7em 0;padding:.5em .8em;border-radius:8px;background:#eef3fb}.turn.user{background:#eaf6ea;margin-left:15%}
+.turn.fallback{border:2px dashed #c60}.badge{color:#a40;font-size:.8em;font-weight:600;margin-left:.5em}
 .name{font-weight:600}.persona{color:#666;font-size:.85em;margin-left:.4em}.directive{color:#7a5b00;font-size:.85em;display:none}
 body.show-directives .directive{display:block}#form{display:flex;gap:.5em;margin-top:1em}#msg{flex:1;padding:.5em}#status{color:#777;font-size:.9em}
-</style></head><body><h1>mascot chat</h1><p id="meta"></p><div id="situation"></div><p id="roster"></p>
+</style></head><body><h1>mascot chat</h1><p id="meta"></p><p id="models"></p><div id="situation"></div><p id="roster"></p>
 <label><input type="checkbox" id="show-directives"> show the director's directives</label>
 <div id="log"></div><p id="status">the group is reading the situation…</p>
-<form id="form"><input id="msg" autocomplete="off" placeholder="type as the user, Enter to send" disabled><button id="send" disabled>Send</button></form>
+<form id="form"><input id="msg" autocomplete="off" maxlength="MAX_CHARS" placeholder="type as the user, Enter to send" disabled><button id="send" disabled>Send</button></form>
 <p><small id="saved"></small></p>
 <script>
-const $ = id => document.getElementById(id);
+const $ = id => document.getElementById(id); let poll=null;
 function el(tag, cls, text){const e=document.createElement(tag); if(cls) e.className=cls; if(text!==undefined) e.textContent=text; return e}
 function addTurn(t){
-  const d=el("div","turn"+(t.user?" user":"")); d.dataset.speaker=t.name; d.dataset.turnIdx=t.turn_idx;
+  const d=el("div","turn"+(t.user?" user":"")+(t.fallback?" fallback":"")); d.dataset.speaker=t.name; d.dataset.turnIdx=t.turn_idx;
   if(t.directive){d.appendChild(el("div","directive","director → "+t.directive.agent_name+": "+t.directive.action+" ("+t.directive.tone+")"))}
   const h=el("div"); h.appendChild(el("span","name",t.user?"you":t.name)); if(t.role&&!t.user) h.appendChild(el("span","persona",t.role));
+  if(t.fallback) h.appendChild(el("span","badge","random speaker: the director's output did not parse"));
   d.appendChild(h); d.appendChild(el("div","text",t.text)); $("log").appendChild(d); d.scrollIntoView();
 }
-function ready(on){$("msg").disabled=!on; $("send").disabled=!on; $("status").textContent=on?"":"the group is replying…"; if(on) $("msg").focus()}
+function watch(on){ // while the group works, the status line says what it is doing (the director's pick, who is replying)
+  clearInterval(poll); poll=null; if(!on) return;
+  poll=setInterval(async()=>{try{const p=await (await fetch("/api/progress")).json(); if(poll&&p.progress) $("status").textContent=p.progress}catch(e){}}, 400);
+}
+function ready(on){$("msg").disabled=!on; $("send").disabled=!on; watch(!on); $("status").textContent=on?"":"the group is replying…"; if(on) $("msg").focus()}
 $("show-directives").onchange=e=>document.body.classList.toggle("show-directives", e.target.checked);
 async function load(){
-  const r=await fetch("/api/state"); const s=await r.json();
+  watch(true); const r=await fetch("/api/state"); const s=await r.json(); watch(false);
   if(!r.ok){$("status").textContent="error: "+s.detail; return}
   $("meta").textContent="system "+s.system+" · "+s.dataset+" context "+s.context_id;
+  $("models").textContent=s.note+"\\n"+Object.entries(s.models).map(([r,m])=>r+": "+m).join("\\n");
   $("situation").textContent=s.situation+(s.query?" — query: "+s.query:"");
   for(const p of s.roster){const x=el("span"); x.appendChild(el("b",null,p.name)); x.appendChild(document.createTextNode(" — "+p.role)); $("roster").appendChild(x)}
   if(s.show_directives){$("show-directives").checked=true; document.body.classList.add("show-directives")}
@@ -365,17 +617,20 @@ async function load(){
 $("form").onsubmit=async e=>{
   e.preventDefault(); const text=$("msg").value.trim(); if(!text) return; $("msg").value=""; ready(false);
   const r=await fetch("/api/message",{method:"POST",headers:{"Content-Type":"application/json"},body:JSON.stringify({text})});
-  const j=await r.json(); if(!r.ok){$("status").textContent="error: "+j.detail; ready(true); return}
+  const j=await r.json(); if(!r.ok){ready(true); $("msg").value=text; $("status").textContent="error: "+j.detail; return}
   j.turns.forEach(addTurn); ready(true); document.body.dataset.rounds=(+(document.body.dataset.rounds||0)+1);
 };
 load();
 </script></body></html>"""
+MAX_MESSAGE_CHARS = 4000  # one message; the body limit leaves room for JSON escapes
+CHAT_HTML = CHAT_HTML.replace("MAX_CHARS", str(MAX_MESSAGE_CHARS))
+log = logging.getLogger("mascot.chat")
 
 
 class ChatMessage(BaseModel):
     "The body of `POST /api/message`."
 
-    text: str
+    text: str = Field(max_length=MAX_MESSAGE_CHARS)
 
 
 def chat_app(session: ChatSession):
@@ -384,6 +639,7 @@ def chat_app(session: ChatSession):
     from fastapi.responses import HTMLResponse
 
     app, lock = FastAPI(title="mascot chat"), asyncio.Lock()
+    guard_web_app(app, session.cfg.host, max_body=8 * MAX_MESSAGE_CHARS)
 
     @app.get("/", response_class=HTMLResponse)
     async def index():
@@ -395,9 +651,13 @@ def chat_app(session: ChatSession):
             try:
                 if not session.started:
                     await session.start()
-            except (ModelNotFound, BackendUnavailable) as e:
-                raise HTTPException(503, str(e)) from None
+            except LLMError as e:
+                raise HTTPException(503, f"the model did not answer: {_one_line(e)}") from None
         return session_view(session)
+
+    @app.get("/api/progress")
+    async def progress():
+        return {"progress": session.progress}
 
     @app.post("/api/message")
     async def message(m: ChatMessage):
@@ -406,7 +666,15 @@ def chat_app(session: ChatSession):
         async with lock:
             if session.rounds >= session.cfg.max_rounds:
                 raise HTTPException(409, f"the conversation reached --max-rounds {session.cfg.max_rounds}")
-            new = await session.send(m.text)
+            try:
+                new = await session.send(m.text)
+            except LLMError as e:  # taken back by `send`: the person can send it again
+                raise HTTPException(
+                    503, f"the model did not answer ({_one_line(e)}); your message was taken back: send it again"
+                ) from None
+            except Exception:
+                log.exception("mascot chat: /api/message failed")  # the traceback stays in the server's log
+                raise HTTPException(500, "internal error (see the server's log); your message was taken back") from None
         return {"turns": [turn_view(session.roster, t) for t in new], "saved": str(session.path)}
 
     return app
@@ -418,6 +686,7 @@ def serve_chat(session: ChatSession) -> Path:
     cfg = session.cfg
     server = uvicorn.Server(uvicorn.Config(chat_app(session), host=cfg.host, port=cfg.port, log_level="warning"))
     host = f"[{cfg.host}]" if ":" in cfg.host else cfg.host
+    print("\n".join(chat_header(session)[1:-2]), flush=True)  # which models answer
     print(
         f"mascot chat: open http://{host}:{cfg.port}/  (Ctrl-C to stop; the conversation is saved to {session.path})",
         flush=True,
@@ -436,20 +705,20 @@ def serve_chat(session: ChatSession) -> Path:
 
 
 def main(argv: list[str] | None = None):
+    "`mascot chat`: the package's errors are one line on stderr and exit 2."
+    session = None
     try:
         cfg = ChatConfig.from_cli(argv, prog="mascot chat")
         session = ChatSession(cfg)
-    except (ConfigError, FileNotFoundError, ValueError) as e:
-        raise SystemExit(f"mascot chat: {e}") from None
-    try:
         if cfg.web:
             serve_chat(session)
         else:
             asyncio.run(chat_terminal(session))
-    except (ModelNotFound, BackendUnavailable) as e:
-        raise SystemExit(f"mascot chat: {e}") from None
+    except (ConfigError, LLMError, FileNotFoundError, ValueError) as e:
+        print(f"mascot chat: {_one_line(e, 2000)}", file=sys.stderr)
+        raise SystemExit(2) from None
     except KeyboardInterrupt:  # Ctrl-C: the conversation was saved on the way out
-        print(f"\nsaved: {session.path}" if session.path.exists() else "", file=sys.stderr)
+        print(f"\nsaved: {session.path}" if session and session.path.exists() else "", file=sys.stderr)
 
 
 if __name__ == "__main__" and "IPython" not in sys.modules:

@@ -5,17 +5,18 @@
 # %% ../../nbs/core/03_config.ipynb #54337624
 from __future__ import annotations
 from .defaults import *  # sets OMP_WAIT_POLICY before torch loads
-import os
+import os, io
 import json, re, random, socket, time, uuid, difflib, datetime, argparse, typing, types, sys
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Literal, get_args, get_origin
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 # %% auto #0
-__all__ = ['SECRET_KEY', 'ConfigError', 'Config', 'numeric_problem', 'describe', 'field_description', 'redact', 'load_env_file',
-           'flag_value']
+__all__ = ['SECRET_KEY', 'SECRET_ENV', 'ConfigError', 'Config', 'numeric_problem', 'CliParser', 'describe', 'field_description',
+           'register_secret', 'redact_text', 'redact', 'load_env_file', 'RunConfig', 'JobConfig', 'DataConfig',
+           'plain_name', 'flag_value']
 
 # %% ../../nbs/core/03_config.ipynb #28fd656d
 class ConfigError(Exception):
@@ -102,15 +103,27 @@ class Config(BaseModel):
         return parser
 
     @classmethod
-    def from_cli(cls, argv: list[str] | None = None, prog: str | None = None, description: str | None = None):
-        "Flags override `--config FILE.yaml`, which overrides the defaults."
-        p = argparse.ArgumentParser(prog=prog, description=description or cls.__doc__)
+    def cli_parser(cls, prog: str | None = None, description: str | None = None) -> CliParser:
+        "The command's parser: `--config FILE.yaml`, `--print-config`, and one flag per field, each with the field's description as its help."
+        p = CliParser(prog=prog, description=description or cls.__doc__)
         p.add_argument("--config", default=None, help="YAML file with any of the flags below (flags win)")
-        ns = vars(cls.add_arguments(p).parse_args(argv))
-        path = ns.pop("config")
-        if path:
-            return cls.from_yaml(path, **ns)
-        return cls.from_dict(ns, source="command line")
+        p.add_argument(
+            "--print-config",
+            action="store_true",
+            help="print the resolved configuration (YAML, secrets redacted) and exit without running anything",
+        )
+        return cls.add_arguments(p)
+
+    @classmethod
+    def from_cli(cls, argv: list[str] | None = None, prog: str | None = None, description: str | None = None):
+        "Flags override `--config FILE.yaml`, which overrides the defaults; `--print-config` prints the result and exits 0."
+        ns = vars(cls.cli_parser(prog, description).parse_args(argv))
+        path, show = ns.pop("config"), ns.pop("print_config")
+        cfg = cls.from_yaml(path, **ns) if path else cls.from_dict(ns, source="command line")
+        if show:  # before any model, server or folder: what this command would run with
+            print(yaml.safe_dump(cfg.resolved(), sort_keys=False, allow_unicode=True), end="")
+            raise SystemExit(0)
+        return cfg
 
     def resolved(self) -> dict:
         "The configuration as written to run_config.json: every field, secrets removed."
@@ -151,6 +164,32 @@ def numeric_problem(name: str, value) -> str | None:
         return f"{_flag(name)} must be >= 0 (got {value})"
     return None
 
+# %% ../../nbs/core/03_config.ipynb #a1c0c001
+class CliParser(argparse.ArgumentParser):
+    """The parser of every `mascot` command: no abbreviated flags (`--num-sample` is not `--num-samples`), and any error — an unknown flag
+    (with the closest known one), a bad value — is one `ConfigError` line instead of a usage dump."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str):
+        raise ConfigError(message)
+
+    def parse_args(self, args=None, namespace=None):
+        ns, extra = self.parse_known_args(args, namespace)
+        if extra:
+            self.error(self.unknown(extra))
+        return ns
+
+    def unknown(self, extra: list[str]) -> str:
+        "What is wrong with the arguments left over: the first unknown flag and the known one it is closest to."
+        flag = next((a.split("=", 1)[0] for a in extra if a.startswith("-")), None)
+        if flag is None:
+            return f"unexpected argument {extra[0]!r}"
+        close = difflib.get_close_matches(flag, list(self._option_string_actions), n=1, cutoff=0.6)
+        return f"unknown flag {flag}" + (f" (did you mean {close[0]}?)" if close else "; see --help")
+
 # %% ../../nbs/core/03_config.ipynb #da998ce8
 def describe(cls: type[Config], **descriptions: str) -> type[Config]:
     """Give fields of `cls` their description (what `--help` shows), in a cell beside the class so the field lines stay short.
@@ -179,43 +218,142 @@ def field_description(cls: type[Config], name: str) -> str | None:
 # %% ../../nbs/core/03_config.ipynb #7df7fad3
 # Names that hold secrets (OPENAI_API_KEY, HF_TOKEN, api_key ...), but not counters like `completion_tokens`.
 SECRET_KEY = re.compile(r"(?:^|[_-])(?:api[_-]?key|token|secret|password|passwd|authorization|access[_-]?key)$", re.I)
+# Environment variables whose value is a secret: the names above, and any ending in KEY, TOKEN, SECRET, PASSWORD or CREDENTIALS.
+SECRET_ENV = re.compile(r"(?:key|token|secret|password|passwd|credentials?)$", re.I)
+_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)[^\s/@?#]+@")
+_URL_SECRET_PARAM = re.compile(r"(?i)([?&](?:api[_-]?key|key|token|access[_-]?token|secret|password|sig)=)[^&\s#\"']+")
+_BEARER = re.compile(r"(?i)\b(bearer\s+)[^\s\"',]+")
+_REGISTERED: set[str] = set()
+
+
+def register_secret(value: str | None) -> None:
+    "Treat `value` as a secret from now on: `redact_text` removes it wherever it appears (e.g. a `${VAR}` expanded into a config)."
+    if value and len(str(value)) >= 6:
+        _REGISTERED.add(str(value))
 
 
 def _secret_values() -> list[str]:
-    return [v for k, v in os.environ.items() if SECRET_KEY.search(k) and v and len(v) >= 8]
+    env = {v for k, v in os.environ.items() if (SECRET_ENV.search(k) or SECRET_KEY.search(k)) and v and len(v) >= 8}
+    return sorted(env | _REGISTERED, key=len, reverse=True)  # longest first: a secret containing another goes whole
+
+
+def redact_text(s: str) -> str:
+    """`s` with every known secret removed: credentials in URLs (`http://user:KEY@host` -> `http://***@host`), key-like query parameters,
+    `Bearer` tokens, the values of secret-named environment variables, `.env` secrets and registered values. Use it on any string before it is recorded."""
+    if not isinstance(s, str) or not s:
+        return s
+    s = _URL_USERINFO.sub(r"\1***@", s)
+    s = _URL_SECRET_PARAM.sub(r"\1<redacted>", s)
+    s = _BEARER.sub(r"\1<redacted>", s)
+    for secret in _secret_values():
+        s = s.replace(secret, "<redacted>")
+    return s
 
 
 def redact(obj: Any) -> Any:
-    "Remove secrets: values under secret-looking keys, and any string containing a secret from the environment."
-    secrets = _secret_values()
+    "Remove secrets: values under secret-looking keys, and from every string what `redact_text` removes."
 
-    def walk(o, key=""):
+    def walk(o):
         if isinstance(o, dict):
             return {
-                k: ("<redacted>" if SECRET_KEY.search(str(k)) and v not in (None, "") else walk(v, k))
+                k: ("<redacted>" if SECRET_KEY.search(str(k)) and v not in (None, "") else walk(v))
                 for k, v in o.items()
             }
         if isinstance(o, (list, tuple)):
             return [walk(x) for x in o]
-        if isinstance(o, str):
-            for s in secrets:
-                o = o.replace(s, "<redacted>")
-        return o
+        return redact_text(o) if isinstance(o, str) else o
 
     return walk(obj)
 
 # %% ../../nbs/core/03_config.ipynb #59184ab3
+# .env values in the shapes API keys take (OpenAI, Hugging Face, GitHub, Slack, AWS), secrets whatever their variable is called
+_TOKEN_LIKE = re.compile(r"^(?:sk-|hf_|gh[pousr]_|github_pat_|xox[abpr]-|AKIA)\S{8,}$")
+
+
 def load_env_file(path: str | Path | None = None) -> Path | None:
-    "Read API keys (and any other variables) from a `.env` file as the reference does (python-dotenv); the environment wins over the file."
+    """Read API keys (and any other variables) from `.env` in the working folder only (never a parent's), as the reference does
+    (python-dotenv); the environment wins over the file. A file that is not UTF-8 text is a one-line `ConfigError` naming it."""
     if os.environ.get("MASCOT_NO_DOTENV"):
         return None
-    from dotenv import find_dotenv, load_dotenv
-
-    found = Path(path) if path else (Path(p) if (p := find_dotenv(usecwd=True)) else None)
-    if found is None or not found.is_file():
+    found = Path(path) if path else Path.cwd() / ".env"
+    if not found.is_file():
         return None
-    load_dotenv(found, override=False)
+    try:
+        text = found.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(
+            f"{found}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start}); "
+            "fix the file, or set MASCOT_NO_DOTENV=1 to ignore it"
+        ) from None
+    except OSError as e:
+        raise ConfigError(f"{found}: cannot be read ({e.strerror})") from None
+    from dotenv import dotenv_values
+
+    for key, value in dotenv_values(stream=io.StringIO(text)).items():
+        if value is None:
+            continue
+        if SECRET_ENV.search(key) or SECRET_KEY.search(key) or _TOKEN_LIKE.match(value):
+            register_secret(value)  # even when the environment wins: the file's value is a secret too
+        os.environ.setdefault(key, value)
     return found
+
+# %% ../../nbs/core/03_config.ipynb #a1c0c008
+class RunConfig(Config):
+    "The settings every run has, each declared and described once: where its output goes, its seed, its progress bar."
+
+    output_dir: str | None = Field(None, description="where the output is written")
+    seed: int = Field(
+        0, description="the random seed (context sample, sampling, splits): the same seed gives the same run"
+    )
+    progress: bool = Field(True, description="show a progress bar (on stderr)")
+
+
+class JobConfig(RunConfig):
+    "A run that writes records to a JSONL store: continue it, replace it, or stop at the first failure."
+
+    resume: bool = Field(
+        False,
+        description="continue an interrupted run: records already written are kept and only the missing ones are made "
+        "(refused under other record-shaping settings, or when an id is written twice)",
+    )
+    overwrite: bool = Field(
+        False,
+        description="start afresh over existing output (the old output is replaced only once the first new record is on disk)",
+    )
+    strict: bool = Field(
+        False,
+        description="stop at the first counted failure (a failed call, an empty reply, an answer that does not parse) "
+        "instead of counting it and going on",
+    )
+
+    @model_validator(mode="after")
+    def _resume_or_overwrite(self):
+        if self.resume and self.overwrite:
+            raise ValueError("--resume and --overwrite exclude each other: pass one of them")
+        return self
+
+
+class DataConfig(Config):
+    "Which contexts a run takes: the dataset, its files, the split and how many."
+
+    dataset: str = Field("ED", description="ED, ESConv or QMSum")
+    data_path: str | None = Field(
+        None,
+        description="the dataset's original files (a folder or file), or demo:<folder> for the shipped demo data; "
+        "default: the Hugging Face hub",
+    )
+    split: str = Field("test", description="the dataset split the contexts come from: train, valid or test")
+    num_samples: int | None = Field(
+        None, description="how many contexts (a seeded sample, in file order); default or 'all': the whole split"
+    )
+
+# %% ../../nbs/core/03_config.ipynb #a1c0c00a
+def plain_name(value: str, name: str = "run_name") -> str:
+    "`value` when it is a plain folder name, else a `ConfigError` naming the field: a name never leads outside its folder (`../x`, `a/b`)."
+    s = str(value)
+    if not s or s != s.strip() or s in (".", "..") or any(c in s for c in "/\\\0"):
+        raise ConfigError(f"{name} {value!r}: must be a plain name (no '/', '\\' or '..'): it names one folder")
+    return s
 
 # %% ../../nbs/core/03_config.ipynb #a148b036
 def flag_value(argv: list[str], flag: str, default: str | None = None) -> str | None:

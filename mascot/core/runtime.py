@@ -28,6 +28,7 @@ COUNTERS = (
     "num_empty_responses",
     "num_annotation_failures",
     "num_skipped_samples",
+    "num_reasoning_stripped",  # <think> blocks removed from replies before anything was parsed or stored
 )
 
 
@@ -44,12 +45,15 @@ class RunDir:
 
     def __init__(self, path: str | Path, config: Config | dict | None = None, extra_config: dict | None = None):
         self.path = Path(path)
-        self.path.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise OutputWriteError(os_error_line(self.path, e)) from None
         cfg = config.resolved() if isinstance(config, Config) else redact(dict(config or {}))
         if extra_config:
             cfg.update(redact(extra_config))
         self.config = cfg
-        (self.path / "run_config.json").write_text(json.dumps(cfg, indent=2, default=str))
+        write_text_atomic(self.path / "run_config.json", json.dumps(cfg, indent=2, default=str))
         self.counters = {k: 0 for k in COUNTERS}
         self.roles: dict[str, dict[str, float]] = {}
         self.extra: dict[str, Any] = {}
@@ -84,10 +88,29 @@ class RunDir:
         }
 
     def write_summary(self):
+        "Replace `run_summary.json` atomically (never half a summary); when the disk is full, mark the run failed in place and say so in one line."
         p = self.path / "run_summary.json"
-        tmp = p.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(redact(self.summary()), indent=2, default=str))
-        os.replace(tmp, p)  # atomic: never half a summary
+        try:
+            write_text_atomic(p, json.dumps(redact(self.summary()), indent=2, default=str))
+        except OutputWriteError as e:
+            self._mark_failed_in_place(p, str(e))
+            raise
+
+    def _mark_failed_in_place(self, p: Path, why: str):
+        "Overwrite the summary's own blocks with a compact `failed` one when it fits them (no new space needed): it must not say `running`."
+        self.status, self.ended, self.error = "failed", self.ended or _now(), self.error or why
+        full = redact(self.summary())
+        brief = {k: full[k] for k in ("status", "started", "ended", "pid", "host", *self.counters, "error")}
+        try:
+            st = p.stat()
+            room = max(st.st_size, st.st_blocks * 512)  # bytes already allocated to the file
+            text = next((t for d in (full, brief) if len(t := json.dumps(d, default=str).encode()) <= room), None)
+            if text is not None:
+                with open(p, "r+b") as f:
+                    f.write(text)
+                    f.truncate(len(text))
+        except OSError:
+            pass  # nothing more can be done on this disk; the one-line error still says why
 
     def finish(self, status: str = "completed", error: str | None = None):
         self.status, self.ended, self.error = status, _now(), error
@@ -97,10 +120,15 @@ class RunDir:
         return self
 
     def __exit__(self, et, ev, tb):
-        if et is None:
-            self.finish("completed")
-        else:
-            self.finish("interrupted" if _is_interruption(et) else "failed", f"{et.__name__}: {ev}")
+        try:
+            if et is None:
+                self.finish("completed")
+            else:
+                self.finish("interrupted" if _is_interruption(et) else "failed", f"{et.__name__}: {ev}")
+        except OutputWriteError:
+            if et is None:
+                raise
+            # the error that ended the run stays the one reported
         return False
 
 
@@ -137,9 +165,7 @@ def mark_stale_runs(runs_root: str | Path) -> list[Path]:
             error="the process ended without closing the run (killed); found by a later --resume",
             marked_interrupted=_now(),
         )
-        tmp = p.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(d, indent=2))
-        os.replace(tmp, p)
+        write_text_atomic(p, json.dumps(d, indent=2))
         marked.append(p.parent)
     return marked
 
@@ -201,10 +227,7 @@ def check_fingerprint(folder: str | Path, fingerprint: dict, output: str | Path)
 def write_fingerprint(folder: str | Path, fingerprint: dict) -> Path:
     p = Path(folder) / FINGERPRINT_FILE
     p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(fingerprint, indent=2, default=str))
-    os.replace(tmp, p)
-    return p
+    return write_text_atomic(p, json.dumps(fingerprint, indent=2, default=str))
 
 # %% ../../nbs/core/04_runtime.ipynb #6cc36d33
 def seed_everything(seed: int) -> None:

@@ -5,7 +5,8 @@
 # %% ../../nbs/core/02_store.ipynb #7fe5c14c
 from __future__ import annotations
 from .defaults import *  # sets OMP_WAIT_POLICY before torch loads
-import os
+import os, errno, contextlib
+from collections import Counter
 import json, re, random, socket, time, uuid, difflib, datetime, argparse, typing, types, sys
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
@@ -14,7 +15,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 # %% auto #0
-__all__ = ['OutputExistsError', 'CorruptRecordError', 'StrictModeError', 'RunInterrupted', 'record_id', 'JsonlStore',
+__all__ = ['OutputExistsError', 'OutputLockedError', 'OutputWriteError', 'CorruptRecordError', 'StrictModeError',
+           'NothingWrittenError', 'RunInterrupted', 'os_error_line', 'write_text_atomic', 'record_id', 'JsonlStore',
            'read_jsonl']
 
 # %% ../../nbs/core/02_store.ipynb #510d95fd
@@ -22,16 +24,47 @@ class OutputExistsError(FileExistsError):
     pass
 
 
+class OutputLockedError(OutputExistsError):
+    "Another process (or another store in this one) is writing the same output; the message names its PID."
+
+
+class OutputWriteError(OSError):
+    "An output could not be written (a full disk, a read-only folder): one line naming the file; nothing half-written is left."
+
+
 class CorruptRecordError(ValueError):
     pass
 
 
 class StrictModeError(RuntimeError):
-    "Raised under --strict at the first counted failure."
+    "A run stopped as failed: under --strict at the first counted failure, and in any mode when nothing asked for was written."
+
+
+class NothingWrittenError(StrictModeError):
+    "A run that wrote 0 of the N items asked for: `failed` whatever the mode (tolerant mode tolerates partial failure only)."
 
 
 class RunInterrupted(RuntimeError):
     "A run stopped by SIGTERM or SIGINT (its status says `interrupted`)."
+
+
+def os_error_line(path: str | Path, e: OSError) -> str:
+    "An OSError as one line naming the file (`no space left on device`, `permission denied` ...)."
+    why = "no space left on device" if e.errno == errno.ENOSPC else (e.strerror or str(e)).lower()
+    return f"{path}: {why}"
+
+
+def write_text_atomic(path: str | Path, text: str) -> Path:
+    "Write `text` to `path` through a `.tmp` beside it and a rename: never half a file; on failure the `.tmp` is removed and an `OutputWriteError` says why."
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise OutputWriteError(os_error_line(path, e)) from None
+    return path
 
 
 def record_id(rec: dict, id_key: str | tuple[str, ...] = ("conv_id", "id")) -> str:
@@ -42,9 +75,9 @@ def record_id(rec: dict, id_key: str | tuple[str, ...] = ("conv_id", "id")) -> s
             return str(rec[k])
     raise KeyError(f"record has none of the id fields {keys}")
 
-
+# %% ../../nbs/core/02_store.ipynb #a1c0ffe1
 class JsonlStore:
-    "Append-only JSONL output with resume, torn-line repair and duplicate protection."
+    "Append-only JSONL output with resume, torn-line repair, duplicate protection and one writer at a time."
 
     def __init__(
         self,
@@ -58,23 +91,80 @@ class JsonlStore:
         self.path, self.id_key = Path(path), id_key
         self.ids: set[str] = set()
         self.repaired: Path | None = None
+        self._lock_file = None
         # --overwrite: the old file stays until the first new record is durably written beside it
         self.replacing = False
-        if self.path.exists() and self.path.stat().st_size > 0:
-            if overwrite:
-                self.replacing = True
-            elif resume:
-                self._scan()
-            else:
-                raise OutputExistsError(
-                    f"{self.path} already exists: pass --resume to continue it or --overwrite to start afresh"
-                )
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock()
+        try:
+            if self.path.exists() and self.path.stat().st_size > 0:
+                if overwrite:
+                    self.replacing = True
+                elif resume:
+                    self._scan()
+                else:
+                    raise OutputExistsError(
+                        f"{self.path} already exists: pass --resume to continue it or --overwrite to start afresh"
+                    )
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def lock_path(self) -> Path:
+        return self.path.with_name(self.path.name + ".lock")
+
+    def _lock(self):
+        "Hold an exclusive lock on `<file>.lock` for the writer's life (released by `close`, or by the OS when the process ends)."
+        import fcntl
+
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            f = open(self.lock_path, "a+b", buffering=0)  # unbuffered: nothing left to flush (and fail) on close
+        except OSError as e:
+            raise OutputWriteError(os_error_line(self.lock_path, e)) from None
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().decode(errors="replace").strip() or "unknown"
+            f.close()
+            raise OutputLockedError(
+                f"{self.path} is being written by another process (PID {holder}); "
+                "wait for it to finish, or write to another file"
+            ) from None
+        try:  # who holds it, for the message above (best effort: a full disk must not stop the writer here)
+            f.seek(0)
+            f.truncate()
+            f.write(f"{os.getpid()}\n".encode())
+        except OSError:
+            pass
+        self._lock_file = f
+
+    def close(self) -> None:
+        "Release the lock: another writer may now continue this output."
+        f, self._lock_file = self._lock_file, None
+        if f is not None:
+            with contextlib.suppress(OSError):
+                f.close()  # closing the descriptor releases the flock
+
+    def __enter__(self) -> "JsonlStore":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
 
     def _scan(self):
+        "Read the ids already written; refuse a corrupt line inside or duplicated ids before changing anything; repair a torn last line."
         raw = self.path.read_bytes()
         lines = raw.split(b"\n")
         torn = lines[-1] != b""  # a complete file ends with a newline
+        ids, cut, add_newline = [], None, False
         for i, line in enumerate(lines[:-1] if not torn else lines):
             if not line.strip():
                 continue
@@ -83,15 +173,27 @@ class JsonlStore:
                 rec = json.loads(line)
             except json.JSONDecodeError as e:
                 if last:
-                    return self._repair(raw, len(raw) - len(line))
+                    cut = len(raw) - len(line)
+                    break
                 raise CorruptRecordError(
                     f"{self.path}:{i + 1}: not valid JSON ({e.msg} at column {e.colno}); "
                     "the file was not changed: fix or remove that line, or pass --overwrite"
                 ) from None
-            if last:  # a whole record missing only its newline: keep it
-                with open(self.path, "ab") as f:
-                    f.write(b"\n")
-            self.ids.add(record_id(rec, self.id_key))
+            add_newline = last  # a whole record missing only its newline: keep it
+            ids.append(record_id(rec, self.id_key))
+        dups = [k for k, n in Counter(ids).items() if n > 1]
+        if dups:
+            raise CorruptRecordError(
+                f"{self.path}: record ids written more than once ({', '.join(map(repr, dups[:5]))}"
+                f"{f' and {len(dups) - 5} more' if len(dups) > 5 else ''}), as two writers at once leave; "
+                "the file was not changed: keep one line of each, or pass --overwrite"
+            )
+        if cut is not None:
+            self._repair(raw, cut)
+        elif add_newline:
+            with open(self.path, "ab") as f:
+                f.write(b"\n")
+        self.ids.update(ids)
 
     def _repair(self, raw: bytes, cut: int):
         self.repaired = self.path.with_name(self.path.name + f".torn-{int(time.time())}")
@@ -108,30 +210,45 @@ class JsonlStore:
         return len(self.ids)
 
     def append(self, rec: dict | Any) -> None:
-        "Write one finished record durably."
+        "Write one finished record durably; on a full disk the partial line is taken back and an `OutputWriteError` says so."
         if not isinstance(rec, dict):
             rec = rec.to_dict()
         rid = record_id(rec, self.id_key)
         if rid in self.ids:
             raise ValueError(f"{self.path}: record id {rid!r} is already written")
+        if self._lock_file is None:
+            self._lock()  # a closed store that writes again takes the lock again
         line = json.dumps(rec, ensure_ascii=False) + "\n"
         if self.replacing:
             self._replace_with(line)
         else:
-            with open(self.path, "a", encoding="utf-8") as f:
-                f.write(line)
-                f.flush()
-                os.fsync(f.fileno())
+            size = self.path.stat().st_size if self.path.exists() else 0
+            try:
+                with open(self.path, "a", encoding="utf-8") as f:
+                    f.write(line)
+                    f.flush()
+                    os.fsync(f.fileno())
+            except OSError as e:
+                with contextlib.suppress(OSError):
+                    os.truncate(self.path, size)  # no torn line left behind (freeing space cannot fail for lack of it)
+                raise OutputWriteError(
+                    f"{os_error_line(self.path, e)} while writing record {rid!r}; earlier records are intact: "
+                    "make room and continue with --resume"
+                ) from None
         self.ids.add(rid)
 
     def _replace_with(self, text: str):
         "Write `text` beside the old output, then rename it over the old one: the old records go only once the new are on disk."
         new = self.path.with_name(self.path.name + ".new")
-        with open(new, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(new, self.path)
+        try:
+            with open(new, "w", encoding="utf-8") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(new, self.path)
+        except OSError as e:
+            new.unlink(missing_ok=True)
+            raise OutputWriteError(f"{os_error_line(self.path, e)}; the old output is kept as it was") from None
         self.replacing = False
 
     def commit(self) -> None:

@@ -14,13 +14,13 @@ from ..core.records import MEETING_DATASETS
 
 # %% auto #0
 __all__ = ['DATASET_ALIASES', 'SPLIT_ALIASES', 'ED_VALENCE', 'ED_COLUMNS', 'ED_FILES', 'ESCONV_SPLIT_SEED', 'QMSUM_DOMAINS',
-           'QMSUM_FILES', 'DATASET2HF', 'shared_data_dir', 'DataFormatError', 'DatasetUnavailableError', 'Context',
-           'canonical_dataset', 'canonical_split', 'ed_text', 'read_ed_csv', 'ed_contexts_from_rows', 'esconv_splits',
-           'is_substantive', 'esconv_context', 'read_esconv_json', 'esconv_contexts_from_file',
-           'esconv_record_from_hf_row', 'esconv_contexts_from_hf_rows', 'infer_domain', 'approx_tokens',
-           'transcript_window', 'qmsum_contexts', 'qmsum_contexts_from_folder', 'qmsum_contexts_from_jsonl',
-           'qmsum_record_from_scrolls_row', 'qmsum_contexts_from_scrolls_rows', 'HFSource', 'load_hub_rows',
-           'hub_contexts', 'sample_contexts', 'demo_data_dir', 'resolve_data_path', 'load_contexts',
+           'QMSUM_FILES', 'DATASET2HF', 'shared_data_dir', 'DataFormatError', 'NoContextsError',
+           'DatasetUnavailableError', 'Context', 'canonical_dataset', 'canonical_split', 'ed_text', 'read_ed_csv',
+           'ed_contexts_from_rows', 'esconv_splits', 'is_substantive', 'esconv_context', 'read_esconv_json',
+           'esconv_contexts_from_file', 'esconv_record_from_hf_row', 'esconv_contexts_from_hf_rows', 'infer_domain',
+           'approx_tokens', 'transcript_window', 'qmsum_contexts', 'qmsum_contexts_from_folder',
+           'qmsum_contexts_from_jsonl', 'qmsum_record_from_scrolls_row', 'qmsum_contexts_from_scrolls_rows', 'HFSource',
+           'load_hub_rows', 'hub_contexts', 'sample_contexts', 'demo_data_dir', 'resolve_data_path', 'load_contexts',
            'few_shot_examples']
 
 # %% ../../nbs/domain/00_datasets.ipynb #c6c1849f
@@ -40,6 +40,10 @@ def shared_data_dir(start: str | Path | None = None) -> Path:
 # %% ../../nbs/domain/00_datasets.ipynb #d21747ac
 class DataFormatError(ValueError):
     "A data file does not have its dataset's layout; the message names the file, the line or record, and the field."
+
+
+class NoContextsError(DataFormatError):
+    "A data file (or hub split) that yields no context for the requested split: a run would do nothing, so it stops, naming the file."
 
 
 class DatasetUnavailableError(RuntimeError):
@@ -652,14 +656,25 @@ def _ed_local(path: Path, split: str) -> list[Context]:
     csv = path if path.is_file() else path / ED_FILES[split]
     if not csv.is_file():
         raise FileNotFoundError(f"ED split '{split}' needs {csv}; {path} holds: {_listing(path)}")
-    return ed_contexts_from_rows(read_ed_csv(csv), split)
+    rows = read_ed_csv(csv)
+    if not rows:
+        raise NoContextsError(f"{csv}: no conversations (only the header), so no ED context for split '{split}'")
+    return ed_contexts_from_rows(rows, split)
 
 
 def _esconv_local(path: Path, split: str) -> list[Context]:
     file = path if path.is_file() else path / "ESConv.json"
     if not file.is_file():
         raise FileNotFoundError(f"ESConv needs {file}; {path} holds: {_listing(path)}")
-    return esconv_contexts_from_file(file, split)
+    contexts = esconv_contexts_from_file(file, split)
+    if not contexts:
+        n = len(read_esconv_json(file))
+        raise NoContextsError(
+            f"{file}: no conversations (an empty list)"
+            if not n
+            else f"{file}: none of its {n} conversations falls in split '{split}' (the seeded 70/15/15 assignment)"
+        )
+    return contexts
 
 
 def _qmsum_local(path: Path, split: str, budget: int) -> list[Context]:
@@ -732,6 +747,9 @@ def load_contexts(
             contexts = _esconv_local(path, split)
         else:
             contexts = _qmsum_local(path, split, max_transcript_tokens)
+    if not contexts:  # a run over none would write nothing and look done
+        where = path if data_path is not None else f"the Hugging Face hub ({hf_name or DATASET2HF[dataset].repo_id})"
+        raise NoContextsError(f"{where}: no {dataset} contexts in split '{split}'")
     return sample_contexts(contexts, num_samples, seed)
 
 # %% ../../nbs/domain/00_datasets.ipynb #a133d9e2
@@ -753,7 +771,7 @@ def few_shot_examples(
                 dataset, split, data_path, hf_name=hf_name, max_transcript_tokens=max_transcript_tokens
             )
             break
-        except FileNotFoundError:
+        except (FileNotFoundError, NoContextsError):
             if split == splits[-1]:
                 raise
     pool = [

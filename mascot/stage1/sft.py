@@ -38,6 +38,9 @@ class SFTConfig_(EpochTrainingConfig):
 
     data_path: str | None = None  # default data/rl/individual_{dataset}_{model}
     PATH_DEFAULTS: ClassVar[dict[str, str]] = {"data_path": "data/rl/individual_{dataset}_{model}"}
+    MODEL_FROM_DATA: ClassVar[dict[str, str]] = {
+        "data_path": "speaker"
+    }  # the SFT baseline tunes the model that made the candidates
     min_score: float = 0.0
     learning_rate: float = 1e-4
 
@@ -83,7 +86,11 @@ def train_sft_on_rows(cfg: SFTConfig_, rows: list[dict], out: Path, kind: str = 
         set_seed(cfg.seed)
         model, tok = load_causal_lm(cfg.model_name, pad_from_eos=False)
         sargs = cfg.trl_config(str(out / "trainer"))
-        ds = datasets.Dataset.from_list([{"prompt": r["prompt"], "completion": r["completion"]} for r in rows])
+        # TRL renders each row with its `chat_template_kwargs` (thinking off unless asked)
+        kw = cfg.chat_template_kwargs()
+        ds = datasets.Dataset.from_list(
+            [{"prompt": r["prompt"], "completion": r["completion"], "chat_template_kwargs": kw} for r in rows]
+        )
         trainer = SFTTrainer(
             model=model, args=sargs, train_dataset=ds, processing_class=tok, peft_config=lora_config(cfg, "CAUSAL_LM")
         )
@@ -139,16 +146,20 @@ describe(
 )
 
 # %% ../../nbs/stage1/13_sft.ipynb #a1e4a12e
-def completion_logprobs(model, tokenizer, prompts: list[list[dict]], completions: list[str]) -> list[float]:
-    "Sum of the log-probabilities of each completion's tokens after its chat prompt, under `model`."
+def completion_logprobs(
+    model, tokenizer, prompts: list[list[dict]], completions: list[str], chat_template_kwargs: dict | None = None
+) -> list[float]:
+    "Sum of the log-probabilities of each completion's tokens after its chat prompt, under `model` (thinking off unless asked)."
     import torch
 
+    kw = {"enable_thinking": False, **(chat_template_kwargs or {})}
     out = []
     for p, c in zip(prompts, completions):
         prompt_ids = tokenizer(
-            tokenizer.apply_chat_template(list(p), tokenize=False, add_generation_prompt=True), add_special_tokens=False
+            tokenizer.apply_chat_template(list(p), tokenize=False, add_generation_prompt=True, **kw),
+            add_special_tokens=False,
         )["input_ids"]
-        full = tokenizer.apply_chat_template(list(p) + [{"role": "assistant", "content": c}], tokenize=False)
+        full = tokenizer.apply_chat_template(list(p) + [{"role": "assistant", "content": c}], tokenize=False, **kw)
         ids = torch.tensor([tokenizer(full, add_special_tokens=False)["input_ids"]], device=model.device)
         with torch.inference_mode():
             logp = model(ids).logits[0, :-1].float().log_softmax(-1)

@@ -67,6 +67,9 @@ class SpeakerGRPOConfig(GRPOTrainingConfig):
         "data_path": "data/rl/individual_{dataset}_{model}",
         "reward_model_path": "outputs/reward_model/Individual_{dataset}_{model}",
     }
+    MODEL_FROM_DATA: ClassVar[dict[str, str]] = {
+        "data_path": "speaker"
+    }  # the speaker is the model that made the candidates
     holdout_fraction: float = 0.25
     reward_weights: list[float] = [1.0, 0.5, 0.25]
     concise_min_words: int = 8
@@ -196,7 +199,7 @@ def train_speaker(cfg: SpeakerGRPOConfig) -> Path:
 
     prompts = speaker_prompts(cfg.data_path)
     train, held, held_ids = split_by_context(prompts, cfg.holdout_fraction, cfg.seed)
-    rm = RewardModel.load(cfg.reward_model_path)
+    rm = RewardModel.load(cfg.reward_model_path, chat_template_kwargs=cfg.chat_template_kwargs())
     out = Path(cfg.output_dir) / (cfg.run_name or f"grpo_Speaker_individual_{cfg.dataset}_{model_slug(cfg.model_name)}")
     with training_run(out, cfg) as run:
         set_seed(cfg.seed)

@@ -6,6 +6,7 @@
 from __future__ import annotations
 from ..core.defaults import *
 from ..core.config import *
+from pydantic import Field
 from ..core.runtime import *
 from ..llm.embedded_model import resolve_model_path, EMBEDDED_DEFAULT
 from .pairs import model_slug
@@ -15,11 +16,42 @@ from typing import Any
 from typing import ClassVar
 
 # %% auto #0
-__all__ = ['DEFAULT_LORA_TARGETS', 'CURVE_PANELS', 'lora_target_modules', 'report_to', 'trl_config', 'TrainingConfig',
-           'EpochTrainingConfig', 'GRPOTrainingConfig', 'grpo_config', 'split_by_context', 'package_versions',
-           'data_hash', 'lora_config', 'parameter_counts', 'plot_training_curves', 'training_dtype', 'process_rank',
-           'rank_run_dir', 'write_metadata', 'save_trained', 'trainable_snapshot', 'weights_changed', 'paired_summary',
-           'load_tokenizer', 'load_causal_lm', 'training_run']
+__all__ = ['DEFAULT_LORA_TARGETS', 'CURVE_PANELS', 'recorded_model', 'trained_group_reward_model', 'lora_target_modules',
+           'report_to', 'trl_config', 'TrainingConfig', 'EpochTrainingConfig', 'GRPOTrainingConfig', 'grpo_config',
+           'split_by_context', 'package_versions', 'data_hash', 'lora_config', 'parameter_counts',
+           'plot_training_curves', 'training_dtype', 'process_rank', 'rank_run_dir', 'write_metadata', 'save_trained',
+           'trainable_snapshot', 'weights_changed', 'paired_summary', 'load_tokenizer', 'load_causal_lm',
+           'training_run']
+
+# %% ../../nbs/training/00_common.ipynb #b5cf1cb7
+def recorded_model(folder: str | Path, role: str = "speaker") -> str | None:
+    """The model a data folder records for `role`: its newest job run's route (a served adapter's base, else the model id), else that run's
+    config (`agent_model`/`directive_model`, then `model_name`); None when the folder records none."""
+    summaries = sorted(Path(folder).glob("runs/*/run_summary.json"), key=lambda p: p.stat().st_mtime, reverse=True)
+    for p in summaries:
+        try:
+            route = (json.loads(p.read_text()).get("routes") or {}).get(role) or {}
+            cfg = (
+                json.loads((p.parent / "run_config.json").read_text())
+                if (p.parent / "run_config.json").exists()
+                else {}
+            )
+        except (OSError, ValueError):
+            continue
+        own = {"speaker": "agent_model", "director": "directive_model", "user": "user_model"}.get(role)
+        model = route.get("base") or route.get("model") or cfg.get(own) or cfg.get("model_name")
+        if model:
+            return model
+    return None
+
+
+def trained_group_reward_model(dataset: str, root: str | Path = "outputs/reward_model") -> str | None:
+    "The newest group reward model trained for `dataset` under `root` (`group_reward_<dataset>_<model>/` with its metadata), or None."
+    found = sorted(
+        (p.parent for p in Path(root).glob(f"group_reward_{dataset}_*/mascot_metadata.json")),
+        key=lambda p: p.stat().st_mtime,
+    )
+    return str(found[-1]) if found else None
 
 # %% ../../nbs/training/00_common.ipynb #75d6c84a
 def lora_target_modules(spec: str) -> str | list[str]:
@@ -86,13 +118,33 @@ class TrainingConfig(Config):
     learning_rate: float = 5e-5
     per_device_train_batch_size: int = 4
     trl: dict[str, Any] = {}
+    enable_thinking: bool = Field(
+        False,
+        description="render prompts with the chat template's thinking on (Qwen3's enable_thinking); off: the roles' turns are short",
+    )
     # input folders left out are named as the reference names them, from --dataset and --model-name (not fixed to one dataset and model)
     PATH_DEFAULTS: ClassVar[dict[str, str]] = {}
+    # input folder -> the role whose model it records: with no --model-name, the stage trains the model that made its data
+    MODEL_FROM_DATA: ClassVar[dict[str, str]] = {"episode_dataset_path": "director"}
 
     def model_post_init(self, _):
         lora_target_modules(
             self.lora_target_modules
         )  # a bad list is a config error now, not a PEFT error after the model loads
+        if "model_name" not in self.model_fields_set:
+            for fld, role in self.MODEL_FROM_DATA.items():
+                if getattr(self, fld, None) and (recorded := recorded_model(getattr(self, fld), role)):
+                    self.__dict__["model_name"] = recorded
+                    break
+        if (
+            "group_reward_model_path" in self.PATH_DEFAULTS
+            and getattr(self, "group_reward_model_path", None) is None
+            and getattr(self, "group_reward_model_name", None) is None
+            and (found := trained_group_reward_model(self.dataset))
+        ):
+            self.__dict__["group_reward_model_path"] = (
+                found  # the group RM `train-group --mode train-reward-model` wrote
+            )
         for name, template in self.PATH_DEFAULTS.items():
             if getattr(self, name) is None:
                 # {reward_model}: a group RM's folder is named after its own base model (default: the policy's)
@@ -101,8 +153,16 @@ class TrainingConfig(Config):
                     dataset=self.dataset, model=model_slug(self.model_name), reward_model=model_slug(reward_model)
                 )
 
+    def chat_template_kwargs(self) -> dict:
+        "What every prompt rendered in process passes to `apply_chat_template` (templates that do not take a key ignore it)."
+        return {"enable_thinking": self.enable_thinking}
+
     def trl_args(self, config_cls, output_dir: str, **stage):
         "TRL's `config_cls` from the shared fields and the stage's own (`stage`), then the user's `trl` keys."
+        import dataclasses
+
+        if "chat_template_kwargs" in {f.name for f in dataclasses.fields(config_cls)}:
+            stage.setdefault("chat_template_kwargs", self.chat_template_kwargs())
         return trl_config(
             config_cls,
             dict(

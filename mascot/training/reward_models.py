@@ -45,8 +45,12 @@ def wilson_interval(successes: int, n: int, z: float = 1.96) -> list[float]:
 class RewardModel:
     "A scalar reward model: `score(prompts, replies)` → one float per pair."
 
-    def __init__(self, model, tokenizer, batch_size: int = 16, max_length: int = 1024):
+    def __init__(
+        self, model, tokenizer, batch_size: int = 16, max_length: int = 1024, chat_template_kwargs: dict | None = None
+    ):
         self.model, self.tokenizer, self.batch_size, self.max_length = model.eval(), tokenizer, batch_size, max_length
+        # thinking off unless asked: the template renders a scored turn as the policy's server renders it
+        self.chat_template_kwargs = {"enable_thinking": False, **(chat_template_kwargs or {})}
         self.tokenizer.padding_side = "left"  # the score head reads the last token
         # a long transcript loses its oldest turns, never the reply being scored
         self.tokenizer.truncation_side = "left"
@@ -83,7 +87,9 @@ class RewardModel:
         out = []
         for p, r in zip(prompts, replies):
             reply = r if isinstance(r, list) else [{"role": "assistant", "content": r}]
-            out.append(self.tokenizer.apply_chat_template(list(p) + list(reply), tokenize=False))
+            out.append(
+                self.tokenizer.apply_chat_template(list(p) + list(reply), tokenize=False, **self.chat_template_kwargs)
+            )
         return out
 
     def score(self, prompts: list[list[dict]], replies: list[str | list[dict]]) -> list[float]:
@@ -166,6 +172,9 @@ def train_reward_model(cfg: RewardModelConfig, pairs=None, out_name: str | None 
         raise ValueError(
             f"{cfg.data_path}: the pair dataset is empty (lower --score-margin or generate more candidates)"
         )
+    kw = cfg.chat_template_kwargs()
+    if "chat_template_kwargs" not in pairs.column_names:  # TRL renders each pair with its row's chat_template_kwargs
+        pairs = pairs.add_column("chat_template_kwargs", [kw] * len(pairs))
     train, held, held_ids = split_by_context(pairs, cfg.holdout_fraction, cfg.seed)
     if len(train) == 0:
         raise ValueError(
@@ -181,7 +190,7 @@ def train_reward_model(cfg: RewardModelConfig, pairs=None, out_name: str | None 
         lengths = [
             max(
                 len(
-                    tok(tok.apply_chat_template(list(p) + list(x), tokenize=False), add_special_tokens=False)[
+                    tok(tok.apply_chat_template(list(p) + list(x), tokenize=False, **kw), add_special_tokens=False)[
                         "input_ids"
                     ]
                 )
@@ -206,9 +215,9 @@ def train_reward_model(cfg: RewardModelConfig, pairs=None, out_name: str | None 
             processing_class=tok,
             peft_config=peft_config,
         )
-        before = RewardModel(trainer.model, tok, max_length=cfg.max_length).pairwise_wins(held)
+        before = RewardModel(trainer.model, tok, max_length=cfg.max_length, chat_template_kwargs=kw).pairwise_wins(held)
         result = trainer.train()
-        after = RewardModel(trainer.model, tok, max_length=cfg.max_length).pairwise_wins(held)
+        after = RewardModel(trainer.model, tok, max_length=cfg.max_length, chat_template_kwargs=kw).pairwise_wins(held)
         saved = save_trained(trainer, tok, out)
         meta = {
             "kind": "reward_model",
