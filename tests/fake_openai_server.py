@@ -10,6 +10,14 @@ retry of the same request can succeed and a run is reproducible whatever the ord
 - `garbage_directive`: the director answers text naming nobody (a parse failure, not an error)
 - `outage=(after_n, seconds)`: after `after_n` chat requests, every connection is dropped for `seconds`.
 
+Modes: `think=True` wraps every answer in `<think>…</think>` (a reasoning model whose thinking was not turned off); `refuse=401` (or 403)
+answers that status to `/models` and chat requests (`refuse_on`), with a body that echoes the key it was sent (a hostile server).
+Every server records what it was sent: `srv.requests` (each chat request body without its messages) and `srv.auth` (a Counter of the
+`Authorization` headers seen, on every path).
+
+`judge_favour={text: points}`: a biased judge: every score of an item whose last message contains `text` is raised by `points` (at most
+10); `num_chat` counts the chat requests (a cached judge stage makes none).
+
 Run by hand: `python tests/fake_openai_server.py --port 8011 --fault error_500=0.2`.
 """
 
@@ -57,6 +65,15 @@ def answer(role: str, messages: list[dict], k: int, salt: int) -> str:
     return f"That sounds really hard; I am here with you, and we can take it one step at a time ({k}, {salt % 97})."
 
 
+def favoured(text: str, messages: list[dict], favour: dict[str, int]) -> str:
+    "A judge's lines with `points` added to each score (capped at 10) when the judged item contains a favoured text."
+    item = messages[-1].get("content") or ""
+    points = sum(p for k, p in favour.items() if k in item)
+    if not points:
+        return text
+    return re.sub(r": (\d+)$", lambda m: f": {min(10, int(m[1]) + points)}", text, flags=re.M)
+
+
 class _QuietServer(ThreadingHTTPServer):
     daemon_threads = True
 
@@ -78,6 +95,10 @@ class FakeOpenAIServer:
         outage: tuple[int, float] | None = None,
         max_requests: int = 20000,
         listed: list[dict] | None = None,
+        think: bool = False,
+        refuse: int | None = None,
+        refuse_on: tuple[str, ...] = ("models", "chat"),
+        judge_favour: dict[str, int] | None = None,
     ):
         bad = [f for f in (faults or {}) if f not in FAULTS]
         if bad:
@@ -87,12 +108,27 @@ class FakeOpenAIServer:
             {"id": model}
         ]  # the /v1/models entries (vLLM lists a LoRA adapter with "parent": its base)
         self.slow_s, self.drip_s, self.outage, self.max_requests = slow_s, drip_s, outage, max_requests
+        self.judge_favour = dict(judge_favour or {})
         self.stats: Counter = Counter()
         self.num_chat = 0
         self._seen: Counter = Counter()
         self._lock = threading.Lock()
         self._outage_until: float | None = None
         self._httpd: ThreadingHTTPServer | None = None
+        self.think, self.refuse, self.refuse_on = think, refuse, refuse_on
+        self.requests: list[dict] = []  # chat request bodies, less their messages
+        self.auth: Counter = Counter()  # Authorization headers seen
+
+    def refused(self, handler, path: str) -> bool:
+        "Record the request's Authorization header; under `refuse`, answer that status (echoing the key, as a hostile server would)."
+        header = handler.headers.get("Authorization") or ""
+        with self._lock:
+            self.auth[header] += 1
+        if self.refuse and path in self.refuse_on:
+            body = {"error": {"message": f"invalid key {header!r}", "type": "authentication_error"}}
+            handler._send(self.refuse, json.dumps(body).encode())
+            return True
+        return False
 
     @property
     def url(self) -> str:
@@ -142,6 +178,8 @@ class FakeOpenAIServer:
                     time.sleep(drip)
 
             def do_GET(self):
+                if srv.refused(self, "models"):
+                    return
                 if self.path.rstrip("/").endswith("/models"):
                     return self._send(
                         200,
@@ -162,6 +200,8 @@ class FakeOpenAIServer:
                 body = self.rfile.read(n)
                 if not self.path.rstrip("/").endswith("/chat/completions"):
                     return self._send(404, b'{"error": {"message": "not found"}}')
+                if srv.refused(self, "chat"):
+                    return
                 with srv._lock:
                     srv.num_chat += 1
                     count = srv.num_chat
@@ -180,6 +220,8 @@ class FakeOpenAIServer:
                     return self._send(
                         404, json.dumps({"error": {"message": f"model {req.get('model')!r} does not exist"}}).encode()
                     )
+                with srv._lock:
+                    srv.requests.append({k: v for k, v in req.items() if k != "messages"})
                 role = role_of(req["messages"])
                 fault = srv.fault_for(role, body)
                 srv.stats[(role, fault)] += 1
@@ -191,10 +233,17 @@ class FakeOpenAIServer:
                     time.sleep(srv.slow_s)
                 salt = _h(srv.seed, req.get("seed"), json.dumps(req["messages"]))
                 texts = [answer(role, req["messages"], k, salt) for k in range(int(req.get("n") or 1))]
+                if role == "judge" and srv.judge_favour:
+                    texts = [favoured(t, req["messages"], srv.judge_favour) for t in texts]
                 if fault == "empty":
                     texts = ["" for _ in texts]
                 if fault == "garbage_directive" and role == "director":
                     texts = ["banana " * 5 for _ in texts]
+                if srv.think:
+                    texts = [
+                        f"<think>The {role} should weigh this carefully ({k}).</think>\n\n{t}"
+                        for k, t in enumerate(texts)
+                    ]
                 choices = (
                     []
                     if fault == "no_choices"

@@ -200,8 +200,10 @@ def test_dripping_body_is_cut_at_the_request_deadline(esconv, tmp_path):
             *episode_args(srv.url, esconv, tmp_path, 1, 1, "--request-timeout", "1", "--max-retries", "1"), timeout=60
         )
         wall = time.time() - t0
-    assert r.returncode == 0, r.stderr[-3000:]
+    # the one episode asked for failed, so the run wrote nothing: a failure, with the reason counted
+    assert r.returncode == 2 and "0 of 1" in r.stderr.strip().splitlines()[-1], r.stderr[-3000:]
     s = summaries(tmp_path / f"{EP}.runs")[-1]
+    assert s["status"] == "failed"
     assert s["num_generation_failures"] == 1 and "no complete reply within --request-timeout 1 s" in s["errors"][0]
     assert wall < 60  # (the subprocess timeout is the real bound; without the deadline this call ran for minutes)
 
@@ -392,7 +394,10 @@ def test_generate_tolerant_counts_judge_failures_and_strict_stops_on_empty_candi
 def test_generate_failed_speaker_counted_as_generation_failure(esconv, tmp_path):
     with FakeOpenAIServer({"error_500": 1.0}, roles=("speaker",)) as srv:
         r = mascot(*generate_args(srv.url, esconv, tmp_path, "--personas", "The Anchor"))
-    assert r.returncode == 0, r.stderr[-3000:]
+    # nothing written: a failure, counts kept (the last line; the stage's dataset writer may print progress before it)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-3000:]
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("mascot generate: 0 of 3") and "num_generation_failures 3" in last, last
     s = summaries(tmp_path / "individual_ESConv_fake-model" / "runs")[-1]
     assert (
         s["status"],
@@ -400,7 +405,7 @@ def test_generate_failed_speaker_counted_as_generation_failure(esconv, tmp_path)
         s["num_written"],
         s["num_generation_failures"],
         s["num_skipped_samples"],
-    ) == ("completed", 3, 0, 3, 3)
+    ) == ("failed", 3, 0, 3, 3)
 
 
 @pytest.fixture(scope="module")
@@ -495,3 +500,314 @@ def test_mascot_run_bad_yaml_is_one_line(tmp_path, text, needle):
 def test_real_bug_keeps_traceback_and_debug_shows_it(tmp_path):
     r = mascot("episode", "--max-concurrency", "0", env={"MASCOT_DEBUG": "1"}, timeout=30)
     assert r.returncode != 0 and "Traceback" in r.stderr and "--max-concurrency must be >= 1" in r.stderr
+
+
+# ---------------------------------------------------------------- the llm layer: reasoning, keys, refusals, credentials, several servers
+def run_files_text(*roots: Path) -> str:
+    "Everything a run wrote under `roots` (records, summaries, traces, fingerprints), as one string to search for secrets."
+    return "\n".join(
+        p.read_text(errors="replace") for root in roots for p in sorted(Path(root).rglob("*")) if p.is_file()
+    )
+
+
+@pytest.mark.served
+@pytest.mark.integration
+def test_thinking_server_leaves_no_think_text_and_asks_for_no_thinking(esconv, tmp_path):
+    with FakeOpenAIServer({}, think=True) as srv:
+        r = mascot(*episode_args(srv.url, esconv, tmp_path, 3, 2))
+        bodies = list(srv.requests)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert bodies and all(b.get("chat_template_kwargs") == {"enable_thinking": False} for b in bodies)
+    s = summaries(tmp_path / f"{EP}.runs")[-1]
+    assert s["num_written"] == 3 and s["num_directive_parse_failures"] == 0 and s["num_random_agent_fallbacks"] == 0
+    assert s["num_reasoning_stripped"] == len(bodies) > 0  # every reply came with a block: each one removed and counted
+    text = (tmp_path / EP).read_text()
+    assert "<think>" not in text and "</think>" not in text and "weigh this carefully" not in text
+    for rec in map(json.loads, text.splitlines()):
+        assert all(t["response"] for t in rec["turns"])
+        assert all(t.get("directive_parsed") is not False for t in rec["turns"] if t.get("turn_type") != "user")
+
+
+@pytest.mark.served
+@pytest.mark.integration
+def test_enable_thinking_flag_reaches_every_request(esconv, tmp_path):
+    with FakeOpenAIServer({}, think=True) as srv:
+        r = mascot(*episode_args(srv.url, esconv, tmp_path, 1, 1, "--enable-thinking"))
+        bodies = list(srv.requests)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert bodies and all(b["chat_template_kwargs"] == {"enable_thinking": True} for b in bodies)
+    assert "<think>" not in (tmp_path / EP).read_text()  # thinking allowed, still never stored
+
+
+@pytest.mark.served
+@pytest.mark.integration
+def test_local_plain_http_server_never_gets_the_openai_key(esconv, tmp_path):
+    env = {"OPENAI_API_KEY": "sk-planted-openai-0123456789", "MASCOT_API_KEY": ""}
+    with FakeOpenAIServer({}) as srv:
+        r = mascot(*episode_args(srv.url, esconv, tmp_path / "a", 1, 1), env=env)
+        seen = dict(srv.auth)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert seen and not any("sk-planted" in h for h in seen), seen
+    with FakeOpenAIServer({}) as srv:  # the loopback server's own variable is sent to it
+        r = mascot(*episode_args(srv.url, esconv, tmp_path / "b", 1, 1), env={**env, "MASCOT_API_KEY": "local-key-42"})
+        seen = dict(srv.auth)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert set(seen) == {"Bearer local-key-42"}, seen
+
+
+@pytest.mark.served
+@pytest.mark.integration
+@pytest.mark.parametrize("refuse_on", [("models", "chat"), ("chat",)], ids=["at-start", "every-chat-call"])
+def test_refused_key_is_one_line_not_retried_and_the_run_failed(esconv, tmp_path, refuse_on):
+    key = "planted-mascot-key-0123456789"
+    with FakeOpenAIServer({}, refuse=401, refuse_on=refuse_on) as srv:
+        r = mascot(*episode_args(srv.url, esconv, tmp_path, 4, 2, "--max-retries", "3"), env={"MASCOT_API_KEY": key})
+        num_requests = sum(srv.auth.values())
+    line = one_line_error(r, "http://127.0.0.1:", "MASCOT_API_KEY", "HTTP 401", "not retried")
+    assert (
+        key not in r.stderr + r.stdout and "invalid key" not in line
+    )  # the server echoes the key in its body: never shown
+    assert summaries(tmp_path / f"{EP}.runs")[-1]["status"] == "failed"
+    # the model list (ids, then identities), then at most each episode's first request: none retried
+    assert num_requests <= 6
+    assert key not in run_files_text(tmp_path)
+
+
+@pytest.mark.served
+@pytest.mark.integration
+def test_credentials_in_server_urls_reach_no_file(esconv, tmp_path):
+    url_key, env_key = "urlsecret-0123456789", "envsecret-0123456789"
+    with FakeOpenAIServer({}) as srv:
+        public, url = srv.url, srv.url.replace("http://", f"http://someone:{url_key}@")
+        r = mascot(*episode_args(url, esconv, tmp_path, 2, 1, "--trace-role-calls"), env={"MASCOT_API_KEY": env_key})
+    assert r.returncode == 0, r.stderr[-3000:]
+    written = run_files_text(tmp_path)
+    assert list(tmp_path.rglob("role_call_trace.jsonl")) and "metadata" in written
+    assert url_key not in written and env_key not in written and "someone" not in written
+    assert url_key not in r.stderr + r.stdout
+    rec = json.loads((tmp_path / EP).read_text().splitlines()[0])
+    assert rec["metadata"]["roles"]["speaker"]["backend"] == f"openai:{public}"
+
+
+@pytest.mark.served
+@pytest.mark.integration
+def test_requests_spread_over_comma_separated_servers(esconv, tmp_path):
+    with FakeOpenAIServer({}) as a, FakeOpenAIServer({}) as b:
+        r = mascot(*episode_args(f"{a.url},{b.url}", esconv, tmp_path, 6, 2, "--max-concurrency", "4"))
+        counts = (a.num_chat, b.num_chat)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert summaries(tmp_path / f"{EP}.runs")[-1]["num_written"] == 6
+    assert min(counts) > 0 and min(counts) / max(counts) >= 0.6, counts  # least outstanding requests: near even
+
+
+def tiny_adapter(folder: Path, hidden: int = 64, layers: int = 2) -> Path:
+    "A LoRA adapter folder for the tiny test model, written by hand (config and lora_A/lora_B tensors)."
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    folder.mkdir(parents=True)
+    (folder / "adapter_config.json").write_text(
+        json.dumps(
+            {"peft_type": "LORA", "base_model_name_or_path": "tiny-random-llama", "r": 4, "target_modules": ["q_proj"]}
+        )
+    )
+    tensors = {}
+    for i in range(layers):
+        pre = f"base_model.model.model.layers.{i}.self_attn.q_proj"
+        tensors.update(
+            {
+                f"{pre}.lora_A.weight": np.zeros((4, hidden), np.float32),
+                f"{pre}.lora_B.weight": np.zeros((hidden, 4), np.float32),
+            }
+        )
+    save_file(tensors, str(folder / "adapter_model.safetensors"))
+    return folder
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("damage", ["bad_json", "torn_weights", "no_weights", "other_base"])
+def test_broken_speaker_adapter_fails_at_start_in_one_line(esconv, tmp_path, damage):
+    adapter = tiny_adapter(tmp_path / "adapter", *((576, 30) if damage == "other_base" else ()))
+    weights = adapter / "adapter_model.safetensors"
+    if damage == "bad_json":
+        (adapter / "adapter_config.json").write_text("{not json")
+    elif damage == "torn_weights":
+        weights.write_bytes(weights.read_bytes()[:-50])
+    elif damage == "no_weights":
+        weights.unlink()
+    args = ["eval", "--systems", "mascot-i", "--speaker-adapter", adapter, "--dataset", "ESConv", "--split", "train"]
+    args += [
+        "--data-path",
+        esconv,
+        "--num-samples",
+        1,
+        "--num-turns",
+        1,
+        "--output-dir",
+        tmp_path / "out",
+        "--no-progress",
+    ]
+    r = mascot(*args, env={"MASCOT_TINY_MODEL": "1", "HF_HUB_OFFLINE": "1"})
+    needle = {
+        "bad_json": "adapter_config.json is not valid JSON",
+        "torn_weights": "adapter_model.safetensors is unreadable",
+        "no_weights": "no adapter weights",
+        "other_base": "hidden size 576",
+    }[damage]
+    one_line_error(r, str(adapter), needle)
+    assert not list((tmp_path / "out").rglob("*.jsonl")), "no records from a run that could not start"
+    assert {s["status"] for root in (tmp_path / "out").rglob("*.runs") for s in summaries(root)} <= {"failed"}
+
+
+# ---------------------------------------------------------------- nothing written is a failure; one writer per output; a full disk is one line
+def test_run_that_wrote_nothing_fails_with_one_line_and_keeps_the_counts(esconv, tmp_path):
+    with FakeOpenAIServer({"error_500": 1.0}, roles=("speaker",)) as srv:
+        r = mascot(*episode_args(srv.url, esconv, tmp_path, 3, 1, "--max-retries", "0"))
+    one_line_error(r, "mascot episode: 0 of 3 mascot episodes written", "num_generation_failures 3")
+    assert r.stdout.strip() == ""  # no output path printed for output that was not made
+    s = summaries(tmp_path / f"{EP}.runs")[-1]
+    assert (s["status"], s["num_requested"], s["num_written"], s["num_generation_failures"]) == ("failed", 3, 0, 3)
+    assert s["error"].startswith("NothingWrittenError: 0 of 3")
+
+
+@pytest.mark.parametrize(
+    "dataset,name,text,needle",
+    [
+        (
+            "ED",
+            "test.csv",
+            "conv_id,utterance_idx,context,prompt,speaker_idx,utterance,selfeval,tags\n",
+            "test.csv: no conversations (only the header)",
+        ),
+        ("ESConv", "ESConv.json", "[]", "ESConv.json: no conversations (an empty list)"),
+    ],
+)
+def test_no_contexts_is_one_line_naming_the_file(tmp_path, dataset, name, text, needle):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / name).write_text(text)
+    args = episode_args("http://127.0.0.1:9/v1", tmp_path / "data", tmp_path / "out", 2, 1)
+    args[args.index("--dataset") + 1], args[args.index("--split") + 1] = dataset, "test"
+    one_line_error(mascot(*args, timeout=60), "mascot episode:", needle)
+
+
+def test_second_writer_on_one_output_stops_naming_the_first(esconv, tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_WAIT_POLICY": "PASSIVE"}
+    args = episode_args(tmp_path, esconv, tmp_path, 4, 2, "--max-concurrency", "1", "--request-timeout", "10")
+    with FakeOpenAIServer({"slow": 1.0}, slow_s=1.0) as srv:
+        args[args.index("--vllm-server-url") + 1] = srv.url
+        first = subprocess.Popen(
+            [sys.executable, "-m", "mascot.apps.cli", *map(str, args)],
+            env=env,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            deadline = time.time() + 30
+            while time.time() < deadline and not list((tmp_path / f"{EP}.runs").glob("*/run_summary.json")):
+                time.sleep(0.2)
+            for extra in ((), ("--resume",)):
+                r = mascot(*args, *extra)
+                one_line_error(r, f"{EP} is being written by another process (PID {first.pid})")
+            srv.faults = {}
+            _, err = first.communicate(timeout=BOUND_S)
+        finally:
+            if first.poll() is None:
+                first.kill()
+    assert first.returncode == 0, err[-3000:]
+    ids = records(tmp_path / EP)
+    assert len(ids) == len(set(ids)) == 4
+
+
+def test_resume_refuses_duplicated_ids_naming_them(esconv, tmp_path):
+    with FakeOpenAIServer({}) as srv:
+        assert mascot(*episode_args(srv.url, esconv, tmp_path, 2, 1)).returncode == 0
+        lines = (tmp_path / EP).read_text().splitlines()
+        (tmp_path / EP).write_text("\n".join([*lines, lines[0]]) + "\n")  # what two writers at once left before locks
+        before = (tmp_path / EP).read_bytes()
+        r = mascot(*episode_args(srv.url, esconv, tmp_path, 3, 1, "--resume"))
+    one_line_error(r, f"{EP}: record ids written more than once ('{json.loads(lines[0])['conv_id']}')", "--overwrite")
+    assert (tmp_path / EP).read_bytes() == before
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    "A 64 KiB tmpfs at tmp_path/disk (mounting needs root), unmounted afterwards."
+    if os.geteuid() != 0:
+        pytest.skip("a full disk is simulated with a small tmpfs, and mounting one needs root")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    m = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(disk)], capture_output=True, text=True)
+    if m.returncode:
+        pytest.skip(f"cannot mount a tmpfs here: {m.stderr.strip()}")
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", str(disk)], check=False)
+
+
+def fill(disk: Path, leave: int = 0) -> Path:
+    "Fill `disk` until only `leave` bytes are free."
+    filler = disk / "filler"
+    with open(filler, "ab") as f:
+        while True:
+            st = os.statvfs(disk)
+            free = st.f_bavail * st.f_frsize
+            if free <= leave:
+                break
+            try:
+                f.write(b"\0" * min(4096, free - leave))
+                f.flush()
+            except OSError:
+                break
+    return filler
+
+
+def test_full_disk_is_one_line_leaves_no_tmp_and_marks_the_run_failed(esconv, small_disk):
+    with FakeOpenAIServer({}) as srv:
+        filler = fill(small_disk)  # full before the start: nothing can be recorded, one line says why
+        r = mascot(*episode_args(srv.url, esconv, small_disk / "full", 2, 1))
+        one_line_error(r, "no space left on device")
+        filler.unlink()
+        fill(small_disk, leave=24 << 10)  # full in the middle: the run config fits, the conversations do not
+        r = mascot(*episode_args(srv.url, esconv, small_disk / "mid", 8, 2))
+    one_line_error(r, "no space left on device")
+    assert not list(small_disk.rglob("*.tmp")) and not list(small_disk.rglob("*.new"))
+    s = summaries(small_disk / "mid" / f"{EP}.runs")[-1]
+    assert s["status"] == "failed" and "no space left on device" in s["error"]
+    out = small_disk / "mid" / EP
+    for line in out.read_text().splitlines() if out.exists() else []:  # whole records only: a resume continues it
+        json.loads(line)
+
+
+def test_dotenv_is_read_from_the_working_folder_only_and_bad_bytes_are_one_line(tmp_path):
+    (tmp_path / ".env").write_bytes(b"MASCOT_API_KEY=sk-\xff-not-text\n")
+    (tmp_path / "sub").mkdir()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_WAIT_POLICY": "PASSIVE"}
+    env.pop("MASCOT_NO_DOTENV", None)
+    run = lambda cwd: subprocess.run(
+        [sys.executable, "-m", "mascot.apps.cli", "episode", "--print-config"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        cwd=cwd,
+    )
+    r = run(tmp_path / "sub")  # a parent's .env is not read
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-3000:]
+    one_line_error(run(tmp_path), f"{tmp_path / '.env'}: not UTF-8 text (byte 0xff at offset 18)")
+
+
+@pytest.mark.served
+@pytest.mark.integration
+def test_thinking_judge_scores_parse_and_blocks_are_counted(conversations, tmp_path):
+    with FakeOpenAIServer({}, think=True) as srv:
+        r = mascot(*judge_args(srv.url, conversations, tmp_path))
+        bodies = list(srv.requests)
+    assert r.returncode == 0, r.stderr[-3000:]
+    s = summaries(tmp_path / f"judge_{conversations.stem}.runs")[-1]
+    assert s["num_annotation_failures"] == 0 and s["num_written"] == s["num_requested"] == 12
+    assert s["num_reasoning_stripped"] == len(bodies) > 0
+    assert all(b["chat_template_kwargs"] == {"enable_thinking": False} for b in bodies)
+    assert "<think>" not in run_files_text(tmp_path)

@@ -128,3 +128,45 @@ def test_routing_rules_never_default_a_url():
     assert [r[x].url for x in ("director", "speaker", "user", "judge")] == ["http://a/v1"] * 3 + [None]
     r = route_roles(EndpointConfig(judge_server_url="http://j/v1"))
     assert [r[x].backend for x in ("director", "speaker", "user", "judge")] == ["embedded"] * 3 + ["openai"]
+
+
+@pytest.mark.served
+def test_each_endpoint_sends_its_own_key_and_a_refusal_is_not_retried(monkeypatch):
+    from fake_openai_server import FakeOpenAIServer
+    from mascot.core.config import ConfigError
+    from mascot.llm.types import EndpointRefused
+
+    monkeypatch.setenv("MASCOT_API_KEY", "role-key-123456")
+    monkeypatch.setenv("JUDGE_KEY", "judge-key-456789")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-never-sent-to-these-servers")
+    with FakeOpenAIServer({}) as roles, FakeOpenAIServer({}) as judge:
+        cfg = EndpointConfig(
+            vllm_server_url=roles.url,
+            judge_server_url=judge.url,
+            model_name="fake-model",
+            judge="fake-model",
+            judge_api_key_env="JUDGE_KEY",
+        )
+
+        async def go():
+            c = LLMClient(cfg)
+            await c.check()
+            await c.chat("speaker", HELLO)
+            await c.chat("judge", HELLO)
+            await c.aclose()
+
+        asyncio.run(go())
+        assert set(roles.auth) == {"Bearer role-key-123456"} and set(judge.auth) == {"Bearer judge-key-456789"}
+    with pytest.raises(ConfigError, match="NO_SUCH_KEY_VAR is not set"):
+        OpenAIBackend("http://127.0.0.1:9/v1", key_env="NO_SUCH_KEY_VAR")
+    with FakeOpenAIServer({}, refuse=403, refuse_on=("chat",)) as srv:
+
+        async def refused():
+            b = OpenAIBackend(srv.url, max_retries=3, key_env="JUDGE_KEY")
+            with pytest.raises(EndpointRefused, match=r"refused the key in JUDGE_KEY: HTTP 403, not retried") as e:
+                await b.chat(ChatRequest(HELLO, model="fake-model"))
+            await b.aclose()
+            assert "judge-key" not in str(e.value)
+
+        asyncio.run(refused())
+        assert srv.auth["Bearer judge-key-456789"] == 2  # the model list, then one chat request: not retried

@@ -190,6 +190,8 @@ NOT_FINGERPRINTED = (
     "speaker_server_url",
     "user_server_url",
     "judge_server_url",
+    "api_key_env",
+    "judge_api_key_env",
     "config",
 )
 FINGERPRINT_FILE = "fingerprint.json"

@@ -32,6 +32,30 @@ def _env_key(provider: str, *names: str) -> str:
     )
 
 
+def _sdk_error(provider: str, keys: tuple[str, ...], e: Exception) -> LLMError | None:
+    "An SDK's HTTP error as one line: 401/403 refused (fatal, naming the key variables), others an `LLMError`; None when `e` is no HTTP error."
+    status = getattr(e, "status_code", None) or getattr(e, "code", None)  # anthropic: status_code; google-genai: code
+    if not isinstance(status, int):
+        return None
+    if status in (401, 403):
+        return EndpointRefused(
+            f"--provider {provider} refused the key in {' or '.join(keys)}: HTTP {status}, not retried"
+        )
+    msg = redact_text(" ".join(str(getattr(e, "message", None) or e).split()))[:200]
+    cls = BackendUnavailable if status >= 500 or status == 429 else BadRequestError if status == 400 else LLMError
+    return cls(f"--provider {provider}: HTTP {status}: {msg}")
+
+
+async def _sdk_call(provider: str, keys: tuple[str, ...], call):
+    try:
+        return await call
+    except Exception as e:
+        err = _sdk_error(provider, keys, e)
+        if err is None:
+            raise
+        raise err from None
+
+
 def _split_system(messages: list[dict]) -> tuple[str, list[dict]]:
     return "\n\n".join(m["content"] for m in messages if m["role"] == "system"), [
         m for m in messages if m["role"] != "system"
@@ -57,12 +81,16 @@ class AnthropicBackend(ChatBackend):
     async def chat(self, req: ChatRequest) -> ChatResponse:
         t0, (system, msgs) = time.perf_counter(), _split_system(req.messages)
         async with self.sem:
-            r = await self.client.messages.create(
-                model=req.model,
-                messages=msgs,
-                max_tokens=req.max_tokens,
-                temperature=req.temperature,
-                **({"system": system} if system else {}),
+            r = await _sdk_call(
+                "anthropic",
+                ("ANTHROPIC_API_KEY",),
+                self.client.messages.create(
+                    model=req.model,
+                    messages=msgs,
+                    max_tokens=req.max_tokens,
+                    temperature=req.temperature,
+                    **({"system": system} if system else {}),
+                ),
             )
         text = "".join(getattr(b, "text", "") for b in r.content)
         return ChatResponse(
@@ -98,14 +126,18 @@ class GeminiBackend(ChatBackend):
             {"role": "model" if m["role"] == "assistant" else "user", "parts": [{"text": m["content"]}]} for m in msgs
         ]
         async with self.sem:
-            r = await self.client.aio.models.generate_content(
-                model=req.model,
-                contents=contents,
-                config={
-                    "system_instruction": system or None,
-                    "temperature": req.temperature,
-                    "max_output_tokens": req.max_tokens,
-                },
+            r = await _sdk_call(
+                "gemini",
+                ("GEMINI_API_KEY", "GOOGLE_API_KEY"),
+                self.client.aio.models.generate_content(
+                    model=req.model,
+                    contents=contents,
+                    config={
+                        "system_instruction": system or None,
+                        "temperature": req.temperature,
+                        "max_output_tokens": req.max_tokens,
+                    },
+                ),
             )
         u = r.usage_metadata
         return ChatResponse(

@@ -12,6 +12,8 @@ from .openai import _identity
 from .embedded_model import *
 from .embedded import *
 from .routing import *
+from .adapters import *
+import dataclasses
 import asyncio, contextlib, glob, importlib.util, json, os, shutil, sys, time, threading, math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,6 +56,13 @@ class LLMClient:
         self.identities: dict[str, dict] = {}  # role -> model, base, adapter, adapter_path, backend (filled by check)
         self.system = getattr(self.cfg, "system", None)  # the episode system whose calls these are, for the trace
         self.adapters = parse_lora_modules(self.cfg.lora_modules)
+        self.num_reasoning_stripped = 0  # replies that came with a <think> block (removed), also in the run summary
+        # before any work: a corrupt or foreign adapter is one line, not a failure per item; its base is checked where this process
+        # loads it (a server loads its own, and `check` compares the folder it loaded with this run's)
+        in_process = embedded is not None or any(r.backend == "embedded" for r in self.routes.values())
+        base = (getattr(embedded, "model_id", None) or self.cfg.model_name) if in_process else None
+        for alias, path in self.adapters.items():
+            require_adapter(path, base, alias)
         if embedded is not None:  # a shared embedded model: make sure it serves this run's adapters too
             for alias, path in self.adapters.items():
                 if alias not in embedded.adapters and alias not in embedded._pending_adapters:
@@ -64,11 +73,16 @@ class LLMClient:
         if route.backend == "unset":
             raise ConfigError(NO_JUDGE)
         if route.backend == "openai":
-            if route.url not in self._backends:
-                self._backends[route.url] = OpenAIBackend(
-                    route.url, self.cfg.max_concurrency, self.cfg.request_timeout, self.cfg.max_retries
+            key = (route.url, route.key_env)  # one HTTP client per server and key
+            if key not in self._backends:
+                self._backends[key] = openai_backend(
+                    route.url,
+                    max_concurrency=self.cfg.max_concurrency,
+                    timeout=self.cfg.request_timeout,
+                    max_retries=self.cfg.max_retries,
+                    key_env=route.key_env,
                 )
-            return self._backends[route.url]
+            return self._backends[key]
         if self._embedded is None:
             self._embedded = embedded_backend(self.cfg, adapters=self.adapters)
         return self._embedded
@@ -99,7 +113,7 @@ class LLMClient:
             and Path(ident["adapter_path"]).resolve() != Path(local).expanduser().resolve()
         ):
             raise ModelNotFound(
-                f"role {role}: {route.url} serves {ident['model']!r} from {ident['adapter_path']}, but this run was given {local}"
+                f"role {role}: {public_url(route.url)} serves {ident['model']!r} from {ident['adapter_path']}, but this run was given {local}"
             )
         if route.backend == "openai" and local and not ident["adapter"]:
             ident = {
@@ -107,7 +121,7 @@ class LLMClient:
                 "adapter": ident["model"],
                 "adapter_path": local,
             }  # a server that does not list parents (not vLLM)
-        return {**ident, "backend": f"openai:{route.url}" if route.backend == "openai" else route.backend}
+        return {**ident, "backend": f"openai:{public_url(route.url)}" if route.backend == "openai" else route.backend}
 
     def identity(self, role: str) -> dict:
         "Model, base, adapter, adapter folder and backend of `role` (known exactly after `check`; else from the local flags)."
@@ -122,7 +136,7 @@ class LLMClient:
         return {
             r: {
                 "backend": x.backend,
-                "url": x.url,
+                "url": public_url(x.url),
                 "model": x.model,
                 **{k: v for k, v in self.identity(r).items() if k in ("base", "adapter", "adapter_path") and v},
             }
@@ -133,6 +147,7 @@ class LLMClient:
         if role not in self.routes:
             raise ValueError(f"unknown role {role!r}; roles are {ROLES}")
         route = self.routes[role]
+        params.setdefault("enable_thinking", getattr(self.cfg, "enable_thinking", False))
         req = ChatRequest(messages, model=self._checked.get(role, route.model), **params)
         resp = await self._chat_once(role, req)
         empty = [i for i, t in enumerate(resp.texts) if not t.strip()]
@@ -145,7 +160,7 @@ class LLMClient:
         return resp
 
     async def _chat_once(self, role: str, req: ChatRequest) -> ChatResponse:
-        resp = await self.backend(role).chat(req)
+        resp = self._without_reasoning(await self.backend(role).chat(req))
         if self.run:
             self.run.add_usage(role, resp.prompt_tokens, resp.completion_tokens, resp.latency_s)
         if self.trace_path:
@@ -159,7 +174,7 @@ class LLMClient:
                             "model": resp.model,
                             "adapter": ident["adapter"],
                             "base": ident["base"],
-                            "backend": resp.backend,
+                            "backend": strip_credentials(resp.backend),
                             "prompt_tokens": resp.prompt_tokens,
                             "completion_tokens": resp.completion_tokens,
                             "latency_s": round(resp.latency_s, 4),
@@ -169,9 +184,33 @@ class LLMClient:
                 )
         return resp
 
+    def _without_reasoning(self, resp: ChatResponse) -> ChatResponse:
+        "`resp` with every `<think>` block removed from its texts (and its logprobs), each one counted (`num_reasoning_stripped`)."
+        stripped = [strip_reasoning(t) for t in resp.texts]
+        hits = sum(hit for _, hit in stripped)
+        if not hits:
+            return resp
+        self.num_reasoning_stripped += hits
+        if self.run:
+            self.run.count("num_reasoning_stripped", hits)
+        lps = resp.logprobs
+        if lps is not None:
+            lps = [_answer_logprobs(lp) if hit else lp for (_, hit), lp in zip(stripped, lps)]
+        return dataclasses.replace(resp, texts=[t for t, _ in stripped], logprobs=lps)
+
     async def aclose(self):
         for b in self._backends.values():
             await b.aclose()
+
+
+def _answer_logprobs(lps: list[TokenLogprob]) -> list[TokenLogprob]:
+    "The logprobs of the reply's answer: the tokens after the reasoning's closing tag (none when it never closed)."
+    seen = ""
+    for i, t in enumerate(lps):
+        seen += t.token
+        if "</think>" in seen.lower():
+            return lps[i + 1 :]
+    return []
 
 
 def _fill_empty(resp: ChatResponse, empty: list[int], again: ChatResponse) -> ChatResponse:

@@ -11,20 +11,65 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 from pydantic import model_validator
+from urllib.parse import urlsplit
 
 # %% auto #0
-__all__ = ['served_base', 'served_model', 'OpenAIBackend']
+__all__ = ['OPENAI_API_HOST', 'KEY_FLAGS', 'key_variable', 'api_key', 'served_base', 'served_model', 'OpenAIBackend',
+           'BalancedBackend', 'openai_backend']
 
 # %% ../../nbs/llm/01_openai.ipynb #50942593
-def _api_key(url: str) -> str:
-    # Secrets only from the environment or a .env file (`python -m mascot.<stage>` does not pass through `mascot`); local servers accept any key.
+OPENAI_API_HOST = "api.openai.com"
+KEY_FLAGS = "--api-key-env (--judge-api-key-env for the judge)"
+
+
+def _is_loopback(host: str) -> bool:
+    import ipaddress
+
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def key_variable(url: str, key_env: str | None = None) -> str | None:
+    """The environment variable whose value is sent as the key to `url`: `key_env` when named; else `OPENAI_API_KEY` for the OpenAI API,
+    none over plain HTTP to a host other than this machine (a key would cross the network in clear text), `MASCOT_API_KEY` otherwise."""
+    if key_env:
+        return key_env
+    from urllib.parse import urlsplit
+
+    try:
+        u = urlsplit(url.strip())
+        host = (u.hostname or "").lower()
+    except ValueError:
+        return None
+    if host == OPENAI_API_HOST:
+        return "OPENAI_API_KEY"
+    if u.scheme == "http" and not _is_loopback(host):
+        return None
+    return "MASCOT_API_KEY"
+
+
+def api_key(url: str, key_env: str | None = None) -> tuple[str, str | None]:
+    "The key for `url` and the variable it came from (`key_variable`); `EMPTY` (what vLLM expects without `--api-key`) when none is sent."
+    # Secrets only from the environment or a .env file (`python -m mascot.<stage>` does not pass through `mascot`)
     load_env_file()
-    return (
-        os.environ.get("MASCOT_API_KEY")
-        or os.environ.get("OPENAI_API_KEY")
-        or os.environ.get("VLLM_API_KEY")
-        or "EMPTY"
-    )
+    var = key_variable(url, key_env)
+    if key_env and not os.environ.get(key_env):
+        raise ConfigError(f"{KEY_FLAGS}: {key_env} is not set in the environment (or .env)")
+    key = os.environ.get(var) if var else None
+    register_secret(key)  # whatever its variable is called, the key is never recorded
+    return key or "EMPTY", var
+
+
+def _status_line(e) -> str:
+    "An HTTP error as one line: its code and the server's message, without URL credentials or secrets from the environment."
+    body = getattr(e, "body", None)
+    msg = body.get("message") if isinstance(body, dict) else None
+    msg = " ".join(str(msg or getattr(e, "message", "") or "").split())
+    return f"HTTP {e.status_code}" + (f": {redact_text(strip_credentials(msg))[:200]}" if msg else "")
 
 
 def _completion(r):
@@ -51,18 +96,20 @@ def served_base(url: str, entries: list[dict]) -> str:
         for e in entries
     )
     raise ModelNotFound(
-        f"server {url} serves {len(bases)} base models ({listed or 'nothing'}): name one with --model-name (or the role's model flag)"
+        f"server {public_url(url)} serves {len(bases)} base models ({listed or 'nothing'}): name one with --model-name (or the role's model flag)"
     )
 
 
-def served_model(url: str, timeout: float = 10.0) -> str | None:
-    "The model a server at `url` serves when no --model-name is given (see `served_base`); None when it cannot be reached now (the run's check says so)."
+def served_model(url: str, timeout: float = 10.0, key_env: str | None = None) -> str | None:
+    """The model a server at `url` (the first of a comma-separated list) serves when no --model-name is given (see `served_base`); None
+    when it cannot be reached or refuses now (the run's check says so, in one line)."""
     import httpx
 
+    url = url.split(",")[0].strip()
     try:
         r = httpx.get(
             url.rstrip("/") + "/models",
-            headers={"Authorization": f"Bearer {_api_key(url)}"},
+            headers={"Authorization": f"Bearer {api_key(url, key_env)[0]}"},
             timeout=min(timeout, 10.0),
         )
     except httpx.HTTPError:
@@ -97,6 +144,7 @@ class OpenAIBackend(ChatBackend):
         timeout: float = 120.0,
         max_retries: int = 3,
         backoff_s: float = 0.5,
+        key_env: str | None = None,
     ):
         import openai
 
@@ -110,11 +158,14 @@ class OpenAIBackend(ChatBackend):
             float(timeout),
             backoff_s,
         )
+        key, self.key_var = api_key(base_url, key_env)
+        self.name = public_url(self.base_url)  # what messages and records say: no credentials
+        self.template_kwargs = (
+            urlsplit(self.base_url).hostname != OPENAI_API_HOST
+        )  # the OpenAI API refuses parameters it does not know
         # Retries and the deadline are ours: the openai client's timeout bounds each socket read, so a server dripping its body
         # one byte at a time would hold a call for ever; `asyncio.wait_for` bounds connect + the whole body.
-        self.client = openai.AsyncOpenAI(
-            base_url=self.base_url, api_key=_api_key(base_url), timeout=timeout, max_retries=0
-        )
+        self.client = openai.AsyncOpenAI(base_url=self.base_url, api_key=key, timeout=timeout, max_retries=0)
         self.sem = asyncio.Semaphore(max_concurrency)
         self._models: list[str] | None = None
 
@@ -130,15 +181,20 @@ class OpenAIBackend(ChatBackend):
                 r = await asyncio.wait_for(fn(*a, **kw), self.timeout)
                 return check(r) if check else r
             except openai.NotFoundError as e:
-                raise ModelNotFound(f"server {self.base_url}: {e}") from None
+                raise ModelNotFound(f"server {self.name}: {_status_line(e)}") from None
+            except (openai.AuthenticationError, openai.PermissionDeniedError) as e:
+                raise EndpointRefused(
+                    self._refused(e.status_code)
+                ) from None  # never the body: a server may echo the key
             except (asyncio.TimeoutError, openai.APITimeoutError):
                 last = ("unreachable", f"no complete reply within --request-timeout {self.timeout:g} s")
             except openai.APIConnectionError as e:
-                last = ("unreachable", f"{e.__class__.__name__}: {e}")
+                last = ("unreachable", f"{e.__class__.__name__}: {strip_credentials(str(e))}")
             except openai.APIStatusError as e:
-                if e.status_code < 500 and e.status_code not in (408, 409, 429):
-                    raise  # a refused request is not retried
-                last = ("kept failing", str(e))
+                if e.status_code < 500 and e.status_code not in (408, 409, 429):  # a refused request is not retried
+                    cls = BadRequestError if e.status_code == 400 else LLMError
+                    raise cls(f"server {self.name} refused the request: {_status_line(e)}") from None
+                last = ("kept failing", _status_line(e))
             except (
                 MalformedResponse,
                 openai.APIResponseValidationError,
@@ -146,8 +202,22 @@ class OpenAIBackend(ChatBackend):
                 AttributeError,
                 TypeError,
             ) as e:  # a body that is not a completion
-                last = ("kept failing", f"malformed reply: {e.__class__.__name__}: {str(e)[:200]}")
-        raise BackendUnavailable(f"server {self.base_url} {last[0]} after {self.max_retries} retries: {last[1]}")
+                last = ("kept failing", f"malformed reply: {e.__class__.__name__}: {redact_text(str(e))[:200]}")
+        raise BackendUnavailable(f"server {self.name} {last[0]} after {self.max_retries} retries: {last[1]}")
+
+    def _refused(self, status: int) -> str:
+        "Why a server refused us, naming the key variable consulted (never the key, never the server's body)."
+        var = self.key_var
+        sent = (
+            f"the key in {var}"
+            if var and os.environ.get(var)
+            else f"no key ({var} is not set)"
+            if var
+            else "no key (none is sent over plain HTTP to another host unless a variable is named)"
+        )
+        return (
+            f"server {self.name} refused {sent}: HTTP {status}, not retried; name the key's variable with {KEY_FLAGS}"
+        )
 
     async def served_models(self) -> list[str]:
         if self._models is None:
@@ -159,12 +229,12 @@ class OpenAIBackend(ChatBackend):
         served = await self.served_models()
         if model is None:
             return served_base(
-                self.base_url,
+                self.name,
                 [m.model_dump() for m in (await self._call(self.client.models.list, check=_model_page)).data],
             )
         if model not in served:
             raise ModelNotFound(
-                f"model {model!r} is not served at {self.base_url} (it serves: {', '.join(served) or 'nothing'})"
+                f"model {model!r} is not served at {self.name} (it serves: {', '.join(served) or 'nothing'})"
             )
         return model
 
@@ -183,6 +253,10 @@ class OpenAIBackend(ChatBackend):
             kw["stop"] = req.stop
         if req.logprobs:
             kw.update(logprobs=True, top_logprobs=req.top_logprobs or None)
+        if (
+            self.template_kwargs
+        ):  # vLLM and `transformers serve` pass these to the chat template (Qwen3 reasons unless told not to)
+            kw["extra_body"] = {"chat_template_kwargs": {"enable_thinking": req.enable_thinking}}
         async with self.sem:
             return await self._call(self.client.chat.completions.create, check=_completion, **kw)
 
@@ -226,7 +300,7 @@ class OpenAIBackend(ChatBackend):
             prompt_tokens=tokens(usage[0], "prompt_tokens") if usage else 0,
             completion_tokens=sum(tokens(u, "completion_tokens") for u in usage),
             model=getattr(resps[0], "model", None) or model,
-            backend=f"openai:{self.base_url}",
+            backend=f"openai:{self.name}",
             latency_s=time.perf_counter() - t0,
             logprobs=lps,
         )
@@ -263,3 +337,58 @@ async def _openai_describe(self: OpenAIBackend, model: str) -> dict:
 
 
 OpenAIBackend.describe_model = _openai_describe
+
+# %% ../../nbs/llm/01_openai.ipynb #f2503f59
+class BalancedBackend(ChatBackend):
+    "Several servers of one model as one backend: each request goes to the server with the fewest requests in flight."
+
+    kind = "openai"
+
+    def __init__(self, backends: list[ChatBackend]):
+        if not backends:
+            raise ValueError("BalancedBackend needs at least one backend")
+        self.backends, self.inflight, self._next = list(backends), [0] * len(backends), 0
+        self.name = ",".join(getattr(b, "name", b.kind) for b in backends)
+        self.key_var = getattr(backends[0], "key_var", None)
+
+    def _pick(self) -> int:
+        n = len(self.backends)
+        i = min(((self._next + k) % n for k in range(n)), key=lambda j: self.inflight[j])  # ties go round the list
+        self._next = (i + 1) % n
+        return i
+
+    async def chat(self, req: ChatRequest) -> ChatResponse:
+        i = self._pick()
+        self.inflight[i] += 1
+        try:
+            return await self.backends[i].chat(req)
+        finally:
+            self.inflight[i] -= 1
+
+    async def served_models(self) -> list[str]:
+        lists = [await b.served_models() for b in self.backends]
+        return [m for m in lists[0] if all(m in other for other in lists[1:])]
+
+    async def check_model(self, model: str | None) -> str:
+        "The model every server serves (each is checked: a replica without it would fail a share of the run's requests)."
+        ids = [await b.check_model(model) for b in self.backends]
+        if len(set(ids)) > 1:
+            raise ModelNotFound(
+                f"servers {self.name} serve different models ({', '.join(ids)}): name one with --model-name (or the role's model flag)"
+            )
+        return ids[0]
+
+    async def describe_model(self, model: str) -> dict:
+        return await self.backends[0].describe_model(model)
+
+    async def aclose(self):
+        for b in self.backends:
+            await b.aclose()
+
+
+def openai_backend(url: str, **kw) -> ChatBackend:
+    "An `OpenAIBackend` for one URL, or a `BalancedBackend` over a comma-separated list of them (`kw`: `OpenAIBackend`'s)."
+    urls = [u.strip() for u in url.split(",") if u.strip()]
+    if not urls:
+        raise ConfigError(f"no server URL in {public_url(url)!r}")
+    return OpenAIBackend(urls[0], **kw) if len(urls) == 1 else BalancedBackend([OpenAIBackend(u, **kw) for u in urls])

@@ -12,11 +12,11 @@ import asyncio, contextlib, glob, importlib.util, json, os, shutil, sys, time, t
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
-from pydantic import model_validator
+from pydantic import Field, model_validator
 
 # %% auto #0
 __all__ = ['GEN_ROLES', 'ROLES', 'API_PROVIDERS', 'NO_JUDGE', 'EndpointConfig', 'judging_config', 'RoleRoute', 'route_roles',
-           'require_judge', 'public_url', 'judge_record', 'parse_lora_modules']
+           'require_judge', 'judge_record', 'parse_lora_modules']
 
 # %% ../../nbs/llm/05_routing.ipynb #d87b6cd0
 GEN_ROLES = ("director", "speaker", "user")
@@ -44,6 +44,20 @@ class EndpointConfig(Config):
     max_concurrency: int = 16
     request_timeout: float = 120.0
     max_retries: int = 3
+    enable_thinking: bool = Field(
+        False,
+        description="let reasoning models (Qwen3) think before answering: every generating role and the judge (chat_template_kwargs); "
+        "off by default, as the roles' short token caps need; a <think> block in a reply is removed and counted either way",
+    )
+    api_key_env: str | None = Field(
+        None,
+        description="the environment variable holding the key for the role servers (--vllm-server-url and the role URLs); default: "
+        "OPENAI_API_KEY for api.openai.com, MASCOT_API_KEY for other hosts, no key over plain HTTP to a host other than this machine",
+    )
+    judge_api_key_env: str | None = Field(
+        None,
+        description="the environment variable holding the key for --judge-server-url (defaults as --api-key-env's)",
+    )
     uses_judge: ClassVar[bool] = False  # set by `judging_config` on the configs of stages that judge
 
     @model_validator(mode="after")
@@ -52,7 +66,7 @@ class EndpointConfig(Config):
         them), so output names follow the model used; an embedded role keeps the CPU model (a served 8B is never loaded here unasked)."""
         urls = {r: getattr(self, f"{r}_server_url") or self.vllm_server_url for r in GEN_ROLES}
         if all(urls.values()) and "model_name" not in self.model_fields_set:
-            name = served_model(urls["speaker"], self.request_timeout)
+            name = served_model(urls["speaker"], self.request_timeout, self.api_key_env)
             if name:
                 # not in model_fields_set: the roles still resolve it from their own servers
                 self.__dict__["model_name"] = name
@@ -76,8 +90,9 @@ def judging_config(cls):
 class RoleRoute:
     role: str
     backend: Literal["openai", "embedded", "unset"]  # unset: the judge when none was chosen
-    url: str | None
+    url: str | None  # one server, or several comma-separated (balanced)
     model: str
+    key_env: str | None = None  # the variable naming the server's key (None: the default for its host, `key_variable`)
 
 
 def route_roles(cfg: EndpointConfig) -> dict[str, RoleRoute]:
@@ -110,7 +125,11 @@ def route_roles(cfg: EndpointConfig) -> dict[str, RoleRoute]:
     fallback = {r: None if url[r] and "model_name" not in cfg.model_fields_set else cfg.model_name for r in ROLES}
     return {
         r: RoleRoute(
-            r, "openai" if url[r] else "embedded" if r in GEN_ROLES else judge_backend, url[r], model[r] or fallback[r]
+            r,
+            "openai" if url[r] else "embedded" if r in GEN_ROLES else judge_backend,
+            url[r],
+            model[r] or fallback[r],
+            cfg.judge_api_key_env if r == "judge" else cfg.api_key_env,
         )
         for r in ROLES
     }
@@ -131,18 +150,6 @@ def require_judge(cfg: EndpointConfig) -> RoleRoute:
     return route
 
 # %% ../../nbs/llm/05_routing.ipynb #aabf207b
-def public_url(url: str | None) -> str | None:
-    "A URL without credentials or query (where a key may hide), as run files record it."
-    if not url:
-        return url
-    from urllib.parse import urlsplit, urlunsplit
-
-    u = urlsplit(url)
-    return urlunsplit(
-        (u.scheme, u.hostname + (f":{u.port}" if u.port else "") if u.hostname else u.netloc, u.path, "", "")
-    )
-
-
 def judge_record(cfg: EndpointConfig) -> dict:
     "Which judge runs where: provider, model, URL (without secrets), in this process or served."
     route, named = route_roles(cfg)["judge"], getattr(cfg, "provider", None)
@@ -153,7 +160,7 @@ def judge_record(cfg: EndpointConfig) -> dict:
         named or {"openai": "vllm", "embedded": "embedded", "unset": None}[route.backend]
     )  # served: any OpenAI-compatible server
     model = route.model or (
-        served_model(route.url, cfg.request_timeout) if route.url else None
+        served_model(route.url, cfg.request_timeout, cfg.judge_api_key_env) if route.url else None
     )  # None: the server could not say now
     return {"provider": provider, "model": model, "url": public_url(route.url), "where": where}
 

@@ -5,15 +5,15 @@
 # %% ../../nbs/llm/00_types.ipynb #d707e56a
 from __future__ import annotations
 from ..core.runtime import *
-import asyncio, contextlib, glob, importlib.util, json, os, shutil, sys, time, threading, math
+import re, asyncio, contextlib, glob, importlib.util, json, os, shutil, sys, time, threading, math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 from pydantic import model_validator
 
 # %% auto #0
-__all__ = ['ChatRequest', 'TokenLogprob', 'ChatResponse', 'LLMError', 'BackendUnavailable', 'ModelNotFound', 'MalformedResponse',
-           'ChatBackend']
+__all__ = ['ChatRequest', 'TokenLogprob', 'ChatResponse', 'LLMError', 'BackendUnavailable', 'ModelNotFound', 'EndpointRefused',
+           'BadRequestError', 'MalformedResponse', 'ChatBackend', 'strip_reasoning', 'public_url', 'strip_credentials']
 
 # %% ../../nbs/llm/00_types.ipynb #b15fcbfb
 @dataclass
@@ -30,6 +30,8 @@ class ChatRequest:
     stop: list[str] | None = None
     logprobs: bool = False
     top_logprobs: int = 0
+    # Qwen3-style chat templates reason in a <think> block unless told not to; the roles' short token caps leave no room for it
+    enable_thinking: bool = False
 
     def __post_init__(self):
         if not self.messages or not all(isinstance(m, dict) and "role" in m and "content" in m for m in self.messages):
@@ -77,6 +79,15 @@ class ModelNotFound(LLMError):
     "A model id is neither served by the backend nor loadable locally."
 
 
+class EndpointRefused(ModelNotFound):
+    """A server refused the credentials (HTTP 401/403). Never retried: a ModelNotFound, so every stage stops on it as on a model it
+    cannot use, whatever its tolerance for failed items."""
+
+
+class BadRequestError(LLMError):
+    "A server refused a request's parameters (HTTP 400), e.g. logprobs; named as the openai client's, so callers may ask again without them."
+
+
 class MalformedResponse(LLMError):
     "A server's reply that is not a usable chat completion (retried like a 5xx)."
 
@@ -98,3 +109,45 @@ class ChatBackend:
 
     async def aclose(self):
         pass
+
+# %% ../../nbs/llm/00_types.ipynb #0763770a
+_THINK_BLOCK = re.compile(r"<think>.*?</think>", re.S | re.I)
+_THINK_OPEN = re.compile(r"<think>", re.I)
+_THINK_CLOSE = re.compile(r"</think>", re.I)
+
+
+def strip_reasoning(text: str) -> tuple[str, bool]:
+    "`text` without `<think>…</think>` blocks, an unclosed `<think>` and what follows it, or reasoning before a lone `</think>`; and whether any was there."
+    out = _THINK_BLOCK.sub("", text)
+    if m := _THINK_OPEN.search(out):
+        out = out[: m.start()]  # an unclosed block: the budget ran out while reasoning
+    if m := _THINK_CLOSE.search(out):
+        out = out[
+            m.end() :
+        ]  # the template opened the block in the prompt: everything before the closing tag is reasoning
+    return (out.strip(), True) if out != text else (text, False)
+
+# %% ../../nbs/llm/00_types.ipynb #622a343e
+def public_url(url: str | None) -> str | None:
+    "A URL (or a comma-separated list of them) without credentials or query (where a key may hide), as run files record it."
+    if not url:
+        return url
+    from urllib.parse import urlsplit, urlunsplit
+
+    def one(u: str) -> str:
+        try:
+            s = urlsplit(u.strip())
+            host = s.hostname + (f":{s.port}" if s.port else "") if s.hostname else s.netloc.rpartition("@")[2]
+        except ValueError:  # a port that is not a number: keep only what follows any userinfo
+            return strip_credentials(u.strip()).split("?")[0]
+        return urlunsplit((s.scheme, host, s.path, "", ""))
+
+    return ",".join(one(u) for u in url.split(","))
+
+
+_USERINFO = re.compile(r"(\b[a-z][a-z0-9+.-]*://)[^/\s@]+@", re.I)
+
+
+def strip_credentials(text: str) -> str:
+    "`text` with the userinfo of every URL in it removed (`http://u:KEY@host` -> `http://host`)."
+    return _USERINFO.sub(r"\1", text)
