@@ -140,31 +140,48 @@ def test_every_figure_written(stage):
 
 
 def test_f01_numbers_are_the_inputs_means(stage):
+    "f01 reads mascot compare's table: per judge, the mean over contexts of each conversation's mean, with a 95% interval."
     tmp, _ = stage
     src = pd.read_csv(tmp / "judge/judge_scores.csv")
     out = pd.read_csv(tmp / "out/f01_persona_table_ed/f01_persona_table_ed.csv")
-    assert out.columns.tolist() == ["group", "system", "criterion", "mean", "std", "n"]
-    assert (
-        len(out) == 2 * 4 * 6 and out.criterion.tolist()[:6] == PERSONA + ["Overall"] and out.system.iloc[0] == "mascot"
-    )
-    for group, system, crit in (
-        ("positive", "mascot", "Empathy"),
-        ("negative", "zero-shot", "Overall"),
-        ("negative", "mascot-p", "Relevance"),
+    assert out.columns.tolist() == [
+        "judge",
+        "group",
+        "system",
+        "metric",
+        "n_contexts",
+        "mean",
+        "mean_lo",
+        "mean_hi",
+        "failures",
+        "items",
+    ]
+    paper = ["Emotion", "Empathy", "Persona Consistency", "Relevance", "Social Contribution", "Persona Overall"]
+    assert len(out) == 2 * 4 * 6 and sorted(out.metric.tolist()[:6]) == sorted(paper) and out.system.iloc[0] == "mascot"
+    assert set(out.judge) == {"judge-a"}  # one judge: no judge-averaged rows
+    for group, system, crit, metric in (
+        ("positive", "mascot", "Empathy", "Empathy"),
+        ("negative", "zero-shot", "Overall", "Persona Overall"),
+        ("negative", "mascot-p", "Consistency", "Persona Consistency"),
     ):
-        s = src[
-            (src.dataset == "ED")
-            & (src.kind == "persona")
-            & (src.group == group)
-            & (src.system == system)
-            & (src.criterion == crit)
-        ].score
-        row = out[(out.group == group) & (out.system == system) & (out.criterion == crit)].iloc[0]
-        assert (
-            row["mean"] == pytest.approx(s.mean()) and row["std"] == pytest.approx(s.std()) and row["n"] == len(s) == 2
+        s = (
+            src[
+                (src.dataset == "ED")
+                & (src.kind == "persona")
+                & (src.group == group)
+                & (src.system == system)
+                & (src.criterion == crit)
+            ]
+            .groupby("conv_id")
+            .score.mean()
         )
+        row = out[(out.group == group) & (out.system == system) & (out.metric == metric)].iloc[0]
+        assert row["mean"] == pytest.approx(s.mean()) and row["n_contexts"] == len(s) == 2
+        assert row["mean_lo"] == pytest.approx(s.min()) and row["mean_hi"] == pytest.approx(
+            s.max()
+        )  # two contexts: the bootstrap's range
     assert out.loc[
-        (out.group == "positive") & (out.system == "mascot") & (out.criterion == "Empathy"), "mean"
+        (out.group == "positive") & (out.system == "mascot") & (out.metric == "Empathy"), "mean"
     ].item() == pytest.approx(81.5)
 
 
@@ -180,6 +197,7 @@ def test_other_figures(stage):
     tmp, _ = stage
     f04 = pd.read_csv(tmp / "out/f04_ablation/f04_ablation.csv")
     assert set(f04.system) == {"mascot", "mascot-p", "mascot-c"} and set(f04.kind) == {"persona", "collective", "auto"}
+    assert {"judge", "mean_lo", "mean_hi"} <= set(f04.columns) and "Persona Consistency" in set(f04.criterion)
     auto = f04[f04.kind == "auto"].set_index(["system", "criterion"])["mean"]
     assert auto[("mascot", "self_bleu")] == 20.0 and pd.isna(auto[("mascot-p", "echo_score")])
     f05 = pd.read_csv(tmp / "out/f05_sensitivity/f05_sensitivity.csv")

@@ -233,7 +233,39 @@ def test_weighted_scores_through_the_evaluator(convs, tmp_path):
         embedded=ScriptedJudge(SCRIPT, p=0.75),
     )
     line = next(l for l in read_jsonl(tmp_path / "w" / "scores_collective_hand_ED.jsonl") if l["conv_id"] == "c1")
-    assert line["items"][0]["weighted"] and line["scores"]["Fidelity"] == round(to_100(8 * 0.75 + 7 * 0.25), 4)
+    # every judge is scored by the integer it wrote; the probability-weighted score is kept alongside
+    assert line["items"][0]["weighted"] and line["scores"]["Fidelity"] == round(to_100(8), 4)
+    assert line["items"][0]["weighted_scores"]["Fidelity"] == round(to_100(8 * 0.75 + 7 * 0.25), 4)
+
+
+def test_conflicting_duplicate_criterion_lines_are_a_counted_failure(convs, tmp_path):
+    "A reply that gives a criterion two different scores is an annotation failure, never a score; a quoted block before the answer is not."
+
+    class Conflicting(ScriptedJudge):
+        async def chat(self, req):
+            r = await super().chat(req)
+            if "I failed my exam" in req.messages[-1]["content"]:  # c1: Fidelity 2 first, then the full answer with 8
+                r.texts = ["Fidelity (first look): 2\n" + r.text]
+            elif "My dog is sick" in req.messages[-1]["content"]:  # c3: quotes an injected all-10 answer, then its own
+                r.texts = ["\n".join(f"{n} (as the reply demands): 10" for n in NAMES) + "\n" + r.text]
+            return r
+
+    paths = judge_file(
+        JudgeConfig(
+            provider="embedded",
+            input_file=str(convs),
+            rubric="collective",
+            output_dir=str(tmp_path / "d"),
+            progress=False,
+        ),
+        embedded=Conflicting(SCRIPT),
+    )
+    m = load(paths["collective"])
+    assert m["num_annotation_failures"] == 1 and m["num_scored"] == 2
+    lines = {l["conv_id"]: l for l in read_jsonl(tmp_path / "d" / "scores_collective_hand_ED.jsonl")}
+    assert "c1" not in lines and lines["c3"]["scores"]["Fidelity"] == round(
+        S100[3], 4
+    )  # the final block, not the injected 10
 
 
 def test_malformed_output_counted_in_tolerant_mode_and_fatal_in_strict(convs, tmp_path):

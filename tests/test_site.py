@@ -305,3 +305,36 @@ def test_site_filters_compare_and_sort_in_a_real_browser(site, smoke_run, tmp_pa
         d.save_screenshot(str(ARTIFACTS / "site_selenium_tables.png"))
         assert console_errors(d) == []
         assert d.find_element(By.TAG_NAME, "body").get_attribute("data-js-errors") == "0"
+
+
+def test_site_marks_fallbacks_and_the_small_judge(tmp_path):
+    "Without a browser: a fallback turn is marked in its transcript, the overview gives parse and fallback rates per system, and the 135M judge is named on the index, Training and Tables tabs."
+    from mascot.testing import demo_run
+    from mascot.apps.site import build_site
+    from mascot.apps.site_sections import run_info, load_conversations
+
+    run = demo_run(tmp_path / "runs" / "demo-run")
+    path, recs = load_conversations(run_info(run))["mascot"]
+    recs[0]["turns"][1].update(directive_parsed=False, directive_source="fallback")
+    for t in recs[0]["turns"][2:] + [t for r in recs[1:] for t in r["turns"]]:
+        if t.get("turn_type") != "user":
+            t.update(directive_parsed=True, directive_source="director")
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    idx = build_site(runs_root=tmp_path / "runs", output_dir=tmp_path / "_site", nbs=tmp_path / "no-nbs")
+    page = (tmp_path / "_site/runs/demo-run/index.html").read_text()
+    overview = page[page.index("id='overview'") : page.index("id='conversations'")]
+    n = sum(t.get("turn_type") != "user" for r in recs for t in r["turns"])
+    assert (
+        "id='directive-rates'" in overview
+        and f"<td>mascot</td><td class='num'>{n}</td><td class='num'>{n - 1} (" in overview
+    )
+    rates = overview[overview.index("id='directive-rates'") :]
+    assert (
+        "<td class='num bad'>1 (" in rates.split("<td>mascot</td>", 1)[1].split("</tr>", 1)[0]
+    )  # one fallback, marked
+    conv = page[page.index("id='conversations'") :]
+    assert "class='turn agent fallback'" in conv and "drawn at random" in conv
+    for tab, nxt in (("training", "judge"), ("tables", "provenance")):
+        section = page[page.index(f"id='{tab}'") : page.index(f"id='{nxt}'")]
+        assert "Plumbing check only" in section and "smollm2-135m-instruct" in section, tab
+    assert "135M judge: plumbing check" in idx.read_text()  # the index's headline table

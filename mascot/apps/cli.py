@@ -42,6 +42,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "evaluation generation: trained system, stage ablations, MASCOT-P/-C and baselines",
     ),
     "judge-all": ("mascot.evaluation.judge_all", "judge every conversation file of a folder into one tidy score table"),
+    "compare": (
+        "mascot.evaluation.compare",
+        "per judge: each system's mean [95% CI] and paired difference vs --reference [95% CI] from judged conversations",
+    ),
     "metrics": ("mascot.evaluation.auto_metrics", "NLI contradiction, Self-BLEU and echo score of conversations"),
     "serve": (
         "mascot.apps.serve",
@@ -50,7 +54,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "merge-lora": ("mascot.apps.serve:merge_main", "merge a LoRA adapter into full weights"),
     "chat": (
         "mascot.apps.chat",
-        "talk to the companion group as the user, in the terminal or the browser (--web); saved as an episode",
+        "talk to the companion group as the user (the latest finished run's adapters, else the base model), in the terminal or the browser (--web)",
     ),
     "arena": (
         "mascot.apps.arena",
@@ -58,7 +62,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "arena-report": (
         "mascot.apps.arena:report_main",
-        "win rates with bootstrap 95% CIs, ties, annotator and LLM-judge agreement of a study",
+        "win rates with Wilson 95% CIs, ties, Bradley-Terry ratings over studies, annotator and LLM-judge agreement",
     ),
     "run": ("mascot.apps.pipeline", "run the pipeline's stage notebooks through papermill into runs/<run>/"),
     "site": ("mascot.apps.site", "build the static results site from runs/ (no Quarto needed)"),
@@ -87,8 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     mod, _, fn = COMMANDS[name][0].partition(":")
     from mascot.core.config import load_env_file
 
-    load_env_file()  # API keys from a .env file, as the reference reads them (the environment wins)
     try:
+        load_env_file()  # API keys from ./.env, as the reference reads them (the environment wins); a bad file is one line
         getattr(importlib.import_module(mod), fn or "main")(argv)
     except Exception as e:
         code = exit_code(e)
@@ -107,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
 def _user_errors() -> tuple[type, ...]:
     "The package's own errors: bad input or an environment problem, each already worded as one line naming the file, field or flag."
     from mascot.core.config import ConfigError
-    from mascot.core.store import OutputExistsError, CorruptRecordError, StrictModeError
+    from mascot.core.store import OutputExistsError, CorruptRecordError, StrictModeError, OutputWriteError
     from mascot.core.records import SchemaError
     from mascot.llm.types import LLMError
     from mascot.domain.datasets import DataFormatError, DatasetUnavailableError
@@ -118,6 +122,7 @@ def _user_errors() -> tuple[type, ...]:
         CorruptRecordError,
         SchemaError,
         StrictModeError,
+        OutputWriteError,
         LLMError,
         DataFormatError,
         DatasetUnavailableError,

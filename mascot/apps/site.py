@@ -11,8 +11,8 @@ from pathlib import Path
 
 # %% auto #0
 __all__ = ['CSS', 'ERROR_TRAP', 'LOAD_CHECK', 'RUN_JS', 'SECTIONS', 'page', 'notebook_html', 'render_notebooks', 'csv_table',
-           'degenerate_counts', 'degenerate_table', 'overview_section', 'build_run_page', 'headline', 'compare_runs',
-           'build_docs', 'build_site', 'main']
+           'degenerate_counts', 'degenerate_table', 'table_html', 'tables_section', 'role_models', 'provenance_section',
+           'overview_section', 'build_run_page', 'headline', 'compare_runs', 'build_docs', 'build_site', 'main']
 
 # %% ../../nbs/apps/42a_site.ipynb #f8edc8cd
 CSS = """body{font-family:system-ui,sans-serif;max-width:1200px;margin:1.5em auto;padding:0 1em;color:#222;line-height:1.4}
@@ -36,7 +36,9 @@ table.scores td:nth-child(4){max-width:28em}.sidebyside{display:grid;grid-templa
 svg text{font-size:10px;fill:#444}svg .t{font-size:11px;font-weight:600}svg .yt{text-anchor:end}svg .xt{text-anchor:middle}svg .lg{font-size:10px}
 svg.hist rect{fill:#1f6fb4}.stage-train{border-top:1px solid #eee;margin-top:1em}.src{font-size:.8em;color:#666}
 table.sortable th{cursor:pointer}table.sortable th:after{content:' ⇅';color:#aaa;font-size:.8em}button.copy{font-size:.8em}
-.figure{border-top:1px solid #eee;margin-top:1.2em}.tablebox{overflow-x:auto}"""
+.figure{border-top:1px solid #eee;margin-top:1.2em}.tablebox{overflow-x:auto}
+.turn.agent.fallback .bubble{border-left-style:dashed;background:#fff8ef}.directive.fallback{background:#fff3e0;border:1px dashed #b45309}
+.fallback-mark{color:#b45309;font-weight:600;font-size:.85em}td.bad{color:#b45309;font-weight:600}small.j135{color:#b00000}"""
 
 # Runs first in <head>: counts uncaught errors, console.error calls and failed resource loads (capture phase) into body[data-js-errors].
 ERROR_TRAP = (
@@ -210,6 +212,152 @@ def degenerate_table(info: dict) -> str:
         "<th>reasons</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>"
     )
 
+# %% ../../nbs/apps/42a_site.ipynb #5c1e7a20
+def table_html(path: Path, table_id: str) -> str:
+    """A figure CSV as a sortable HTML table, showing the statistic its PNG shows: a comparison table (`mean_lo`, `mean_hi`) as
+    `mean [lo, hi]` with the metric as columns; a long mean/std/n table pivoted with criteria (or the last key) as columns, cells `mean ± std`."""
+    import pandas as pd
+
+    df = pd.read_csv(path)
+    if df.empty:
+        return f"<p class='nodata'>{esc(path.stem)}: no data (the CSV has only its header).</p>"
+    if {"mean", "mean_lo", "mean_hi"} <= set(df.columns) and ("metric" in df.columns or "criterion" in df.columns):
+        return ci_table_html(df, table_id)
+    if not {"mean", "std", "n"} <= set(df.columns):
+        head = "".join(f"<th>{esc(c)}</th>" for c in df.columns)
+        body = "".join(
+            "<tr>"
+            + "".join(
+                f"<td class='num' data-v='{v}'>{v:.4g}</td>"
+                if isinstance(v, (int, float)) and not isinstance(v, bool)
+                else f"<td>{esc(v)}</td>"
+                for v in r
+            )
+            + "</tr>"
+            for r in df.itertuples(index=False)
+        )
+        return (
+            f"<table class='sortable data' id='{table_id}'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+        )
+    keys = [c for c in df.columns if c not in ("mean", "std", "n")]
+    col = "criterion" if "criterion" in keys else keys[-1] if len(keys) > 1 else None
+    rows_keys = [k for k in keys if k != col]
+
+    def cell(r):
+        m, s, n = r["mean"], r["std"], r["n"]
+        if pd.isna(m):
+            return "<td data-v=''>–</td>"
+        tip = ", ".join(f"{k} {v:.4g}" for k, v in (("mean", m), ("std", s), ("n", n)) if pd.notna(v))
+        return f"<td class='num' data-v='{m}' title='{tip}'>{m:.1f}" + (f" ± {s:.1f}" if pd.notna(s) else "") + "</td>"
+
+    cols = list(dict.fromkeys(df[col])) if col else ["mean ± std"]
+    groups = (
+        df.groupby(rows_keys, sort=False, dropna=False) if rows_keys else [((), df)]
+    )  # a missing key (no source) is a row too
+    head = "".join(f"<th>{esc(k)}</th>" for k in rows_keys) + "".join(f"<th>{esc(c)}</th>" for c in cols)
+    body = []
+    for key, g in groups:
+        key = key if isinstance(key, tuple) else (key,)
+        by = {r[col] if col else cols[0]: r for _, r in g.iterrows()}
+        body.append(
+            "<tr>"
+            + "".join(f"<td>{esc('' if pd.isna(k) else k)}</td>" for k in key)
+            + "".join(cell(by[c]) if c in by else "<td data-v=''>–</td>" for c in cols)
+            + "</tr>"
+        )
+    return f"<table class='sortable data' id='{table_id}'><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+# %% ../../nbs/apps/42a_site.ipynb #6eede0c6
+def tables_section(info: dict, out: Path, jobs: list) -> str:
+    "Each figure folder: its tables (HTML + CSV link), its PNGs, and a link to the executed notebook that made them."
+    fig_root = info["path"] / "figures"
+    if not fig_root.exists():
+        return "<p class='nodata'>No figures in this run (the figures stage did not run).</p>"
+    blocks = []
+    for d in sorted(p for p in fig_root.iterdir() if p.is_dir()):
+        dest = out / "figures" / d.name
+        dest.mkdir(parents=True, exist_ok=True)
+        b = [f"<div class='figure' id='fig-{esc(d.name)}'><h3>{esc(d.name)}</h3>"]
+        if (d / "executed.ipynb").exists():
+            jobs.append((d / "executed.ipynb", out / "notebooks" / f"figures-{d.name}.html"))
+            b.append(f"<p><a href='notebooks/figures-{esc(d.name)}.html'>the executed notebook that made it</a></p>")
+        for t in sorted(d.glob("*.csv")):
+            shutil.copy2(t, dest / t.name)
+            b.append(
+                f"<div class='tablebox'><button type='button' class='copy' data-for='tbl-{esc(t.stem)}'>copy as TSV</button> "
+                f"<a href='figures/{esc(d.name)}/{esc(t.name)}'>{esc(t.name)}</a>{table_html(t, f'tbl-{t.stem}')}</div>"
+            )
+        for f in sorted(d.glob("*.png")):
+            shutil.copy2(f, dest / f.name)
+            b.append(
+                f"<figure><img src='figures/{esc(d.name)}/{esc(f.name)}' alt='{esc(f.stem)}'><figcaption>{esc(f.stem)}</figcaption></figure>"
+            )
+        blocks.append("".join(b) + "</div>")
+    return (
+        small_judge_banner(info, "The scores in these tables and figures")
+        + "<p>Each table shows the statistic of the PNG below it (the version for papers): the paper tables are read from "
+        "<code>mascot compare</code>'s table, a cell the mean over contexts [95% bootstrap CI] per judge; other tables give mean ± std; "
+        "hover for n (and failed judgements); click a header to sort.</p>" + "".join(blocks)
+    )
+
+# %% ../../nbs/apps/42a_site.ipynb #841ee585
+def role_models(info: dict) -> list[tuple[str, str, str]]:
+    "(system, role, model or adapter) from the first record of each evaluated system, and the judge."
+    out = []
+    for system, (_, recs) in load_conversations(info).items():
+        m = (recs[0] if recs else {}).get("metadata") or {}
+        adapters = m.get("adapters") or {}
+        for role in ("director", "speaker", "user"):
+            if m.get(f"{role}_model"):
+                out.append(
+                    (system, role, m[f"{role}_model"] + (f" (adapter {adapters[role]})" if role in adapters else ""))
+                )
+    metrics, _, _ = judge_files(stage_output(info, "31_judge_all", "output_dir"))
+    for j in dict.fromkeys(j for m in metrics for j in m.get("judges", [])):
+        out.append(("all", "judge", j))
+    return out
+
+
+def provenance_section(info: dict) -> str:
+    metas = [s["meta"] for s in info["stages"] if s["meta"]]
+    versions: dict[str, set] = {}
+    for m in metas:
+        for k, v in (m.get("versions") or {}).items():
+            versions.setdefault(k, set()).add(v)
+    commits = sorted({m.get("git_commit") for m in metas if m.get("git_commit")})
+    b = [f"<p>git commit: <code>{esc(', '.join(commits) or 'unknown')}</code></p>"]
+    b.append(
+        "<h3>Package versions</h3><table id='versions'><tr><th>package</th><th>version</th></tr>"
+        + "".join(f"<tr><td>{esc(k)}</td><td>{esc(', '.join(sorted(v)))}</td></tr>" for k, v in versions.items())
+        + "</table>"
+    )
+    roles = role_models(info)
+    trained = [
+        (s["stage"], m, p)
+        for s in info["stages"]
+        for p in [locate(s["outputs"].get("path"), info["path"])]
+        if p and (p / "mascot_metadata.json").exists()
+        for m in [read_json(p / "mascot_metadata.json")]
+    ]
+    rel = lambda p: p.relative_to(info["path"]) if p.is_relative_to(info["path"]) else p
+    b.append(
+        "<h3>Models and adapters per role</h3><table id='roles'><tr><th>system</th><th>role</th><th>model</th></tr>"
+        + "".join(f"<tr><td>{esc(s)}</td><td>{esc(r)}</td><td>{esc(m)}</td></tr>" for s, r, m in roles)
+        + "".join(
+            f"<tr><td>{esc(st)}</td><td>trained {esc(m.get('kind', ''))}</td><td>base {esc(m.get('base_model'))}, saved in {esc(rel(p))}</td></tr>"
+            for st, m, p in trained
+        )
+        + "</table>"
+    )
+    b.append(f"<h3>Resolved configuration</h3><pre>{esc(json.dumps(info['config'], indent=2))}</pre>")
+    for s in info["stages"]:
+        cfg = read_json(info["path"] / s["stage"] / "run_config.json")
+        if cfg:
+            b.append(
+                f"<details><summary>{esc(s['stage'])}: run_config.json</summary><pre>{esc(json.dumps(cfg, indent=2))}</pre></details>"
+            )
+    return "".join(b)
+
 # %% ../../nbs/apps/42a_site.ipynb #7093843a
 def overview_section(info: dict, out: Path, jobs: list) -> str:
     "Status, and per stage: status, wall time, peak memory, a link to its executed notebook (rendered by `jobs`), its error."
@@ -238,8 +386,11 @@ def overview_section(info: dict, out: Path, jobs: list) -> str:
             if small
             else ""
         )
-        + "<p>Overall per system (0-100), mean ± s.e. over conversations.</p>"
+        + "<p>Overall per system and judge (0-100): mean over contexts [95% bootstrap CI], as <code>mascot compare</code> gives it.</p>"
         + compare_runs([info]).replace("id='compare'", "id='headline'")
+        + "<h3>The director's directives</h3><p>A fallback turn's speaker and directive were drawn at random because the director's "
+        "output did not parse; single-agent baselines have no director (not recorded).</p>"
+        + directive_rates_table(info)
         + "<h3>Degenerate replies</h3><p>Agent replies that parrot the prompt, give only a name, or write other speakers' or the user's lines.</p>"
         + degenerate_table(info)
     )
@@ -278,28 +429,26 @@ def build_run_page(info: dict, site: Path, jobs: list | None = None) -> Path:
 
 # %% ../../nbs/apps/42a_site.ipynb #960ed3cf
 def headline(info: dict):
-    """Overall per (system, kind) from the run's `judge_scores.csv`: mean, s.e. and n over conversations (a conversation's judged items, turns
-    and judges, averaged first: its turns are not independent); None when the run has no judge table."""
-    import pandas as pd
+    """Persona and collective Overall per system and judge, from `mascot compare`'s table of the run's judge folder: the mean over
+    contexts (each conversation's judged turns averaged first) with its 95% bootstrap interval; None when the run has no judge output."""
+    from mascot.evaluation.compare import comparison_table
 
     d = stage_output(info, "31_judge_all", "output_dir")
-    if not d or not (d / "judge_scores.csv").exists():
+    if not d or not d.is_dir():
         return None
-    df = pd.read_csv(d / "judge_scores.csv")
-    per_conv = (
-        df[df["criterion"] == "Overall"]
-        .groupby(["system", "kind", "conv_id"], sort=False)["score"]
-        .mean()
-        .reset_index()
-    )
-    return (
-        per_conv.groupby(["system", "kind"], sort=False)["score"].agg(mean="mean", std="std", n="count").reset_index()
-    )
+    try:
+        comp = comparison_table(d, metrics=["Persona Overall", "Collective Overall"])
+    except (FileNotFoundError, ValueError):
+        return None
+    if comp.empty:
+        return None
+    return comp.assign(kind=comp["metric"].str.split().str[0].str.lower())
 
 
 def compare_runs(infos: list[dict]) -> str:
-    "One row per system, one column per (run, rubric): Overall mean ± s.e."
-    import pandas as pd
+    "One row per system, one column per (run, rubric, judge): Overall mean [95% CI] over contexts; a 135M judge's column is marked."
+    from mascot.evaluation.compare import JUDGE_MEAN, fmt_ci, is_embedded_small
+    from mascot.evaluation.figures import SYSTEMS, ordered
 
     cells, cols = {}, []
     for i in infos:
@@ -307,37 +456,30 @@ def compare_runs(infos: list[dict]) -> str:
         if h is None:
             continue
         for _, r in h.iterrows():
-            col = (i["name"], r["kind"])
+            col = (i["name"], r["kind"], r["judge"])
             if col not in cols:
                 cols.append(col)
-            se = r["std"] / math.sqrt(r["n"]) if r["n"] > 1 and pd.notna(r["std"]) else None
-            cells[(r["system"], col)] = (r["mean"], se, int(r["n"]))
+            cells[(r["system"], col)] = r
     if not cells:
         return "<p class='nodata'>No run has judge scores yet.</p>"
-    from mascot.evaluation.figures import SYSTEMS, ordered
-
     systems = ordered([s for s, _ in cells], SYSTEMS)  # the paper's order: MASCOT, its ablations, then the baselines
     head = "<th>system</th>" + "".join(
-        f"<th>{esc(run)}<br><small>{esc(kind)} Overall</small></th>" for run, kind in cols
+        f"<th>{esc(run)}<br><small>{esc(kind)} Overall</small><br><small>judge {esc(judge)}</small>"
+        + ("<br><small class='j135'>135M judge: plumbing check</small>" if is_embedded_small(judge) else "")
+        + "</th>"
+        for run, kind, judge in cols
     )
-    body = "".join(
-        "<tr><td>"
-        + esc(s)
-        + "</td>"
-        + "".join(
-            (
-                lambda c: (
-                    f"<td class='num' data-v='{c[0]}' title='{c[2]} conversations'>{c[0]:.1f}"
-                    + (f" ± {c[1]:.1f}" if c[1] is not None else "")
-                    + "</td>"
-                    if c
-                    else "<td>–</td>"
-                )
-            )(cells.get((s, col)))
-            for col in cols
+
+    def cell(r):
+        if r is None:
+            return "<td>–</td>"
+        return (
+            f"<td class='num' data-v='{r['mean']}' title='{r['n_contexts']} contexts, {r['failures']} failed judgements'>"
+            f"{fmt_ci(r['mean'], r['mean_lo'], r['mean_hi'])}</td>"
         )
-        + "</tr>"
-        for s in systems
+
+    body = "".join(
+        f"<tr><td>{esc(s)}</td>" + "".join(cell(cells.get((s, col))) for col in cols) + "</tr>" for s in systems
     )
     return f"<table class='sortable data' id='compare'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
@@ -403,7 +545,7 @@ def build_site(
         "<table id='runs'><tr><th>run</th><th>status</th><th>stages</th><th>duration</th><th>dataset</th><th>model</th><th>judge</th></tr>"
         + rows
         + "</table>"
-        "<h2>Headline metrics</h2><p>Overall score per system (0-100): mean ± s.e. over conversations, each conversation's judged items averaged first; hover for n.</p>"
+        "<h2>Headline metrics</h2><p>Overall score per system and judge (0-100): mean over contexts [95% bootstrap CI], each conversation's judged turns averaged first (mascot compare); hover for n and failures.</p>"
         + compare_runs(infos)
         if infos
         else "<p>No runs yet: <code>mascot run configs/smoke.yaml</code>.</p>"

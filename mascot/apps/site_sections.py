@@ -13,9 +13,10 @@ from pathlib import Path
 # %% auto #0
 __all__ = ['PALETTE', 'esc', 'SKIP_KEYS', 'KEY_ORDER', 'SKIP_META', 'read_json', 'locate', 'run_info', 'stage_of', 'stage_output',
            'load_conversations', 'judgements', 'judged_parts', 'persona_colour', 'fmt', 'score_table', 'overall_of',
-           'conversation_html', 'conversations_section', 'curve_family', 'training_series', 'curve_svg',
-           'heldout_figures', 'training_log', 'training_section', 'judge_files', 'parse_rates', 'is_embedded_small',
-           'histogram_svg', 'judge_section', 'table_html', 'tables_section', 'role_models', 'provenance_section']
+           'conversation_html', 'conversations_section', 'directive_rates', 'directive_rates_table', 'curve_family',
+           'training_series', 'curve_svg', 'heldout_figures', 'training_log', 'run_judges', 'small_judge_banner',
+           'training_section', 'judge_files', 'parse_rates', 'is_embedded_small', 'histogram_svg', 'judge_section',
+           'ci_table_html', 'comparison_html']
 
 # %% ../../nbs/apps/42_site_sections.ipynb #beaa2df8
 def read_json(p: Path, default=None):
@@ -222,11 +223,25 @@ def conversation_html(system: str, rec: dict, judged: dict[str, dict]) -> str:
             if d
             else ""
         )
+        fallback = t.get("directive_source") == "fallback" or t.get("directive_parsed") is False
+        if fallback:  # the director's output did not parse: the speaker and directive were drawn at random, not chosen
+            directive = (
+                "<aside class='directive fallback' title='the director&#39;s output did not parse'><b class='fallback-mark'>⚠ fallback</b>"
+                " — the director's output did not parse; this directive was drawn at random, not chosen by the director"
+                + (
+                    f"<br><b>used</b> → {esc(d.get('agent_name'))}, {esc(d.get('action'))} ({esc(d.get('tone'))})"
+                    if d
+                    else ""
+                )
+                + "</aside>"
+            )
         so = overall_of(persona_parts, t.get("turn_idx"))
         scores = score_table(persona_parts, t.get("turn_idx"))
         badge = f"<span class='badge' data-v='{so}'>Overall {fmt(so)}</span>" if so is not None else ""
         turns.append(
-            f"<div class='turn agent' style='--c:{persona_colour(name)}'><div class='bubble'><div class='who'>{esc(name)} {badge}</div>"
+            f"<div class='turn agent{' fallback' if fallback else ''}' style='--c:{persona_colour(name)}'><div class='bubble'><div class='who'>{esc(name)} {badge}"
+            + ("<span class='fallback-mark'> ⚠ fallback</span>" if fallback else "")
+            + "</div>"
             f"<div class='text'>{esc(t.get('response'))}</div>"
             + (f"<details><summary>judge's scores and reasons</summary>{scores}</details>" if scores else "")
             + f"</div>{directive}</div>"
@@ -293,6 +308,44 @@ def conversations_section(info: dict) -> str:
         f"<label>right <select id='c-b'>{opt(list(convs)[1:] + list(convs)[:1])}</select></label></form>"
         "<div class='sidebyside'><div id='c-left'></div><div id='c-right'></div></div></details>"
         f"<div id='conv-list'>{''.join(arts)}</div>"
+    )
+
+
+def directive_rates(info: dict) -> dict[str, dict]:
+    "Per system: agent turns, how many the director's output parsed for, how many were fallbacks, and how many records do not say (old files)."
+    out = {}
+    for system, (_, recs) in load_conversations(info).items():
+        c = {"agent_turns": 0, "parsed": 0, "fallback": 0, "unknown": 0}
+        for r in recs:
+            for t in r.get("turns", []):
+                if t.get("turn_type") == "user":
+                    continue
+                c["agent_turns"] += 1
+                src_ = t.get("directive_source")
+                if src_ == "fallback" or t.get("directive_parsed") is False:
+                    c["fallback"] += 1
+                elif src_ == "director" or t.get("directive_parsed") is True:
+                    c["parsed"] += 1
+                else:
+                    c["unknown"] += 1
+        out[system] = c
+    return out
+
+
+def directive_rates_table(info: dict) -> str:
+    "The run overview's table: per system, the director's parse rate and fallback rate over agent turns."
+    rates = directive_rates(info)
+    if not rates:
+        return "<p class='nodata'>No conversations in this run.</p>"
+    pct = lambda k, c: f"{100 * c[k] / c['agent_turns']:.1f}%" if c["agent_turns"] else "–"
+    rows = "".join(
+        f"<tr><td>{esc(s)}</td><td class='num'>{c['agent_turns']}</td><td class='num'>{c['parsed']} ({pct('parsed', c)})</td>"
+        f"<td class='num{' bad' if c['fallback'] else ''}'>{c['fallback']} ({pct('fallback', c)})</td><td class='num'>{c['unknown']}</td></tr>"
+        for s, c in rates.items()
+    )
+    return (
+        "<table id='directive-rates'><tr><th>system</th><th>agent turns</th><th>directive parsed</th><th>fallback</th>"
+        f"<th>not recorded</th></tr>{rows}</table>"
     )
 
 # %% ../../nbs/apps/42_site_sections.ipynb #44643add
@@ -449,6 +502,34 @@ def training_log(model_dir: Path, meta: dict) -> tuple[list[dict] | None, str]:
     return None, ""
 
 # %% ../../nbs/apps/42_site_sections.ipynb #fc2f173c
+def run_judges(info: dict) -> list[str]:
+    "The judges of the run's judge stage (from its metrics files, else its score lines)."
+    d = stage_output(info, "31_judge_all", "output_dir")
+    if not d or not d.is_dir():
+        return []
+    judges = [j for p in sorted(d.glob("metrics_*.json")) for j in (read_json(p, {}) or {}).get("judges", [])]
+    for p in sorted(
+        d.glob("scores_*.jsonl")
+    ):  # a metrics file may be missing (an interrupted run): a score line names them too
+        for l in read_jsonl(p):
+            judges += [j for j, _ in judged_parts(l)]
+            break
+    return list(dict.fromkeys(judges))
+
+
+def small_judge_banner(info: dict, what: str) -> str:
+    "A warning naming the embedded 135M judge wherever its scores are shown; empty when no such judge ran."
+    from mascot.evaluation.compare import is_embedded_small
+
+    small = [j for j in run_judges(info) if is_embedded_small(j)]
+    if not small:
+        return ""
+    return (
+        f"<div class='warn judge135'><b>Plumbing check only.</b> {esc(what)} were judged by {esc(', '.join(small))}, the embedded 135M model: "
+        "read them as a check that the pipeline runs, not as results about the systems.</div>"
+    )
+
+
 def training_section(info: dict, out: Path) -> str:
     "Per trained stage: its curves, its own `training_curves.png` (copied), and its held-out figures with their uncertainty."
     blocks = []
@@ -489,7 +570,9 @@ def training_section(info: dict, out: Path) -> str:
         if rows:
             b.append(f"<table class='heldout'><tr><th>figure</th><th>value</th><th>uncertainty</th></tr>{rows}</table>")
         blocks.append("".join(b) + "</div>")
-    return "".join(blocks) or "<p class='nodata'>No trained stage in this run.</p>"
+    if not blocks:
+        return "<p class='nodata'>No trained stage in this run.</p>"
+    return small_judge_banner(info, "The judge scores of this run (not the training curves)") + "".join(blocks)
 
 # %% ../../nbs/apps/42_site_sections.ipynb #15f4a1be
 def judge_files(judge_dir: Path | None) -> tuple[list[dict], list[dict], list[dict]]:
@@ -604,12 +687,39 @@ def judge_section(info: dict) -> str:
             "<table id='score-dist'><tr><th>rubric</th><th>criterion</th><th>n</th><th>mean</th><th>std</th><th>range</th><th>distinct</th>"
             f"<th>histogram</th></tr>{''.join(rows)}</table>"
         )
+    comp_csv = judge_dir / "comparison.csv" if judge_dir else None
+    if comp_csv and comp_csv.exists():
+        b.append(
+            "<h3>Systems compared</h3><p>Per judge (never pooled): mean over contexts [95% bootstrap CI] and the paired difference from the "
+            "reference system [95% cluster-bootstrap CI over contexts]; failed judgements per system beside each cell. The same table as "
+            "<code>mascot compare</code> writes (comparison.csv, .md, .png).</p>"
+            + comparison_html(comp_csv, "comparison")
+        )
+    agree_csv = judge_dir / "agreement.csv" if judge_dir else None
+    if agree_csv and agree_csv.exists() and agree_csv.stat().st_size and len(pd.read_csv(agree_csv)):
+        a = pd.read_csv(agree_csv)
+        b.append(
+            "<h3>Agreement between judges per metric</h3><table id='agreement-ci'><tr><th>dataset</th><th>metric</th><th>judges</th>"
+            "<th>units</th><th>Krippendorff's α [95% CI]</th></tr>"
+            + "".join(
+                f"<tr><td>{esc(r.dataset)}</td><td>{esc(r.metric)}</td><td>{esc(r.judges)}</td><td class='num'>{r.n_units}</td>"
+                f"<td class='num' data-v='{r.alpha}'>{fmt(r.alpha, 3)} [{fmt(r.alpha_lo, 3)}, {fmt(r.alpha_hi, 3)}]</td></tr>"
+                for r in a.itertuples()
+            )
+            + "</table>"
+        )
     agree = [m for m in metrics if m.get("agreement")]
     if agree:
         b.append(
             "<h3>Inter-judge agreement</h3><table id='agreement'><tr><th>file</th><th>judges</th><th>criterion</th><th>Krippendorff's α</th></tr>"
             + "".join(
-                f"<tr><td>{esc(m['_file'])}</td><td>{esc(', '.join(m['agreement']['judges']))}</td><td>{esc(c)}</td><td class='num'>{fmt(a, 3)}</td></tr>"
+                f"<tr><td>{esc(m['_file'])}</td><td>{esc(', '.join(m['agreement']['judges']))}</td><td>{esc(c)}</td><td class='num'>{fmt(a, 3)}"
+                + (
+                    f" [{fmt(ci[0], 3)}, {fmt(ci[1], 3)}]"
+                    if (ci := (m["agreement"].get("alpha_ci95") or {}).get(c)) and ci[0] is not None
+                    else ""
+                )
+                + "</td></tr>"
                 for m in agree
                 for c, a in m["agreement"]["alpha"].items()
             )
@@ -617,154 +727,73 @@ def judge_section(info: dict) -> str:
         )
     else:
         b.append(
-            "<h3>Inter-judge agreement</h3><p class='nodata'>One judge ran, so no agreement was measured (give the judge stage <code>judges: [...]</code>).</p>"
+            "<h3>Inter-judge agreement</h3><p class='nodata'>One judge ran, so no agreement was measured (give the judge stage a panel: "
+            "<code>judge: [provider:model@url, ...]</code>).</p>"
         )
     b.append(
         "<h3>Position-swap consistency</h3><p class='nodata'>Not measured in this run: the judge stage scores each item alone; "
-        "position-swapped pairwise preferences (<code>mascot.judging.pairwise.judge_pair</code>) were not recorded.</p>"
+        "position-swapped pairwise preferences (<code>mascot.judging.pairwise.judge_pair_orders</code>, summarised by "
+        "<code>position_swap_consistency</code>) were not recorded.</p>"
     )
     return "".join(b)
 
 # %% ../../nbs/apps/42_site_sections.ipynb #b37c5c84
-def table_html(path: Path, table_id: str) -> str:
-    "A figure CSV as a sortable HTML table: long mean/std/n tables pivoted with criteria (or the last key) as columns, cells `mean ± s.e.`."
+def ci_table_html(df, table_id: str) -> str:
+    "A comparison-style table: rows judge[, group/dataset], system; a column per metric; cells `mean [lo, hi]` (and Δ when given); a 135M judge marked."
     import pandas as pd
+    from mascot.evaluation.compare import fmt_ci, is_embedded_small
 
-    df = pd.read_csv(path)
-    if df.empty:
-        return f"<p class='nodata'>{esc(path.stem)}: no data (the CSV has only its header).</p>"
-    if not {"mean", "std", "n"} <= set(df.columns):
-        head = "".join(f"<th>{esc(c)}</th>" for c in df.columns)
-        body = "".join(
-            "<tr>"
-            + "".join(
-                f"<td class='num' data-v='{v}'>{v:.4g}</td>"
-                if isinstance(v, (int, float)) and not isinstance(v, bool)
-                else f"<td>{esc(v)}</td>"
-                for v in r
-            )
-            + "</tr>"
-            for r in df.itertuples(index=False)
-        )
-        return (
-            f"<table class='sortable data' id='{table_id}'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-        )
-    keys = [c for c in df.columns if c not in ("mean", "std", "n")]
-    col = "criterion" if "criterion" in keys else keys[-1] if len(keys) > 1 else None
-    rows_keys = [k for k in keys if k != col]
-
-    def cell(r):
-        m, s, n = r["mean"], r["std"], r["n"]
-        if pd.isna(m):
-            return "<td data-v=''>–</td>"
-        se = s / math.sqrt(n) if pd.notna(n) and n > 1 and pd.notna(s) else None
-        tip = ", ".join(f"{k} {v:.4g}" for k, v in (("mean", m), ("std", s), ("n", n)) if pd.notna(v))
-        return (
-            f"<td class='num' data-v='{m}' title='{tip}'>{m:.1f}" + (f" ± {se:.1f}" if se is not None else "") + "</td>"
-        )
-
-    cols = list(dict.fromkeys(df[col])) if col else ["mean ± s.e."]
-    groups = (
-        df.groupby(rows_keys, sort=False, dropna=False) if rows_keys else [((), df)]
-    )  # a missing key (no source) is a row too
+    col = "metric" if "metric" in df.columns else "criterion"
+    rows_keys = [
+        k
+        for k in ("judge", "dataset", "group", "kind", "source", "system")
+        if k in df.columns and df[k].astype(str).str.len().gt(0).any()
+    ]
+    cols = list(dict.fromkeys(df[col]))
     head = "".join(f"<th>{esc(k)}</th>" for k in rows_keys) + "".join(f"<th>{esc(c)}</th>" for c in cols)
     body = []
-    for key, g in groups:
+    for key, g in df.groupby(rows_keys, sort=False, dropna=False):
         key = key if isinstance(key, tuple) else (key,)
-        by = {r[col] if col else cols[0]: r for _, r in g.iterrows()}
-        body.append(
-            "<tr>"
-            + "".join(f"<td>{esc('' if pd.isna(k) else k)}</td>" for k in key)
-            + "".join(cell(by[c]) if c in by else "<td data-v=''>–</td>" for c in cols)
-            + "</tr>"
-        )
+        by = {r[col]: r for _, r in g.iterrows()}
+        cells = []
+        for c in cols:
+            r = by.get(c)
+            if r is None or pd.isna(r["mean"]):
+                cells.append("<td data-v=''>–</td>")
+                continue
+            n = r.get("n_contexts", r.get("n"))
+            tip = f"n {n}" + (
+                f", failures {r['failures']}/{r['items']}" if "failures" in r and pd.notna(r.get("items")) else ""
+            )
+            delta = (
+                f"<br><small>Δ {fmt_ci(r['delta'], r['delta_lo'], r['delta_hi'])}</small>"
+                if "delta" in r and pd.notna(r["delta"]) and r["delta_hi"] != r["delta_lo"]
+                else ""
+            )
+            cells.append(
+                f"<td class='num' data-v='{r['mean']}' title='{tip}'>{fmt_ci(r['mean'], r['mean_lo'], r['mean_hi'])}{delta}</td>"
+            )
+        label = [
+            f"<td>{esc('' if pd.isna(k) else k)}"
+            + (
+                " <span class='fallback-mark'>(135M judge: plumbing check)</span>"
+                if name == "judge" and is_embedded_small(str(k))
+                else ""
+            )
+            + "</td>"
+            for name, k in zip(rows_keys, key)
+        ]
+        body.append("<tr>" + "".join(label) + "".join(cells) + "</tr>")
     return f"<table class='sortable data' id='{table_id}'><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
-# %% ../../nbs/apps/42_site_sections.ipynb #6eede0c6
-def tables_section(info: dict, out: Path, jobs: list) -> str:
-    "Each figure folder: its tables (HTML + CSV link), its PNGs, and a link to the executed notebook that made them."
-    fig_root = info["path"] / "figures"
-    if not fig_root.exists():
-        return "<p class='nodata'>No figures in this run (the figures stage did not run).</p>"
-    blocks = []
-    for d in sorted(p for p in fig_root.iterdir() if p.is_dir()):
-        dest = out / "figures" / d.name
-        dest.mkdir(parents=True, exist_ok=True)
-        b = [f"<div class='figure' id='fig-{esc(d.name)}'><h3>{esc(d.name)}</h3>"]
-        if (d / "executed.ipynb").exists():
-            jobs.append((d / "executed.ipynb", out / "notebooks" / f"figures-{d.name}.html"))
-            b.append(f"<p><a href='notebooks/figures-{esc(d.name)}.html'>the executed notebook that made it</a></p>")
-        for t in sorted(d.glob("*.csv")):
-            shutil.copy2(t, dest / t.name)
-            b.append(
-                f"<div class='tablebox'><button type='button' class='copy' data-for='tbl-{esc(t.stem)}'>copy as TSV</button> "
-                f"<a href='figures/{esc(d.name)}/{esc(t.name)}'>{esc(t.name)}</a>{table_html(t, f'tbl-{t.stem}')}</div>"
-            )
-        for f in sorted(d.glob("*.png")):
-            shutil.copy2(f, dest / f.name)
-            b.append(
-                f"<figure><img src='figures/{esc(d.name)}/{esc(f.name)}' alt='{esc(f.stem)}'><figcaption>{esc(f.stem)}</figcaption></figure>"
-            )
-        blocks.append("".join(b) + "</div>")
-    return (
-        "<p>Each table cell is mean ± s.e. (std/√n over the judged items of the cell); hover for mean, std and n; click a header to sort. "
-        "The PNG below each table is the version for papers.</p>" + "".join(blocks)
-    )
 
-# %% ../../nbs/apps/42_site_sections.ipynb #841ee585
-def role_models(info: dict) -> list[tuple[str, str, str]]:
-    "(system, role, model or adapter) from the first record of each evaluated system, and the judge."
-    out = []
-    for system, (_, recs) in load_conversations(info).items():
-        m = (recs[0] if recs else {}).get("metadata") or {}
-        adapters = m.get("adapters") or {}
-        for role in ("director", "speaker", "user"):
-            if m.get(f"{role}_model"):
-                out.append(
-                    (system, role, m[f"{role}_model"] + (f" (adapter {adapters[role]})" if role in adapters else ""))
-                )
-    metrics, _, _ = judge_files(stage_output(info, "31_judge_all", "output_dir"))
-    for j in dict.fromkeys(j for m in metrics for j in m.get("judges", [])):
-        out.append(("all", "judge", j))
-    return out
+def comparison_html(path: Path, table_id: str) -> str:
+    "`comparison.csv` (mascot compare) as an HTML table: mean [95% CI], Δ vs the reference [95% CI], failures."
+    import pandas as pd
 
-
-def provenance_section(info: dict) -> str:
-    metas = [s["meta"] for s in info["stages"] if s["meta"]]
-    versions: dict[str, set] = {}
-    for m in metas:
-        for k, v in (m.get("versions") or {}).items():
-            versions.setdefault(k, set()).add(v)
-    commits = sorted({m.get("git_commit") for m in metas if m.get("git_commit")})
-    b = [f"<p>git commit: <code>{esc(', '.join(commits) or 'unknown')}</code></p>"]
-    b.append(
-        "<h3>Package versions</h3><table id='versions'><tr><th>package</th><th>version</th></tr>"
-        + "".join(f"<tr><td>{esc(k)}</td><td>{esc(', '.join(sorted(v)))}</td></tr>" for k, v in versions.items())
-        + "</table>"
-    )
-    roles = role_models(info)
-    trained = [
-        (s["stage"], m, p)
-        for s in info["stages"]
-        for p in [locate(s["outputs"].get("path"), info["path"])]
-        if p and (p / "mascot_metadata.json").exists()
-        for m in [read_json(p / "mascot_metadata.json")]
-    ]
-    rel = lambda p: p.relative_to(info["path"]) if p.is_relative_to(info["path"]) else p
-    b.append(
-        "<h3>Models and adapters per role</h3><table id='roles'><tr><th>system</th><th>role</th><th>model</th></tr>"
-        + "".join(f"<tr><td>{esc(s)}</td><td>{esc(r)}</td><td>{esc(m)}</td></tr>" for s, r, m in roles)
-        + "".join(
-            f"<tr><td>{esc(st)}</td><td>trained {esc(m.get('kind', ''))}</td><td>base {esc(m.get('base_model'))}, saved in {esc(rel(p))}</td></tr>"
-            for st, m, p in trained
-        )
-        + "</table>"
-    )
-    b.append(f"<h3>Resolved configuration</h3><pre>{esc(json.dumps(info['config'], indent=2))}</pre>")
-    for s in info["stages"]:
-        cfg = read_json(info["path"] / s["stage"] / "run_config.json")
-        if cfg:
-            b.append(
-                f"<details><summary>{esc(s['stage'])}: run_config.json</summary><pre>{esc(json.dumps(cfg, indent=2))}</pre></details>"
-            )
-    return "".join(b)
+    df = pd.read_csv(path, keep_default_na=False, na_values=[""])
+    if df.empty:
+        return f"<p class='nodata'>{esc(path.name)}: no data.</p>"
+    ref = df[(df["delta"] == 0) & (df["delta_lo"] == 0) & (df["delta_hi"] == 0)]["system"]
+    note = f"<p class='src'>reference system: <b>{esc(ref.iloc[0])}</b></p>" if len(ref) else ""
+    return note + ci_table_html(df, table_id)

@@ -9,15 +9,17 @@ from ..core.config import *
 from ..core.runtime import *
 from ..judging.rubrics import RUBRICS, get_rubric
 from ..domain.personas import ROSTERS, BIG_FIVE_PROFILES
+from .compare import PAPER_METRICS, EMBEDDED_NOTE, comparison_table, fmt_ci, is_embedded_small
 import json, random, sys
 from pathlib import Path
 import pandas as pd
 
 # %% auto #0
-__all__ = ['SCORES_FILE', 'SCORE_COLUMNS', 'SYSTEMS', 'GROUPS', 'AUTO_METRICS', 'load_scores', 'criteria_order', 'ordered',
-           'order_for', 'fmt_cell', 'sort_long', 'mean_std_table', 'load_auto_metrics', 'save_table_png',
-           'no_data_figure', 'no_data', 'plot_series', 'save_fig', 'check_csv', 'demo_judge_scores',
-           'demo_auto_metrics', 'FiguresConfig', 'figures_nbs', 'declared_parameters', 'run_figures']
+__all__ = ['SCORES_FILE', 'SCORE_COLUMNS', 'SYSTEMS', 'GROUPS', 'AUTO_METRICS', 'CI_COLUMNS', 'load_scores', 'criteria_order',
+           'ordered', 'order_for', 'fmt_cell', 'sort_long', 'mean_std_table', 'load_auto_metrics', 'save_table_png',
+           'no_data_figure', 'no_data', 'plot_series', 'save_fig', 'check_csv', 'ci_table', 'judge_footer',
+           'check_ci_csv', 'demo_judge_scores', 'demo_auto_metrics', 'FiguresConfig', 'figures_nbs',
+           'declared_parameters', 'run_figures']
 
 # %% ../../nbs/evaluation/50_figures.ipynb #04ff3327
 SCORES_FILE = "judge_scores.csv"
@@ -160,8 +162,8 @@ def _mpl():
     return plt
 
 
-def save_table_png(table: pd.DataFrame, path: str | Path, title: str) -> Path:
-    "Render `table` (index shown as leading columns; a repeated block label shown once) as a PNG."
+def save_table_png(table: pd.DataFrame, path: str | Path, title: str, footer: str | None = None) -> Path:
+    "Render `table` (index shown as leading columns; a repeated block label shown once) as a PNG; `footer` (e.g. the 135M judge mark) in red under it."
     plt = _mpl()
     flat = table.reset_index()
     if isinstance(table.index, pd.MultiIndex):
@@ -184,6 +186,8 @@ def save_table_png(table: pd.DataFrame, path: str | Path, title: str) -> Path:
         if r == 0:
             c.set_text_props(weight="bold")
             c.set_facecolor("#eeeeee")
+    if footer:
+        ax.set_title(title + "\n" + footer, fontsize=10, loc="left", color="#b00000")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=150, bbox_inches="tight")
@@ -223,7 +227,7 @@ def plot_series(
     x_order=None,
     series_order=None,
 ):
-    "Draw `long`'s mean ± std: `x` on the axis, one colour per `series` value."
+    "Draw `long`'s mean with its 95% interval (`mean_lo`/`mean_hi`, as the comparison table gives) or ± std: `x` on the axis, one colour per `series` value."
     import numpy as np
 
     xs = list(x_order) if x_order is not None else ordered(long[x], order_for(x, kind))
@@ -232,10 +236,15 @@ def plot_series(
     for j, s in enumerate(ss):
         d = long[long[series] == s].set_index(x).reindex(xs)
         pos, c = np.arange(len(xs)) - 0.4 + w * (j + 0.5), f"C{j}" if len(ss) <= 10 else cmap(j % 20)
+        yerr = (
+            np.array([(d["mean"] - d["mean_lo"]).fillna(0), (d["mean_hi"] - d["mean"]).fillna(0)])
+            if "mean_lo" in d.columns
+            else d["std"].fillna(0)
+        )
         if bars:
-            ax.bar(pos, d["mean"], w, yerr=d["std"].fillna(0), capsize=2, label=s, color=c)
+            ax.bar(pos, d["mean"], w, yerr=yerr, capsize=2, label=s, color=c)
         else:
-            ax.errorbar(pos, d["mean"], yerr=d["std"].fillna(0), fmt="o", ms=4, capsize=2, label=s, color=c)
+            ax.errorbar(pos, d["mean"], yerr=yerr, fmt="o", ms=4, capsize=2, label=s, color=c)
     ax.set_xticks(range(len(xs)), xs, rotation=30, ha="right")
     ax.grid(axis="y", alpha=0.3)
     return ax
@@ -261,6 +270,51 @@ def check_csv(csv: str | Path, scores: pd.DataFrame, keys: list[str], where: dic
         )
         std, want = s.std(), float(r["std"] or "nan")
         assert (pd.isna(std) and pd.isna(want)) or abs(std - want) < 1e-6, f"{csv}: std of {dict(r)} disagrees"
+    return len(out)
+
+# %% ../../nbs/evaluation/50_figures.ipynb #5188134a
+CI_COLUMNS = ["judge", "group", "system", "metric", "n_contexts", "mean", "mean_lo", "mean_hi", "failures", "items"]
+
+
+def ci_table(comp: pd.DataFrame, by: str | None = "group") -> tuple[pd.DataFrame, pd.DataFrame]:
+    "(`table` of 'mean [lo, hi]' strings, rows judge[, by], system × metric columns; `long`: the rows in `CI_COLUMNS`)."
+    keys = ["judge"] + ([by] if by else []) + ["system"]
+    metrics = [m for m in PAPER_METRICS if m in set(comp["metric"])]
+    systems = ordered(comp["system"], SYSTEMS)
+    long = comp.assign(_s=comp["system"].map(systems.index), _m=comp["metric"].map(metrics.index))
+    long = long.sort_values(["judge"] + ([by] if by else []) + ["_s", "_m"], kind="stable")
+    cells = long.assign(cell=[fmt_ci(m, lo, hi) for m, lo, hi in zip(long["mean"], long["mean_lo"], long["mean_hi"])])
+    table = cells.pivot_table(index=keys, columns="metric", values="cell", aggfunc="first", sort=False)
+    table = table.reindex(columns=metrics).fillna("–")
+    table.columns.name = None
+    return table, long[[c for c in CI_COLUMNS if c in long.columns]].reset_index(drop=True)
+
+
+def judge_footer(comp: pd.DataFrame) -> str | None:
+    "The 135M mark for a figure whose numbers came from the embedded judge, else None."
+    small = sorted({j for j in comp["judge"] if is_embedded_small(j)})
+    return f"{', '.join(small)}: {EMBEDDED_NOTE}" if small else None
+
+
+def check_ci_csv(csv: str | Path, scores: pd.DataFrame, kind: str) -> int:
+    "Assert each row's mean and n_contexts in `csv` equal the mean over conversations of the conversation means in `scores`; returns the rows checked."
+    out = pd.read_csv(csv, keep_default_na=False, dtype=str)
+    for _, r in out.iterrows():
+        if r["judge"] == "mean of judges":
+            continue
+        crit = PAPER_METRICS[r["metric"]][1]
+        m = (
+            (scores["judge"] == r["judge"])
+            & (scores["system"] == r["system"])
+            & (scores["kind"] == kind)
+            & (scores["criterion"] == crit)
+        )
+        if "group" in out.columns and r["group"]:
+            m &= scores["group"] == r["group"]
+        conv = scores[m].groupby("conv_id")["score"].mean()
+        assert len(conv) == int(r["n_contexts"]) and abs(conv.mean() - float(r["mean"])) < 1e-6, (
+            f"{csv}: row {dict(r)} disagrees with the input"
+        )
     return len(out)
 
 # %% ../../nbs/evaluation/50_figures.ipynb #ef483d8e

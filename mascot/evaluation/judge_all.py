@@ -10,7 +10,10 @@ from ..core.runtime import *
 from ..llm.routing import EndpointConfig, judging_config, require_judge, route_roles
 from ..llm.embedded import EmbeddedBackend
 from ..llm.client import embedded_backend
-from ..judging.evaluator import JudgeConfig, judge_file_async
+from ..judging.evaluator import JudgeConfig, JudgePanelConfig, judge_file_async
+from ..judging.rubrics import JudgeCache
+from .compare import CompareConfig, run_compare
+from pydantic import Field
 import asyncio, json, sys
 from pathlib import Path
 from typing import Literal
@@ -68,15 +71,17 @@ def tidy_rows(score_line: dict, record: dict | None) -> list[dict]:
 
 # %% ../../nbs/evaluation/31_judge_all.ipynb #a87e4006
 @judging_config
-class JudgeStageConfig(EndpointConfig):
+class JudgeStageConfig(JudgePanelConfig):
     "Judge every conversation file of an evaluation folder."
 
     input_dir: str
     output_dir: str = "outputs/judge"
     dataset: str | None = None
     seed: int = 0
-    provider: Literal["vllm", "openai", "embedded", "anthropic", "gemini"] | None = None
-    judges: list[str] = []
+    reference: str | None = Field(
+        None,
+        description="the system comparison.csv compares the others with (default: mascot if judged, else the first system)",
+    )
     rubric: Literal["auto", "persona", "collective"] = "auto"
     resume: bool = False
     overwrite: bool = False
@@ -95,12 +100,19 @@ async def judge_folder_async(cfg: JudgeStageConfig, embedded: EmbeddedBackend | 
         raise FileNotFoundError(f"{inp}: no conversation files (*.jsonl) to judge")
     out.mkdir(parents=True, exist_ok=True)
     keep = cfg.fields_for(JudgeConfig, exclude=("output_dir",))
-    require_judge(cfg)  # an in-process judge only when chosen (--provider embedded or --judge-provider embedded)
-    if embedded is None and route_roles(cfg)["judge"].backend == "embedded":
-        embedded = embedded_backend(cfg, cfg.judge)
+    if not cfg.panel:
+        require_judge(cfg)  # an in-process judge only when chosen (--provider embedded or --judge-provider embedded)
+    in_process = [s for s in cfg.judge_specs if s.provider == "embedded"]
+    if embedded is None and in_process:
+        embedded = embedded_backend(cfg, in_process[0].model or cfg.judge)
     # all files judged concurrently, sharing one judge model, so its batches stay full
     jcs = [JudgeConfig(**{**keep, "input_file": str(f), "output_dir": str(out)}) for f in files]
-    all_metrics = await asyncio.gather(*[judge_file_async(jc, embedded=embedded) for jc in jcs])
+    cache = JudgeCache(cfg.judge_cache) if cfg.cache else None  # one connection for every file
+    all_metrics = await asyncio.gather(*[judge_file_async(jc, embedded=embedded, cache=cache) for jc in jcs])
+    if cache:
+        (out / "judge_cache.json").write_text(json.dumps(cache.counts(), indent=2))
+        print(f"judge cache {cache.path}: {cache.hits} hits, {cache.misses} misses (judged now: {cache.stored})")
+        cache.close()
     rows = []
     for f, metrics in zip(files, all_metrics):
         records = {record_id(r): r for r in read_jsonl(f)}
@@ -117,6 +129,8 @@ async def judge_folder_async(cfg: JudgeStageConfig, embedded: EmbeddedBackend | 
         else pd.DataFrame(columns=["system", "dataset", "group", "kind", "criterion", "mean", "std", "count"])
     )
     summ.to_csv(out / "judge_summary.csv", index=False)
+    if len(df):  # the comparison table every figure and the site read (mascot compare on this folder)
+        run_compare(CompareConfig(input_dir=str(out), reference=cfg.reference, seed=cfg.seed))
     return out
 
 
@@ -132,7 +146,7 @@ describe(
     JudgeStageConfig,
     dataset="ED, ESConv or QMSum (the reference's flag); must agree with each record's metadata.dataset; unset: read from the records",
     provider="the judge's API: vllm or openai (both need --judge-server-url, never defaulted), embedded (in this process, an explicit choice), anthropic or gemini (their SDK's endpoint, key from the environment or .env); unset: vllm at --judge-server-url",
-    judges="more judge models on the same provider and URL, scored beside the first for the judges' agreement",
+    judges="more judge models on the same provider and URL as the (last) judge, scored beside it for the judges' agreement",
     rubric="auto: both the persona rubric (each agent turn) and the collective rubric (the whole conversation); or only one of them",
     resume="continue an interrupted run: records already judged are kept and not judged again",
     overwrite="start afresh over existing results (the old output is replaced only once the first new record is written)",

@@ -13,36 +13,169 @@ from ..llm.embedded_model import *
 from ..llm.routing import *
 from ..llm.client import *
 from .rubrics import *
-from .pairwise import krippendorff_alpha
+from .pairwise import krippendorff_alpha, alpha_ci
 from ..llm.api_backends import AnthropicBackend, GeminiBackend
 from ..domain.personas import ROSTERS, Roster, roster_for_dataset, render_history
 from ..domain.jobs import Job
 from ..domain.datasets import canonical_dataset
-import asyncio, json, logging, math, statistics, sys
+import asyncio, json, logging, math, re, statistics, sys
+from pydantic import Field, model_validator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 # %% auto #0
-__all__ = ['PROVIDERS', 'GROUP_KEYS', 'JudgeConfig', 'judge_clients', 'JudgeItem', 'record_domain', 'persona_for', 'record_items',
-           'judged_scores', 'record_groups', 'mean_std', 'criterion_stats', 'build_metrics', 'judge_file_async',
-           'StrictJudgeParseError', 'judge_file', 'main']
+__all__ = ['PROVIDERS', 'GROUP_KEYS', 'JudgeSpec', 'parse_judge_spec', 'JudgePanelConfig', 'JudgeConfig', 'judge_clients',
+           'JudgeItem', 'record_domain', 'persona_for', 'record_items', 'parsed_100', 'judged_scores', 'record_groups',
+           'mean_std', 'criterion_stats', 'build_metrics', 'judge_file_async', 'StrictJudgeParseError', 'judge_file',
+           'main']
 
 # %% ../../nbs/judging/02_evaluator.ipynb #4ff7982a
 PROVIDERS = ("vllm", "openai", "embedded", "anthropic", "gemini")
 _log = logging.getLogger("mascot.judging.rubrics")
 
 
+@dataclass(frozen=True)
+class JudgeSpec:
+    "One judge of a panel: its provider, model (None: what the server serves) and URL (served providers only)."
+
+    provider: Literal["vllm", "openai", "embedded", "anthropic", "gemini"]
+    model: str | None
+    url: str | None = None
+    key_env: str | None = (
+        None  # the environment variable holding this judge's key (served judges); None: --judge-api-key-env's default
+    )
+
+
+def parse_judge_spec(spec: str, provider: str | None = None, url: str | None = None) -> JudgeSpec:
+    "`[provider:]model[@url][#KEY_VAR]`; a part left out comes from --provider / --judge-server-url. One line naming the spec when it cannot work."
+    key_env = None
+    head, sep, tail = spec.rpartition("#")
+    if sep and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", tail):
+        spec, key_env = head, tail
+    head, sep, tail = spec.rpartition("@")
+    if sep and tail.startswith(("http://", "https://")):
+        spec, url = head, tail
+    pre, sep, rest = spec.partition(":")
+    if sep and pre in PROVIDERS:
+        provider, spec = pre, rest
+    model = spec or None
+    provider = provider or ("vllm" if url else None)
+    where = f"--judge {spec!r}" if model else "--judge"
+    if provider is None:
+        raise ConfigError(f"{where}: no provider: write provider:model[@url] (provider one of {', '.join(PROVIDERS)})")
+    if provider in ("vllm", "openai") and not url:
+        raise ConfigError(
+            f"{where}: provider {provider} needs a URL (model@http://host:8000/v1, or --judge-server-url)"
+        )
+    if provider in ("embedded", "anthropic", "gemini"):
+        if key_env:
+            raise ConfigError(
+                f"{where}: #{key_env}: only a served judge (vllm, openai) takes a key variable; {provider} reads its own"
+            )
+        url = None  # no server URL: in this process, or the vendor's SDK endpoint
+    if provider in ("openai", "anthropic", "gemini") and not model:
+        raise ConfigError(f"--judge {provider}:...: provider {provider} needs a model name")
+    return JudgeSpec(provider, model, url, key_env)
+
+
+class JudgePanelConfig(EndpointConfig):
+    "The judges of a stage: one judge (`--judge MODEL --provider P --judge-server-url URL`) or a panel (`--judge` repeated, each `[provider:]model[@url]`)."
+
+    # None: vllm with --judge-server-url; never defaulted
+    provider: Literal["vllm", "openai", "embedded", "anthropic", "gemini"] | None = None
+    judges: list[str] = []  # more judge models, for agreement (same provider and URL)
+    panel: list[str] = Field(
+        [],
+        description="the judge panel, `[provider:]model[@url][#KEY_VAR]` each (what a repeated --judge gives); parts left out come from --provider and --judge-server-url",
+    )
+    cache: bool = Field(
+        True,
+        description="reuse cached judgements (same judge, rubric version, prompt, sampling): no server call for them",
+    )
+    judge_cache: str | None = Field(
+        None,
+        description="the judgement cache (SQLite); default $MASCOT_JUDGE_CACHE, else ~/.cache/mascot/judgements.sqlite",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _judge_panel(cls, data):
+        "A repeated --judge (a list), or one --judge naming a provider or URL, is a panel; a plain --judge MODEL stays the one judge."
+        if not isinstance(data, dict):
+            return data
+        j = data.get("judge")
+        specs = j if isinstance(j, list) else [j] if isinstance(j, str) and _is_spec(j) else None
+        if specs is not None and len(specs) == 1 and not _is_spec(specs[0]):
+            return {**data, "judge": specs[0]}
+        if specs is not None:
+            return {**data, "judge": None, "panel": [*(data.get("panel") or []), *specs]}
+        return data
+
+    @classmethod
+    def from_cli(cls, argv: list[str] | None = None, prog: str | None = None, description: str | None = None):
+        "As `Config.from_cli`; a repeated `--judge` (or one naming a provider or URL) becomes the panel."
+        argv, judges, rest = list(sys.argv[1:] if argv is None else argv), [], []
+        it = iter(argv)
+        for a in it:
+            if a == "--judge":
+                judges.append(next(it, ""))
+            elif a.startswith("--judge="):
+                judges.append(a.split("=", 1)[1])
+            else:
+                rest.append(a)
+        if len(judges) > 1 or (judges and _is_spec(judges[0])):
+            rest += ["--panel", *judges]
+        elif judges:
+            rest += ["--judge", judges[0]]
+        return super().from_cli(rest, prog, description)
+
+    @property
+    def judge_specs(self) -> list[JudgeSpec]:
+        "Every judge, in order: the panel's, or the one judge and --judges (same provider and URL)."
+        url = self.judge_server_url
+        if self.panel:
+            specs = [parse_judge_spec(s, self.provider, url) for s in self.panel]
+            return specs + [parse_judge_spec(m, specs[-1].provider, specs[-1].url) for m in self.judges]
+        provider = self.provider or ("vllm" if url else "embedded")
+        served = url and "model_name" not in self.model_fields_set
+        models = list(dict.fromkeys([self.judge or (None if served else self.model_name), *self.judges]))
+        return [JudgeSpec(provider, m, url if provider in ("vllm", "openai") else None) for m in models]
+
+    def resolved(self) -> dict:
+        "As `EndpointConfig.resolved`, with every judge of a panel (provider, model, URL without secrets)."
+        out = super().resolved()
+        if self.panel:
+            out["judge_route"] = [
+                {"provider": s.provider, "model": s.model, "url": public_url(s.url)} for s in self.judge_specs
+            ]
+        return out
+
+    def endpoint_for_spec(self, spec: JudgeSpec) -> EndpointConfig:
+        "The endpoint config of one judge."
+        given = [k for k in EndpointConfig.model_fields if k in self.model_fields_set]
+        return EndpointConfig(**{k: getattr(self, k) for k in given if k != "judge_server_url"}).model_copy(
+            update={
+                "judge": spec.model,
+                "judge_server_url": spec.url,
+                "judge_api_key_env": spec.key_env or self.judge_api_key_env,
+                "judge_provider": "embedded" if spec.provider == "embedded" else None,
+            }
+        )
+
+
+def _is_spec(s: str) -> bool:
+    "Names a provider (`vllm:...`) or a URL (`...@http...`), not only a model."
+    return s.partition(":")[0] in PROVIDERS or "@http" in s
+
+
 @judging_config
-class JudgeConfig(EndpointConfig):
+class JudgeConfig(JudgePanelConfig):
     "Flags of `mascot judge`."
 
     input_file: str
     # the reference's flag: ED, ESConv or QMSum; must agree with each record's metadata.dataset
     dataset: str | None = None
-    # None: vllm with --judge-server-url; never defaulted
-    provider: Literal["vllm", "openai", "embedded", "anthropic", "gemini"] | None = None
-    judges: list[str] = []  # more judge models, for agreement (same provider and URL)
     rubric: Literal["auto", "persona", "collective"] = "auto"
     output_dir: str | None = None
     resume: bool = False
@@ -59,6 +192,11 @@ class JudgeConfig(EndpointConfig):
             self.__dict__["dataset"] = canonical_dataset(
                 self.dataset
             )  # an unknown name is one line naming the accepted ones
+        if self.resume and self.overwrite:
+            raise ConfigError("--resume and --overwrite exclude each other")
+        if self.panel:
+            self.judge_specs  # each spec checked now, naming it
+            return
         if p in ("vllm", "openai") and not url:
             raise ConfigError(
                 f"--provider {p} needs --judge-server-url (e.g. {'https://api.openai.com/v1' if p == 'openai' else 'http://127.0.0.1:8000/v1'}): "
@@ -79,8 +217,7 @@ class JudgeConfig(EndpointConfig):
     @property
     def judge_models(self) -> list[str | None]:
         "The judge models; None: the one model the judge server serves (no --judge and no --model-name given)."
-        served = self.judge_server_url and "model_name" not in self.model_fields_set
-        return list(dict.fromkeys([self.judge or (None if served else self.model_name), *self.judges]))
+        return [s.model for s in self.judge_specs]
 
     def endpoint_for(self, model: str) -> EndpointConfig:
         "The endpoint config of one judge model."
@@ -97,7 +234,7 @@ describe(
     JudgeConfig,
     dataset="ED, ESConv or QMSum (the reference's flag); must agree with each record's metadata.dataset; unset: read from the records",
     provider="the judge's API: vllm or openai (both need --judge-server-url, never defaulted), embedded (in this process, an explicit choice), anthropic or gemini (their SDK's endpoint, key from the environment or .env); unset: vllm at --judge-server-url",
-    judges="more judge models on the same provider and URL, scored beside the first for the judges' agreement",
+    judges="more judge models on the same provider and URL as the (last) judge, scored beside it for the judges' agreement",
     rubric="auto: both the persona rubric (each agent turn) and the collective rubric (the whole conversation); or only one of them",
     resume="continue an interrupted run: records already judged are kept and not judged again",
     overwrite="start afresh over existing results (the old output is replaced only once the first new record is written)",
@@ -126,31 +263,36 @@ class _ProviderClient(LLMClient):
 
 
 async def judge_clients(
-    cfg: JudgeConfig, run: RunDir | None = None, embedded: ChatBackend | None = None
+    cfg: JudgePanelConfig, run: RunDir | None = None, embedded: ChatBackend | None = None
 ) -> dict[str, LLMClient]:
-    "One checked client per judge model; models the embedded backend already serves share it."
+    "One checked client per judge of the panel, keyed by the model that answers; models the embedded backend already serves share it."
     clients: dict[str, LLMClient] = {}
-    api = {"anthropic": AnthropicBackend, "gemini": GeminiBackend}.get(cfg.provider)
-    shared = api(cfg.max_concurrency) if api else None
-    for model in cfg.judge_models:
-        ep = cfg.endpoint_for(model)
-        if shared:
-            client = _ProviderClient(ep, shared, run=run)
-        elif ep.judge_server_url:
+    apis: dict[str, ChatBackend] = {}
+    for spec in cfg.judge_specs:
+        ep = cfg.endpoint_for_spec(spec)
+        if spec.provider in ("anthropic", "gemini"):
+            if spec.provider not in apis:
+                apis[spec.provider] = {"anthropic": AnthropicBackend, "gemini": GeminiBackend}[spec.provider](
+                    cfg.max_concurrency
+                )
+            client = _ProviderClient(ep, apis[spec.provider], run=run)
+        elif spec.url:
             client = LLMClient(ep, run=run)
         else:
             if embedded is None:
                 embedded = embedded_backend(cfg, adapters=parse_lora_modules(cfg.lora_modules))
             try:
-                await embedded.check_model(model)
+                await embedded.check_model(spec.model)
                 client = LLMClient(ep, run=run, embedded=embedded)
             except ModelNotFound:
                 client = LLMClient(
-                    ep.model_copy(update={"model_name": model, "judge": None}), run=run
+                    ep.model_copy(update={"model_name": spec.model, "judge": None}), run=run
                 )  # another local model
         checked = await client.check()
-        # keyed by the model that answers (the served one when none was named)
-        clients[checked.get("judge", model)] = client
+        name = checked.get("judge", spec.model)
+        if name in clients:  # the same model name from another server or provider: told apart by where it runs
+            name = f"{name}@{spec.url or spec.provider}"
+        clients[name] = client
     return clients
 
 # %% ../../nbs/judging/02_evaluator.ipynb #1dae3a39
@@ -229,9 +371,14 @@ def record_items(record: dict, kind: str, domain: str, examples: int = 2) -> lis
     ]
 
 # %% ../../nbs/judging/02_evaluator.ipynb #ff00f02d
+def parsed_100(j: Judgement) -> dict[str, float]:
+    "The integers the judge wrote, on 0-100, and `Overall` (their mean): how every judge is scored, logprobs or not."
+    return {**{k: to_100(v) for k, v in j.parsed.items()}, "Overall": to_100(statistics.fmean(j.parsed.values()))}
+
+
 def _mean_scores(judgements: list[Judgement]) -> dict[str, float]:
     "Per-criterion mean on 0-100 over judgements (same rubric), `Overall` last."
-    per = [j.to_100() for j in judgements]
+    per = [parsed_100(j) for j in judgements]
     return {k: round(statistics.fmean(p[k] for p in per), 4) for k in per[0]}
 
 
@@ -257,8 +404,9 @@ def judged_scores(items: list[JudgeItem], results: list[Judgement | None]) -> di
             **({"turn_idx": it.turn_idx, "agent_name": it.agent_name} if it.turn_idx is not None else {}),
             **(
                 {
-                    "scores": {k: round(v, 4) for k, v in j.to_100().items()},
+                    "scores": {k: round(v, 4) for k, v in parsed_100(j).items()},
                     "weighted": j.weighted,
+                    **({"weighted_scores": {k: round(v, 4) for k, v in j.to_100().items()}} if j.weighted else {}),
                     "reasons": j.reasons,
                 }
                 if j
@@ -309,7 +457,7 @@ def build_metrics(lines: list[dict], kind: str, judges: list[str], extra_failure
         "kind": kind,
         "rubrics": sorted({l["rubric"] for l in lines}),
         "rubric_version": RUBRIC_VERSION,
-        "scale": "0-100 = (s - 1) / 9 * 100 of the judge's 1-10 score; mean and sample std over records",
+        "scale": "0-100 = (s - 1) / 9 * 100 of the judge's 1-10 score (the integer it wrote; the probability-weighted score is in the items' weighted_scores); mean and sample std over records",
         "judge": judges[0],
         "judges": judges,
         "num_records": len(lines),
@@ -332,20 +480,23 @@ def build_metrics(lines: list[dict], kind: str, judges: list[str], extra_failure
         }
         m["by_judge"] = {j: {"overall": criterion_stats([d for d in ds if d])} for j, ds in per_judge.items()}
         keys = list(m["overall"]) or list(m["by_judge"][judges[1]]["overall"])
-        alpha = {
-            k: krippendorff_alpha([[d.get(k) if d else None for d in ds] for ds in per_judge.values()]) for k in keys
-        }
+        alpha = {k: alpha_ci([[d.get(k) if d else None for d in ds] for ds in per_judge.values()]) for k in keys}
+        r4 = lambda a: None if math.isnan(a) else round(a, 4)
         m["agreement"] = {
             "metric": "krippendorff_alpha_interval",
             "unit": "record",
             "judges": judges,
-            "alpha": {k: None if math.isnan(a) else round(a, 4) for k, a in alpha.items()},
+            "alpha": {k: r4(a["alpha"]) for k, a in alpha.items()},
+            "alpha_ci95": {k: [r4(x) for x in a["ci95"]] for k, a in alpha.items()},
+            "interval": "percentile bootstrap over records, 1000 resamples",
         }
     return m
 
 # %% ../../nbs/judging/02_evaluator.ipynb #58d501e9
-async def judge_file_async(cfg: JudgeConfig, embedded: ChatBackend | None = None) -> dict[str, Path]:
-    "Judge `cfg.input_file`; returns the metrics file of each rubric kind."
+async def judge_file_async(
+    cfg: JudgeConfig, embedded: ChatBackend | None = None, cache: JudgeCache | None = None
+) -> dict[str, Path]:
+    "Judge `cfg.input_file`; returns the metrics file of each rubric kind. `cache`: a shared judgement cache (default: one opened here unless --no-cache)."
     inp = Path(cfg.input_file)
     if not inp.exists():
         raise ConfigError(f"--input-file {inp} does not exist")
@@ -368,22 +519,30 @@ async def judge_file_async(cfg: JudgeConfig, embedded: ChatBackend | None = None
     ) as job:
         run = job.run
         clients = await judge_clients(cfg, run, embedded)
+        if cache is None and cfg.cache:  # opened here, closed with the job
+            cache = JudgeCache(cfg.judge_cache)
+            job.closing(cache)
+        seen_before = cache.counts() if cache else None
         for c in clients.values():
             job.closing(c)
         run.extra.update(
             judges=list(clients),
             provider=cfg.provider or ("vllm" if cfg.judge_server_url else "embedded"),
+            judge_specs=[{"provider": s.provider, "model": s.model, "url": public_url(s.url)} for s in cfg.judge_specs],
             routes={m: c.describe()["judge"] for m, c in clients.items()},
             num_records=len(records),
         )
         sem = asyncio.Semaphore(cfg.max_concurrency)
         unwritten_failures = {k: 0 for k in kinds}
+        unwritten = {
+            k: [] for k in kinds
+        }  # records none of whose judgements parsed: counted by system and judge in the metrics
 
         async def judged(model: str, rid: str, kind: str, item: JudgeItem) -> Judgement | None:
             async with sem:
                 try:
                     return await judge_call(
-                        clients[model], item.rubric, item.messages, cfg.judge_max_tokens, cfg.top_logprobs
+                        clients[model], item.rubric, item.messages, cfg.judge_max_tokens, cfg.top_logprobs, cache
                     )
                 except ModelNotFound:
                     raise
@@ -427,6 +586,15 @@ async def judge_file_async(cfg: JudgeConfig, embedded: ChatBackend | None = None
             parts = {m: judged_scores(items, res) for m, res in by_model.items()}
             if not any(p["scores"] for p in parts.values()):  # nothing parsed: not written, so --resume tries it again
                 unwritten_failures[kind] += sum(p["num_failures"] for p in parts.values())
+                meta = rec.get("metadata") or {}
+                unwritten[kind].append(
+                    {
+                        "conv_id": rid,
+                        "system": meta.get("system"),
+                        "dataset": meta.get("dataset"),
+                        "by_judge": {m: p["num_failures"] for m, p in parts.items()},
+                    }
+                )
                 run.count("num_skipped_samples")
                 return None
             meta = rec.get("metadata") or {}
@@ -451,11 +619,22 @@ async def judge_file_async(cfg: JudgeConfig, embedded: ChatBackend | None = None
         out = {}
         for k in kinds:
             metrics = build_metrics(list(stores[k]), k, list(clients), unwritten_failures[k])
-            metrics.update(input_file=str(inp), scores_file=str(stores[k].path), num_input_records=len(records))
+            metrics.update(
+                input_file=str(inp),
+                scores_file=str(stores[k].path),
+                num_input_records=len(records),
+                unwritten=unwritten[k],
+            )
             out[k] = out_dir / f"metrics_{k}_{inp.stem}.json"
             out[k].write_text(json.dumps(metrics, indent=2))
             run.extra.setdefault("overall", {})[k] = metrics["overall"].get("Overall")
         run.extra["metrics_files"] = {k: str(p) for k, p in out.items()}
+        if cache:
+            now = cache.counts()
+            run.extra["judge_cache"] = {
+                "path": now["path"],
+                **{k: now[k] - seen_before[k] for k in ("hits", "misses", "stored")},
+            }
     return out
 
 
@@ -472,7 +651,8 @@ def main(argv: list[str] | None = None):
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     cfg = JudgeConfig.from_cli(argv, prog="mascot judge")
     for kind, path in judge_file(cfg).items():
-        o = json.loads(path.read_text())["overall"].get("Overall")
+        m = json.loads(path.read_text())
+        o = m["overall"].get("Overall")
         print(
             f"{path}  ({kind} Overall {o['mean']} ± {o['std']}, n={o['n']})"
             if o

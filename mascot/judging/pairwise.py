@@ -9,11 +9,13 @@ from ..llm.types import *
 from ..llm.routing import *
 from ..llm.client import *
 from .rubrics import CONTEXT_LABEL, JudgeParseError, Rubric
-import asyncio, math, re, statistics
+import asyncio, math, re, statistics, warnings
+from dataclasses import dataclass
 from typing import Literal
 
 # %% auto #0
-__all__ = ['Preference', 'pair_messages', 'parse_preference', 'judge_pair', 'krippendorff_alpha', 'cohen_kappa']
+__all__ = ['Preference', 'pair_messages', 'parse_preference', 'PairVerdict', 'judge_pair_orders', 'judge_pair',
+           'position_swap_consistency', 'krippendorff_alpha', 'alpha_ci', 'cohen_kappa']
 
 # %% ../../nbs/judging/01_pairwise.ipynb #8d3e80a0
 Preference = Literal["A", "B", "tie"]
@@ -48,10 +50,27 @@ def parse_preference(text: str) -> Literal["A", "B"] | None:
     return letters.pop() if len(letters) == 1 else None
 
 
-async def judge_pair(
+@dataclass
+class PairVerdict:
+    "Both orders of one pairwise judgement, each in the caller's order ('A' = the first item given)."
+
+    first: Literal["A", "B"]  # asked as (a, b)
+    second: Literal["A", "B"]  # asked as (b, a), mapped back
+
+    @property
+    def consistent(self) -> bool:
+        "The same item won in both positions."
+        return self.first == self.second
+
+    @property
+    def preference(self) -> Preference:
+        return self.first if self.consistent else "tie"
+
+
+async def judge_pair_orders(
     client: LLMClient, rubric: Rubric, situation: str, a: str, b: str, max_tokens: int = 8
-) -> Preference:
-    "'A' or 'B' when the judge prefers it in both orders, else 'tie'; raises `JudgeParseError` when an answer names neither."
+) -> PairVerdict:
+    "Ask the judge in both orders; raises `JudgeParseError` when an answer names neither."
     first, second = await asyncio.gather(
         *[
             client.chat("judge", pair_messages(rubric, situation, x, y), temperature=0.0, max_tokens=max_tokens)
@@ -62,33 +81,92 @@ async def judge_pair(
     for p, r in ((p1, first), (p2, second)):
         if p is None:
             raise JudgeParseError("pairwise answer names neither A nor B", r.text)
-    p2 = {"A": "B", "B": "A"}[p2]  # back to the caller's order
-    return p1 if p1 == p2 else "tie"
+    return PairVerdict(p1, {"A": "B", "B": "A"}[p2])  # the second back to the caller's order
+
+
+async def judge_pair(
+    client: LLMClient, rubric: Rubric, situation: str, a: str, b: str, max_tokens: int = 8
+) -> Preference:
+    "'A' or 'B' when the judge prefers it in both orders, else 'tie'; raises `JudgeParseError` when an answer names neither."
+    return (await judge_pair_orders(client, rubric, situation, a, b, max_tokens)).preference
+
+
+def position_swap_consistency(verdicts: list[PairVerdict]) -> dict:
+    "How often the judge picked the same item in both orders, with a Wilson 95% interval (never zero-width at small n)."
+    from statsmodels.stats.proportion import proportion_confint
+
+    n, k = len(verdicts), sum(v.consistent for v in verdicts)
+    lo, hi = proportion_confint(k, n, alpha=0.05, method="wilson") if n else (math.nan, math.nan)
+    return {
+        "n_pairs": n,
+        "consistent": k,
+        "rate": k / n if n else math.nan,
+        "ci95": [lo, hi],
+        "first_position_wins": sum(v.first == "A" for v in verdicts) + sum(v.second == "B" for v in verdicts),
+    }
 
 # %% ../../nbs/judging/01_pairwise.ipynb #a146cdd9
 def krippendorff_alpha(ratings: list[list[float | None]]) -> float:
-    "Krippendorff's alpha, interval metric. `ratings[c][u]` is coder c's value for unit u, None when missing; nan when all values are equal."
-    units = [[r[u] for r in ratings if r[u] is not None] for u in range(len(ratings[0]))]
-    units = [v for v in units if len(v) >= 2]  # only pairable values count
-    pooled = [x for v in units for x in v]
-    n = len(pooled)
-    if n < 2:
+    "Krippendorff's alpha, interval metric. `ratings[c][u]` is coder c's value for unit u, None when missing; nan where undefined."
+    import krippendorff, numpy as np
+
+    data = np.array([[math.nan if v is None else v for v in r] for r in ratings], dtype=float)
+    try:
+        return float(krippendorff.alpha(reliability_data=data, level_of_measurement="interval"))
+    except ValueError:  # one value in the domain, or no unit rated twice
         return math.nan
 
-    def squared_diffs(v):  # sum over ordered pairs (i != j) of (v_i - v_j)^2, = 2 m sum (v - mean)^2
-        mu = statistics.fmean(v)
-        return 2 * len(v) * sum((x - mu) ** 2 for x in v)
 
-    d_o = sum(squared_diffs(v) / (len(v) - 1) for v in units) / n
-    d_e = squared_diffs(pooled) / (n * (n - 1))
-    return math.nan if d_e == 0 else 1 - d_o / d_e
+def _unit_sums(data):
+    "Per unit with two or more values: how many (m), their sum and their sum of squares: all the interval alpha needs."
+    import numpy as np
+
+    ok = ~np.isnan(data)
+    m = ok.sum(axis=0)
+    keep = m >= 2
+    v = np.where(ok, data, 0.0)[:, keep]
+    return m[keep].astype(float), v.sum(axis=0), (v**2).sum(axis=0)
+
+
+def _alpha_from_sums(w, m, s1, s2):
+    "Interval alpha of units weighted by `w` (rows: resamples): 1 - D_o/D_e, each from sums of squared pairwise differences."
+    import numpy as np
+
+    n = w @ m
+    d_o = (w @ (2 * (m * s2 - s1**2) / (m - 1))) / n
+    S1, S2 = w @ s1, w @ s2
+    d_e = 2 * (n * S2 - S1**2) / (n * (n - 1))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(d_e > 0, 1 - d_o / d_e, np.nan)
+
+
+def alpha_ci(ratings: list[list[float | None]], n_resamples: int = 1000, seed: int = 0) -> dict:
+    """Alpha (the `krippendorff` package) with a percentile bootstrap 95% interval over units: units drawn with replacement, each
+    resample's alpha from the units' sums (the same formula, checked against the package below), resamples where it is undefined dropped."""
+    import numpy as np
+
+    data = np.array([[math.nan if v is None else v for v in r] for r in ratings], dtype=float)
+    alpha = krippendorff_alpha(ratings)
+    m, s1, s2 = _unit_sums(data)
+    lo = hi = math.nan
+    if len(m) > 1 and not math.isnan(alpha):
+        rng = np.random.default_rng(seed)
+        w = rng.multinomial(len(m), np.full(len(m), 1 / len(m)), size=n_resamples).astype(float)
+        boots = _alpha_from_sums(w, m, s1, s2)
+        boots = boots[~np.isnan(boots)]
+        if len(boots) >= 20:
+            lo, hi = np.percentile(boots, [2.5, 97.5]).tolist()
+    return {"alpha": alpha, "ci95": [lo, hi], "n_units": int(len(m))}
 
 
 def cohen_kappa(a: list, b: list) -> float:
-    "Cohen's kappa of two raters' labels on the same items."
+    "Cohen's kappa of two raters' labels on the same items (scikit-learn); 1.0 when both gave one and the same label throughout."
+    from sklearn.metrics import cohen_kappa_score
+
     if len(a) != len(b) or not a:
         raise ValueError("two equally long, non-empty label lists are needed")
-    n = len(a)
-    p_o = sum(x == y for x, y in zip(a, b)) / n
-    p_e = sum(a.count(c) / n * b.count(c) / n for c in set(a) | set(b))
-    return 1.0 if p_e == 1 else (p_o - p_e) / (1 - p_e)
+    if len(set(a) | set(b)) == 1:
+        return 1.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return float(cohen_kappa_score([str(x) for x in a], [str(x) for x in b]))

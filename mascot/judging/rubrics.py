@@ -10,7 +10,8 @@ from ..llm.embedded import *
 from ..llm.routing import *
 from ..llm.client import *
 from ..domain.personas import ROSTERS, roster_for_dataset, render_history
-import asyncio, math, re, statistics, time, weakref
+import asyncio, hashlib, json, math, os, re, sqlite3, statistics, threading, time, weakref
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -18,7 +19,8 @@ from typing import Literal
 __all__ = ['RUBRICS', 'JUDGE_LINE', 'SCORE_RANGE', 'CONTEXT_LABEL', 'JUDGE_EXAMPLES', 'SCORE_VALUES', 'Criterion', 'Rubric',
            'get_rubric', 'line_regexes', 'judge_line', 'format_instruction', 'describe_persona', 'JudgeExample',
            'judge_messages', 'JudgeParseError', 'to_100', 'Judgement', 'parse_judgement', 'score_distribution',
-           'weighted_scores', 'judge_call', 'judge_reply', 'judge_conversation', 'record_situation']
+           'weighted_scores', 'default_judge_cache', 'JudgeCache', 'judge_identity', 'judge_call', 'judge_reply',
+           'judge_conversation', 'record_situation']
 
 # %% ../../nbs/judging/00_rubrics.ipynb #d21658e8
 @dataclass(frozen=True)
@@ -335,10 +337,33 @@ class Judgement:
         return {**{k: to_100(v) for k, v in self.scores.items()}, "Overall": to_100(self.overall)}
 
 
+def _criterion_lines(text: str, rubric: Rubric) -> list[tuple[int, str, re.Match]]:
+    "Every line that reads as a criterion line: (line start, criterion, match), in text order; a line counts once, its most specific form."
+    by_line: dict[tuple[int, str], re.Match] = {}
+    for c in rubric.criteria:
+        for rx in line_regexes(c.name):  # most specific first: a line keeps the first form that matched it
+            for m in rx.finditer(text):
+                by_line.setdefault((text.rfind("\n", 0, m.start("score")) + 1, c.name), m)
+    return sorted(((pos, name, m) for (pos, name), m in by_line.items()), key=lambda x: x[0])
+
+
+def _blocks(lines: list[tuple[int, str, re.Match]]) -> list[dict[str, re.Match]]:
+    "Criterion lines cut into answer blocks: a criterion seen again in the current block starts the next block."
+    blocks: list[dict[str, re.Match]] = [{}]
+    for _, name, m in lines:
+        if name in blocks[-1]:
+            blocks.append({})
+        blocks[-1][name] = m
+    return [b for b in blocks if b]
+
+
 def _find_scores(text: str, rubric: Rubric) -> tuple[dict[str, re.Match], list[str]]:
+    "The final answer block's match per criterion, and what is wrong with it (missing, out of scale, contradicted by a partial block)."
+    blocks = _blocks(_criterion_lines(text, rubric))
+    final = blocks[-1] if blocks else {}
     found, problems = {}, []
     for c in rubric.criteria:
-        m = next((m for rx in line_regexes(c.name) if (m := rx.search(text))), None)
+        m = final.get(c.name)
         if m is None:
             problems.append(f"{c.name} missing")
             continue
@@ -347,6 +372,12 @@ def _find_scores(text: str, rubric: Rubric) -> tuple[dict[str, re.Match], list[s
             problems.append(f"{c.name} score {m['score']} is not a whole number in 1..10")
             continue
         found[c.name] = m
+    complete = set(rubric.names)
+    for b in blocks[:-1]:  # a complete earlier block is an answer the judge replaced (or quoted): ignored
+        if set(b) >= complete:
+            continue
+        clash = [n for n, m in b.items() if n in found and float(m["score"]) != float(found[n]["score"])]
+        problems += [f"{n} given twice with different scores ({b[n]['score']} and {found[n]['score']})" for n in clash]
     return found, problems
 
 
@@ -415,15 +446,102 @@ def weighted_scores(tokens: list[TokenLogprob], rubric: Rubric, parsed: dict[str
         out[name] = sum(s * p for s, p in dist.items())
     return out
 
+# %% ../../nbs/judging/00_rubrics.ipynb #c93e2840
+def default_judge_cache() -> Path:
+    "Where judgements are cached: `$MASCOT_JUDGE_CACHE`, else `$XDG_CACHE_HOME/mascot/judgements.sqlite` (default `~/.cache`)."
+    if os.environ.get("MASCOT_JUDGE_CACHE"):
+        return Path(os.environ["MASCOT_JUDGE_CACHE"]).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache").expanduser() / "mascot" / "judgements.sqlite"
+
+
+class JudgeCache:
+    "Judge replies (text and logprobs) by content hash, in one SQLite file shared by concurrent processes (WAL)."
+
+    def __init__(self, path: str | Path | None = None):
+        self.path = Path(path).expanduser() if path else default_judge_cache()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(self.path, timeout=60, isolation_level=None, check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute(
+            "PRAGMA synchronous=NORMAL"
+        )  # WAL stays consistent; a crash may lose the last few entries of a cache
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS judgements (key TEXT PRIMARY KEY, judge TEXT, rubric_version TEXT, text TEXT, logprobs TEXT, created REAL)"
+        )
+        self._lock = threading.Lock()  # one connection, used from the event loop and worker threads
+        self.hits = self.misses = self.stored = 0
+
+    @staticmethod
+    def key(judge: dict, rubric_version: str, messages: list[dict], sampling: dict) -> str:
+        blob = json.dumps([judge, rubric_version, messages, sampling], sort_keys=True, ensure_ascii=False)
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+    def get(self, key: str) -> tuple[str, list[TokenLogprob] | None] | None:
+        with self._lock:
+            row = self._db.execute("SELECT text, logprobs FROM judgements WHERE key = ?", (key,)).fetchone()
+        if row is None:
+            self.misses += 1
+            return None
+        self.hits += 1
+        lps = json.loads(row[1]) if row[1] else None
+        return row[0], [TokenLogprob(t, lp, top) for t, lp, top in lps] if lps else None
+
+    def put(self, key: str, judge: dict, rubric_version: str, text: str, logprobs: list[TokenLogprob] | None):
+        lps = json.dumps([[t.token, t.logprob, t.top] for t in logprobs]) if logprobs else None
+        with self._lock:
+            self._db.execute(
+                "INSERT OR REPLACE INTO judgements VALUES (?, ?, ?, ?, ?, ?)",
+                (key, json.dumps(judge, sort_keys=True), rubric_version, text, lps, time.time()),
+            )
+        self.stored += 1
+
+    def counts(self) -> dict:
+        return {"path": str(self.path), "hits": self.hits, "misses": self.misses, "stored": self.stored}
+
+    def close(self):
+        with self._lock:
+            self._db.close()
+
+    async def aclose(self):
+        self.close()
+
+
+def judge_identity(client: LLMClient) -> dict | None:
+    "What answers the client's judge role, for the cache key; None when the backend is not one of the package's (not cached)."
+    from mascot.llm.openai import OpenAIBackend
+    from mascot.llm.embedded import EmbeddedBackend
+    from mascot.llm.api_backends import AnthropicBackend, GeminiBackend
+
+    backend = client.backend("judge")
+    if not isinstance(backend, (OpenAIBackend, EmbeddedBackend, AnthropicBackend, GeminiBackend)):
+        return None
+    route, ident = client.routes["judge"], client.identities.get("judge") or {}
+    return {
+        "provider": getattr(backend, "kind", route.backend),
+        "model": client._checked.get("judge", route.model),
+        "url": route.url,
+        "adapter_path": ident.get("adapter_path"),
+    }
+
 # %% ../../nbs/judging/00_rubrics.ipynb #9d6ff9ec
 _NO_LOGPROBS: weakref.WeakSet = weakref.WeakSet()  # clients whose judge server refused logprobs
 
 
 async def judge_call(
-    client: LLMClient, rubric: Rubric, messages: list[dict], max_tokens: int = 160, top_logprobs: int = 20
+    client: LLMClient,
+    rubric: Rubric,
+    messages: list[dict],
+    max_tokens: int = 160,
+    top_logprobs: int = 20,
+    cache: JudgeCache | None = None,
 ) -> Judgement:
-    "One judgement from the `judge` role; probability-weighted when the backend returns logprobs."
+    "One judgement from the `judge` role (or `cache`, when it holds this judge's reply to these messages); probability-weighted when there are logprobs."
     kw = dict(temperature=0.0, max_tokens=max_tokens)
+    ident = judge_identity(client) if cache is not None else None
+    if ident is not None:
+        key = JudgeCache.key(ident, rubric.version, messages, {**kw, "top_logprobs": top_logprobs})
+        if (hit := cache.get(key)) is not None:
+            return parse_judgement(hit[0], rubric, hit[1])
     if top_logprobs > 0 and client not in _NO_LOGPROBS:
         try:
             resp = await client.chat("judge", messages, logprobs=True, top_logprobs=top_logprobs, **kw)
@@ -434,7 +552,11 @@ async def judge_call(
             resp = await client.chat("judge", messages, **kw)
     else:
         resp = await client.chat("judge", messages, **kw)
-    return parse_judgement(resp.text, rubric, resp.logprobs[0] if resp.logprobs else None)
+    lps = resp.logprobs[0] if resp.logprobs else None
+    j = parse_judgement(resp.text, rubric, lps)  # raises on a reply that does not parse: never cached
+    if ident is not None:
+        cache.put(key, ident, rubric.version, resp.text, lps)
+    return j
 
 
 def _history_text(history: list[Turn] | str, rubric: Rubric) -> str:
