@@ -62,6 +62,7 @@ def stage(emb: EmbeddedBackend, eval_dir: Path, a, reuse: bool) -> dict:
             judge_examples=a.judge_examples,
             judge_max_tokens=a.max_tokens,
             progress=False,
+            cache=False,  # every call timed, none answered from the judge cache
         )
         t = time.perf_counter()
         asyncio.run(judge_folder_async(cfg, embedded=emb))
