@@ -10,9 +10,10 @@ import datetime, html, json, math, re, shutil, statistics, sys
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['CSS', 'ERROR_TRAP', 'LOAD_CHECK', 'RUN_JS', 'SECTIONS', 'page', 'notebook_html', 'render_notebooks', 'csv_table',
-           'degenerate_counts', 'degenerate_table', 'table_html', 'tables_section', 'role_models', 'provenance_section',
-           'overview_section', 'build_run_page', 'headline', 'compare_runs', 'build_docs', 'build_site', 'main']
+__all__ = ['CSS', 'ERROR_TRAP', 'LOAD_CHECK', 'RUN_JS', 'SECTIONS', 'page', 'offline_html', 'notebook_html', 'render_notebooks',
+           'csv_table', 'degenerate_counts', 'degenerate_table', 'table_html', 'tables_section', 'role_models',
+           'provenance_section', 'overview_section', 'build_run_page', 'headline', 'compare_runs', 'build_docs',
+           'build_site', 'main']
 
 # %% ../../nbs/apps/42a_site.ipynb #f8edc8cd
 CSS = """body{font-family:system-ui,sans-serif;max-width:1200px;margin:1.5em auto;padding:0 1em;color:#222;line-height:1.4}
@@ -119,6 +120,21 @@ filter();compare();show();addEventListener('load',()=>setTimeout(show,0));
 # %% ../../nbs/apps/42a_site.ipynb #f82cc71a
 _EXPORTER = None
 _fresh = lambda nb_path, out: out.exists() and out.stat().st_mtime >= nb_path.stat().st_mtime
+# nbconvert's templates load jQuery, require.js and mermaid from a CDN (for widgets and diagrams, which these notebooks do not use):
+# a page that must open offline drops every script that points off the machine, and the empty MathJax hook.
+_REMOTE_SCRIPT = re.compile(
+    r"""<script[^>]*\bsrc=["'](?:https?:)?//[^"']*["'][^>]*>\s*</script>"""
+    r"""|<script type="module">[^<]*?https?://[^<]*?</script>"""
+    r"""|<script src=""></script>"""
+    r"""|<script type="text/x-mathjax-config">.*?</script>""",
+    re.S,
+)
+
+
+def offline_html(body: str, title: str | None = None) -> str:
+    "nbconvert's page without anything fetched from the network, titled after the notebook."
+    body = _REMOTE_SCRIPT.sub("", body)
+    return body.replace("<title>Notebook</title>", f"<title>{html.escape(title)}</title>", 1) if title else body
 
 
 def notebook_html(nb_path: Path, out: Path) -> Path:
@@ -134,7 +150,7 @@ def notebook_html(nb_path: Path, out: Path) -> Path:
         _EXPORTER.mathjax_url = ""  # no CDN: the site must open offline
     body, _ = _EXPORTER.from_notebook_node(nbformat.read(nb_path, as_version=4))
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(body)
+    out.write_text(offline_html(body, title=nb_path.stem))
     return out
 
 
@@ -484,18 +500,25 @@ def compare_runs(infos: list[dict]) -> str:
     return f"<table class='sortable data' id='compare'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 # %% ../../nbs/apps/42a_site.ipynb #b7d09141
-def build_docs(nbs: Path, site: Path, jobs: list) -> list[Path]:
-    "`docs/index.html` listing the notebooks; their pages are added to `jobs`."
-    out, pages = site / "docs", []
-    for nb in sorted(nbs.glob("*.ipynb")) + sorted((nbs / "figures").glob("*.ipynb")):
-        pages.append(out / f"{nb.stem}.html")
+def build_docs(nbs: Path, site: Path, jobs: list, executed: dict[str, str] | None = None) -> list[Path]:
+    """`docs/index.html` listing the notebooks by subpackage (`nbs/<pkg>/NN_name.ipynb` -> `docs/<pkg>-NN_name.html`); their pages are
+    added to `jobs`. `executed` maps a stage notebook's stem to the page of its executed copy in a run, where its examples' outputs show."""
+    out, pages, groups = site / "docs", [], {}
+    for nb in sorted(p for p in nbs.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts):
+        rel = nb.relative_to(nbs)
+        pkg = rel.parts[0] if len(rel.parts) > 1 else "top"
+        pages.append(out / ("-".join(rel.with_suffix("").parts) + ".html"))
         jobs.append((nb, pages[-1]))
+        run_page = (executed or {}).get(nb.stem)
+        extra = f" (<a href='{esc(run_page)}'>executed, with outputs</a>)" if run_page else ""
+        groups.setdefault(pkg, []).append(f"<li><a href='{pages[-1].name}'>{esc(rel.stem)}</a>{extra}</li>")
     out.mkdir(parents=True, exist_ok=True)
-    links = "".join(f"<li><a href='{p.name}'>{p.stem}</a></li>" for p in pages)
+    lists = "".join(f"<h2>{esc(k)}</h2><ul>{''.join(v)}</ul>" for k, v in groups.items())
     (out / "index.html").write_text(
         page(
             "Documentation",
-            f"<p>The stage notebooks, one per pipeline stage and paper figure.</p><ul>{links}</ul>",
+            "<p>The notebooks the package is written in, one folder per subpackage; each stage's executed copy in the newest run "
+            f"shows its outputs.</p>{lists}",
             depth=1,
         )
     )
@@ -528,7 +551,14 @@ def build_site(
 
     nbs = Path(nbs) if nbs else Path(mascot.__file__).resolve().parent.parent / "nbs"
     if nbs.is_dir():
-        build_docs(nbs, site, jobs)
+        # the newest run that executed a stage notebook shows its outputs
+        executed = {
+            s["stage"]: f"../runs/{i['name']}/notebooks/{s['stage']}.html"
+            for i in sorted(infos, key=lambda i: i.get("started") or "")
+            for s in i["stages"]
+            if s.get("executed")
+        }
+        build_docs(nbs, site, jobs, executed)
     render_notebooks(jobs)
     judge_of = lambda i: ", ".join(
         dict.fromkeys(
