@@ -1,4 +1,9 @@
-"""Learning checks on signals the model can learn (issue #14, item 4), at CPU sizes; resumable section by section.
+"""Learning checks on signals the model can learn, at CPU sizes; resumable section by section.
+
+Every section checks that a trainer learns a signal whose answer is known (known-label reward-model pairs, reply length and format, the
+turn-taking reward, a programmatic group reward). None of them is evidence about MASCOT: a passing check says the plumbing and the optimiser
+can move the model toward a known target, not that the trained system is better. `bench/director_content.py` is the director check whose
+target depends on what the user said.
 
 reward_model: a persona reward model on known-label pairs (each context's real reply vs its degraded copies: the context parroted, the
     persona's name alone, the reply cut off, another conversation's reply), held-out accuracy on unseen contexts with its binomial 95% CI.
@@ -7,11 +12,14 @@ reward_model: a persona reward model on known-label pairs (each context's real r
     context tells them apart. The held-out pairs are the same with or without them (the same split of the same context ids).
 speaker: speaker GRPO (the package's train_speaker, gated reward) against that reward model on the same contexts' persona prompts; held-out
     prompts sampled at the training temperature, several samples each, the same seeds for base and trained: paired difference +- s.e. and the
-    degenerate-reply rate of each.
+    degenerate-reply rate of each. The held-out split and seeds follow --stage1-seed. `ungated` scores the held-out replies again with the
+    reward model alone beside the gated score (the gate moves every degenerate reply below the clean ones, so the gated difference counts a
+    drop in degenerate replies twice).
 group_reward_model, director, dpo_director: the stage-2 checks against a programmatic group reward (`mascot.evaluation.auto_metrics.ProgrammaticGroupReward`:
     distinct speakers, 1 - Self-BLEU, MiniLM relevance to the situation, clean replies), a reference judge whose preferences are known and
     learnable. Director states are ESConv and ED contexts (68) after one random-speaker round (so who speaks next can add a new voice); held-out states
-    come from unseen contexts. group_reward_model: a group RM trained on conversation pairs that reward labels, held-out accuracy + Wilson CI.
+    come from unseen contexts. group_reward_model: a group RM trained on conversation pairs that reward labels, held-out accuracy + Wilson CI and the smallest exact McNemar
+    p-value the before/after counts allow (per-pair outcomes are not recorded).
     director: the package's train_director_grpo with that reward in place of the trained group RM; dpo_director: the package's
     train_director_dpo on pairs of the base director's sampled directives, both parsed, ranked by that reward. Each is compared on the held-out
     states with a random director and the untrained one (the same rollout seeds), as paired differences +- s.e. The director GRPO counts
@@ -169,6 +177,7 @@ def section_speaker(a, work: Path, rm_path: str) -> dict:
             eval_samples_per_prompt=a.eval_samples,
             holdout_fraction=a.stage1_holdout,
             lora_r=8,
+            seed=a.stage1_seed,  # the held-out split, sampling and seeds follow --stage1-seed like the reward model's
         )
     )
     m = json.loads((out / "mascot_metadata.json").read_text())
@@ -186,7 +195,57 @@ def section_speaker(a, work: Path, rm_path: str) -> dict:
             "steps",
             "prompts_per_step",
         )
-    } | {"seconds": round(time.time() - t, 1), "path": str(out)}
+    } | {"seconds": round(time.time() - t, 1), "path": str(out), "ungated": speaker_ungated(a, folder, out, rm_path, m)}
+
+
+def speaker_ungated(a, folder: Path, adapter: Path, rm_path: str, meta: dict) -> dict:
+    """The speaker check's held-out replies scored by the reward model alone (ungated) beside the gated score the trainer reports: the gate
+    shifts a degenerate reply below every clean one, so the gated difference counts a drop in degenerate replies once as fewer of them and
+    again as a higher score. The replies are sampled again with the package's seeds (seed x 100003 + prompt x samples + sample)."""
+    import statistics
+    from mascot.core.runtime import run_sync
+    from mascot.llm.embedded import EmbeddedBackend
+    from mascot.llm.types import ChatRequest
+    from mascot.stage1.speaker_grpo import PersonaRMReward, speaker_prompts
+    from mascot.training.common import paired_summary, split_by_context
+    from mascot.training.reward_models import RewardModel
+
+    _, held, _ = split_by_context(speaker_prompts(folder), a.stage1_holdout, a.stage1_seed)
+    prompts, k = list(held["prompt"]), a.eval_samples
+    rm, emb = RewardModel.load(rm_path), EmbeddedBackend()
+    emb.load_adapter("trained", adapter)
+
+    async def replies(model):
+        reqs = [
+            ChatRequest(
+                p,
+                model=model,
+                max_tokens=48,
+                temperature=meta.get("eval_temperature", 0.7),
+                seed=a.stage1_seed * 100_003 + i * k + j,
+            )
+            for i, p in enumerate(prompts)
+            for j in range(k)
+        ]
+        return [r.text for r in await asyncio.gather(*[emb.chat(q) for q in reqs])]
+
+    flat = [p for p in prompts for _ in range(k)]
+    out = {}
+    for name, model in (("base", None), ("trained", "trained")):
+        texts = run_sync(replies(model))
+        for kind, gate in (("ungated", False), ("gated", True)):
+            scores = PersonaRMReward(rm, gate=gate)(flat, texts)
+            out[f"{name}_{kind}"] = [statistics.fmean(scores[i * k : (i + 1) * k]) for i in range(len(prompts))]
+    res = {}
+    for kind in ("ungated", "gated"):
+        d = paired_summary(out[f"base_{kind}"], out[f"trained_{kind}"])
+        res[kind] = {
+            "base_mean_rm": statistics.fmean(out[f"base_{kind}"]),
+            "trained_mean_rm": statistics.fmean(out[f"trained_{kind}"]),
+            "paired_diff": d["paired_diff"],
+            "se": d["se"],
+        }
+    return res | {"n_prompts": len(prompts), "samples_per_prompt": k}
 
 
 # ---- stage 2: director checks on the programmatic group reward ----
@@ -349,6 +408,9 @@ def train_group_rm(a, work: Path, folder: Path) -> dict:
         "heldout_accuracy": m["heldout_accuracy_after"],
         "ci95": m["heldout_accuracy_after_ci95"],
         "heldout_accuracy_before": m["heldout_accuracy_before"],
+        "mcnemar_p_at_best": mcnemar_p_at_best(
+            m["heldout_accuracy_before"], m["heldout_accuracy_after"], m["num_heldout_pairs"]
+        ),
         "n_pairs": m["num_heldout_pairs"],
         "n_train_pairs": m["num_train_pairs"],
         "heldout_contexts": len(m["heldout_contexts"]),
@@ -358,6 +420,16 @@ def train_group_rm(a, work: Path, folder: Path) -> dict:
         "seconds": round(time.time() - t, 1),
         "path": str(out),
     }
+
+
+def mcnemar_p_at_best(before: float, after: float, n: int) -> float:
+    """Exact two-sided McNemar p-value of the before/after accuracies on the same n held-out pairs, at the discordance most favourable to a
+    difference (no pair right before and wrong after). The per-pair outcomes are not recorded, so this is the smallest p the counts allow."""
+    from statsmodels.stats.contingency_tables import mcnemar
+
+    b, c = round(before * n), round(after * n)
+    lo, hi = min(b, c), max(b, c)
+    return float(mcnemar([[lo, 0], [hi - lo, n - hi]], exact=True).pvalue)
 
 
 class _ProgrammaticAsGroupRM:

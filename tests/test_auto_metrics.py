@@ -111,15 +111,39 @@ def test_legacy_file_needs_round_inference(tmp_path):
         scorer=flags_a_then_b,
         embed=lambda t: [[1.0]] * len(t),
     )
+    # each agent turn opens a round (director -> speaker (-> user)), so one speaker per inferred round: no same-round pairs
     assert (
         rep["overall"]["num_pairs"],
         rep["overall"]["num_contradictions"],
         rep["num_conversations_rounds_inferred"],
-    ) == (1, 1, 1)
+    ) == (0, 0, 1)
     explicit = evaluate(
         MetricsConfig(input_file=str(path), pairing_mode="all-pairs"), scorer=flags_a_then_b, embed=no_embedder
     )
     assert explicit["overall"]["num_pairs"] == 3 and explicit["overall"]["echo_score"] is None
+
+
+@pytest.mark.parametrize("user_simulation", [False, True])
+def test_recorded_and_inferred_rounds_give_the_same_pairs(tmp_path, user_simulation):
+    "Rounds as `mascot episode` records them (one per director step, with or without user replies) pair as their inferred rounds do."
+    lines = [(0, "User", "I failed.")]
+    for r, who in enumerate(["A", "B", "A", "C"]):
+        lines.append((r, who, f"{who}: reply {r}"))
+        if user_simulation and r % 2 == 0:
+            lines.append((r, "User", f"ok {r}"))
+    recorded = episode("e", lines)
+    counts = {}
+    for mode in ("same-round", "all-pairs", "adjacent-agent"):
+        for name, rec in (("recorded", recorded), ("inferred", strip_round_ids(json.loads(json.dumps(recorded))))):
+            path = write_jsonl(tmp_path / f"{name}.jsonl", [rec])
+            rep = evaluate(
+                MetricsConfig(input_file=str(path), pairing_mode=mode, allow_round_inference=True),
+                scorer=lambda p, h: [0.9] * len(p),
+                embed=lambda t: [[1.0]] * len(t),
+            )
+            counts[mode, name] = (rep["overall"]["num_pairs"], rep["overall"]["num_echo_pairs"])
+        assert counts[mode, "recorded"] == counts[mode, "inferred"], (mode, counts)
+    assert counts["all-pairs", "recorded"][0] == 6
 
 
 def test_self_bleu_extremes():

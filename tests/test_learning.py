@@ -157,3 +157,102 @@ def test_grpo_raises_a_learnable_reward_and_trains_only_lora(smol_path, tmp_path
     } <= set(history[0])
     assert saved["trainable_parameters"] == sum(before_params[n].numel() for n in lora)
     assert (tmp_path / "out" / "training_curves.png").exists()
+
+
+# ---------------------------------------------------------------- the director: a target that needs the conversation
+NEEDS = {  # what the user asks for decides who should speak; the prompt never says who that is
+    "The Anchor": ["I am panicking and cannot stop shaking", "I feel completely overwhelmed and scared right now"],
+    "The Catalyst": ["I need a concrete plan with clear steps", "tell me which practical steps to take first"],
+    "The Beacon": ["I want to grow and become a better person", "I want to build on my strengths and learn"],
+}
+TOPICS = "my job,the exams,moving city,my sister,money,my health,my team,a breakup,the new school,my father".split(",")
+
+
+def _director_state(topic: str, need: str, tok, roster) -> str:
+    """A short director prompt (the team and what each brings, one user line carrying the need; no one has spoken), rendered and opened as the
+    JSON directive so one word names the speaker. Short, so a GRPO step takes seconds on two cores."""
+    team = "; ".join(f"{p.name}: {p.contribution}" for p in roster.personas)
+    msgs = [
+        {"role": "system", "content": f"You direct a support team. Team: {team}. Pick who speaks next."},
+        {"role": "user", "content": f"User, about {topic}: {need}."},
+    ]
+    return tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True) + '{"agent_name": "The'
+
+
+def _named(text: str) -> str | None:
+    'The persona a completion of \'... "agent_name": "The\' names (its first word), or None.'
+    word = (text.strip().split() or [""])[0].strip('",.').capitalize()
+    return f"The {word}" if word in ("Anchor", "Catalyst", "Beacon") else None
+
+
+def _p_target(model, tok, prompts: list[str], targets: list[str]) -> list[float]:
+    "The policy's probability of the right persona among the three, per held-out state (a name-only policy scores 1/3 on balanced states)."
+    import torch
+
+    first = {n: tok(" " + n.split()[1], add_special_tokens=False)["input_ids"][0] for n in NEEDS}
+    tok.padding_side = "left"
+    enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+    with torch.inference_mode():
+        logits = model(**enc).logits[:, -1].float()
+    three = logits[:, [first[n] for n in NEEDS]].softmax(-1)
+    return [float(three[i, list(NEEDS).index(t)]) for i, t in enumerate(targets)]
+
+
+@pytest.mark.slow  # about 6 minutes on 2 shared cores
+def test_director_grpo_learns_a_choice_that_needs_the_conversation(smol_path, tmp_path):
+    """The director's GRPO config (TRL's GRPOTrainer, the package's LoRA) on states whose right speaker depends on what the user asked for
+    (distress -> The Anchor, a plan -> The Catalyst, growth -> The Beacon), all with the same history: no policy that looks only at names
+    and turn order can beat 1/3 on the held-out topics, so rising above it means the trainer learnt from the content of the conversation.
+    A check that the trainer learns such a signal, not evidence about MASCOT."""
+    import datasets, torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
+    from trl import GRPOTrainer
+    from mascot.domain.personas import SUPPORT_ROSTER
+    from mascot.stage2.director_grpo import DirectorGRPOConfig
+    from mascot.training.common import grpo_config, lora_config, paired_summary
+
+    set_seed(0)
+    tok = AutoTokenizer.from_pretrained(smol_path)
+    tok.padding_side = "left"
+    states = [(topic, need, who) for topic in TOPICS for who, needs in NEEDS.items() for need in needs]
+    train = [s for s in states if s[0] in TOPICS[:7]]
+    held = [s for s in states if s[0] in TOPICS[7:]]
+    rows = [{"prompt": _director_state(t, n, tok, SUPPORT_ROSTER), "target": w} for t, n, w in train]
+
+    def right_speaker(completions, target, **kw):
+        return [1.0 if _named(c) == t else 0.0 for c, t in zip(completions, target)]
+
+    cfg = DirectorGRPOConfig(
+        max_steps=15,
+        learning_rate=1e-3,
+        num_generations=8,
+        per_device_train_batch_size=16,
+        gradient_accumulation_steps=1,
+        max_completion_length=3,
+        temperature=1.0,
+        beta=0.0,
+        lora_r=8,
+        trl={"reward_weights": [1.0]},
+    )
+    model = AutoModelForCausalLM.from_pretrained(smol_path, dtype=torch.float32)
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=[right_speaker],
+        args=grpo_config(cfg, str(tmp_path / "trainer")),
+        train_dataset=datasets.Dataset.from_list(rows),
+        processing_class=tok,
+        peft_config=lora_config(cfg, "CAUSAL_LM"),
+    )
+    held_prompts = [_director_state(t, n, tok, SUPPORT_ROSTER) for t, n, _ in held]
+    targets = [w for *_, w in held]
+    before = _p_target(trainer.model, tok, held_prompts, targets)  # LoRA B starts at zero: the base director
+    trainer.train()
+    trainer.model.eval()
+    after = _p_target(trainer.model, tok, held_prompts, targets)
+    s = paired_summary(before, after)
+    print(
+        f"held-out P(right persona) {statistics.fmean(before):.3f} -> {statistics.fmean(after):.3f} (paired {s['paired_diff']:+.3f} "
+        f"+- {s['se']:.3f} s.e., {len(held)} states; any name-only policy: 0.333)"
+    )
+    assert s["paired_diff"] > 3 * s["se"] and s["paired_diff"] > 0.05
+    assert statistics.fmean(after) > 1 / 3 + 0.05  # beyond what any policy blind to the user's words can reach

@@ -85,3 +85,49 @@ def test_load_roster_errors(tmp_path, text, msg):
     p.write_text(text)
     with pytest.raises(RosterError, match=msg):
         load_roster(p)
+
+
+def test_persona_names_in_any_script(tmp_path):
+    "Letters of every script are kept: 'Анна', '李雷' and 'Zoë' are distinct members the director can name (case-folded, NFKC-normalised)."
+    path = tmp_path / "intl.yaml"
+    personas = [{"name": n, "role": "listener", "contribution": "listening"} for n in ("Анна", "李雷", "Zoë", "Zoe")]
+    path.write_text(yaml.safe_dump({"name": "intl", "domain": "support", "personas": personas}, allow_unicode=True))
+    roster = load_roster(path)
+    assert [roster.find(q).name for q in ("анна", "АННА.", "李雷", "zoe\u0308", "ZOË", "Zoe")] == [
+        "Анна",
+        "Анна",
+        "李雷",
+        "Zoë",
+        "Zoë",
+        "Zoe",
+    ]
+    d = parse_directive('{"agent_name": "李雷", "action": "listen", "tone": "warm"}', roster)
+    assert d == Directive("李雷", "listen", "warm")
+    assert parse_directive("Анна should speak next.", roster).agent_name == "Анна"
+
+
+def test_roster_errors_are_one_line_from_the_cli(tmp_path, shared_data_dir):
+    "A roster whose names clash (here in Cyrillic, which used to normalise to nothing) stops the command with one line and exit code 2."
+    import subprocess, sys
+
+    path = tmp_path / "clash.yaml"
+    personas = [{"name": n, "role": "r", "contribution": "c"} for n in ("Анна", "анна")]
+    path.write_text(yaml.safe_dump({"name": "x", "domain": "support", "personas": personas}, allow_unicode=True))
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mascot.apps.cli",
+            "episode",
+            "--roster-path",
+            str(path),
+            "--output-dir",
+            str(tmp_path / "o"),
+        ]
+        + ["--num-samples", "1", "--data-path", str(shared_data_dir / "esconv")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert len(r.stderr.strip().splitlines()) == 1 and "clashes" in r.stderr and str(path) in r.stderr

@@ -135,3 +135,225 @@ def test_failing_stage_keeps_notebook_and_names_error(tmp_path):
         == route
         == json.loads((sdir / "run_config.json").read_text())["judge_route"]
     )
+
+
+def test_plan_checks_everything_and_runs_nothing(tmp_path):
+    """`mascot run configs/paper-ed.yaml --plan` with its endpoints set and `data_path` on local files: every stage listed with Qwen3-8B, and on
+    a machine without a GPU each training stage named with the GPU memory it needs; exit 2, within a minute, no folder created."""
+    from fake_openai_server import FakeOpenAIServer
+    from conftest import shared_data
+
+    cfg = yaml.safe_load((ROOT / "configs/paper-ed.yaml").read_text())
+    cfg["data_path"] = str(shared_data() / "empathetic_dialogues")
+    with FakeOpenAIServer(model="Qwen/Qwen3-8B") as srv:
+        env = {**os.environ, "VLLM_SERVER_URL": srv.url, "JUDGE_SERVER_URL": srv.url, "JUDGE_MODEL": "Qwen/Qwen3-8B"}
+        t0 = time.time()
+        r = mascot(str(write_cfg(tmp_path, cfg)), "--plan", "--runs-dir", str(tmp_path / "runs"), env=env, timeout=120)
+        took = time.time() - t0
+    out = r.stdout
+    assert took < 60 and not (tmp_path / "runs").exists(), (took, out)
+    stages = [s for s in cfg["stages"]]
+    listed = [l.split()[0] for l in out.splitlines()[1:] if l and not l.startswith((" ", "-")) and "problem" not in l]
+    assert listed == stages, out
+    assert all(
+        "Qwen/Qwen3-8B" in l
+        for l in out.splitlines()
+        if l.split()[:1] and l.split()[0] in ("candidates", "speaker_grpo", "evaluate")
+    )
+    import subprocess as sp
+
+    has_gpu = sp.run("nvidia-smi", shell=True, capture_output=True).returncode == 0
+    if not has_gpu:
+        assert r.returncode == 2, out
+        for k in ("speaker_grpo", "sft", "director_grpo", "director_dpo"):
+            assert f"stage {k} trains Qwen/Qwen3-8B (LoRA): needs a CUDA GPU" in out, out
+        assert "/models" not in out and "does not serve" not in out  # the endpoints answered and serve the named models
+        assert len([l for l in out.splitlines() if l.startswith("  - ")]) == 4, out
+
+
+def test_plan_names_a_dead_endpoint_and_missing_data(tmp_path):
+    cfg = json.loads(json.dumps(TINY))
+    cfg["data_path"] = str(tmp_path / "nowhere")
+    cfg["endpoints"] = {"vllm_server_url": "http://u:pw@127.0.0.1:9/v1", "judge_provider": "embedded"}
+    r = mascot(str(write_cfg(tmp_path, cfg)), "--plan", "--runs-dir", str(tmp_path / "runs"), timeout=120)
+    assert r.returncode == 2 and not (tmp_path / "runs").exists()
+    assert "facebook/empathetic_dialogues" in r.stdout and "shared/data/README.md" not in r.stdout + r.stderr
+    assert "http://127.0.0.1:9/v1 does not answer /models" in r.stdout and "pw" not in r.stdout
+
+
+def test_run_name_must_be_a_plain_name(tmp_path):
+    r = mascot(str(write_cfg(tmp_path, TINY)), "--run-name", "../../x", "--runs-dir", str(tmp_path / "runs"))
+    assert (
+        r.returncode == 2
+        and "run_name '../../x' must be a plain name" in r.stderr
+        and len(r.stderr.strip().splitlines()) == 1
+    )
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.integration
+def test_secrets_stay_out_of_executed_notebooks_and_output_is_quiet(tmp_path):
+    "A key in a server URL through ${MASCOT_API_KEY}: the stage runs, and no file of the run holds the key; no Tqdm or TCP-encryption notice."
+    from fake_openai_server import FakeOpenAIServer
+
+    key = "sk-plantedkey-0123456789"
+    cfg = {
+        "run_name": "sec",
+        "dataset": "ED",
+        "data_path": "demo:empathetic_dialogues",
+        "endpoints": {"judge": "fake-model", "max_retries": 0},
+        "stages": {"candidates": {**TINY["stages"]["candidates"], "num_samples": 1, "num_candidates": 2}},
+    }
+    with FakeOpenAIServer(model="fake-model") as srv:
+        cfg["endpoints"]["vllm_server_url"] = srv.url.replace("http://", "http://user:${MASCOT_API_KEY}@")
+        cfg["endpoints"]["judge_server_url"] = cfg["endpoints"]["vllm_server_url"]
+        env = {**os.environ, "MASCOT_API_KEY": key, "PYTHONPATH": str(ROOT)}
+        r = mascot(str(write_cfg(tmp_path, cfg)), "--runs-dir", str(tmp_path / "runs"), env=env, timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    leaked = [p for p in (tmp_path / "runs").rglob("*") if p.is_file() and key.encode() in p.read_bytes()]
+    assert not leaked, leaked
+    executed = (tmp_path / "runs/sec/10_candidates/executed.ipynb").read_text()
+    assert "${MASCOT_URL_USERINFO_0}@127.0.0.1" in executed  # the kernel read it from its environment
+    for text in (r.stdout + r.stderr, executed):
+        assert "TqdmWarning:" not in text and "IProgress not found" not in text and "without encryption" not in text
+
+
+@pytest.mark.parametrize("paper", ["paper-ed", "paper-esconv", "paper-qmsum"])
+@pytest.mark.parametrize("layout", ["1xh100", "2xh100", "1xh200"])
+def test_gpu_layout_plans_the_paper_without_env_urls(tmp_path, layout, paper, monkeypatch):
+    """`mascot run configs/paper-*.yaml --layout configs/gpu/<layout>.yaml --plan`: the managed server takes the place of the config's
+    `${VLLM_SERVER_URL}` (not set here), every stage is valid with the layout's sizes, the plan names which GPU the server and each stage
+    hold, and on a machine without a GPU its only problems are that the server and the training stages need one; no folder is created."""
+    from mascot.apps.pipeline import load_pipeline_config
+    from mascot.apps.plan import plan_report, gpus_here
+
+    for var in ("VLLM_SERVER_URL", "JUDGE_SERVER_URL", "JUDGE_MODEL"):
+        monkeypatch.delenv(var, raising=False)
+    lay = yaml.safe_load((ROOT / f"configs/gpu/{layout}.yaml").read_text())
+    cfg = load_pipeline_config(
+        ROOT / f"configs/{paper}.yaml", ROOT / f"configs/gpu/{layout}.yaml", runs_dir=str(tmp_path / "runs")
+    )
+    cfg.data_path = str(tmp_path)  # local files (their layout is not what this checks)
+    assert cfg.endpoints["judge"] == "Qwen/Qwen3-8B" and cfg.endpoints["vllm_server_url"] == "http://127.0.0.1:8000/v1"
+    assert set(cfg.stages) == set(yaml.safe_load((ROOT / f"configs/{paper}.yaml").read_text())["stages"])
+    lines, problems = plan_report(cfg, f"{paper}.yaml")
+    assert not (tmp_path / "runs").exists()
+    share = lay["serve"]["gpu_memory_utilization"]
+    assert lines[0].startswith(f"serve: vLLM Qwen/Qwen3-8B on GPU 0 at {share:g} of memory"), lines[0]
+    assert not any("not valid" in line for line in lines), lines
+    stage_gpu = lay["gpus"]["stages"]
+    for line in lines[1:]:
+        if line.split()[0] in ("speaker_grpo", "director_grpo", "candidates"):
+            assert f"CUDA_VISIBLE_DEVICES={stage_gpu}" in line and "Qwen/Qwen3-8B" in line, line
+    if not gpus_here():
+        assert "serve: the vLLM server needs GPU 0; this machine has none (nvidia-smi does not answer)" in problems
+        others = [
+            p for p in problems if not p.startswith("serve: the vLLM server needs GPU") and "needs a CUDA GPU" not in p
+        ]
+        assert not others, others
+        assert any(p.startswith("stage director_grpo trains Qwen/Qwen3-8B (LoRA): needs a CUDA GPU") for p in problems)
+    assert not any("/models" in p or "does not serve" in p or "unknown key" in p for p in problems), problems
+
+
+def test_plan_checks_the_layout_against_the_gpus(tmp_path, monkeypatch):
+    "With GPUs (stubbed: one 80 GiB card), a server share that leaves a training stage too little, and a stage on a GPU that is not there."
+    import mascot.apps.plan as pl
+    from mascot.apps.pipeline import load_pipeline_config
+
+    monkeypatch.setattr(pl, "gpus_here", lambda: [("NVIDIA H100 80GB HBM3", 79.6)])
+    cfg = load_pipeline_config(ROOT / "configs/paper-ed.yaml", ROOT / "configs/gpu/1xh100.yaml", runs_dir=str(tmp_path))
+    cfg.data_path = str(tmp_path)
+    cfg.serve.gpu_memory_utilization = 0.8
+    cfg.gpus = {"stages": "0", "sft": "1"}
+    _, problems = pl.plan_report(cfg, "paper-ed.yaml")
+    assert any(
+        p.startswith(
+            "stage speaker_grpo trains Qwen/Qwen3-8B: needs >= 24.0 GiB (estimated), GPU 0 has 16 GiB beside the server"
+        )
+        for p in problems
+    ), problems
+    assert "stage sft: gpus: GPU 1 is not on this machine (it has 1)" in problems
+    cfg.serve.gpu_memory_utilization = 0.15
+    _, problems = pl.plan_report(cfg, "paper-ed.yaml")
+    assert any(p.startswith("serve: Qwen/Qwen3-8B needs about 18.0 GiB of GPU 0") for p in problems), problems
+
+
+@pytest.mark.integration
+def test_gpu_check_runs_on_cpu(tmp_path):
+    "scripts/gpu_check.py --device cpu: the tiny Qwen3 built here and one step of each trainer, every check passing (about a minute)."
+    r = subprocess.run(
+        [sys.executable, "scripts/gpu_check.py", "--device", "cpu", "--out", str(tmp_path / "gc.json")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    res = json.loads((tmp_path / "gc.json").read_text())
+    for k in (
+        "tiny_qwen3_on_device",
+        "placement_and_dtype",
+        "reward_model_step",
+        "speaker_grpo_step",
+        "sft_step",
+        "director_dpo_step",
+    ):
+        assert res[k]["ok"], (k, res[k])
+    assert res["tiny_qwen3_on_device"]["architecture"] == "Qwen3ForCausalLM"
+
+
+@pytest.mark.served
+@pytest.mark.integration
+def test_sigterm_stops_the_managed_server(tmp_path):
+    """`serve:` with the fake OpenAI server standing in for vLLM (MASCOT_VLLM_PYTHON runs it on the port vLLM would take, every reply
+    slow): SIGTERM during the first stage ends `mascot run` with 130, the stage marked interrupted, and the server's process group
+    gone."""
+    wrapper = tmp_path / "vllm-python"
+    wrapper.write_text(
+        f"#!{sys.executable}\n"
+        "import os, sys\n"
+        "a = sys.argv[1:]\n"
+        "name = a[a.index('--served-model-name') + 1] if '--served-model-name' in a else a[a.index('--model') + 1]\n"
+        f"os.execv(sys.executable, [sys.executable, {str(ROOT / 'tests/fake_openai_server.py')!r}, '--port', a[a.index('--port') + 1],\n"
+        "          '--model', name, '--fault', 'slow=1.0'])\n"
+    )
+    wrapper.chmod(0o755)
+    cfg = {
+        "run_name": "term",
+        "dataset": "ED",
+        "data_path": "demo:empathetic_dialogues",
+        "model_name": "fake-model",
+        "serve": {"judge": True, "port": 0, "device": "cpu", "stop_grace": 5},
+        "endpoints": {"max_retries": 0},
+        "stages": {"candidates": {**TINY["stages"]["candidates"], "num_samples": 2}},
+    }
+    env = {**os.environ, "MASCOT_VLLM_PYTHON": str(wrapper), "PYTHONPATH": str(ROOT)}
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mascot.apps.pipeline",
+            str(write_cfg(tmp_path, cfg)),
+            "--runs-dir",
+            str(tmp_path / "runs"),
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    run = tmp_path / "runs" / "term"
+    summary, deadline = run / "10_candidates" / "run_summary.json", time.time() + 300
+    while time.time() < deadline and p.poll() is None and not (run / "10_candidates" / "executed.ipynb").exists():
+        time.sleep(1)
+    time.sleep(3)  # the stage's kernel is starting or already waiting on the (slow) server
+    p.send_signal(signal.SIGTERM)
+    out, _ = p.communicate(timeout=120)
+    assert p.returncode == 130, out[-3000:]
+    served = json.loads((run / "serve.json").read_text())
+    assert served["stopped"] and "[serve] stopped pid" in out, out[-3000:]
+    for pid in served["pids"]:
+        with pytest.raises(ProcessLookupError):
+            os.killpg(pid, 0)
+    assert json.loads(summary.read_text())["status"] == "interrupted"

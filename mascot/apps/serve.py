@@ -10,10 +10,12 @@ from ..llm.embedded_model import resolve_model_path, EMBEDDED_DEFAULT
 import json, os, shlex, shutil, signal, subprocess, sys, time, urllib.request
 from pathlib import Path
 from typing import Literal
+from pydantic import Field
 
 # %% auto #0
-__all__ = ['VLLM_LORA_RANKS', 'ServeConfig', 'parse_gpus', 'adapter_rank', 'serve_device', 'vllm_python', 'vllm_command', 'serve',
-           'main', 'MergeConfig', 'adapter_base', 'merge_lora', 'merge_main']
+__all__ = ['VLLM_LORA_RANKS', 'ServeConfig', 'parse_gpus', 'adapter_rank', 'serve_device', 'vllm_python', 'vllm_command',
+           'ServerFailed', 'log_tail', 'wait_ready', 'load_lora_adapter', 'stop_group', 'serve', 'main', 'MergeConfig',
+           'adapter_base', 'merge_lora', 'merge_main']
 
 # %% ../../nbs/apps/41_serve.ipynb #d3f9e78d
 VLLM_LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
@@ -37,6 +39,25 @@ class ServeConfig(Config):
     vllm_python: str | None = None
     ready_timeout: float = 900.0  # seconds to wait for /v1/models
     dry_run: bool = False
+    replicas: int = Field(
+        1,
+        description="data-parallel servers on consecutive ports (port, port+1, ...), each on its own --gpus worth of GPUs; "
+        "list them comma-separated as the role URL",
+    )
+    max_loras: int = Field(
+        0,
+        description="adapters one batch may mix (vLLM's --max-loras); above 0 LoRA is on even without --lora-modules, so adapters "
+        "can be loaded into the running server",
+    )
+    max_lora_rank: int | None = Field(
+        None,
+        description="the largest adapter rank the server takes (default: the largest --lora-modules rank, else 16)",
+    )
+    runtime_lora: bool = Field(
+        False,
+        description="let adapters be loaded into the running server by POST /v1/load_lora_adapter "
+        "(VLLM_ALLOW_RUNTIME_LORA_UPDATING=True; needs --max-loras or --lora-modules)",
+    )
 
 
 def parse_gpus(gpus: str) -> tuple[int, str | None]:
@@ -83,9 +104,21 @@ def vllm_python(cfg: ServeConfig | None = None) -> str | None:
     return sys.executable if importlib.util.find_spec("vllm") else None
 
 
-def vllm_command(cfg: ServeConfig, device: str = "cuda", python: str = "python") -> tuple[list[str], dict[str, str]]:
-    "The vLLM OpenAI-server argv and the environment additions."
+def vllm_command(
+    cfg: ServeConfig, device: str = "cuda", python: str = "python", replica: int = 0
+) -> tuple[list[str], dict[str, str]]:
+    "The vLLM OpenAI-server argv and the environment additions (of data-parallel `replica` i: port + i, the i-th block of GPUs)."
     tp, visible = parse_gpus(cfg.gpus)
+    if cfg.replicas > 1 and device == "cuda":
+        # a count: `tp` GPUs per replica, the first tp * replicas; a list: split into `replicas` equal groups
+        ids = visible.split(",") if visible else [str(i) for i in range(tp * cfg.replicas)]
+        if visible and len(ids) % cfg.replicas:
+            raise ConfigError(
+                f"--replicas {cfg.replicas} with --gpus {cfg.gpus}: {len(ids)} GPUs do not split into {cfg.replicas} equal groups"
+            )
+        tp = len(ids) // cfg.replicas
+        visible = ",".join(ids[replica * tp : (replica + 1) * tp])
+    cfg = cfg.model_copy(update={"port": cfg.port + replica})
     model, name = str(cfg.model), cfg.served_model_name
     if cfg.model == EMBEDDED_DEFAULT:
         model, name = resolve_model_path(cfg.model), name or cfg.model  # served under the alias
@@ -113,40 +146,84 @@ def vllm_command(cfg: ServeConfig, device: str = "cuda", python: str = "python")
     if cfg.max_model_len:
         cmd += ["--max-model-len", str(cfg.max_model_len)]
     mods = parse_lora_modules(cfg.lora_modules)
-    if mods:
-        rank = max(adapter_rank(p) for p in mods.values())
+    if mods or cfg.max_loras:
+        rank = max([adapter_rank(p) for p in mods.values()] + [cfg.max_lora_rank or (0 if mods else 16)])
         cmd += [
             "--enable-lora",
             "--max-lora-rank",
             str(next((r for r in VLLM_LORA_RANKS if r >= rank), rank)),
             "--max-loras",
-            str(len(mods)),
-            "--lora-modules",
-            *[f"{a}={Path(p).expanduser().resolve()}" for a, p in mods.items()],
+            str(max(len(mods), cfg.max_loras)),
         ]
+    if mods:
+        cmd += ["--lora-modules", *[f"{a}={Path(p).expanduser().resolve()}" for a, p in mods.items()]]
     env = {"CUDA_VISIBLE_DEVICES": visible} if visible else {}
+    if cfg.runtime_lora:
+        if not (mods or cfg.max_loras):
+            raise ConfigError("--runtime-lora: LoRA is off; give --max-loras N (or --lora-modules)")
+        env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
     if device == "cpu":
         env["VLLM_CPU_KVCACHE_SPACE"] = str(cfg.cpu_kvcache_space)
     return cmd, env
 
 # %% ../../nbs/apps/41_serve.ipynb #1f03072f
-def _wait_ready(proc: subprocess.Popen, url: str, timeout: float) -> list[str]:
-    "Poll /v1/models until it answers; the ids it serves. The server exiting first is an error."
+class ServerFailed(RuntimeError):
+    "The vLLM server died, never answered, or refused an adapter: one line, with the last lines of its log."
+
+
+def log_tail(path: str | Path | None, n: int = 4) -> str:
+    "The last `n` non-empty lines of a log as one line (' | ' between them), for an error message; '' without a log."
+    if not path or not Path(path).exists():
+        return ""
+    lines = [" ".join(l.split()) for l in Path(path).read_text(errors="replace").splitlines() if l.strip()]
+    return " | ".join(l[-300:] for l in lines[-n:])
+
+
+def wait_ready(proc: subprocess.Popen, url: str, timeout: float, log: str | Path | None = None) -> list[str]:
+    "Poll `url`/models until it answers; the ids it serves. The server exiting first, or the timeout, is a `ServerFailed`."
     deadline = time.time() + timeout
     while time.time() < deadline:
         if proc.poll() is not None:
-            raise SystemExit(
-                f"the vLLM server exited with status {proc.returncode} before it was ready (its output is above)"
+            raise ServerFailed(
+                f"the vLLM server (pid {proc.pid}) exited with status {proc.returncode} before it was ready"
+                + (f"; last lines of {log}: {log_tail(log)}" if log else " (its output is above)")
             )
         try:
             with urllib.request.urlopen(url + "/models", timeout=5) as r:
                 return [m["id"] for m in json.loads(r.read())["data"]]
         except (OSError, ValueError):
-            time.sleep(2)
-    raise SystemExit(f"the vLLM server did not answer {url}/models within {timeout:.0f} s")
+            time.sleep(1)
+    raise ServerFailed(
+        f"the vLLM server (pid {proc.pid}) did not answer {url}/models within {timeout:.0f} s"
+        + (f"; last lines of {log}: {log_tail(log)}" if log else "")
+    )
 
 
-def _stop_group(proc: subprocess.Popen, grace: float = 30.0) -> None:
+def _post(url: str, body: dict, timeout: float) -> str:
+    req = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}, method="POST"
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.read().decode(errors="replace")
+    except urllib.error.HTTPError as e:
+        raise ServerFailed(
+            f"{url} answered {e.code}: {' '.join(e.read().decode(errors='replace').split())[:300]}"
+        ) from None
+    except OSError as e:
+        raise ServerFailed(f"{url} did not answer ({type(e).__name__}: {e})") from None
+
+
+def load_lora_adapter(url: str, alias: str, path: str | Path, replace: bool = False, timeout: float = 300.0) -> str:
+    """Load the adapter folder `path` into the running vLLM server at `url` (…/v1) as model `alias` (`replace`: in place of the folder
+    the alias has now; vLLM refuses a second load of an alias otherwise); vLLM's answer."""
+    body = {"lora_name": alias, "lora_path": str(Path(path).resolve())}
+    return _post(
+        url.rstrip("/") + "/load_lora_adapter", {**body, **({"load_inplace": True} if replace else {})}, timeout
+    )
+
+
+def stop_group(proc: subprocess.Popen, grace: float = 30.0) -> None:
     "SIGTERM the server's process group (API server, engine core, workers), then SIGKILL what is left."
     for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
         try:
@@ -172,29 +249,42 @@ def serve(cfg: ServeConfig) -> int:
     if cfg.dry_run and cfg.device == "auto" and parse_gpus(cfg.gpus) != (1, None):
         device = "cuda"  # --dry-run with --gpus prints the GPU machine's command, wherever it is asked
     python = vllm_python(cfg)
-    cmd, env = vllm_command(cfg, device, python or "python")
-    line = " ".join(f"{k}={v}" for k, v in env.items()) + (" " if env else "") + shlex.join(cmd)
+    if cfg.replicas < 1:
+        raise ConfigError(f"--replicas {cfg.replicas}: at least 1")
+    commands = [vllm_command(cfg, device, python or "python", i) for i in range(cfg.replicas)]
+    lines = [
+        " ".join(f"{k}={v}" for k, v in env.items()) + (" " if env else "") + shlex.join(cmd) for cmd, env in commands
+    ]
     if cfg.dry_run:
-        print(line)
+        print("\n".join(lines))
         return 0
     if python is None:
         raise SystemExit(
             "vLLM is not installed: run `make vllm` (it builds .venv-vllm), or pass --vllm-python / set MASCOT_VLLM_PYTHON (or use --dry-run)"
         )
-    print(line, file=sys.stderr, flush=True)
-    # its own process group, so one signal stops the API server and the engine processes it starts
-    proc = subprocess.Popen(cmd, env={**os.environ, **env}, start_new_session=True)
+    print("\n".join(lines), file=sys.stderr, flush=True)
+    # each in its own process group, so one signal stops its API server and the engine processes it starts
+    procs = [subprocess.Popen(cmd, env={**os.environ, **env}, start_new_session=True) for cmd, env in commands]
     old = signal.signal(signal.SIGTERM, _interrupt)
     try:
-        url = f"http://{cfg.host}:{cfg.port}/v1"
-        ids = _wait_ready(proc, url, cfg.ready_timeout)
-        print(f"vLLM ({device}) pid {proc.pid} serves {', '.join(ids)} at {url}", flush=True)
-        return proc.wait()
+        urls = [f"http://{cfg.host}:{cfg.port + i}/v1" for i in range(cfg.replicas)]
+        for proc, url in zip(procs, urls):
+            try:
+                ids = wait_ready(proc, url, cfg.ready_timeout)
+            except ServerFailed as e:
+                raise SystemExit(str(e)) from None
+            print(f"vLLM ({device}) pid {proc.pid} serves {', '.join(ids)} at {url}", flush=True)
+        if cfg.replicas > 1:
+            print(f"role URL for all replicas: {','.join(urls)}", flush=True)
+        while all(p.poll() is None for p in procs):
+            time.sleep(1)
+        return next(p.returncode for p in procs if p.returncode is not None)
     except KeyboardInterrupt:
         return 0
     finally:
         signal.signal(signal.SIGTERM, old)
-        _stop_group(proc)
+        for proc in procs:
+            stop_group(proc)
 
 
 def main(argv: list[str] | None = None):
@@ -211,6 +301,9 @@ class MergeConfig(Config):
     adapter_path: str
     output_dir: str
     base_model: str | None = None
+    dtype: str = Field(
+        "auto", description="dtype of the merged weights: auto keeps the base's (bf16 for Qwen3), or float32, bfloat16"
+    )
 
 
 def adapter_base(adapter_path: str | Path) -> str:
@@ -223,14 +316,14 @@ def adapter_base(adapter_path: str | Path) -> str:
 
 
 def merge_lora(cfg: MergeConfig) -> Path:
-    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from peft import PeftModel
 
     base = cfg.base_model or adapter_base(cfg.adapter_path)
     path = resolve_model_path(base)
+    # the base's own dtype (bf16 for Qwen3-8B: 16 GB merged, not fp32's 32 GB)
     model = PeftModel.from_pretrained(
-        AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32), cfg.adapter_path
+        AutoModelForCausalLM.from_pretrained(path, dtype=cfg.dtype), cfg.adapter_path
     ).merge_and_unload()
     out = Path(cfg.output_dir)
     model.save_pretrained(out)

@@ -44,6 +44,8 @@ class Turn:
     directive: Directive | None = None
     directive_output: str | None = None
     turn_type: Literal["agent", "user"] = "agent"
+    directive_parsed: bool | None = None  # None: no director ran, or a file from before the field
+    directive_source: Literal["director", "fallback"] | None = None
 
     def to_dict(self) -> dict:
         d = {"turn_idx": self.turn_idx, "round_id": self.round_id}
@@ -52,6 +54,8 @@ class Turn:
         else:
             d["directive"] = self.directive.to_dict() if self.directive else None
             d["directive_output"] = self.directive_output
+            d["directive_parsed"] = self.directive_parsed
+            d["directive_source"] = self.directive_source
         d.update(agent_name=self.agent_name, response=self.response)
         return d
 
@@ -66,6 +70,8 @@ class Turn:
             directive=Directive(**dr) if dr else None,
             directive_output=d.get("directive_output"),
             turn_type="user" if d.get("turn_type") == "user" else "agent",
+            directive_parsed=d.get("directive_parsed"),
+            directive_source=d.get("directive_source"),
         )
 
 # %% ../../nbs/core/01_records.ipynb #cb11864e
@@ -153,7 +159,9 @@ class Episode:
     initial_emotion: str | None = None
     final_emotion: str | None = None
     emotion_trajectory: list[str] = field(default_factory=list)
-    user_big_five: str | None = None
+    user_big_five: str | None = (
+        None  # the simulated user's profile, only when that user spoke (QMSum: written only when set)
+    )
     # QMSum
     start_idx: int | None = None
     meeting: str | None = None
@@ -179,6 +187,10 @@ class Episode:
         )
         d["turns"] = [t.to_dict() for t in self.turns]
         d["agents_spoken"] = self.agents_spoken
+        if (
+            self.is_meeting and self.user_big_five
+        ):  # a meeting participant simulated with a profile (extends the reference's schema)
+            d["user_big_five"] = self.user_big_five
         if not self.is_meeting:
             d.update(
                 initial_emotion=self.initial_emotion,
@@ -245,6 +257,13 @@ def validate_episode(d: dict, where: str = "record") -> dict:
             if t["directive"] is not None:
                 for k in ("agent_name", "action", "tone"):
                     need(t["directive"], k, str, f"{ctx}.directive")
+            # optional (absent in older files), but never a wrong value
+            if t.get("directive_parsed") not in (None, True, False):
+                raise SchemaError(f"{ctx}: field 'directive_parsed' should be true, false or null")
+            if t.get("directive_source") not in (None, "director", "fallback"):
+                raise SchemaError(f"{ctx}: field 'directive_source' should be 'director', 'fallback' or null")
+            if t.get("directive_source") == "fallback" and t.get("directive_parsed"):
+                raise SchemaError(f"{ctx}: a fallback turn's directive did not parse ('directive_parsed' is true)")
     counts: dict[str, int] = {}
     for t in d["turns"]:
         if t.get("turn_type") != "user":

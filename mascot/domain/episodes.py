@@ -15,7 +15,7 @@ from ..llm.routing import *
 from ..llm.client import *
 from .datasets import Context, load_contexts, few_shot_examples
 from .personas import *
-from .systems import System, SYSTEM_REGISTRY, SYSTEMS, get_system, check_episode_models
+from .systems import System, SYSTEM_REGISTRY, SYSTEMS, UNTRAINED_SYSTEM, get_system, check_episode_models
 from .jobs import Job
 import asyncio, copy, hashlib, json, random, re, sys
 from dataclasses import dataclass, field
@@ -66,8 +66,11 @@ class EpisodeConfig(EndpointConfig):
     progress: bool = True
 
     def model_post_init(self, _):
-        if self.system not in SYSTEMS:
-            raise ConfigError(f"--system {self.system!r} is not one of {', '.join(SYSTEMS)}")
+        if self.system not in SYSTEM_REGISTRY:
+            raise ConfigError(f"--system {self.system!r} is not one of {', '.join(SYSTEM_REGISTRY)}")
+        if self.share_model and self.spec.trained_roles:
+            # every role on --model-name: the records must not say a trained system spoke (the reference's debugging baseline)
+            self.__dict__["system"] = UNTRAINED_SYSTEM
         if not 0 <= self.user_response_probability <= 1:
             raise ConfigError("--user-response-probability must be within [0, 1]")
         if self.user_big_five_profile and not self.enable_big_five:
@@ -99,16 +102,18 @@ describe(
     user_response_probability="chance that the simulated user answers after a speaker's turn",
     seed="seed of the context sample, the sampling and every random choice of the loop",
     enable_user_simulation="let a simulated user take turns (with --user-response-probability)",
-    enable_big_five="give the simulated user a Big Five personality profile",
+    enable_big_five="give the simulated user a Big Five personality profile (recorded in user_big_five, and persona_set big5, only when "
+    "the simulated user spoke: it needs --enable-user-simulation)",
     user_big_five_profile="the profile's name (one of personas.BIG_FIVE_PROFILES); default: one drawn per context",
-    system="the system that plays the conversation: mascot, an ablation or a baseline (systems.SYSTEMS)",
+    system="the system that plays the conversation: mascot, an ablation or a baseline (systems.SYSTEMS), or untrained (base models in every "
+    "role; what a trained system becomes under --share-model, so its records never say it was trained)",
     roster_path="a roster YAML instead of the dataset's built-in roster",
     output_dir="where the output files are written",
     output_name="the output file's stem; default: the system and the model",
     resume="continue an interrupted run: records already in the output are kept and skipped",
     overwrite="replace existing output (only once the first new record is written)",
     strict="stop at the first parse failure, empty reply or fallback instead of counting it",
-    director_temperature="sampling temperature of the director",
+    director_temperature="sampling temperature of the director (0.0: the deployed, greedy director; stage 2 trains at its own temperature)",
     speaker_temperature="sampling temperature of the speakers",
     user_temperature="sampling temperature of the simulated user",
     director_max_tokens="token cap of one directive",
@@ -126,7 +131,7 @@ describe(
 class EpisodeState:
     context: Context
     roster: Roster
-    rng: random.Random
+    seed: str = "0"  # the run's (or GRPO group's) seed: with the context, turn and role it seeds every random draw
     turns: list[Turn] = field(default_factory=list)
     round_id: int = 0
     emotion_trajectory: list[str] = field(default_factory=list)
@@ -145,12 +150,21 @@ class EpisodeState:
         self.turns.append(t)
         return t
 
-    def fork(self, salt: str) -> "EpisodeState":
-        "A copy with its own random stream, for rolling a branch forward."
+    @property
+    def simulated_user_spoke(self) -> bool:
+        "A simulated user replied (a user turn after the first agent turn; the opening lines are the dataset's)."
+        first = next((i for i, t in enumerate(self.turns) if t.turn_type == "agent"), len(self.turns))
+        return any(t.turn_type == "user" for t in self.turns[first:])
+
+    def rng_for(self, role: str) -> random.Random:
+        "A random stream for one draw of `role` at this turn (common random numbers: see above)."
+        return random.Random(call_seed(self, role))
+
+    def fork(self) -> "EpisodeState":
+        "A copy for rolling a branch forward; its draws stay those of the original at each turn."
         s = copy.copy(self)
         s.turns = list(self.turns)
         s.emotion_trajectory = list(self.emotion_trajectory)
-        s.rng = random.Random(f"{self.rng.random()}:{salt}")
         return s
 
 
@@ -159,13 +173,9 @@ def episode_rng(seed: int, context_id: str) -> random.Random:
 
 
 def call_seed(state: EpisodeState, role: str) -> int:
-    "A request seed per (episode, round, role): reproducible on seeded backends."
-    return int(
-        hashlib.sha256(f"{state.context.context_id}:{state.round_id}:{len(state.turns)}:{role}".encode()).hexdigest()[
-            :8
-        ],
-        16,
-    )
+    "A request seed per (state seed, context, turn, role): the same for every branch at the same point, reproducible on seeded backends."
+    key = f"{state.seed}:{state.context.context_id}:{len(state.turns)}:{role}"
+    return int(hashlib.sha256(key.encode()).hexdigest()[:8], 16)
 
 # %% ../../nbs/domain/04_episodes.ipynb #f5e1ef66
 class EpisodeRunner:
@@ -181,10 +191,10 @@ class EpisodeRunner:
         if self.cfg.strict:
             raise StrictModeError(f"--strict: {name} {detail}".strip())
 
-    async def directive(self, state: EpisodeState) -> tuple[Directive, str | None]:
-        "The director's directive (parsed) and its raw text; a random speaker when the output does not parse."
+    async def directive(self, state: EpisodeState) -> tuple[Directive, str | None, bool | None]:
+        "The director's directive, its raw text and whether that parsed (None: no director); a random speaker when it does not parse."
         if not self.system.directed:  # MASCOT-C: random speaking order, no director
-            return random_directive(state.rng, self.roster), None
+            return random_directive(state.rng_for("random-order"), self.roster), None, None
         r = await self.client.chat(
             "director",
             director_messages(state.situation, state.turns, self.roster),
@@ -196,11 +206,13 @@ class EpisodeRunner:
         if d is None:
             self.count("num_directive_parse_failures", f"raw director output: {r.text!r}")
             self.counters["num_random_agent_fallbacks"] += 1
-            d = random_directive(state.rng, self.roster)
-        return d, r.text
+            return random_directive(state.rng_for("fallback"), self.roster), r.text, False
+        return d, r.text, True
 
-    async def speak(self, state: EpisodeState, directive: Directive, directive_output: str | None) -> Turn:
-        "The chosen speaker answers in persona (retried once if empty)."
+    async def speak(
+        self, state: EpisodeState, directive: Directive, directive_output: str | None, parsed: bool | None = True
+    ) -> Turn:
+        "The chosen speaker answers in persona (retried once if empty); the turn records whether its directive parsed."
         persona = self.roster.find(directive.agent_name)
         msgs = speaker_messages(
             persona,
@@ -224,11 +236,22 @@ class EpisodeRunner:
                 break
         if not text:
             self.count("num_empty_responses", f"speaker {persona.name}")
-        return state.add(persona.name, text, directive=directive, directive_output=directive_output)
+        source = None if parsed is None else "director" if parsed else "fallback"
+        return state.add(
+            persona.name,
+            text,
+            directive=directive,
+            directive_output=directive_output,
+            directive_parsed=parsed,
+            directive_source=source,
+        )
 
     async def user_reply(self, state: EpisodeState) -> Turn | None:
         "The simulated user replies with probability p, reporting its emotion (support datasets)."
-        if not self.cfg.enable_user_simulation or state.rng.random() >= self.cfg.user_response_probability:
+        if (
+            not self.cfg.enable_user_simulation
+            or state.rng_for("user-answers").random() >= self.cfg.user_response_probability
+        ):
             return None
         r = await self.client.chat(
             "user",
@@ -252,19 +275,28 @@ class EpisodeRunner:
             )
         return state.add(self.roster.user_label, reply, turn_type="user")
 
-    async def step(self, state: EpisodeState, directive: Directive | None = None, raw: str | None = None) -> None:
-        "One director -> speaker exchange (a given directive skips the director), then the user may reply, which closes the round."
+    async def step(
+        self,
+        state: EpisodeState,
+        directive: Directive | None = None,
+        raw: str | None = None,
+        parsed: bool | None = True,
+    ) -> None:
+        """One round: director -> speaker (a given directive skips the director; `parsed=False` marks it a fallback for an output that did
+        not parse), then the user may reply; the next step opens the next round."""
         if self.system.multi_agent:
             if directive is None:
-                directive, raw = await self.directive(state)
-            await self.speak(state, directive, raw)
+                directive, raw, parsed = await self.directive(state)
+            await self.speak(state, directive, raw, parsed if self.system.directed else None)
         else:
             await self.baseline_reply(state)
-        if await self.user_reply(state) is not None:
-            state.round_id += 1
+        await self.user_reply(state)
+        state.round_id += 1
 
 # %% ../../nbs/domain/04_episodes.ipynb #50b063c3
-_ROLE_PREFIX = re.compile(r"^\s*(\*\*)?([A-Z][\w .'-]{0,40}?)(\*\*)?\s*:\s*")
+_ROLE_PREFIX = re.compile(
+    r"^\s*(\*\*)?([^\W\d_][\w .'-]{0,40}?)(\*\*)?\s*:\s*"
+)  # a name in any script: the roster decides
 
 
 def clean_reply(text: str, roster: Roster) -> str:
@@ -363,7 +395,7 @@ def _big_five(cfg: EpisodeConfig, rng: random.Random) -> BigFiveProfile | None:
 
 def new_state(runner: EpisodeRunner, ctx: Context) -> EpisodeState:
     rng = episode_rng(runner.cfg.seed, ctx.context_id)
-    st = EpisodeState(ctx, runner.roster, rng, big_five=_big_five(runner.cfg, rng))
+    st = EpisodeState(ctx, runner.roster, str(runner.cfg.seed), big_five=_big_five(runner.cfg, rng))
     if runner.roster.domain == "support":
         st.emotion_trajectory.append(ctx.emotion or "unknown")
     for line in ctx.opening:
@@ -389,10 +421,12 @@ def episode_record(runner: EpisodeRunner, st: EpisodeState) -> Episode:
         for r, i in roles.items()
         if i["adapter"]
     }
+    # a profile is a fact about the conversation only when a simulated user with it spoke
+    big_five = st.big_five.name if st.big_five and st.simulated_user_spoke else None
     meta = EpisodeMetadata(
         system=cfg.system,
         dataset=ctx.dataset,
-        persona_set="big5" if cfg.enable_big_five else "default",
+        persona_set="big5" if big_five else "default",
         director_model=roles["director"]["model"] if "director" in roles else None,
         speaker_model=roles["speaker"]["model"],
         user_model=roles["user"]["model"] if "user" in roles else None,
@@ -407,7 +441,9 @@ def episode_record(runner: EpisodeRunner, st: EpisodeState) -> Episode:
         },
     )
     if ctx.dataset in MEETING_DATASETS:
-        return Episode(ctx.context_id, st.turns, meta, start_idx=ctx.start_idx or 0, meeting=ctx.meeting)
+        return Episode(
+            ctx.context_id, st.turns, meta, start_idx=ctx.start_idx or 0, meeting=ctx.meeting, user_big_five=big_five
+        )
     traj = st.emotion_trajectory
     return Episode(
         ctx.context_id,
@@ -416,7 +452,7 @@ def episode_record(runner: EpisodeRunner, st: EpisodeState) -> Episode:
         initial_emotion=traj[0] if traj else None,
         final_emotion=traj[-1] if traj else None,
         emotion_trajectory=traj,
-        user_big_five=st.big_five.name if st.big_five else None,
+        user_big_five=big_five,
     )
 
 

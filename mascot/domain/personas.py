@@ -4,12 +4,13 @@
 
 # %% ../../nbs/domain/01_personas.ipynb #7f1fce5b
 from __future__ import annotations
-import ast, difflib, json, re
+import ast, difflib, json, re, unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 import yaml
 from ..core.records import Directive, Persona, Turn
+from ..core.config import ConfigError
 
 # %% auto #0
 __all__ = ['DOMAINS', 'SUPPORT_ROSTER', 'MEETING_ROSTER', 'ROSTERS', 'PERSONA_SETS', 'BIG_FIVE_TRAITS', 'BIG_FIVE_PROFILES',
@@ -23,13 +24,15 @@ __all__ = ['DOMAINS', 'SUPPORT_ROSTER', 'MEETING_ROSTER', 'ROSTERS', 'PERSONA_SE
 DOMAINS = ("support", "meeting")
 
 
-class RosterError(ValueError):
-    "A roster (built in or from YAML) is malformed."
+class RosterError(ConfigError, ValueError):
+    "A roster (built in or from YAML) is malformed: one line naming the file and field (the CLI's exit code 2, no traceback)."
 
 
 def _norm_name(s: str) -> str:
-    "Lower-case words only, without a leading 'the': 'The Anchor.' -> 'anchor'."
-    words = re.sub(r"[^a-z0-9]+", " ", str(s).lower()).split()
+    "Case-folded words of letters, marks and digits of any script, without a leading 'the': 'The Anchor.' -> 'anchor', 'Зоя!' -> 'зоя'."
+    s = unicodedata.normalize("NFKC", str(s)).casefold()  # 'Zoë' typed composed or decomposed is one name
+    kept = "".join(c if unicodedata.category(c)[0] in "LMN" else " " for c in s)
+    words = kept.split()
     if words[:1] == ["the"]:
         words = words[1:]
     return " ".join(words)
@@ -210,7 +213,7 @@ def roster_for_dataset(dataset: str) -> Roster:
     "The built-in roster for a dataset: ED / ESConv -> support, QMSum -> meeting (case-insensitive)."
     domain = _DATASET_DOMAIN.get(re.sub(r"[^a-z0-9]", "", str(dataset).lower()))
     if domain is None:
-        raise ValueError(
+        raise RosterError(
             f"no built-in roster for dataset {dataset!r}; known datasets: ED, ESConv, QMSum "
             "(for another dataset write a roster YAML and load it with load_roster)"
         )

@@ -25,10 +25,11 @@ def state_to_dict(st: EpisodeState) -> dict:
 
 
 def state_from_dict(d: dict, roster: Roster, seed: str = "0") -> EpisodeState:
+    "The state `d` describes, its draws seeded by `seed` (a GRPO group's seed, or a held-out sample's)."
     return EpisodeState(
         Context.from_dict(d["context"]),
         roster,
-        random.Random(seed),
+        str(seed),
         [Turn.from_dict(t) for t in d["turns"]],
         d["round_id"],
         list(d["emotion_trajectory"]),
@@ -37,12 +38,19 @@ def state_from_dict(d: dict, roster: Roster, seed: str = "0") -> EpisodeState:
 
 
 async def roll_forward(
-    runner: EpisodeRunner, st: EpisodeState, directive: Directive, raw: str, horizon: int, num_turns: int
+    runner: EpisodeRunner,
+    st: EpisodeState,
+    directive: Directive,
+    raw: str,
+    horizon: int,
+    num_turns: int,
+    parsed: bool = True,
 ) -> tuple[EpisodeState, EpisodeState]:
-    "Play `directive` from `st`: (state after its own step, state at the horizon, counted in steps)."
-    b = st.fork(raw)
-    await runner.step(b, directive, raw)
-    first = b.fork("continue")
+    """Play `directive` from `st`: (state after its own step, state at the horizon, counted in steps). `parsed=False`: `directive` is the
+    random fallback for a `raw` text that did not parse, and its turn says so. The branch's draws do not depend on `raw`."""
+    b = st.fork()
+    await runner.step(b, directive, raw, parsed)
+    first = b.fork()
     end = num_turns if horizon <= 0 else min(num_turns, st.steps + horizon)
     while b.steps < end:
         await runner.step(b)

@@ -12,8 +12,8 @@ from pydantic import ConfigDict, Field
 
 # %% auto #0
 __all__ = ['DIRECTOR_ALIAS', 'SPEAKER_ALIAS', 'SFT_ALIAS', 'TRAINED_ALIASES', 'ADAPTER_FLAGS', 'MODEL_FLAGS', 'ReplyMode',
-           'SYSTEM_REGISTRY', 'SYSTEMS', 'System', 'get_system', 'RoleModels', 'assign_models', 'check_model_flags',
-           'check_episode_models']
+           'SYSTEM_REGISTRY', 'SYSTEMS', 'UNTRAINED_SYSTEM', 'System', 'get_system', 'RoleModels', 'assign_models',
+           'check_model_flags', 'check_episode_models']
 
 # %% ../../nbs/domain/03_systems.ipynb #75bd19fc
 DIRECTOR_ALIAS, SPEAKER_ALIAS, SFT_ALIAS = "mascot-director", "mascot-speaker", "mascot-sft"
@@ -47,6 +47,10 @@ class System(Config):
     )
     persona_prompting: bool = Field(True, description="speakers get their persona's prompt (False: MASCOT-P)")
     description: str = Field("", description="one line for tables and --help")
+    in_tables: bool = Field(
+        True,
+        description="a row of the paper's tables (systems.SYSTEMS, what `mascot eval` and the figures know); False: a debugging system",
+    )
 
     def model_post_init(self, _):
         if (self.director is None) != (self.reply != "directed"):
@@ -134,9 +138,21 @@ SYSTEM_REGISTRY: dict[str, System] = {
             reply="zero-shot",
             speaker="sft",
         ),
+        System(
+            name="untrained",
+            label="Untrained",
+            director="base",
+            speaker="base",
+            reply="directed",
+            in_tables=False,
+            description="the reference's debugging baseline: the MASCOT loop on the base model in every role (--share-model)",
+        ),
     ]
 }
-SYSTEMS = tuple(SYSTEM_REGISTRY)
+SYSTEMS = tuple(n for n, s in SYSTEM_REGISTRY.items() if s.in_tables)  # the paper's rows, in its order
+UNTRAINED_SYSTEM = (
+    "untrained"  # what a trained system's episodes are tagged when --share-model puts every role on the base model
+)
 
 
 def get_system(name: str | System) -> System:

@@ -110,20 +110,19 @@ class RoundIdError(ValueError):
 def conversation_from_record(rec: dict, infer_rounds: bool = False) -> Conversation:
     raw = rec.get("turns") or []
     legacy = any("round_id" not in t for t in raw)
-    has_user = any(t.get("turn_type") == "user" for t in raw)
-    turns, users_before, seen = [], 0, []
+    turns, agents_before, seen = [], 0, []
     for i, t in enumerate(raw):
         earlier = "\n".join(seen)
         seen.append(str(t.get("response") or ""))
         if t.get("turn_type") == "user":
-            users_before += 1
             continue
+        agents_before += 1  # this agent turn's round is the number of agent turns before it, empty replies included
         if not str(t.get("response") or "").strip():
             continue
         if not legacy:
             rid = t["round_id"]
         elif infer_rounds:
-            rid = users_before if has_user else i  # the inference rule above
+            rid = agents_before - 1  # the inference rule above
         else:
             rid = None
         context = "\n".join(filter(None, [earlier, str(t.get("directive_output") or "")]))
@@ -147,7 +146,7 @@ def load_conversations(
     if missing and pairing_mode == "same-round":
         raise RoundIdError(
             f"{path}: {len(missing)} conversation(s) (first: {missing[0]!r}) have turns without round_id, which --pairing-mode "
-            "same-round needs: pass --allow-round-inference (a new round starts after each user turn) "
+            "same-round needs: pass --allow-round-inference (each agent turn opens a round) "
             "or choose --pairing-mode all-pairs or adjacent-agent"
         )
     return convs

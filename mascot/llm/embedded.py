@@ -8,7 +8,7 @@ from ..core.runtime import *
 from .types import *
 from .openai import _identity
 from .embedded_model import *
-import asyncio, contextlib, glob, importlib.util, json, os, shutil, sys, time, threading, math
+import asyncio, contextlib, glob, hashlib, importlib.util, json, os, shutil, sys, time, threading, math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -63,15 +63,31 @@ def embedded_stats() -> dict:
     return {k: round(v, 3) if isinstance(v, float) else v for k, v in _PROCESS_STATS.items()}
 
 # %% ../../nbs/llm/03_embedded.ipynb #17257be9
-class _RowSampling:
-    "Each row's own temperature and top-p, for a batch that mixes them; a greedy row (temperature 0) keeps only its argmax."
+def _template_kwargs(tok, req: ChatRequest) -> dict:
+    "The request's thinking choice for the chat template (`chat_template_kwargs`; off unless the request asks)."
+    return chat_template_kwargs(tok, getattr(req, "enable_thinking", False))
 
-    def __init__(self, temperatures: list[float], top_ps: list[float]):
+
+def _row_seed(seed: int | None, sample: int) -> int:
+    "The generator seed of one sampled row: from its request's seed and the sample's index; a fresh one for a request without a seed."
+    if seed is None:
+        return int.from_bytes(os.urandom(8), "little") >> 1
+    return int.from_bytes(hashlib.sha256(f"{seed}:{sample}".encode()).digest()[:8], "little") >> 1
+
+
+class _RowSampling:
+    """Each row's own temperature and top-p; a greedy row (temperature 0) keeps only its argmax. With `seeds` (one per row; None for a
+    greedy row) each sampled row draws its token from its own generator and keeps only that token, so `generate` runs greedy over the
+    result and a row's sample never depends on the other rows of its batch."""
+
+    def __init__(self, temperatures: list[float], top_ps: list[float], seeds: list[int | None] | None = None):
         import torch
 
         self.temperature = torch.tensor([t if t > 0 else 1.0 for t in temperatures]).unsqueeze(1)
         self.greedy = torch.tensor([t <= 0 for t in temperatures]).unsqueeze(1)
         self.top_p = torch.tensor([p if t > 0 else 1.0 for t, p in zip(temperatures, top_ps)]).unsqueeze(1)
+        self.seeds = seeds
+        self.generators: list | None = None  # made on the first call, on the device the scores are on
 
     def __call__(self, input_ids, scores):
         import torch
@@ -83,6 +99,17 @@ class _RowSampling:
         tail[:, -1] = False
         scores = scores.masked_fill(tail.scatter(1, order, tail), -float("inf"))
         best = scores.argmax(-1, keepdim=True)
+        if self.seeds is not None:  # each sampled row's own draw replaces its argmax
+            if self.generators is None:
+                self.generators = [
+                    None if s is None else torch.Generator(device=scores.device).manual_seed(s) for s in self.seeds
+                ]
+            best = best.clone()
+            probs = scores.float().softmax(-1)
+            for i, g in enumerate(self.generators):
+                if g is not None:
+                    best[i, 0] = torch.multinomial(probs[i], 1, generator=g)[0]
+            return torch.full_like(scores, -float("inf")).scatter(1, best, scores.gather(1, best))
         only_best = torch.full_like(scores, -float("inf")).scatter(1, best, scores.gather(1, best))
         return torch.where(self.greedy.to(scores.device), only_best, scores)
 
@@ -329,7 +356,11 @@ class EmbeddedBackend(ChatBackend):
         for p in waiting:
             if p.ids is None:
                 p.ids = tok.apply_chat_template(
-                    p.req.messages, tokenize=True, add_generation_prompt=True, return_dict=False
+                    p.req.messages,
+                    tokenize=True,
+                    add_generation_prompt=True,
+                    return_dict=False,
+                    **_template_kwargs(tok, p.req),
                 )
         groups = prefix_groups([p.ids for p in waiting])
 
@@ -379,7 +410,7 @@ class EmbeddedBackend(ChatBackend):
 
         tok, r0 = self.tokenizer, reqs[0]
         prompts = [
-            tok.apply_chat_template(r.messages, tokenize=False, add_generation_prompt=True)
+            tok.apply_chat_template(r.messages, tokenize=False, add_generation_prompt=True, **_template_kwargs(tok, r))
             for r in reqs
             for _ in range(r.n)
         ]
@@ -422,31 +453,30 @@ class EmbeddedBackend(ChatBackend):
         )
         enc = {"input_ids": input_ids, "attention_mask": attention}
         prompt_len = input_ids.shape[1]
-        settings = {(r.temperature, r.top_p) if r.temperature > 0 else (0.0, 1.0) for r in reqs}
         sampled = any(r.temperature > 0 for r in reqs)
-        mixed = len(settings) > 1  # rows with different settings: each row's own, through `_RowSampling`
         prof: dict = {}
         processors = [_PrefillClock(prof)]
-        if mixed:
+        if (
+            sampled
+        ):  # every row samples with its own settings and generator (`_RowSampling`); `generate` then picks greedily
             processors.append(
                 _RowSampling(
-                    [r.temperature for r in reqs for _ in range(r.n)], [r.top_p for r in reqs for _ in range(r.n)]
+                    [r.temperature for r in reqs for _ in range(r.n)],
+                    [r.top_p for r in reqs for _ in range(r.n)],
+                    [_row_seed(r.seed, k) if r.temperature > 0 else None for r in reqs for k in range(r.n)],
                 )
             )
         gen = GenerationConfig(
             max_new_tokens=max_new,
-            do_sample=sampled,
-            temperature=(1.0 if mixed else r0.temperature) if sampled else None,
-            top_p=(1.0 if mixed else r0.top_p) if sampled else None,
+            do_sample=False,
+            temperature=None,
+            top_p=None,
             top_k=None,
             pad_token_id=tok.pad_token_id,
             eos_token_id=tok.eos_token_id,
             return_dict_in_generate=True,
             output_logits=r0.logprobs,
         )
-        if sampled:  # a batch-level seed: reproducible whenever the same requests are batched together
-            seeds = [r.seed for r in reqs if r.seed is not None]
-            torch.manual_seed(hash(tuple(seeds)) % 2**31 if seeds else int.from_bytes(os.urandom(4), "little"))
         t0 = time.perf_counter()
         with self._load_lock, torch.inference_mode():
             with contextlib.nullcontext() if lora_rows else self._adapter_context(adapters[0]):

@@ -15,7 +15,7 @@ from pydantic import model_validator
 
 # %% auto #0
 __all__ = ['EMBEDDED_DEFAULT', 'TINY_MODEL_ENV', 'smollm2_gguf', 'gguf_read_once', 'convert_smollm2', 'embedded_dtype',
-           'resolve_model_path', 'tiny_model']
+           'resolve_model_path', 'tiny_model', 'chat_template_kwargs']
 
 # %% ../../nbs/llm/02_embedded_model.ipynb #6620ffbe
 EMBEDDED_DEFAULT = CPU_MODEL  # mascot.core.defaults: the offline CPU model
@@ -147,3 +147,11 @@ def tiny_model(dest: Path | None = None, seed: int = 0) -> Path:
     except OSError:
         shutil.rmtree(tmp, ignore_errors=True)  # another process won the race
     return dest
+
+# %% ../../nbs/llm/02_embedded_model.ipynb #3f9f630f
+def chat_template_kwargs(tokenizer, enable_thinking: bool = False) -> dict:
+    "The extra `apply_chat_template` arguments for a tokenizer: `enable_thinking` where its chat template reads it, else none."
+    template = getattr(tokenizer, "chat_template", None) or ""
+    if isinstance(template, dict):  # named templates (default, tool_use, ...)
+        template = " ".join(template.values())
+    return {"enable_thinking": bool(enable_thinking)} if "enable_thinking" in template else {}

@@ -79,9 +79,9 @@ def train_director_dpo(cfg: DirectorDPOConfig) -> Path:
             f"{cfg.episode_dataset_path}: none of the {len(all_pairs)} directive pairs has two parseable directives "
             "(generate branching data with more candidates per state, or pass --format-pairs to train on the format alone)"
         )
-    train = pairs
+    train, held_ids = pairs, []
     if cfg.holdout_fraction > 0:
-        train, _, _ = split_by_context(pairs, cfg.holdout_fraction, cfg.seed)
+        train, _, held_ids = split_by_context(pairs, cfg.holdout_fraction, cfg.seed)
     out = Path(cfg.output_dir) / (cfg.run_name or f"dpo_Director_{cfg.dataset}_{model_slug(cfg.model_name)}")
     with training_run(out, cfg) as run:
         set_seed(cfg.seed)
@@ -104,6 +104,7 @@ def train_director_dpo(cfg: DirectorDPOConfig) -> Path:
             "episode_dataset_path": cfg.episode_dataset_path,
             "data_sha256": data_hash(cfg.episode_dataset_path),
             "num_train_pairs": len(train),
+            "heldout_contexts": held_ids,  # never trained on: where a check of what was learnt belongs
             "num_pairs_dropped_unparsed": len(all_pairs) - len(pairs),
             "format_pairs": cfg.format_pairs,
             "steps": result.global_step,

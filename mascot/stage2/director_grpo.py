@@ -36,14 +36,15 @@ from mascot.training.common import (
     paired_summary,
 )
 import asyncio, json, random, statistics, sys
+from pydantic import Field
 from pathlib import Path
 from typing import Any
 from typing import ClassVar
 
 # %% auto #0
 __all__ = ['DirectorGRPOConfig', 'make_directive_format_reward', 'make_speaker_diversity_reward', 'rollout_states',
-           'make_rollout_reward', 'heldout_director_backend', 'director_group_reward', 'director_prompts',
-           'heldout_directors', 'lora_shape', 'train_director_grpo', 'main']
+           'make_rollout_reward', 'load_served_adapter', 'heldout_director_backend', 'director_group_reward',
+           'director_prompts', 'heldout_directors', 'lora_shape', 'train_director_grpo', 'main']
 
 # %% ../../nbs/stage2/22_director_grpo.ipynb #ac38dd7a
 class DirectorGRPOConfig(EndpointConfig, GRPOTrainingConfig):
@@ -82,13 +83,20 @@ class DirectorGRPOConfig(EndpointConfig, GRPOTrainingConfig):
     # reward spread is about whom to pick (bench/learning.py --director-init sft); TRL keeps a frozen copy of the adapter as the KL reference
     init_adapter_path: str | None = None
     eval_samples_per_state: int = 4
+    director_temperature: float = Field(
+        0.0,
+        description="the deployed director's temperature (episodes' --director-temperature): the director of the rollouts' later steps, "
+        "and the held-out check's second setting beside the training temperature (--temperature)",
+    )
     roster_path: str | None = None
 
     def episode_config(self) -> EpisodeConfig:
-        "The episode settings the rollouts use (speaker/user routed to the rollout server when given)."
+        "The episode settings the rollouts use: every role without a server of its own on the rollout server, when one is given."
         keep = self.fields_for(EndpointConfig)
         if self.rollout_server_url:
-            keep.update(speaker_server_url=self.rollout_server_url, user_server_url=self.rollout_server_url)
+            for role in ("director", "speaker", "user"):
+                if not keep.get(f"{role}_server_url") and not (role == "director" and keep.get("vllm_server_url")):
+                    keep[f"{role}_server_url"] = self.rollout_server_url
         return EpisodeConfig(
             **keep,
             dataset=self.dataset,
@@ -99,6 +107,7 @@ class DirectorGRPOConfig(EndpointConfig, GRPOTrainingConfig):
             user_max_tokens=self.user_max_tokens,
             roster_path=self.roster_path,
             seed=self.seed,
+            director_temperature=self.director_temperature,
             progress=False,
         )
 
@@ -109,7 +118,6 @@ describe(
     episode_dataset_path="the branching folder whose director states are the prompts; default: data/rl/branching_{dataset}_{model}",
     group_reward_model_name="the group reward model's base model, naming its default folder (train-group --mode train-reward-model names it so); default: --model-name",
     group_reward_model_path="the group reward model that scores rollouts; default: outputs/reward_model/group_reward_{dataset}_{reward_model}",
-    rollout_server_url="a server for the rollouts' speaker and user calls (never the director's); unset: the run's routes",
     horizon="steps each sampled directive is rolled forward before the group RM scores it",
     holdout_fraction="share of the contexts held out for the random/untrained/trained comparison",
     unparsed_directive_reward="reward of a directive that does not parse (not rolled out); group_mean: the mean reward of its group's parsed "
@@ -124,6 +132,10 @@ describe(
     speaker_max_tokens="token cap of a speaker turn in a rollout",
     user_max_tokens="token cap of a user turn in a rollout",
     roster_path="a roster YAML instead of the dataset's built-in roster",
+    use_vllm="TRL's vLLM generation of the policy's GRPO samples (TRL's use_vllm, with --vllm-mode server or colocate); it is not the "
+    "rollout server (--rollout-server-url), which plays the sampled directives forward",
+    rollout_server_url="an OpenAI-compatible server (vLLM) for the rollouts' calls: the speakers, the user and the base director of later "
+    "steps (a role with its own server keeps it); unset: the run's routes",
 )
 
 # %% ../../nbs/stage2/22_director_grpo.ipynb #41730534
@@ -163,9 +175,12 @@ async def rollout_states(
 
     async def one(st, text):
         d = parse_directive(text, runner.roster)
-        if d is None:
-            d = random_directive(st.rng, runner.roster)
-        return (await roll_forward(runner, st, d, text, horizon, num_turns))[1]
+        parsed = d is not None
+        if (
+            d is None
+        ):  # drawn from the state's seed, not from the text: the same fallback for every unparsed text of a group
+            d = random_directive(st.rng_for("fallback"), runner.roster)
+        return (await roll_forward(runner, st, d, text, horizon, num_turns, parsed))[1]
 
     return list(await asyncio.gather(*[one(s, t) for s, t in zip(states, texts)]))
 
@@ -180,7 +195,8 @@ def make_rollout_reward(
     unparsed_reward: float | str | None = -5.0,
 ):
     """The group-RM reward of each sampled directive's rollout. An unparseable directive is not played (a fixed `unparsed_reward`); the
-    completions of one prompt (TRL puts a group's `num_generations` side by side) share one rollout seed, so the directive is what differs.
+    rollouts of one call share one group seed (`seed`, the call's number), and with the context and turn of each state it seeds every draw, so
+    the completions of one prompt (a group) share their random numbers and the directive is what differs.
     `unparsed_reward="group_mean"` gives an unparseable directive the mean reward of its group's parsed ones (0.0 if none parsed), so its
     rollout advantage is zero and only the choices among parsed directives teach; `None` rolls unparseable directives out with a random speaker."""
     calls = {"n": 0}
@@ -190,10 +206,8 @@ def make_rollout_reward(
         texts = [_text(c) for c in completions]
         parsed = [unparsed_reward is None or parse_directive(t, runner.roster) is not None for t in texts]
         keep = [i for i, ok in enumerate(parsed) if ok]
-        sts = [
-            state_from_dict(json.loads(state[i]), runner.roster, seed=f"{seed}:{calls['n']}:{i // num_generations}")
-            for i in keep
-        ]
+        # the group seed: the same for every completion of a prompt; never the directive's text, nor its place in the batch
+        sts = [state_from_dict(json.loads(state[i]), runner.roster, seed=f"{seed}:{calls['n']}") for i in keep]
         ends = await rollout_states(runner, sts, [texts[i] for i in keep], horizon, num_turns)
         scores = (
             dict(zip(keep, grm.score_states([e.situation for e in ends], [e.turns for e in ends], runner.roster)))
@@ -213,18 +227,51 @@ def make_rollout_reward(
     return group_rm_reward
 
 # %% ../../nbs/stage2/22_director_grpo.ipynb #f206e703
-def heldout_director_backend(client: LLMClient, base: str, adapter_dir: str | Path) -> ChatBackend:
-    """Where the held-out check runs the untrained and the just-trained director: the run's embedded director backend, or, when the director
-    is served over HTTP (no server holds an adapter trained a moment ago), an embedded backend of the base model. Both directors run on the
-    same backend, so the comparison is like for like; the speakers and the user stay where the run routes them."""
-    if client.routes["director"].backend == "embedded":
-        backend = client.backend("director")
-    else:
-        import torch
+async def load_served_adapter(backend: ChatBackend, alias: str, path: str | Path) -> None:
+    """Load the LoRA adapter at `path` into a running OpenAI-compatible server under `alias` (vLLM's `/v1/load_lora_adapter`; the server
+    must run with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True and --enable-lora). One line naming the server when it cannot."""
+    if hasattr(backend, "backends"):  # several servers of one model (balanced): each must serve the alias
+        for b in backend.backends:
+            await load_served_adapter(b, alias, path)
+        return
+    if hasattr(backend, "load_adapter") and not isinstance(backend, EmbeddedBackend):
+        return await backend.load_adapter(alias, str(path))
+    import httpx
 
-        backend = EmbeddedBackend(base, device="cuda" if torch.cuda.is_available() else "cpu")
-    backend.load_adapter("trained-director", adapter_dir)
-    return backend
+    key = getattr(getattr(backend, "client", None), "api_key", None)
+    headers = {"Authorization": f"Bearer {key}"} if key and key != "EMPTY" else {}
+    try:
+        async with httpx.AsyncClient(timeout=120) as http:
+            r = await http.post(
+                f"{backend.base_url}/load_lora_adapter",
+                json={"lora_name": alias, "lora_path": str(Path(path).resolve())},
+                headers=headers,
+            )
+    except httpx.HTTPError as e:
+        raise BackendUnavailable(
+            f"{getattr(backend, 'name', '?')}: could not load adapter {alias!r} ({e.__class__.__name__})"
+        ) from None
+    if r.status_code >= 400 and "already" not in r.text:
+        raise LLMError(
+            f"{getattr(backend, 'name', '?')} refused to load adapter {alias!r} from {path} (HTTP {r.status_code}): start vLLM with "
+            "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True --enable-lora, or give the director no server"
+        )
+    if hasattr(backend, "_models"):
+        backend._models = None  # the served list changed
+
+
+async def heldout_director_backend(client: LLMClient, adapters: dict[str, str | Path]) -> tuple[ChatBackend, str]:
+    """Where the held-out check runs the base and the trained directors, and the base's model id there: the run's director backend, with
+    `adapters` (alias -> folder) loaded into it — the embedded model in process, or, when the director is served, the server itself (its
+    base model, and each adapter loaded at run time under its alias). A served model is never copied into this process."""
+    backend, route = client.backend("director"), client.routes["director"]
+    base = await backend.check_model(route.model)
+    for alias, path in adapters.items():
+        if route.backend == "embedded":
+            backend.load_adapter(alias, path)
+        else:
+            await load_served_adapter(backend, alias, path)
+    return backend, base
 
 
 async def director_group_reward(
@@ -239,13 +286,13 @@ async def director_group_reward(
     temperature: float = 0.0,
     top_p: float = 1.0,
     backend: ChatBackend | None = None,
+    base: str | None = None,
 ) -> dict:
-    "Mean group-RM score of rollouts directed by `director` (a model id or adapter alias on `backend`, None = base, or 'random')."
+    """Mean group-RM score of rollouts directed by `director` (a model id or adapter alias on `backend`, None = `base`, or 'random'). The
+    director's request for state i and the rollout from it are seeded by (`seed`, i) alone, the same for every director compared."""
     sts = [state_from_dict(s, runner.roster, seed=f"eval:{seed}:{i}") for i, s in enumerate(states)]
     if director == "random":
-        texts = []
-        for st in sts:
-            texts.append(json.dumps(random_directive(st.rng, runner.roster).to_dict()))
+        texts = [json.dumps(random_directive(st.rng_for("random-director"), runner.roster).to_dict()) for st in sts]
     else:
         emb = backend or runner.client.backend("director")
         rs = await asyncio.gather(
@@ -253,7 +300,7 @@ async def director_group_reward(
                 emb.chat(
                     ChatRequest(
                         director_messages(st.situation, st.turns, runner.roster),
-                        model=director,
+                        model=director if director is not None else base,
                         max_tokens=max_tokens,
                         temperature=temperature,
                         top_p=top_p,
@@ -271,6 +318,7 @@ async def director_group_reward(
 
     return {
         "director": director or "base",
+        "temperature": None if director == "random" else temperature,
         "mean_group_reward": statistics.fmean(scores),
         "std": statistics.pstdev(scores),
         "parse_rate": parsed / len(texts),
@@ -302,8 +350,12 @@ async def heldout_directors(
     directors: list,
     cfg: DirectorGRPOConfig,
     backend: ChatBackend | None = None,
+    base: str | None = None,
+    temperature: float | None = None,
 ) -> list[dict]:
-    "Each director on the same states, `eval_samples_per_state` sampled directives each (sample j uses the same seed for every director)."
+    """Each director on the same states, `eval_samples_per_state` sampled directives each at `temperature` (default: the training one); sample j
+    uses the same director and rollout seeds for every director (common random numbers)."""
+    temperature = cfg.temperature if temperature is None else temperature
     # every director and sample at once, so the backend batches their directives and rollouts together
     jobs = [(d, j) for j in range(cfg.eval_samples_per_state) for d in directors]
     results = await asyncio.gather(
@@ -317,9 +369,10 @@ async def heldout_directors(
                 cfg.num_turns,
                 cfg.max_completion_length,
                 cfg.seed * 1000 + j,
-                cfg.temperature,
+                temperature,
                 cfg.top_p,
                 backend=backend,
+                base=base,
             )
             for d, j in jobs
         ]
@@ -332,6 +385,7 @@ async def heldout_directors(
         out.append(
             {
                 "director": runs[0]["director"],
+                "temperature": runs[0]["temperature"],
                 "mean_group_reward": statistics.fmean(per_state),
                 "per_state": per_state,
                 "parse_rate": statistics.fmean(r["parse_rate"] for r in runs),
@@ -401,16 +455,31 @@ def train_director_grpo(cfg: DirectorGRPOConfig, embedded: EmbeddedBackend | Non
         if "ref" in getattr(trainer.model, "peft_config", {}):
             trainer.model.delete_adapter("ref")
         saved = save_trained(trainer, tok, out)
-        # held-out: random order, untrained and trained director on the same states, sampled as in training, the same seeds for all three
-        director_backend = heldout_director_backend(client, cfg.model_name, out)
+        # held-out: random order, untrained and trained director on the same states with the same seeds, at the training temperature and
+        # at the deployed one; on the run's director backend (a served director: its server, the adapters loaded into it)
         held_states = [json.loads(s) for s in held["state"]]
-        directors = ["random", None, "trained-director"]
-        if cfg.init_adapter_path:
-            director_backend.load_adapter("start-director", cfg.init_adapter_path)
-            directors.append("start-director")
-        random_, untrained, trained, *start = run_sync(
-            heldout_directors(runner, grm, held_states, directors, cfg, director_backend)
-        )
+        adapters = {
+            "trained-director": out,
+            **({"start-director": cfg.init_adapter_path} if cfg.init_adapter_path else {}),
+        }
+        directors = ["random", None, *adapters]
+
+        async def heldout_check():
+            backend, base = await heldout_director_backend(client, adapters)
+            at_training = await heldout_directors(runner, grm, held_states, directors, cfg, backend, base)
+            at_deployed = (
+                [
+                    at_training[0],
+                    *await heldout_directors(
+                        runner, grm, held_states, directors[1:], cfg, backend, base, cfg.director_temperature
+                    ),
+                ]
+                if cfg.director_temperature != cfg.temperature
+                else at_training
+            )  # the random order ignores the temperature: its rollouts are the same
+            return at_training, at_deployed
+
+        (random_, untrained, trained, *start), (_, untrained_d, trained_d, *_) = run_sync(heldout_check())
         meta = {
             "kind": "director",
             "algorithm": "grpo",
@@ -429,6 +498,14 @@ def train_director_grpo(cfg: DirectorGRPOConfig, embedded: EmbeddedBackend | Non
             "heldout_random": random_,
             "paired_diff_vs_untrained": paired_summary(untrained["per_state"], trained["per_state"]),
             "paired_diff_vs_random": paired_summary(random_["per_state"], trained["per_state"]),
+            # the numbers above sample the directors at the training temperature; these at the deployed one (episodes' default 0.0)
+            "heldout_temperatures": {"training": cfg.temperature, "deployed": cfg.director_temperature},
+            "heldout_deployed": {
+                "untrained": untrained_d,
+                "trained": trained_d,
+                "paired_diff_vs_untrained": paired_summary(untrained_d["per_state"], trained_d["per_state"]),
+                "paired_diff_vs_random": paired_summary(random_["per_state"], trained_d["per_state"]),
+            },
             "unparsed_directive_reward": cfg.unparsed_directive_reward,
             **(
                 {
@@ -468,9 +545,13 @@ def main(argv: list[str] | None = None):
         return  # under torchrun / accelerate launch, rank 0 reports
     m = json.loads((out / "mascot_metadata.json").read_text())
     u, r = m["paired_diff_vs_untrained"], m["paired_diff_vs_random"]
+    t, d = m["heldout_temperatures"], m["heldout_deployed"]
     print(
-        f"{out}\nheld-out group reward: untrained {m['heldout_untrained']['mean_group_reward']:.3f} -> trained {m['heldout_trained']['mean_group_reward']:.3f} "
-        f"(paired {u['paired_diff']:+.3f} +- {u['se']:.3f} s.e.; vs random order {r['paired_diff']:+.3f} +- {r['se']:.3f}; {u['n_prompts']} states)"
+        f"{out}\nheld-out group reward at the training temperature {t['training']}: untrained {m['heldout_untrained']['mean_group_reward']:.3f} "
+        f"-> trained {m['heldout_trained']['mean_group_reward']:.3f} (paired {u['paired_diff']:+.3f} +- {u['se']:.3f} s.e.; vs random order "
+        f"{r['paired_diff']:+.3f} +- {r['se']:.3f}; {u['n_prompts']} states)\nat the deployed temperature {t['deployed']}: untrained "
+        f"{d['untrained']['mean_group_reward']:.3f} -> trained {d['trained']['mean_group_reward']:.3f} (paired "
+        f"{d['paired_diff_vs_untrained']['paired_diff']:+.3f}; vs random order {d['paired_diff_vs_random']['paired_diff']:+.3f})"
     )
 
 
