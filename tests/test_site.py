@@ -29,19 +29,23 @@ def test_smoke_run_has_every_stage_and_figure(smoke_run):
         "f04_ablation",
         "f06_big_five_heatmap",
     }
-    # the persona table's numbers are the judge table's means
+    # the persona table's numbers are the judge table's: each conversation's judged turns averaged, then the conversations
     import pandas as pd
+    from mascot.evaluation.compare import PAPER_METRICS
 
     scores = pd.read_csv(smoke_run / "31_judge_all" / "out" / "judge_scores.csv")
     f01 = pd.read_csv(smoke_run / "figures" / "f01_persona_table_ed" / "f01_persona_table_ed.csv")
     row = f01.iloc[0]
+    kind, criterion = PAPER_METRICS[row.metric]
     sel = scores[
-        (scores.kind == "persona")
+        (scores.kind == kind)
         & (scores.system == row.system)
-        & (scores.criterion == row.criterion)
+        & (scores.criterion == criterion)
         & (scores.group == row.group)
+        & (scores.judge == row.judge)
     ]
-    assert abs(sel.score.mean() - row["mean"]) < 1e-6 and len(sel) == row["n"]
+    per_conversation = sel.groupby("conv_id").score.mean()
+    assert abs(per_conversation.mean() - row["mean"]) < 1e-6 and len(per_conversation) == row["n_contexts"]
 
 
 def test_smoke_run_trained_and_served_the_adapters(smoke_run):
@@ -154,7 +158,12 @@ def test_site_shows_every_conversation_with_directives_and_scores(site, smoke_ru
     for system, rs in recs.items():
         assert lst.count(f'data-system="{system}"') == len(rs), system
     directed = sum(1 for rs in recs.values() for r in rs for t in r["turns"] if t.get("directive"))
-    assert directed > 0 and lst.count('class="directive"') == directed  # every directive beside its agent turn
+    fallbacks = sum(
+        1 for rs in recs.values() for r in rs for t in r["turns"] if t.get("directive_source") == "fallback"
+    )
+    # every directive beside its agent turn, a fallback marked as one
+    assert directed > 0 and lst.count('class="directive"') + lst.count('class="directive fallback"') == directed
+    assert lst.count('class="directive fallback"') == fallbacks
     r0 = recs["mascot"][0]
     if r0.get("user_big_five"):
         assert html.escape(r0["user_big_five"], quote=False) in lst
