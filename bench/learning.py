@@ -454,7 +454,7 @@ def director_format_sft(a, work: Path, states_path: str, embedded, name: str, ba
     from mascot.stage2.group_data import state_from_dict
     from mascot.llm.types import ChatRequest
     from mascot.domain.personas import director_messages, parse_directive
-    from mascot.stage1.sft import SFTConfig_, train_sft_on_rows
+    from mascot.stage1.sft import SFTStageConfig, train_sft_on_rows
     from mascot.training.common import data_hash
 
     out = work / f"{name}_sft{'_balanced' if balanced else ''}_start"
@@ -488,7 +488,7 @@ def director_format_sft(a, work: Path, states_path: str, embedded, name: str, ba
 
     rows = run_sync(all_())
     names = [json.loads(r["completion"][0]["content"])["agent_name"] for r in rows]
-    cfg = SFTConfig_(
+    cfg = SFTStageConfig(
         dataset="ESConv",
         output_dir=str(work),
         run_name=out.name,

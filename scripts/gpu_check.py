@@ -239,11 +239,11 @@ def main(argv=None):
         results["speaker_grpo_step"] = {"ok": False, "error": "skipped: the reward model step failed"}
 
     def sft():
-        from mascot.stage1.sft import SFTConfig_, sft_rows, train_sft_on_rows
+        from mascot.stage1.sft import SFTStageConfig, sft_rows, train_sft_on_rows
 
         rows = sft_rows(data["candidates"], "ED")
         out = train_sft_on_rows(
-            SFTConfig_(model_name=str(model), output_dir=str(tmp / "sft"), max_length=256, **steps),
+            SFTStageConfig(model_name=str(model), output_dir=str(tmp / "sft"), max_length=256, **steps),
             rows,
             tmp / "sft" / "out",
         )

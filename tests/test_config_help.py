@@ -33,7 +33,7 @@ COMMANDS = {
     "generate": "mascot.stage1.candidates:CandidatesConfig",
     "train-reward-model": "mascot.training.reward_models:RewardModelConfig",
     "train-speaker": "mascot.stage1.speaker_grpo:SpeakerGRPOConfig",
-    "train-sft": "mascot.stage1.sft:SFTConfig_",
+    "train-sft": "mascot.stage1.sft:SFTStageConfig",
     "train-group": "mascot.stage2.director_grpo:DirectorGRPOConfig",
     "episode": "mascot.domain.episodes:EpisodeConfig",
     "eval": "mascot.evaluation.generate:EvalConfig",

@@ -159,7 +159,7 @@ def test_quick_start_resolves_to_the_papers_models(tmp_path, monkeypatch):
     from mascot.apps.serve import ServeConfig, vllm_command
     from mascot.stage1.reward_model import RewardModelConfig
     from mascot.stage1.speaker_grpo import SpeakerGRPOConfig
-    from mascot.stage1.sft import SFTConfig_
+    from mascot.stage1.sft import SFTStageConfig
     from mascot.stage2.group_data import GroupDataConfig, group_dir
     from mascot.stage2.group_reward_model import GroupRewardModelConfig
     from mascot.stage2.director_grpo import DirectorGRPOConfig
@@ -200,7 +200,7 @@ def test_quick_start_resolves_to_the_papers_models(tmp_path, monkeypatch):
         + ["--reward-model-path", "outputs/reward_model/Individual_QMSum_Qwen3-0.6B"]
     )
     assert c4.model_name == "Qwen/Qwen3-8B" and not c4.enable_thinking
-    assert SFTConfig_.from_cli(["--dataset", "QMSum", "--data-path", str(cands)]).model_name == "Qwen/Qwen3-8B"
+    assert SFTStageConfig.from_cli(["--dataset", "QMSum", "--data-path", str(cands)]).model_name == "Qwen/Qwen3-8B"
     # 6: the group reward model (the paper's full weights are configs/paper-*.yaml's full_finetune)
     c6 = GroupRewardModelConfig.from_cli(
         ["--mode", "train-reward-model", "--dataset", "QMSum", "--group-reward-model-name", "Qwen/Qwen3-0.6B"]

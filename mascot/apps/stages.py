@@ -53,7 +53,7 @@ STAGES: list[Stage] = [
         "sft",
         "13_sft",
         "stage1/13_sft.ipynb",
-        "mascot.stage1.sft:SFTConfig_",
+        "mascot.stage1.sft:SFTStageConfig",
         ("dataset", "seed", "model_name"),
         {"data_path": ("candidates", "data_path")},
     ),

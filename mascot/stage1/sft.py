@@ -30,10 +30,10 @@ from typing import Any
 from typing import ClassVar
 
 # %% auto #0
-__all__ = ['SFTConfig_', 'sft_rows', 'train_sft_on_rows', 'train_sft', 'main', 'completion_logprobs']
+__all__ = ['SFTStageConfig', 'sft_rows', 'train_sft_on_rows', 'train_sft', 'main', 'completion_logprobs']
 
 # %% ../../nbs/stage1/13_sft.ipynb #179fe689
-class SFTConfig_(EpochTrainingConfig):
+class SFTStageConfig(EpochTrainingConfig):
     "Flags of `mascot train-sft`."
 
     data_path: str | None = None  # default data/rl/individual_{dataset}_{model}
@@ -74,7 +74,7 @@ def sft_rows(data_path: str | Path, dataset: str, min_score: float = 0.0) -> lis
     return rows
 
 
-def train_sft_on_rows(cfg: SFTConfig_, rows: list[dict], out: Path, kind: str = "speaker", **meta_extra) -> Path:
+def train_sft_on_rows(cfg: SFTStageConfig, rows: list[dict], out: Path, kind: str = "speaker", **meta_extra) -> Path:
     "LoRA SFT (TRL `SFTTrainer`) of `cfg.model_name` on chat rows (`prompt`: messages, `completion`: [the assistant message]), saved in `out` with TRL's log, its curves and the metadata."
     import datasets
     from transformers import set_seed
@@ -122,7 +122,7 @@ def train_sft_on_rows(cfg: SFTConfig_, rows: list[dict], out: Path, kind: str = 
     return out
 
 
-def train_sft(cfg: SFTConfig_) -> Path:
+def train_sft(cfg: SFTStageConfig) -> Path:
     "The SFT baseline: `train_sft_on_rows` on `sft_rows` of the stage-1 folder."
     rows = sft_rows(cfg.data_path, cfg.dataset, cfg.min_score)
     if not rows:
@@ -132,7 +132,7 @@ def train_sft(cfg: SFTConfig_) -> Path:
 
 
 def main(argv: list[str] | None = None):
-    print(train_sft(SFTConfig_.from_cli(argv, prog="mascot train-sft")))
+    print(train_sft(SFTStageConfig.from_cli(argv, prog="mascot train-sft")))
 
 
 if __name__ == "__main__" and "IPython" not in sys.modules:
@@ -140,7 +140,7 @@ if __name__ == "__main__" and "IPython" not in sys.modules:
 
 # %% ../../nbs/stage1/13_sft.ipynb #b0abd216
 describe(
-    SFTConfig_,
+    SFTStageConfig,
     data_path="the stage-1 folder whose best candidates are the targets; default: data/rl/individual_{dataset}_{model}",
     min_score="leave out queries whose best candidate scores below this (judge's overall, 1-10)",
 )
