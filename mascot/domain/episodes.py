@@ -4,6 +4,7 @@
 
 # %% ../../nbs/domain/04_episodes.ipynb #2fb0f368
 from __future__ import annotations
+from pydantic import Field
 from ..core.defaults import *
 from ..core.records import *
 from ..core.store import *
@@ -37,33 +38,59 @@ MULTI_AGENT = tuple(n for n, s in SYSTEM_REGISTRY.items() if s.multi_agent)  # t
 class EpisodeConfig(EndpointConfig):
     "Flags of `mascot episode`."
 
-    dataset: str = "ESConv"
-    data_path: str | None = None
-    split: str = "test"
-    num_samples: int | None = 4
-    num_turns: int = NUM_TURNS
-    user_response_probability: float = USER_RESPONSE_PROBABILITY
-    seed: int = 0
-    enable_user_simulation: bool = False
-    enable_big_five: bool = False
-    user_big_five_profile: str | None = None
-    system: str = "mascot"
-    roster_path: str | None = None
-    output_dir: str = "outputs/episodes"
-    output_name: str | None = None
-    resume: bool = False
-    overwrite: bool = False
-    strict: bool = False
-    director_temperature: float = 0.0
-    speaker_temperature: float = 0.7
-    user_temperature: float = 0.7
-    director_max_tokens: int = 64
-    speaker_max_tokens: int = 80
-    user_max_tokens: int = 64
-    few_shot_k: int = 2
-    self_consistency_k: int = 3
-    max_transcript_tokens: int = 768
-    progress: bool = True
+    dataset: str = Field(
+        "ESConv", description="ED, ESConv or QMSum: the roster (support or meeting) and the context format"
+    )
+    data_path: str | None = Field(
+        None,
+        description="the dataset's original files (a folder or file), or demo:<folder> for the shipped demo contexts",
+    )
+    split: str = Field("test", description="the dataset split the contexts come from")
+    num_samples: int | None = Field(
+        4, description="how many contexts to use (a seeded sample of the split); None: all of them"
+    )
+    num_turns: int = Field(NUM_TURNS, description="director -> speaker steps per conversation")
+    user_response_probability: float = Field(
+        USER_RESPONSE_PROBABILITY, description="chance that the simulated user answers after a speaker's turn"
+    )
+    seed: int = Field(0, description="seed of the context sample, the sampling and every random choice of the loop")
+    enable_user_simulation: bool = Field(
+        False, description="let a simulated user take turns (with --user-response-probability)"
+    )
+    enable_big_five: bool = Field(
+        False,
+        description="give the simulated user a Big Five personality profile (recorded in user_big_five, and persona_set big5, only when the simulated user spoke: it needs --enable-user-simulation)",
+    )
+    user_big_five_profile: str | None = Field(
+        None, description="the profile's name (one of personas.BIG_FIVE_PROFILES); default: one drawn per context"
+    )
+    system: str = Field(
+        "mascot",
+        description="the system that plays the conversation: mascot, an ablation or a baseline (systems.SYSTEMS), or untrained (base models in every role; what a trained system becomes under --share-model, so its records never say it was trained)",
+    )
+    roster_path: str | None = Field(None, description="a roster YAML instead of the dataset's built-in roster")
+    output_dir: str = Field("outputs/episodes", description="where the output files are written")
+    output_name: str | None = Field(None, description="the output file's stem; default: the system and the model")
+    resume: bool = Field(
+        False, description="continue an interrupted run: records already in the output are kept and skipped"
+    )
+    overwrite: bool = Field(False, description="replace existing output (only once the first new record is written)")
+    strict: bool = Field(
+        False, description="stop at the first parse failure, empty reply or fallback instead of counting it"
+    )
+    director_temperature: float = Field(
+        0.0,
+        description="sampling temperature of the director (0.0: the deployed, greedy director; stage 2 trains at its own temperature)",
+    )
+    speaker_temperature: float = Field(0.7, description="sampling temperature of the speakers")
+    user_temperature: float = Field(0.7, description="sampling temperature of the simulated user")
+    director_max_tokens: int = Field(64, description="token cap of one directive")
+    speaker_max_tokens: int = Field(80, description="token cap of one speaker turn")
+    user_max_tokens: int = Field(64, description="token cap of one user turn")
+    few_shot_k: int = Field(2, description="worked examples in the few-shot baseline's prompt")
+    self_consistency_k: int = Field(3, description="samples the self-consistency baseline votes over")
+    max_transcript_tokens: int = Field(768, description="QMSum: the transcript window (tokens) the group sees")
+    progress: bool = Field(True, description="show a progress bar")
 
     def model_post_init(self, _):
         if self.system not in SYSTEM_REGISTRY:
@@ -90,40 +117,6 @@ class EpisodeConfig(EndpointConfig):
     @property
     def name(self) -> str:
         return self.output_name or f"{self.system}_{self.dataset}_{self.split}"
-
-# %% ../../nbs/domain/04_episodes.ipynb #d7e027e0
-describe(
-    EpisodeConfig,
-    dataset="ED, ESConv or QMSum: the roster (support or meeting) and the context format",
-    data_path="the dataset's original files (a folder or file), or demo:<folder> for the shipped demo contexts",
-    split="the dataset split the contexts come from",
-    num_samples="how many contexts to use (a seeded sample of the split); None: all of them",
-    num_turns="director -> speaker steps per conversation",
-    user_response_probability="chance that the simulated user answers after a speaker's turn",
-    seed="seed of the context sample, the sampling and every random choice of the loop",
-    enable_user_simulation="let a simulated user take turns (with --user-response-probability)",
-    enable_big_five="give the simulated user a Big Five personality profile (recorded in user_big_five, and persona_set big5, only when "
-    "the simulated user spoke: it needs --enable-user-simulation)",
-    user_big_five_profile="the profile's name (one of personas.BIG_FIVE_PROFILES); default: one drawn per context",
-    system="the system that plays the conversation: mascot, an ablation or a baseline (systems.SYSTEMS), or untrained (base models in every "
-    "role; what a trained system becomes under --share-model, so its records never say it was trained)",
-    roster_path="a roster YAML instead of the dataset's built-in roster",
-    output_dir="where the output files are written",
-    output_name="the output file's stem; default: the system and the model",
-    resume="continue an interrupted run: records already in the output are kept and skipped",
-    overwrite="replace existing output (only once the first new record is written)",
-    strict="stop at the first parse failure, empty reply or fallback instead of counting it",
-    director_temperature="sampling temperature of the director (0.0: the deployed, greedy director; stage 2 trains at its own temperature)",
-    speaker_temperature="sampling temperature of the speakers",
-    user_temperature="sampling temperature of the simulated user",
-    director_max_tokens="token cap of one directive",
-    speaker_max_tokens="token cap of one speaker turn",
-    user_max_tokens="token cap of one user turn",
-    few_shot_k="worked examples in the few-shot baseline's prompt",
-    self_consistency_k="samples the self-consistency baseline votes over",
-    max_transcript_tokens="QMSum: the transcript window (tokens) the group sees",
-    progress="show a progress bar",
-)
 
 # %% ../../nbs/domain/04_episodes.ipynb #dad61176
 # StrictModeError (raised under --strict at the first counted failure) lives in mascot.core.store, beside the job scaffold that stops on it.

@@ -4,6 +4,7 @@
 
 # %% ../../nbs/evaluation/32_auto_metrics.ipynb #cc856371
 from __future__ import annotations
+from pydantic import Field
 from ..core.records import *
 from ..core.store import *
 from ..core.config import *
@@ -39,19 +40,37 @@ def minilm_path() -> str | None:
 class MetricsConfig(Config):
     "Flags of `mascot metrics`."
 
-    input_file: str
-    output_file: str | None = None  # default: auto_metrics_<input stem>.json beside the input
-    nli_model: str = DEFAULT_NLI_MODEL
-    pairing_mode: Literal["same-round", "all-pairs", "adjacent-agent"] = "same-round"
-    nli_direction: Literal["temporal", "bidirectional"] = "temporal"
-    allow_round_inference: bool = False
-    contradiction_threshold: float = 0.5
-    batch_size: int = 16
-    max_length: int = 256
-    embedding_model: str | None = None  # default: the shipped MiniLM
-    skip_nli: bool = False
-    device: str = "auto"
-    progress: bool = True
+    input_file: str = Field(description="the conversations (a .jsonl of episode records)")
+    output_file: str | None = Field(
+        None, description="where the metrics JSON goes; default: auto_metrics_<input stem>.json beside the input"
+    )  # default: auto_metrics_<input stem>.json beside the input
+    nli_model: str = Field(
+        DEFAULT_NLI_MODEL, description="the NLI model for contradictions between replies (a hub id or a local folder)"
+    )
+    pairing_mode: Literal["same-round", "all-pairs", "adjacent-agent"] = Field(
+        "same-round",
+        description="which replies the NLI compares: same-round (agents of one round), all-pairs, or adjacent-agent (consecutive agent turns)",
+    )
+    nli_direction: Literal["temporal", "bidirectional"] = Field(
+        "temporal",
+        description="temporal (the earlier reply is the premise) or bidirectional (both orders; the larger contradiction counts)",
+    )
+    allow_round_inference: bool = Field(
+        False, description="records without round numbers: infer rounds from the turn order instead of refusing them"
+    )
+    contradiction_threshold: float = Field(
+        0.5, description="a pair counts as contradicting when the NLI's contradiction probability reaches this (0-1]"
+    )
+    batch_size: int = Field(16, description="NLI pairs per forward pass")
+    max_length: int = Field(256, description="the NLI's token cap per pair")
+    embedding_model: str | None = Field(
+        None, description="the sentence-embedding model for relevance and echo; default: the shipped MiniLM"
+    )  # default: the shipped MiniLM
+    skip_nli: bool = Field(
+        False, description="skip the NLI contradiction metric (no NLI model needed); the other metrics still run"
+    )
+    device: str = Field("auto", description="auto (CUDA when present, else CPU), cpu or cuda")
+    progress: bool = Field(True, description="show a progress bar")
 
     def model_post_init(self, _):
         if self.batch_size < 1:
@@ -65,24 +84,6 @@ class MetricsConfig(Config):
     def output_path(self) -> Path:
         inp = Path(self.input_file)
         return Path(self.output_file) if self.output_file else inp.with_name(f"auto_metrics_{inp.stem}.json")
-
-# %% ../../nbs/evaluation/32_auto_metrics.ipynb #50c97cf3
-describe(
-    MetricsConfig,
-    input_file="the conversations (a .jsonl of episode records)",
-    output_file="where the metrics JSON goes; default: auto_metrics_<input stem>.json beside the input",
-    nli_model="the NLI model for contradictions between replies (a hub id or a local folder)",
-    pairing_mode="which replies the NLI compares: same-round (agents of one round), all-pairs, or adjacent-agent (consecutive agent turns)",
-    nli_direction="temporal (the earlier reply is the premise) or bidirectional (both orders; the larger contradiction counts)",
-    allow_round_inference="records without round numbers: infer rounds from the turn order instead of refusing them",
-    contradiction_threshold="a pair counts as contradicting when the NLI's contradiction probability reaches this (0-1]",
-    batch_size="NLI pairs per forward pass",
-    max_length="the NLI's token cap per pair",
-    embedding_model="the sentence-embedding model for relevance and echo; default: the shipped MiniLM",
-    skip_nli="skip the NLI contradiction metric (no NLI model needed); the other metrics still run",
-    device="auto (CUDA when present, else CPU), cpu or cuda",
-    progress="show a progress bar",
-)
 
 # %% ../../nbs/evaluation/32_auto_metrics.ipynb #30e29f71
 @dataclass
@@ -540,16 +541,28 @@ if __name__ == "__main__" and "IPython" not in sys.modules:
 class MetricsStageConfig(Config):
     "`mascot metrics` over every *.jsonl of a folder."
 
-    input_dir: str
-    output_dir: str = "outputs/auto_metrics"
-    seed: int = 0
-    nli_model: str = DEFAULT_NLI_MODEL
-    pairing_mode: Literal["same-round", "all-pairs", "adjacent-agent"] = "same-round"
-    nli_direction: Literal["temporal", "bidirectional"] = "temporal"
-    allow_round_inference: bool = False
-    skip_nli: bool = False
-    batch_size: int = 16
-    progress: bool = True
+    input_dir: str = Field(description="the evaluation folder: metrics for every *.jsonl of conversations in it")
+    output_dir: str = Field("outputs/auto_metrics", description="where the per-file metrics JSON goes")
+    seed: int = Field(0, description="the random seed")
+    nli_model: str = Field(
+        DEFAULT_NLI_MODEL, description="the NLI model for contradictions between replies (a hub id or a local folder)"
+    )
+    pairing_mode: Literal["same-round", "all-pairs", "adjacent-agent"] = Field(
+        "same-round",
+        description="which replies the NLI compares: same-round (agents of one round), all-pairs, or adjacent-agent (consecutive agent turns)",
+    )
+    nli_direction: Literal["temporal", "bidirectional"] = Field(
+        "temporal",
+        description="temporal (the earlier reply is the premise) or bidirectional (both orders; the larger contradiction counts)",
+    )
+    allow_round_inference: bool = Field(
+        False, description="records without round numbers: infer rounds from the turn order instead of refusing them"
+    )
+    skip_nli: bool = Field(
+        False, description="skip the NLI contradiction metric (no NLI model needed); the other metrics still run"
+    )
+    batch_size: int = Field(16, description="NLI pairs per forward pass")
+    progress: bool = Field(True, description="show a progress bar")
 
 
 def metrics_folder(cfg: MetricsStageConfig) -> Path:
@@ -565,18 +578,3 @@ def metrics_folder(cfg: MetricsStageConfig) -> Path:
         res = evaluate(mc, embed=embed)
         Path(mc.output_file).write_text(json.dumps(res, indent=2))
     return out
-
-# %% ../../nbs/evaluation/32_auto_metrics.ipynb #991d3b43
-describe(
-    MetricsStageConfig,
-    input_dir="the evaluation folder: metrics for every *.jsonl of conversations in it",
-    output_dir="where the per-file metrics JSON goes",
-    seed="the random seed",
-    nli_model="the NLI model for contradictions between replies (a hub id or a local folder)",
-    pairing_mode="which replies the NLI compares: same-round (agents of one round), all-pairs, or adjacent-agent (consecutive agent turns)",
-    nli_direction="temporal (the earlier reply is the premise) or bidirectional (both orders; the larger contradiction counts)",
-    allow_round_inference="records without round numbers: infer rounds from the turn order instead of refusing them",
-    skip_nli="skip the NLI contradiction metric (no NLI model needed); the other metrics still run",
-    batch_size="NLI pairs per forward pass",
-    progress="show a progress bar",
-)

@@ -4,6 +4,7 @@
 
 # %% ../../nbs/evaluation/50_figures.ipynb #bcd7329a
 from __future__ import annotations
+from pydantic import Field
 from ..core.records import *
 from ..core.config import *
 from ..core.runtime import *
@@ -379,13 +380,16 @@ def demo_auto_metrics(folder: str | Path, systems=SYSTEMS, seed: int = 0) -> Pat
 class FiguresConfig(Config):
     "The figures stage: where the judge table and the automatic metrics are, and where the figures go."
 
-    judge_dir: str | None = None
-    metrics_dir: str | None = None
-    output_dir: str = "figures"
-    runs: list[str] = []
-    labels: list[str] = []
-    progress: bool = True
-    max_workers: int = 2
+    judge_dir: str | None = Field(None, description="the judge stage's folder (judge_scores.csv; required)")
+    metrics_dir: str | None = Field(None, description="the automatic metrics' folder (optional)")
+    output_dir: str = Field("figures", description="where each figure notebook's PNG and CSV are written")
+    runs: list[str] = Field([], description="other runs' judge folders for the sensitivity figures, beside this run's")
+    labels: list[str] = Field(
+        [],
+        description="a label per run (one per --runs entry, or one more for this run first); default: the folder names",
+    )
+    progress: bool = Field(True, description="show a progress bar")
+    max_workers: int = Field(2, description="figure notebooks executed at once, each in its own kernel")
 
 
 def figures_nbs() -> Path:
@@ -488,15 +492,3 @@ def run_figures(cfg: FiguresConfig) -> dict[str, Path]:
     if failed:
         raise RuntimeError("figure notebooks failed:\n" + "\n".join(failed))
     return done
-
-# %% ../../nbs/evaluation/50_figures.ipynb #bedf25df
-describe(
-    FiguresConfig,
-    judge_dir="the judge stage's folder (judge_scores.csv; required)",
-    metrics_dir="the automatic metrics' folder (optional)",
-    output_dir="where each figure notebook's PNG and CSV are written",
-    runs="other runs' judge folders for the sensitivity figures, beside this run's",
-    labels="a label per run (one per --runs entry, or one more for this run first); default: the folder names",
-    progress="show a progress bar",
-    max_workers="figure notebooks executed at once, each in its own kernel",
-)

@@ -37,10 +37,10 @@ class EvalConfig(EpisodeConfig):
     num_samples: int | None = Field(
         None, description="contexts to evaluate: the whole split by default, as the reference does ('all' or a number)"
     )
-    systems: list[str] = []
-    director_adapter: str | None = None
-    speaker_adapter: str | None = None
-    sft_adapter: str | None = None
+    systems: list[str] = Field([], description="systems to generate conversations for (systems.SYSTEMS); default: all")
+    director_adapter: str | None = Field(None, description="the trained director's LoRA adapter (mascot, mascot-g)")
+    speaker_adapter: str | None = Field(None, description="the trained speaker's LoRA adapter (mascot, mascot-i)")
+    sft_adapter: str | None = Field(None, description="the SFT baseline's adapter (sft)")
     output_dir: str = "outputs"
 
     def check_models(self):
@@ -66,15 +66,6 @@ def system_config(cfg: EvalConfig, system: str) -> EpisodeConfig:
             "output_name": f"{system}_{model_slug(cfg.model_name)}",
         }
     )
-
-# %% ../../nbs/evaluation/30_generate.ipynb #9ffe6dec
-describe(
-    EvalConfig,
-    systems="systems to generate conversations for (systems.SYSTEMS); default: all",
-    director_adapter="the trained director's LoRA adapter (mascot, mascot-g)",
-    speaker_adapter="the trained speaker's LoRA adapter (mascot, mascot-i)",
-    sft_adapter="the SFT baseline's adapter (sft)",
-)
 
 # %% ../../nbs/evaluation/30_generate.ipynb #607d1ea6
 async def evaluate_async(cfg: EvalConfig, embedded: EmbeddedBackend | None = None) -> dict[str, Path]:

@@ -74,21 +74,35 @@ def tidy_rows(score_line: dict, record: dict | None) -> list[dict]:
 class JudgeStageConfig(JudgePanelConfig):
     "Judge every conversation file of an evaluation folder."
 
-    input_dir: str
-    output_dir: str = "outputs/judge"
-    dataset: str | None = None
-    seed: int = 0
+    input_dir: str = Field(description="the evaluation folder: every *.jsonl of conversations in it is judged")
+    output_dir: str = Field("outputs/judge", description="where the score tables and the summary go")
+    dataset: str | None = Field(
+        None,
+        description="ED, ESConv or QMSum (the reference's flag); must agree with each record's metadata.dataset; unset: read from the records",
+    )
+    seed: int = Field(0, description="the random seed (judge sampling, example order)")
     reference: str | None = Field(
         None,
         description="the system comparison.csv compares the others with (default: mascot if judged, else the first system)",
     )
-    rubric: Literal["auto", "persona", "collective"] = "auto"
-    resume: bool = False
-    overwrite: bool = False
-    strict: bool = False
-    judge_max_tokens: int = 160
-    judge_examples: int = 2
-    progress: bool = True
+    rubric: Literal["auto", "persona", "collective"] = Field(
+        "auto",
+        description="auto: both the persona rubric (each agent turn) and the collective rubric (the whole conversation); or only one of them",
+    )
+    resume: bool = Field(
+        False, description="continue an interrupted run: records already judged are kept and not judged again"
+    )
+    overwrite: bool = Field(
+        False,
+        description="start afresh over existing results (the old output is replaced only once the first new record is written)",
+    )
+    strict: bool = Field(
+        False,
+        description="stop at the first judgement that does not parse or malformed record, instead of skipping and counting it",
+    )
+    judge_max_tokens: int = Field(160, description="the cap on one judgement's tokens")
+    judge_examples: int = Field(2, description="worked examples (0-2) shown in the judge prompt")
+    progress: bool = Field(True, description="show a progress bar")
 
 
 async def judge_folder_async(cfg: JudgeStageConfig, embedded: EmbeddedBackend | None = None) -> Path:
@@ -144,17 +158,6 @@ if __name__ == "__main__" and "IPython" not in sys.modules:
 # %% ../../nbs/evaluation/31_judge_all.ipynb #d275b896
 describe(
     JudgeStageConfig,
-    dataset="ED, ESConv or QMSum (the reference's flag); must agree with each record's metadata.dataset; unset: read from the records",
     provider="the judge's API: vllm or openai (both need --judge-server-url, never defaulted), embedded (in this process, an explicit choice), anthropic or gemini (their SDK's endpoint, key from the environment or .env); unset: vllm at --judge-server-url",
     judges="more judge models on the same provider and URL as the (last) judge, scored beside it for the judges' agreement",
-    rubric="auto: both the persona rubric (each agent turn) and the collective rubric (the whole conversation); or only one of them",
-    resume="continue an interrupted run: records already judged are kept and not judged again",
-    overwrite="start afresh over existing results (the old output is replaced only once the first new record is written)",
-    strict="stop at the first judgement that does not parse or malformed record, instead of skipping and counting it",
-    judge_examples="worked examples (0-2) shown in the judge prompt",
-    judge_max_tokens="the cap on one judgement's tokens",
-    progress="show a progress bar",
-    input_dir="the evaluation folder: every *.jsonl of conversations in it is judged",
-    output_dir="where the score tables and the summary go",
-    seed="the random seed (judge sampling, example order)",
 )

@@ -173,18 +173,34 @@ def _is_spec(s: str) -> bool:
 class JudgeConfig(JudgePanelConfig):
     "Flags of `mascot judge`."
 
-    input_file: str
+    input_file: str = Field(description="the conversations to judge (a .jsonl of episode records)")
     # the reference's flag: ED, ESConv or QMSum; must agree with each record's metadata.dataset
-    dataset: str | None = None
-    rubric: Literal["auto", "persona", "collective"] = "auto"
-    output_dir: str | None = None
-    resume: bool = False
-    overwrite: bool = False
-    strict: bool = False
-    judge_examples: int = 2
-    judge_max_tokens: int = 160
-    top_logprobs: int = 20
-    progress: bool = True
+    dataset: str | None = Field(
+        None,
+        description="ED, ESConv or QMSum (the reference's flag); must agree with each record's metadata.dataset; unset: read from the records",
+    )
+    rubric: Literal["auto", "persona", "collective"] = Field(
+        "auto",
+        description="auto: both the persona rubric (each agent turn) and the collective rubric (the whole conversation); or only one of them",
+    )
+    output_dir: str | None = Field(None, description="where the scores and metrics go; default: beside the input")
+    resume: bool = Field(
+        False, description="continue an interrupted run: records already judged are kept and not judged again"
+    )
+    overwrite: bool = Field(
+        False,
+        description="start afresh over existing results (the old output is replaced only once the first new record is written)",
+    )
+    strict: bool = Field(
+        False,
+        description="stop at the first judgement that does not parse or malformed record, instead of skipping and counting it",
+    )
+    judge_examples: int = Field(2, description="worked examples (0-2) shown in the judge prompt")
+    judge_max_tokens: int = Field(160, description="the cap on one judgement's tokens")
+    top_logprobs: int = Field(
+        20, description="logprobs asked per score token: the score is the probability-weighted mean over the digits"
+    )
+    progress: bool = Field(True, description="show a progress bar")
 
     def model_post_init(self, _):
         p, url = self.provider, self.judge_server_url
@@ -232,19 +248,8 @@ class JudgeConfig(JudgePanelConfig):
 # %% ../../nbs/judging/02_evaluator.ipynb #b0ae6afa
 describe(
     JudgeConfig,
-    dataset="ED, ESConv or QMSum (the reference's flag); must agree with each record's metadata.dataset; unset: read from the records",
     provider="the judge's API: vllm or openai (both need --judge-server-url, never defaulted), embedded (in this process, an explicit choice), anthropic or gemini (their SDK's endpoint, key from the environment or .env); unset: vllm at --judge-server-url",
     judges="more judge models on the same provider and URL as the (last) judge, scored beside it for the judges' agreement",
-    rubric="auto: both the persona rubric (each agent turn) and the collective rubric (the whole conversation); or only one of them",
-    resume="continue an interrupted run: records already judged are kept and not judged again",
-    overwrite="start afresh over existing results (the old output is replaced only once the first new record is written)",
-    strict="stop at the first judgement that does not parse or malformed record, instead of skipping and counting it",
-    judge_examples="worked examples (0-2) shown in the judge prompt",
-    judge_max_tokens="the cap on one judgement's tokens",
-    progress="show a progress bar",
-    input_file="the conversations to judge (a .jsonl of episode records)",
-    output_dir="where the scores and metrics go; default: beside the input",
-    top_logprobs="logprobs asked per score token: the score is the probability-weighted mean over the digits",
 )
 
 # %% ../../nbs/judging/02_evaluator.ipynb #52d7072e

@@ -26,24 +26,59 @@ ROLES = GEN_ROLES + ("judge",)
 class EndpointConfig(Config):
     "Where each role's calls go, and with which model."
 
-    model_name: str = EMBEDDED_DEFAULT
-    vllm_server_url: str | None = None
-    director_server_url: str | None = None
-    speaker_server_url: str | None = None
-    user_server_url: str | None = None
-    judge_server_url: str | None = None
-    directive_model: str | None = None
-    agent_model: str | None = None
-    user_model: str | None = None
-    judge: str | None = None
+    model_name: str = Field(
+        EMBEDDED_DEFAULT,
+        description="the base model every role uses unless its own flag names another (a hub id, a local folder, or the embedded default)",
+    )
+    vllm_server_url: str | None = Field(
+        None,
+        description="an OpenAI-compatible server (vLLM) for the director, speaker and user calls; unset: the embedded in-process model",
+    )
+    director_server_url: str | None = Field(
+        None, description="a server for the director's calls only (wins over --vllm-server-url)"
+    )
+    speaker_server_url: str | None = Field(
+        None, description="a server for the speaker's calls only (wins over --vllm-server-url)"
+    )
+    user_server_url: str | None = Field(
+        None, description="a server for the simulated user's calls only (wins over --vllm-server-url)"
+    )
+    judge_server_url: str | None = Field(
+        None, description="a server for the judge's calls; unset: the embedded model judges"
+    )
+    directive_model: str | None = Field(
+        None, description="the director's model (or LoRA alias on its server); default: --model-name"
+    )
+    agent_model: str | None = Field(
+        None, description="the speakers' model (or LoRA alias on its server); default: --model-name"
+    )
+    user_model: str | None = Field(None, description="the simulated user's model; default: --model-name")
+    judge: str | None = Field(
+        None, description="the judge's model (name on the judge server, or a local model); default: --model-name"
+    )
     # the judge in this process is an explicit choice; with neither this nor --judge-server-url, judging stops
-    judge_provider: Literal["embedded"] | None = None
-    share_model: bool = False
-    lora_modules: list[str] = []
-    trace_role_calls: bool = False
-    max_concurrency: int = 16
-    request_timeout: float = 120.0
-    max_retries: int = 3
+    judge_provider: Literal["embedded"] | None = Field(
+        None,
+        description="embedded: run the judge in this process on the embedded model (an explicit choice); unset: judging needs --judge-server-url",
+    )
+    share_model: bool = Field(
+        False,
+        description="load one model and reuse it for every generating role (the reference's flag); the role flags may name at most one model",
+    )
+    lora_modules: list[str] = Field(
+        [], description="LoRA adapters for the embedded backend as alias=path (the vLLM --lora-modules syntax)"
+    )
+    trace_role_calls: bool = Field(
+        False, description="record every role call (messages and reply) in the run folder, for debugging prompts"
+    )
+    max_concurrency: int = Field(
+        16,
+        description="requests in flight at once, over all roles; the embedded model batches up to this many rows in one generate",
+    )
+    request_timeout: float = Field(
+        120.0, description="seconds before one request to a server is abandoned (then retried)"
+    )
+    max_retries: int = Field(3, description="retries of a failed or empty request before it counts as a failure")
     enable_thinking: bool = Field(
         False,
         description="let reasoning models (Qwen3) think before answering: every generating role and the judge (chat_template_kwargs); "
@@ -174,25 +209,3 @@ def parse_lora_modules(specs: list[str]) -> dict[str, str]:
             raise ConfigError(f"--lora-modules: expected alias=path, got {s!r}")
         out[alias] = path
     return out
-
-# %% ../../nbs/llm/05_routing.ipynb #d8bf2b19
-describe(
-    EndpointConfig,
-    judge_provider="embedded: run the judge in this process on the embedded model (an explicit choice); unset: judging needs --judge-server-url",
-    model_name="the base model every role uses unless its own flag names another (a hub id, a local folder, or the embedded default)",
-    vllm_server_url="an OpenAI-compatible server (vLLM) for the director, speaker and user calls; unset: the embedded in-process model",
-    director_server_url="a server for the director's calls only (wins over --vllm-server-url)",
-    speaker_server_url="a server for the speaker's calls only (wins over --vllm-server-url)",
-    user_server_url="a server for the simulated user's calls only (wins over --vllm-server-url)",
-    judge_server_url="a server for the judge's calls; unset: the embedded model judges",
-    directive_model="the director's model (or LoRA alias on its server); default: --model-name",
-    agent_model="the speakers' model (or LoRA alias on its server); default: --model-name",
-    user_model="the simulated user's model; default: --model-name",
-    judge="the judge's model (name on the judge server, or a local model); default: --model-name",
-    share_model="load one model and reuse it for every generating role (the reference's flag); the role flags may name at most one model",
-    lora_modules="LoRA adapters for the embedded backend as alias=path (the vLLM --lora-modules syntax)",
-    trace_role_calls="record every role call (messages and reply) in the run folder, for debugging prompts",
-    max_concurrency="requests in flight at once, over all roles; the embedded model batches up to this many rows in one generate",
-    request_timeout="seconds before one request to a server is abandoned (then retried)",
-    max_retries="retries of a failed or empty request before it counts as a failure",
-)

@@ -4,6 +4,7 @@
 
 # %% ../../nbs/stage1/10_candidates.ipynb #5b8584fd
 from __future__ import annotations
+from pydantic import Field
 from typing import Iterable
 from ..core.defaults import *
 from ..core.records import *
@@ -31,28 +32,42 @@ __all__ = ['CandidatesConfig', 'individual_dir', 'query_messages', 'score_query'
 class CandidatesConfig(EndpointConfig):
     "Flags of `mascot generate --mode individual`."
 
-    mode: str = "individual"
-    dataset: str = "ESConv"
-    data_path: str | None = None
-    split: str = "train"
-    num_samples: int | None = 4
-    seed: int = 0
-    num_candidates: int = NUM_CANDIDATES
-    score_margin: float = SCORE_MARGIN
-    temperature: float = 1.0
-    top_p: float = 0.95
-    max_tokens: int = 64
-    judge_max_tokens: int = 160
+    mode: str = Field("individual", description="individual (this stage); group data is --mode group")
+    dataset: str = Field("ESConv", description="ED, ESConv or QMSum")
+    data_path: str | None = Field(
+        None, description="the dataset's original files, or demo:<folder> for the shipped demo contexts"
+    )
+    split: str = Field("train", description="the dataset split the contexts come from")
+    num_samples: int | None = Field(4, description="how many contexts (a seeded sample); None: all of them")
+    seed: int = Field(0, description="seed of the context sample and of the sampling")
+    num_candidates: int = Field(NUM_CANDIDATES, description="candidate replies per context and persona (K)")
+    score_margin: float = Field(
+        SCORE_MARGIN,
+        description="least difference of the judge's overall score (1-10) for two candidates to form a pair",
+    )
+    temperature: float = Field(1.0, description="sampling temperature of the candidates")
+    top_p: float = Field(0.95, description="nucleus sampling of the candidates")
+    max_tokens: int = Field(64, description="token cap of one candidate")
+    judge_max_tokens: int = Field(160, description="token cap of one judgement")
     # worked examples in the judge prompt: small judges need them to follow the format; strong ones can take 0
-    judge_examples: int = 2
-    personas: list[str] = []
-    roster_path: str | None = None
-    max_transcript_tokens: int = 768
-    output_dir: str = "data/rl"
-    resume: bool = False
-    overwrite: bool = False
-    strict: bool = False
-    progress: bool = True
+    judge_examples: int = Field(
+        2,
+        description="worked examples in the judge prompt (small judges need them to follow the format; strong ones can take 0)",
+    )
+    personas: list[str] = Field(
+        [], description="personas to generate for (names in the roster); default: all of the roster's"
+    )
+    roster_path: str | None = Field(None, description="a roster YAML instead of the dataset's built-in roster")
+    max_transcript_tokens: int = Field(768, description="QMSum: the transcript window (tokens) the speaker sees")
+    output_dir: str = Field("data/rl", description="where the pair folder individual_{dataset}_{model} is created")
+    resume: bool = Field(
+        False, description="continue an interrupted run: queries already in candidates.jsonl are skipped"
+    )
+    overwrite: bool = Field(False, description="replace an existing folder (only once the first new record is written)")
+    strict: bool = Field(
+        False, description="stop at the first empty candidate or unparsable judgement instead of counting it"
+    )
+    progress: bool = Field(True, description="show a progress bar")
 
     def model_post_init(self, _):
         if self.mode != "individual":
@@ -65,32 +80,6 @@ class CandidatesConfig(EndpointConfig):
 
 def individual_dir(cfg: CandidatesConfig) -> Path:
     return Path(cfg.output_dir) / f"individual_{cfg.dataset}_{model_slug(cfg.agent_model or cfg.model_name)}"
-
-# %% ../../nbs/stage1/10_candidates.ipynb #247e39e1
-describe(
-    CandidatesConfig,
-    mode="individual (this stage); group data is --mode group",
-    dataset="ED, ESConv or QMSum",
-    data_path="the dataset's original files, or demo:<folder> for the shipped demo contexts",
-    split="the dataset split the contexts come from",
-    num_samples="how many contexts (a seeded sample); None: all of them",
-    seed="seed of the context sample and of the sampling",
-    num_candidates="candidate replies per context and persona (K)",
-    score_margin="least difference of the judge's overall score (1-10) for two candidates to form a pair",
-    temperature="sampling temperature of the candidates",
-    top_p="nucleus sampling of the candidates",
-    max_tokens="token cap of one candidate",
-    judge_max_tokens="token cap of one judgement",
-    judge_examples="worked examples in the judge prompt (small judges need them to follow the format; strong ones can take 0)",
-    personas="personas to generate for (names in the roster); default: all of the roster's",
-    roster_path="a roster YAML instead of the dataset's built-in roster",
-    max_transcript_tokens="QMSum: the transcript window (tokens) the speaker sees",
-    output_dir="where the pair folder individual_{dataset}_{model} is created",
-    resume="continue an interrupted run: queries already in candidates.jsonl are skipped",
-    overwrite="replace an existing folder (only once the first new record is written)",
-    strict="stop at the first empty candidate or unparsable judgement instead of counting it",
-    progress="show a progress bar",
-)
 
 # %% ../../nbs/stage1/10_candidates.ipynb #9b326fb4
 def query_messages(persona: Persona, ctx: Context, roster: Roster) -> list[dict]:

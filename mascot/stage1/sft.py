@@ -4,6 +4,7 @@
 
 # %% ../../nbs/stage1/13_sft.ipynb #7fff273e
 from __future__ import annotations
+from pydantic import Field
 from ..core.records import *
 from ..core.store import *
 from ..core.config import *
@@ -36,12 +37,17 @@ __all__ = ['SFTStageConfig', 'sft_rows', 'train_sft_on_rows', 'train_sft', 'main
 class SFTStageConfig(EpochTrainingConfig):
     "Flags of `mascot train-sft`."
 
-    data_path: str | None = None  # default data/rl/individual_{dataset}_{model}
+    data_path: str | None = Field(
+        None,
+        description="the stage-1 folder whose best candidates are the targets; default: data/rl/individual_{dataset}_{model}",
+    )  # default data/rl/individual_{dataset}_{model}
     PATH_DEFAULTS: ClassVar[dict[str, str]] = {"data_path": "data/rl/individual_{dataset}_{model}"}
     MODEL_FROM_DATA: ClassVar[dict[str, str]] = {
         "data_path": "speaker"
     }  # the SFT baseline tunes the model that made the candidates
-    min_score: float = 0.0
+    min_score: float = Field(
+        0.0, description="leave out queries whose best candidate scores below this (judge's overall, 1-10)"
+    )
     learning_rate: float = 1e-4
 
     def trl_config(self, output_dir: str):
@@ -137,13 +143,6 @@ def main(argv: list[str] | None = None):
 
 if __name__ == "__main__" and "IPython" not in sys.modules:
     main()
-
-# %% ../../nbs/stage1/13_sft.ipynb #b0abd216
-describe(
-    SFTStageConfig,
-    data_path="the stage-1 folder whose best candidates are the targets; default: data/rl/individual_{dataset}_{model}",
-    min_score="leave out queries whose best candidate scores below this (judge's overall, 1-10)",
-)
 
 # %% ../../nbs/stage1/13_sft.ipynb #a1e4a12e
 def completion_logprobs(

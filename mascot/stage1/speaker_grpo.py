@@ -4,6 +4,7 @@
 
 # %% ../../nbs/stage1/12_speaker_grpo.ipynb #2cd18e01
 from __future__ import annotations
+from pydantic import Field
 from ..core.store import *
 from ..core.config import *
 from ..core.runtime import *
@@ -60,9 +61,14 @@ class PersonaRMReward:
 class SpeakerGRPOConfig(GRPOTrainingConfig):
     "Flags of `mascot train-speaker`."
 
-    algorithm: str = "grpo"
-    data_path: str | None = None  # default data/rl/individual_{dataset}_{model}
-    reward_model_path: str | None = None  # default outputs/reward_model/Individual_{dataset}_{model}
+    algorithm: str = Field("grpo", description="grpo (the only one here; the SFT baseline is mascot train-sft)")
+    data_path: str | None = Field(
+        None,
+        description="the stage-1 folder whose prompts the speaker trains on; default: data/rl/individual_{dataset}_{model}",
+    )  # default data/rl/individual_{dataset}_{model}
+    reward_model_path: str | None = Field(
+        None, description="the persona reward model; default: outputs/reward_model/Individual_{dataset}_{model}"
+    )  # default outputs/reward_model/Individual_{dataset}_{model}
     PATH_DEFAULTS: ClassVar[dict[str, str]] = {
         "data_path": "data/rl/individual_{dataset}_{model}",
         "reward_model_path": "outputs/reward_model/Individual_{dataset}_{model}",
@@ -70,12 +76,16 @@ class SpeakerGRPOConfig(GRPOTrainingConfig):
     MODEL_FROM_DATA: ClassVar[dict[str, str]] = {
         "data_path": "speaker"
     }  # the speaker is the model that made the candidates
-    holdout_fraction: float = 0.25
+    holdout_fraction: float = Field(
+        0.25, description="share of the contexts held out for the base-vs-trained comparison"
+    )
     reward_weights: list[float] = [1.0, 0.5, 0.25]
-    concise_min_words: int = 8
-    concise_max_words: int = 40
-    eval_max_tokens: int = 96
-    eval_samples_per_prompt: int = 4
+    concise_min_words: int = Field(8, description="the conciseness reward is 1 from this many words")
+    concise_max_words: int = Field(40, description="... up to this many words, falling to 0 at twice as many")
+    eval_max_tokens: int = Field(96, description="token cap of the held-out evaluation's replies")
+    eval_samples_per_prompt: int = Field(
+        4, description="replies sampled per held-out prompt, for base and trained alike"
+    )
 
     def model_post_init(self, _):
         super().model_post_init(_)
@@ -87,19 +97,6 @@ class SpeakerGRPOConfig(GRPOTrainingConfig):
             raise ConfigError("--reward-weights takes 3 numbers: reward model, format, conciseness")
         if self.eval_samples_per_prompt < 1:
             raise ConfigError("--eval-samples-per-prompt must be >= 1")
-
-# %% ../../nbs/stage1/12_speaker_grpo.ipynb #e3061818
-describe(
-    SpeakerGRPOConfig,
-    algorithm="grpo (the only one here; the SFT baseline is mascot train-sft)",
-    data_path="the stage-1 folder whose prompts the speaker trains on; default: data/rl/individual_{dataset}_{model}",
-    reward_model_path="the persona reward model; default: outputs/reward_model/Individual_{dataset}_{model}",
-    holdout_fraction="share of the contexts held out for the base-vs-trained comparison",
-    concise_min_words="the conciseness reward is 1 from this many words",
-    concise_max_words="... up to this many words, falling to 0 at twice as many",
-    eval_max_tokens="token cap of the held-out evaluation's replies",
-    eval_samples_per_prompt="replies sampled per held-out prompt, for base and trained alike",
-)
 
 # %% ../../nbs/stage1/12_speaker_grpo.ipynb #cd73b761
 def speaker_prompts(data_path: str | Path):

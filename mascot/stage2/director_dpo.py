@@ -4,6 +4,7 @@
 
 # %% ../../nbs/stage2/23_director_dpo.ipynb #7a023000
 from __future__ import annotations
+from pydantic import Field
 from ..core.store import *
 from ..core.config import *
 from ..core.runtime import *
@@ -35,12 +36,17 @@ __all__ = ['DirectorDPOConfig', 'dpo_config', 'parsed_pairs', 'train_director_dp
 class DirectorDPOConfig(EpochTrainingConfig):
     "Flags of `mascot train-group --mode train-director-dpo`."
 
-    mode: str = "train-director-dpo"
-    episode_dataset_path: str | None = None  # default data/rl/branching_{dataset}_{model}
+    mode: str = Field("train-director-dpo", description="train-director-dpo (this stage of mascot train-group)")
+    episode_dataset_path: str | None = Field(
+        None,
+        description="the branching folder whose directive pairs are trained on; default: data/rl/branching_{dataset}_{model}",
+    )  # default data/rl/branching_{dataset}_{model}
     PATH_DEFAULTS: ClassVar[dict[str, str]] = {"episode_dataset_path": "data/rl/branching_{dataset}_{model}"}
-    holdout_fraction: float = 0.0
-    beta: float = 0.1
-    format_pairs: bool = False  # also keep "parses vs does not parse" pairs: they teach the output format only (the 135M smoke director needs them)
+    holdout_fraction: float = Field(0.0, description="share of the contexts left out of training (0: train on all)")
+    beta: float = Field(0.1, description="DPO's beta: how far the policy may move from the reference (TRL's beta)")
+    format_pairs: bool = Field(
+        False, description="also keep pairs whose rejected directive does not parse (they teach the output format only)"
+    )  # also keep "parses vs does not parse" pairs: they teach the output format only (the 135M smoke director needs them)
 
     def trl_config(self, output_dir: str):
         return dpo_config(self, output_dir)
@@ -131,13 +137,3 @@ def main(argv: list[str] | None = None):
 
 if __name__ == "__main__" and "IPython" not in sys.modules:
     main()
-
-# %% ../../nbs/stage2/23_director_dpo.ipynb #729f32a2
-describe(
-    DirectorDPOConfig,
-    mode="train-director-dpo (this stage of mascot train-group)",
-    episode_dataset_path="the branching folder whose directive pairs are trained on; default: data/rl/branching_{dataset}_{model}",
-    holdout_fraction="share of the contexts left out of training (0: train on all)",
-    beta="DPO's beta: how far the policy may move from the reference (TRL's beta)",
-    format_pairs="also keep pairs whose rejected directive does not parse (they teach the output format only)",
-)

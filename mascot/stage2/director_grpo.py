@@ -50,22 +50,41 @@ __all__ = ['DirectorGRPOConfig', 'make_directive_format_reward', 'make_speaker_d
 class DirectorGRPOConfig(EndpointConfig, GRPOTrainingConfig):
     "Flags of `mascot train-group --mode train-director-grpo`."
 
-    mode: str = "train-director-grpo"
-    episode_dataset_path: str | None = None  # default data/rl/branching_{dataset}_{model}
-    group_reward_model_path: str | None = None  # default outputs/reward_model/group_reward_{dataset}_{reward_model}
-    group_reward_model_name: str | None = None  # names the default group RM folder, as train-reward-model names it
+    mode: str = Field("train-director-grpo", description="train-director-grpo (this stage of mascot train-group)")
+    episode_dataset_path: str | None = Field(
+        None,
+        description="the branching folder whose director states are the prompts; default: data/rl/branching_{dataset}_{model}",
+    )  # default data/rl/branching_{dataset}_{model}
+    group_reward_model_path: str | None = Field(
+        None,
+        description="the group reward model that scores rollouts; default: outputs/reward_model/group_reward_{dataset}_{reward_model}",
+    )  # default outputs/reward_model/group_reward_{dataset}_{reward_model}
+    group_reward_model_name: str | None = Field(
+        None,
+        description="the group reward model's base model, naming its default folder (train-group --mode train-reward-model names it so); default: --model-name",
+    )  # names the default group RM folder, as train-reward-model names it
     PATH_DEFAULTS: ClassVar[dict[str, str]] = {
         "episode_dataset_path": "data/rl/branching_{dataset}_{model}",
         "group_reward_model_path": "outputs/reward_model/group_reward_{dataset}_{reward_model}",
     }
-    rollout_server_url: str | None = None
-    horizon: int = 1
-    num_turns: int = GROUP_NUM_TURNS
-    enable_user_simulation: bool = True
-    user_response_probability: float = USER_RESPONSE_PROBABILITY
-    speaker_max_tokens: int = 48
-    user_max_tokens: int = 32
-    holdout_fraction: float = 0.25
+    rollout_server_url: str | None = Field(
+        None,
+        description="an OpenAI-compatible server (vLLM) for the rollouts' calls: the speakers, the user and the base director of later steps (a role with its own server keeps it); unset: the run's routes",
+    )
+    horizon: int = Field(1, description="steps each sampled directive is rolled forward before the group RM scores it")
+    num_turns: int = Field(
+        GROUP_NUM_TURNS, description="length of a rollout conversation in director steps (the episode it continues)"
+    )
+    enable_user_simulation: bool = Field(True, description="let the simulated user take turns in the rollouts")
+    user_response_probability: float = Field(
+        USER_RESPONSE_PROBABILITY,
+        description="chance that the simulated user answers after a speaker turn in a rollout",
+    )
+    speaker_max_tokens: int = Field(48, description="token cap of a speaker turn in a rollout")
+    user_max_tokens: int = Field(32, description="token cap of a user turn in a rollout")
+    holdout_fraction: float = Field(
+        0.25, description="share of the contexts held out for the random/untrained/trained comparison"
+    )
     max_steps: int = 10
     reward_weights: list[float] = [1.0, 0.5]
     # a directive is one short JSON line, so one cut at the token cap is a failure to learn away from, not an unfinished answer: masking
@@ -75,20 +94,31 @@ class DirectorGRPOConfig(EndpointConfig, GRPOTrainingConfig):
     # a directive the loop cannot act on is not rolled out and gets this, below the group RM's usual range; None rolls it out with a random speaker
     # as the episode loop does (for plumbing runs, e.g. the 135M smoke, where no directive parses and a fixed value would leave nothing to learn);
     # "group_mean" gives it the mean rollout reward of its group's parsed directives, so only the format reward (if weighted) tells it apart
-    unparsed_directive_reward: float | Literal["group_mean"] | None = -5.0
+    unparsed_directive_reward: float | Literal["group_mean"] | None = Field(
+        -5.0,
+        description="reward of a directive that does not parse (not rolled out); group_mean: the mean reward of its group's parsed directives (zero rollout advantage); None rolls it out with a random speaker",
+    )
     # an exploration bonus, 0 = off (the paper has none): GRPO learns whom to pick only from groups whose samples name different personas, and
     # the 135M director settles on one name per state before it learns which (bench/director_samples.py: 8 of 22 states differ before, 2 of 24 after)
-    speaker_diversity_weight: float = 0.0
+    speaker_diversity_weight: float = Field(
+        0.0,
+        description="weight of a third reward, the within-group speaker-diversity bonus (make_speaker_diversity_reward); 0 leaves it out",
+    )
     # GRPO from a trained director (an SFT'd or DPO'd adapter) instead of a fresh LoRA: the format is then there from step one, so the groups'
     # reward spread is about whom to pick (bench/learning.py --director-init sft); TRL keeps a frozen copy of the adapter as the KL reference
-    init_adapter_path: str | None = None
-    eval_samples_per_state: int = 4
+    init_adapter_path: str | None = Field(
+        None,
+        description="a LoRA adapter folder (PEFT) to start from and train further, e.g. an SFT'd or DPO'd director; the held-out check then also compares with it (paired_diff_vs_start); unset: a fresh LoRA on the base",
+    )
+    eval_samples_per_state: int = Field(
+        4, description="directives sampled per held-out state, for every director compared"
+    )
     director_temperature: float = Field(
         0.0,
         description="the deployed director's temperature (episodes' --director-temperature): the director of the rollouts' later steps, "
         "and the held-out check's second setting beside the training temperature (--temperature)",
     )
-    roster_path: str | None = None
+    roster_path: str | None = Field(None, description="a roster YAML instead of the dataset's built-in roster")
 
     def episode_config(self) -> EpisodeConfig:
         "The episode settings the rollouts use: every role without a server of its own on the rollout server, when one is given."
@@ -114,28 +144,7 @@ class DirectorGRPOConfig(EndpointConfig, GRPOTrainingConfig):
 # %% ../../nbs/stage2/22_director_grpo.ipynb #395142d1
 describe(
     DirectorGRPOConfig,
-    mode="train-director-grpo (this stage of mascot train-group)",
-    episode_dataset_path="the branching folder whose director states are the prompts; default: data/rl/branching_{dataset}_{model}",
-    group_reward_model_name="the group reward model's base model, naming its default folder (train-group --mode train-reward-model names it so); default: --model-name",
-    group_reward_model_path="the group reward model that scores rollouts; default: outputs/reward_model/group_reward_{dataset}_{reward_model}",
-    horizon="steps each sampled directive is rolled forward before the group RM scores it",
-    holdout_fraction="share of the contexts held out for the random/untrained/trained comparison",
-    unparsed_directive_reward="reward of a directive that does not parse (not rolled out); group_mean: the mean reward of its group's parsed "
-    "directives (zero rollout advantage); None rolls it out with a random speaker",
-    speaker_diversity_weight="weight of a third reward, the within-group speaker-diversity bonus (make_speaker_diversity_reward); 0 leaves it out",
-    eval_samples_per_state="directives sampled per held-out state, for every director compared",
-    init_adapter_path="a LoRA adapter folder (PEFT) to start from and train further, e.g. an SFT'd or DPO'd director; the held-out check "
-    "then also compares with it (paired_diff_vs_start); unset: a fresh LoRA on the base",
-    num_turns="length of a rollout conversation in director steps (the episode it continues)",
-    enable_user_simulation="let the simulated user take turns in the rollouts",
-    user_response_probability="chance that the simulated user answers after a speaker turn in a rollout",
-    speaker_max_tokens="token cap of a speaker turn in a rollout",
-    user_max_tokens="token cap of a user turn in a rollout",
-    roster_path="a roster YAML instead of the dataset's built-in roster",
-    use_vllm="TRL's vLLM generation of the policy's GRPO samples (TRL's use_vllm, with --vllm-mode server or colocate); it is not the "
-    "rollout server (--rollout-server-url), which plays the sampled directives forward",
-    rollout_server_url="an OpenAI-compatible server (vLLM) for the rollouts' calls: the speakers, the user and the base director of later "
-    "steps (a role with its own server keeps it); unset: the run's routes",
+    use_vllm="TRL's vLLM generation of the policy's GRPO samples (TRL's use_vllm, with --vllm-mode server or colocate); it is not the rollout server (--rollout-server-url), which plays the sampled directives forward",
 )
 
 # %% ../../nbs/stage2/22_director_grpo.ipynb #41730534

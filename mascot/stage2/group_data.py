@@ -4,6 +4,7 @@
 
 # %% ../../nbs/stage2/20_group_data.ipynb #6f77d285
 from __future__ import annotations
+from pydantic import Field
 from ..core.defaults import *
 from ..core.records import *
 from ..core.store import *
@@ -42,18 +43,26 @@ __all__ = ['UNPARSED_SCORE', 'GroupDataConfig', 'group_dir', 'score_trajectory',
 class GroupDataConfig(EpisodeConfig):
     "Flags of `mascot generate --mode group`."
 
-    mode: str = "group"
-    generation_mode: Literal["independent", "branching"] = "independent"
-    num_episodes: int = NUM_EPISODES
-    num_candidates: int = GROUP_NUM_CANDIDATES
-    horizon: int = 1
-    score_margin: float = SCORE_MARGIN
+    mode: str = Field("group", description="group (this stage); stage-1 data is --mode individual")
+    generation_mode: Literal["independent", "branching"] = Field(
+        "independent",
+        description="independent: whole episodes judged as trajectories (group RM data); branching: K directives per state rolled forward (director data)",
+    )
+    num_episodes: int = Field(NUM_EPISODES, description="independent mode: episodes per context")
+    num_candidates: int = Field(GROUP_NUM_CANDIDATES, description="branching mode: directives proposed per state (K)")
+    horizon: int = Field(
+        1, description="branching mode: steps each directive is rolled forward before judging (0: to the end)"
+    )
+    score_margin: float = Field(
+        SCORE_MARGIN,
+        description="least difference of the judge's overall score (1-10) for two trajectories or directives to form a pair",
+    )
     split: str = "train"
     num_turns: int = GROUP_NUM_TURNS
     enable_user_simulation: bool = True
     director_temperature: float = 1.0
-    judge_max_tokens: int = 200
-    judge_examples: int = 2
+    judge_max_tokens: int = Field(200, description="token cap of one judgement")
+    judge_examples: int = Field(2, description="worked examples in the judge prompt")
     output_dir: str = "data/rl"
 
     def model_post_init(self, _):
@@ -71,19 +80,6 @@ class GroupDataConfig(EpisodeConfig):
 def group_dir(cfg: GroupDataConfig) -> Path:
     kind = "group" if cfg.generation_mode == "independent" else "branching"
     return Path(cfg.output_dir) / f"{kind}_{cfg.dataset}_{model_slug(cfg.directive_model or cfg.model_name)}"
-
-# %% ../../nbs/stage2/20_group_data.ipynb #05cabb97
-describe(
-    GroupDataConfig,
-    mode="group (this stage); stage-1 data is --mode individual",
-    generation_mode="independent: whole episodes judged as trajectories (group RM data); branching: K directives per state rolled forward (director data)",
-    num_episodes="independent mode: episodes per context",
-    num_candidates="branching mode: directives proposed per state (K)",
-    horizon="branching mode: steps each directive is rolled forward before judging (0: to the end)",
-    score_margin="least difference of the judge's overall score (1-10) for two trajectories or directives to form a pair",
-    judge_max_tokens="token cap of one judgement",
-    judge_examples="worked examples in the judge prompt",
-)
 
 # %% ../../nbs/stage2/20_group_data.ipynb #26872b51
 async def score_trajectory(runner: EpisodeRunner, st: EpisodeState) -> tuple[float | None, dict | None]:

@@ -4,6 +4,7 @@
 
 # %% ../../nbs/stage2/21_group_reward_model.ipynb #5df86c93
 from __future__ import annotations
+from pydantic import Field
 from ..core.records import *
 from ..core.store import *
 from ..core.config import *
@@ -23,8 +24,11 @@ __all__ = ['GroupRewardModelConfig', 'train_group_reward_model', 'main']
 class GroupRewardModelConfig(RewardModelConfig):
     "Flags of `mascot train-group --mode train-reward-model` (`--group-reward-model-name` is the base model)."
 
-    mode: str = "train-reward-model"
-    group_reward_model_name: str | None = None
+    mode: str = Field("train-reward-model", description="train-reward-model (this stage of mascot train-group)")
+    group_reward_model_name: str | None = Field(
+        None,
+        description="the group reward model's base model (its folder is group_reward_{dataset}_{this model}); default: --model-name",
+    )
     data_path: str | None = None  # default data/rl/group_{dataset}_{model}
     PATH_DEFAULTS: ClassVar[dict[str, str]] = {"data_path": "data/rl/group_{dataset}_{model}"}
     max_length: int = 1024
@@ -56,10 +60,3 @@ def main(argv: list[str] | None = None):
 
 if __name__ == "__main__" and "IPython" not in sys.modules:
     main()
-
-# %% ../../nbs/stage2/21_group_reward_model.ipynb #a61c4d56
-describe(
-    GroupRewardModelConfig,
-    mode="train-reward-model (this stage of mascot train-group)",
-    group_reward_model_name="the group reward model's base model (its folder is group_reward_{dataset}_{this model}); default: --model-name",
-)

@@ -107,17 +107,28 @@ DEFAULT_LORA_TARGETS = LORA_TARGETS  # mascot.core.defaults
 class TrainingConfig(Config):
     "The fields every training stage shares; `trl` takes any argument of the stage's TRL config."
 
-    dataset: str = "ESConv"
-    model_name: str = EMBEDDED_DEFAULT
-    output_dir: str = "outputs/llm"
-    run_name: str | None = None
-    seed: int = 0
-    lora_r: int = LORA_R
-    lora_alpha: int = LORA_ALPHA
-    lora_target_modules: str = LORA_TARGETS  # the reference's; "all-linear" is PEFT's keyword for every linear layer
-    learning_rate: float = 5e-5
-    per_device_train_batch_size: int = 4
-    trl: dict[str, Any] = {}
+    dataset: str = Field("ESConv", description="ED, ESConv or QMSum: names the default input and output folders")
+    model_name: str = Field(
+        EMBEDDED_DEFAULT, description="the base model trained (hub id, local folder, or the embedded default)"
+    )
+    output_dir: str = Field("outputs/llm", description="the folder the trained adapter's own folder is created in")
+    run_name: str | None = Field(
+        None, description="the adapter folder's name; default: the reference's name from the stage, dataset and model"
+    )
+    seed: int = Field(0, description="seed of the held-out split, the model's new weights and TRL's sampling")
+    lora_r: int = Field(LORA_R, description="LoRA rank")
+    lora_alpha: int = Field(LORA_ALPHA, description="LoRA scaling alpha")
+    lora_target_modules: str = Field(
+        LORA_TARGETS, description="modules LoRA adapts: comma-separated names, or all-linear"
+    )  # the reference's; "all-linear" is PEFT's keyword for every linear layer
+    learning_rate: float = Field(5e-5, description="optimiser learning rate (TRL's learning_rate)")
+    per_device_train_batch_size: int = Field(
+        4, description="examples per device and optimiser micro-step (TRL's per_device_train_batch_size)"
+    )
+    trl: dict[str, Any] = Field(
+        {},
+        description="any other argument of the stage's TRL config (RewardConfig, GRPOConfig, DPOConfig, SFTConfig), passed as it is; wins over our fields",
+    )
     enable_thinking: bool = Field(
         False,
         description="render prompts with the chat template's thinking on (Qwen3's enable_thinking); off: the roles' turns are short",
@@ -183,9 +194,15 @@ class TrainingConfig(Config):
 class EpochTrainingConfig(TrainingConfig):
     "Training by epochs over a fixed dataset (reward models, SFT, DPO)."
 
-    num_train_epochs: float = 2.0
-    max_steps: int = -1
-    max_length: int = 1024
+    num_train_epochs: float = Field(2.0, description="passes over the training data (TRL's num_train_epochs)")
+    max_steps: int = Field(
+        -1,
+        description="optimiser steps when > 0, in place of num_train_epochs (TRL's max_steps; a fixed cost when the number of pairs varies); -1: by epochs",
+    )
+    max_length: int = Field(
+        1024,
+        description="token cap of one training example (TRL's max_length; longer ones are truncated or dropped, as TRL does)",
+    )
 
     def trl_args(self, config_cls, output_dir: str, **stage):
         return super().trl_args(
@@ -197,50 +214,43 @@ class EpochTrainingConfig(TrainingConfig):
             **stage,
         )
 
-# %% ../../nbs/training/00_common.ipynb #33f27fd2
-describe(
-    EpochTrainingConfig,
-    num_train_epochs="passes over the training data (TRL's num_train_epochs)",
-    max_steps="optimiser steps when > 0, in place of num_train_epochs (TRL's max_steps; a fixed cost when the number of pairs varies); -1: by epochs",
-    max_length="token cap of one training example (TRL's max_length; longer ones are truncated or dropped, as TRL does)",
-)
-
-# %% ../../nbs/training/00_common.ipynb #b35e4743
-describe(
-    TrainingConfig,
-    dataset="ED, ESConv or QMSum: names the default input and output folders",
-    model_name="the base model trained (hub id, local folder, or the embedded default)",
-    output_dir="the folder the trained adapter's own folder is created in",
-    run_name="the adapter folder's name; default: the reference's name from the stage, dataset and model",
-    seed="seed of the held-out split, the model's new weights and TRL's sampling",
-    lora_r="LoRA rank",
-    lora_alpha="LoRA scaling alpha",
-    lora_target_modules="modules LoRA adapts: comma-separated names, or all-linear",
-    learning_rate="optimiser learning rate (TRL's learning_rate)",
-    per_device_train_batch_size="examples per device and optimiser micro-step (TRL's per_device_train_batch_size)",
-    trl="any other argument of the stage's TRL config (RewardConfig, GRPOConfig, DPOConfig, SFTConfig), passed as it is; wins over our fields",
-)
-
 # %% ../../nbs/training/00_common.ipynb #9b758358
 class GRPOTrainingConfig(TrainingConfig):
     """What both GRPO stages (speaker, director) take; `reward_weights` has one weight per reward function. The defaults are a CPU-sized step that
     still follows the reference's shape: 4 prompts per optimiser step (batch 4 completions x 4 accumulation / 4 generations), a small KL, completions
     cut at the cap masked out of the loss, sampling as the episodes sample, rewards standardised per function before they are weighted."""
 
-    max_steps: int = GRPO_MAX_STEPS
-    num_generations: int = GRPO_NUM_GENERATIONS
+    max_steps: int = Field(GRPO_MAX_STEPS, description="optimiser steps (TRL's max_steps)")
+    num_generations: int = Field(
+        GRPO_NUM_GENERATIONS,
+        description="completions sampled per prompt; a group's rewards are compared among themselves (TRL's num_generations)",
+    )
     per_device_train_batch_size: int = GRPO_PER_DEVICE_BATCH
-    gradient_accumulation_steps: int = GRPO_GRAD_ACCUMULATION
-    max_completion_length: int = GRPO_MAX_COMPLETION
-    temperature: float = 0.7  # the episodes' speaker temperature: train on the samples the system will produce
-    top_p: float = 1.0
-    beta: float = GRPO_BETA
-    mask_truncated_completions: bool = True
-    scale_rewards: str = "batch"
-    multi_objective_aggregation: str = "normalize_then_sum"
-    reward_weights: list[float] = []
-    use_vllm: bool = False
-    vllm_mode: str = "server"
+    gradient_accumulation_steps: int = Field(
+        GRPO_GRAD_ACCUMULATION, description="micro-steps per optimiser step (TRL's gradient_accumulation_steps)"
+    )
+    max_completion_length: int = Field(
+        GRPO_MAX_COMPLETION, description="token cap of one sampled completion (TRL's max_completion_length)"
+    )
+    temperature: float = Field(
+        0.7, description="sampling temperature of the completions (TRL's temperature)"
+    )  # the episodes' speaker temperature: train on the samples the system will produce
+    top_p: float = Field(1.0, description="nucleus sampling of the completions (TRL's top_p)")
+    beta: float = Field(GRPO_BETA, description="weight of the KL penalty to the reference model (TRL's beta)")
+    mask_truncated_completions: bool = Field(
+        True, description="leave completions cut at the length cap out of the loss (TRL's mask_truncated_completions)"
+    )
+    scale_rewards: str = Field(
+        "batch", description="how rewards are standardised: group, batch or none (TRL's scale_rewards)"
+    )
+    multi_objective_aggregation: str = Field(
+        "normalize_then_sum", description="how several reward functions combine (TRL's multi_objective_aggregation)"
+    )
+    reward_weights: list[float] = Field([], description="one weight per reward function, in the stage's order")
+    use_vllm: bool = Field(False, description="generate the completions with vLLM (TRL's use_vllm; GPUs)")
+    vllm_mode: str = Field(
+        "server", description="with --use-vllm: server (a trl vllm-serve process) or colocate (TRL's vllm_mode)"
+    )
 
     def prompts_per_step(self) -> float:
         return self.per_device_train_batch_size * self.gradient_accumulation_steps / self.num_generations
@@ -270,24 +280,6 @@ def grpo_config(cfg: GRPOTrainingConfig, output_dir: str):
         use_vllm=cfg.use_vllm,
         **({"vllm_mode": cfg.vllm_mode} if cfg.use_vllm else {}),
     )
-
-# %% ../../nbs/training/00_common.ipynb #977e4d70
-describe(
-    GRPOTrainingConfig,
-    max_steps="optimiser steps (TRL's max_steps)",
-    num_generations="completions sampled per prompt; a group's rewards are compared among themselves (TRL's num_generations)",
-    gradient_accumulation_steps="micro-steps per optimiser step (TRL's gradient_accumulation_steps)",
-    max_completion_length="token cap of one sampled completion (TRL's max_completion_length)",
-    temperature="sampling temperature of the completions (TRL's temperature)",
-    top_p="nucleus sampling of the completions (TRL's top_p)",
-    beta="weight of the KL penalty to the reference model (TRL's beta)",
-    mask_truncated_completions="leave completions cut at the length cap out of the loss (TRL's mask_truncated_completions)",
-    scale_rewards="how rewards are standardised: group, batch or none (TRL's scale_rewards)",
-    multi_objective_aggregation="how several reward functions combine (TRL's multi_objective_aggregation)",
-    reward_weights="one weight per reward function, in the stage's order",
-    use_vllm="generate the completions with vLLM (TRL's use_vllm; GPUs)",
-    vllm_mode="with --use-vllm: server (a trl vllm-serve process) or colocate (TRL's vllm_mode)",
-)
 
 # %% ../../nbs/training/00_common.ipynb #1c9281f4
 def split_by_context(ds, holdout_fraction: float, seed: int, key: str = "context_id"):

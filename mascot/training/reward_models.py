@@ -4,6 +4,7 @@
 
 # %% ../../nbs/training/02_reward_models.ipynb #d93f50d5
 from __future__ import annotations
+from pydantic import Field
 from ..core.records import *
 from ..core.config import *
 from ..llm.embedded_model import resolve_model_path, EMBEDDED_DEFAULT
@@ -126,12 +127,14 @@ class RewardModel:
 class RewardModelConfig(EpochTrainingConfig):
     "Flags of `mascot train-reward-model` (and of the group reward model in stage 2)."
 
-    data_path: str | None = None  # default data/rl/individual_{dataset}_{model}
+    data_path: str | None = Field(
+        None, description="the pair folder (from mascot generate); default: data/rl/individual_{dataset}_{model}"
+    )  # default data/rl/individual_{dataset}_{model}
     PATH_DEFAULTS: ClassVar[dict[str, str]] = {"data_path": "data/rl/individual_{dataset}_{model}"}
     output_dir: str = "outputs/reward_model"
-    holdout_fraction: float = 0.25
-    lora_dropout: float = 0.0
-    full_finetune: bool = False
+    holdout_fraction: float = Field(0.25, description="share of the contexts held out to measure pairwise accuracy")
+    lora_dropout: float = Field(0.0, description="LoRA dropout")
+    full_finetune: bool = Field(False, description="train every weight instead of a LoRA adapter (and the score head)")
     learning_rate: float = 2e-4
     per_device_train_batch_size: int = 8
     max_length: int = 512
@@ -150,15 +153,6 @@ def reward_config(cfg: RewardModelConfig, output_dir: str):
     from trl import RewardConfig
 
     return cfg.trl_args(RewardConfig, output_dir, dataloader_num_workers=0)
-
-# %% ../../nbs/training/02_reward_models.ipynb #e9a93998
-describe(
-    RewardModelConfig,
-    data_path="the pair folder (from mascot generate); default: data/rl/individual_{dataset}_{model}",
-    holdout_fraction="share of the contexts held out to measure pairwise accuracy",
-    lora_dropout="LoRA dropout",
-    full_finetune="train every weight instead of a LoRA adapter (and the score head)",
-)
 
 # %% ../../nbs/training/02_reward_models.ipynb #3741d003
 def train_reward_model(cfg: RewardModelConfig, pairs=None, out_name: str | None = None) -> Path:
