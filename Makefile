@@ -89,6 +89,7 @@ test-fast: setup
 
 # one formatting for notebooks, tests, bench and scripts (ruff, 120 columns; see pyproject.toml), then the modules re-exported from the notebooks
 format: setup
+	$(BIN)/ruff check --select F401 --fix -q nbs tests bench scripts
 	$(BIN)/ruff format nbs tests bench scripts
 	$(BIN)/nbdev_export
 

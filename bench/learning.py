@@ -339,7 +339,6 @@ def section_group_reward_model(a, work: Path, states_path: str, embedded, reward
     from mascot.training.pairs import preference_pairs, save_pairs
     from mascot.domain.rollouts import state_from_dict
     from mascot.training.reward_models import trajectory_messages
-    from mascot.stage2.group_reward_model import GroupRewardModelConfig, train_group_reward_model
     from mascot.core.store import read_jsonl
     from mascot.core.runtime import run_sync
 

@@ -15,7 +15,6 @@ from mascot.core.store import read_jsonl
 from mascot.domain.datasets import shared_data_dir
 from mascot.llm.embedded import EmbeddedBackend
 from mascot.stage1.candidates import CandidatesConfig, generate_individual_async
-from mascot.training.pairs import load_pairs
 from mascot.training.reward_models import RewardModelConfig, train_reward_model
 from mascot.stage1.speaker_grpo import SpeakerGRPOConfig, train_speaker
 

@@ -11,7 +11,6 @@ import argparse, asyncio, json, os, statistics, tempfile, time
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 from pathlib import Path
-from mascot.core.store import read_jsonl
 from mascot.domain.datasets import shared_data_dir
 from mascot.llm.embedded import EmbeddedBackend
 from mascot.stage2.group_data import GroupDataConfig, generate_group_async

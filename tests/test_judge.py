@@ -1,6 +1,6 @@
 "`mascot judge`: metrics end to end with a scripted judge, logprob-weighted scores, failures, and the real embedded SmolLM2 judge."
 
-import asyncio, json, math, statistics, subprocess, sys
+import json, math, statistics, subprocess, sys
 from pathlib import Path
 import pytest
 from mascot.core.store import read_jsonl

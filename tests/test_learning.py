@@ -2,7 +2,6 @@
 on held-out data (not "it ran"). These are checks of the trainers and their wiring, not evidence about MASCOT's judges (see bench/learning.py)."""
 
 import json, statistics
-from pathlib import Path
 import pytest
 
 

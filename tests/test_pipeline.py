@@ -1,6 +1,6 @@
 "`mascot run`: config errors before any work, kill + --resume without redoing completed stages, and the results site in headless Chromium."
 
-import json, os, shutil, signal, subprocess, sys, time
+import json, os, signal, subprocess, sys, time
 from pathlib import Path
 import pytest
 import yaml

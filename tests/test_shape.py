@@ -210,3 +210,17 @@ def test_bench_and_scripts_import_what_exists(tmp_path):
     scripts = sorted(root.glob("bench/**/*.py")) + sorted(root.glob("scripts/*.py"))
     broken = {str(p.relative_to(root)): m for p in scripts if (m := missing_names(p))}
     assert not broken, f"imports of names the package lacks: {broken}"
+
+
+def test_no_unused_imports():
+    "No import that nothing uses (ruff's F401), in the notebooks the package is written in and in tests, bench and scripts."
+    import shutil, subprocess, sys
+
+    ruff = shutil.which("ruff", path=str(Path(sys.executable).parent)) or shutil.which("ruff")
+    r = subprocess.run(
+        [ruff, "check", "--select", "F401", "nbs", "tests", "bench", "scripts"],
+        cwd=PKG.parent,
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 0, f"unused imports (run `make format`):\n{r.stdout[-2000:]}"

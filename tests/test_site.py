@@ -1,6 +1,6 @@
 "The main job end to end: `mascot run configs/smoke.yaml` on the embedded model, then the results site opened in headless Chromium."
 
-import html, json, os, re, shutil, subprocess, sys, time
+import html, json, re, time
 from pathlib import Path
 import pytest
 from browser import browse, assert_healthy, webdriver_session, console_errors

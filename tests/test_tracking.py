@@ -1,7 +1,7 @@
 """Experiment tracking and keys as the reference does them: W&B only when WANDB_PROJECT is set (here offline, into a temporary WANDB_DIR),
 keys read from a `.env` file (python-dotenv) into the environment, and no key ever written to a run file."""
 
-import json, os, subprocess, sys
+import os, subprocess, sys
 from pathlib import Path
 import pytest
 

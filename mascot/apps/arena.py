@@ -11,7 +11,7 @@ from ..core.runtime import *
 from ..llm.types import *
 from ..llm.routing import *
 from ..llm.client import *
-from ..domain.episodes import SYSTEMS
+from ..domain.systems import SYSTEMS
 from ..domain.personas import roster_for_dataset, render_history
 from ..judging.rubrics import get_rubric, record_situation
 from ..judging.pairwise import judge_pair

@@ -20,10 +20,9 @@ from mascot.domain.episodes import (
     new_state,
     episode_record,
     MULTI_AGENT,
-    SYSTEMS,
 )
 from ..evaluation.generate import EvalConfig, system_config
-from ..domain.systems import get_system, DIRECTOR_ALIAS, SPEAKER_ALIAS, SFT_ALIAS
+from ..domain.systems import get_system, SYSTEMS, DIRECTOR_ALIAS, SPEAKER_ALIAS, SFT_ALIAS
 from .pipeline import STAGE_BY_KEY
 import asyncio, datetime, ipaddress, json, logging, os, sys, uuid
 from dataclasses import dataclass

@@ -7,17 +7,16 @@ from __future__ import annotations
 from ..core.store import *
 from ..core.config import *
 from ..core.runtime import *
-from ..llm.routing import EndpointConfig, judge_record, require_judge
+from ..llm.routing import EndpointConfig, judge_record
 from ..llm.embedded_model import EMBEDDED_DEFAULT
 from .stages import *
 from .serve import ServerFailed
 from .managed import *
 from .plan import plan_report
-import copy, importlib, json, os, platform, re, subprocess, sys, time
+import json, os, re, subprocess, sys, time
 from pydantic import Field, PrivateAttr
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 # %% auto #0
 __all__ = ['JOB_HEADING', 'PEAK_FILE', 'KERNEL_START_CELL', 'ENV_CELL', 'IMPORT_CELL', 'PEAK_CELL', 'PipelineConfig',

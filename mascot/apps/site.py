@@ -6,7 +6,7 @@
 from __future__ import annotations
 from ..core.store import *
 from .site_sections import *
-import datetime, html, json, math, re, shutil, statistics, sys
+import datetime, html, json, re, shutil, sys
 from pathlib import Path
 
 # %% auto #0
@@ -463,7 +463,7 @@ def headline(info: dict):
 
 def compare_runs(infos: list[dict]) -> str:
     "One row per system, one column per (run, rubric, judge): Overall mean [95% CI] over contexts; a 135M judge's column is marked."
-    from mascot.evaluation.compare import JUDGE_MEAN, fmt_ci, is_embedded_small
+    from mascot.evaluation.compare import fmt_ci, is_embedded_small
     from mascot.evaluation.figures import SYSTEMS, ordered
 
     cells, cols = {}, []

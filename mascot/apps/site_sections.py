@@ -7,7 +7,7 @@ from __future__ import annotations
 from ..core.records import *
 from ..core.store import *
 from ..core.runtime import *
-import datetime, html, json, math, re, shutil, statistics, sys
+import html, json, math, re, shutil
 from pathlib import Path
 
 # %% auto #0

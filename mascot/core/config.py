@@ -6,10 +6,9 @@
 from __future__ import annotations
 from .defaults import *  # sets OMP_WAIT_POLICY before torch loads
 import os, io
-import json, re, random, socket, time, uuid, difflib, datetime, argparse, typing, types, sys
-from dataclasses import dataclass, field, asdict
+import json, re, difflib, argparse, typing, types
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Literal, get_args, get_origin
+from typing import Any, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 

@@ -5,12 +5,8 @@
 # %% ../../nbs/core/01_records.ipynb #e3d7f5fe
 from __future__ import annotations
 from .defaults import *  # sets OMP_WAIT_POLICY before torch loads
-import json, re, random, socket, time, uuid, difflib, datetime, argparse, typing, types, sys
 from dataclasses import dataclass, field, asdict
-from pathlib import Path
-from typing import Any, Iterable, Iterator, Literal, get_args, get_origin
-import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from typing import Any, Literal
 
 # %% auto #0
 __all__ = ['SCHEMA_VERSION', 'RUBRIC_VERSION', 'MEETING_DATASETS', 'Directive', 'Turn', 'Persona', 'EpisodeMetadata', 'Episode',

@@ -8,12 +8,9 @@ from .defaults import *  # sets OMP_WAIT_POLICY before torch loads
 from .store import *
 from .config import *
 import os
-import json, re, random, socket, time, uuid, difflib, datetime, argparse, typing, types, sys
-from dataclasses import dataclass, field, asdict
+import json, random, socket, time, uuid, datetime
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Literal, get_args, get_origin
-import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from typing import Any, Iterable
 
 # %% auto #0
 __all__ = ['COUNTERS', 'NOT_FINGERPRINTED', 'FINGERPRINT_FILE', 'new_run_id', 'RunDir', 'mark_stale_runs', 'record_fingerprint',

@@ -7,12 +7,9 @@ from __future__ import annotations
 from .defaults import *  # sets OMP_WAIT_POLICY before torch loads
 import os, errno, contextlib
 from collections import Counter
-import json, re, random, socket, time, uuid, difflib, datetime, argparse, typing, types, sys
-from dataclasses import dataclass, field, asdict
+import json, time, sys
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Literal, get_args, get_origin
-import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from typing import Any, Iterator
 
 # %% auto #0
 __all__ = ['OutputExistsError', 'OutputLockedError', 'OutputWriteError', 'CorruptRecordError', 'StrictModeError',

@@ -8,8 +8,7 @@ import json, math, os, random, re
 from dataclasses import dataclass, field, asdict, replace
 from pathlib import Path
 from typing import Any, Iterable, Literal
-from pydantic import Field, field_validator
-from ..core.config import Config, ConfigError
+from ..core.config import ConfigError
 from ..core.records import MEETING_DATASETS
 
 # %% auto #0

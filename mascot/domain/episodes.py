@@ -16,12 +16,11 @@ from ..llm.routing import *
 from ..llm.client import *
 from .datasets import Context, load_contexts, few_shot_examples
 from .personas import *
-from .systems import System, SYSTEM_REGISTRY, SYSTEMS, UNTRAINED_SYSTEM, get_system, check_episode_models
+from .systems import System, SYSTEM_REGISTRY, UNTRAINED_SYSTEM, get_system, check_episode_models
 from .jobs import Job
-import asyncio, copy, hashlib, json, random, re, sys
+import copy, hashlib, json, random, re, sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
 # %% auto #0
 __all__ = ['DIRECTED', 'MULTI_AGENT', 'EpisodeConfig', 'EpisodeState', 'episode_rng', 'call_seed', 'EpisodeRunner', 'clean_reply',

@@ -7,7 +7,7 @@ from __future__ import annotations
 from ..core.store import *
 from ..core.config import *
 from ..core.runtime import *
-from ..llm.types import LLMError, ModelNotFound
+from ..llm.types import ModelNotFound
 import asyncio, signal, sys, threading
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Iterable

@@ -11,7 +11,7 @@ from ..core.runtime import *
 from ..judging.rubrics import RUBRICS, get_rubric
 from ..domain.personas import ROSTERS, BIG_FIVE_PROFILES
 from .compare import PAPER_METRICS, EMBEDDED_NOTE, comparison_table, fmt_ci, is_embedded_small
-import json, random, sys
+import json, random
 from pathlib import Path
 import pandas as pd
 

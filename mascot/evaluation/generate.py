@@ -13,11 +13,9 @@ from ..llm.client import *
 from ..domain.episodes import EpisodeConfig, run_episodes_async
 from mascot.domain.systems import (
     SYSTEMS,
-    SYSTEM_REGISTRY,
     DIRECTOR_ALIAS,
     SPEAKER_ALIAS,
     SFT_ALIAS,
-    get_system,
     assign_models,
     check_model_flags,
 )

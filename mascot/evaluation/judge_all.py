@@ -7,7 +7,7 @@ from __future__ import annotations
 from ..core.store import *
 from ..core.config import *
 from ..core.runtime import *
-from ..llm.routing import EndpointConfig, judging_config, require_judge, route_roles
+from ..llm.routing import judging_config, require_judge
 from ..llm.embedded import EmbeddedBackend
 from ..llm.client import embedded_backend
 from ..judging.evaluator import JudgeConfig, JudgePanelConfig, judge_file_async

@@ -9,7 +9,7 @@ from ..llm.types import *
 from ..llm.routing import *
 from ..llm.client import *
 from .rubrics import CONTEXT_LABEL, JudgeParseError, Rubric
-import asyncio, math, re, statistics, warnings
+import asyncio, math, re, warnings
 from dataclasses import dataclass
 from typing import Literal
 

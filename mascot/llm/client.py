@@ -14,11 +14,8 @@ from .embedded import *
 from .routing import *
 from .adapters import *
 import dataclasses
-import asyncio, contextlib, glob, importlib.util, json, os, shutil, sys, time, threading, math
-from dataclasses import dataclass, field
+import asyncio, json
 from pathlib import Path
-from typing import Any, ClassVar, Literal
-from pydantic import model_validator
 
 # %% auto #0
 __all__ = ['embedded_backend', 'LLMClient']

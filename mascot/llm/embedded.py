@@ -8,11 +8,9 @@ from ..core.runtime import *
 from .types import *
 from .openai import _identity
 from .embedded_model import *
-import asyncio, contextlib, glob, hashlib, importlib.util, json, os, shutil, sys, time, threading, math
-from dataclasses import dataclass, field
+import asyncio, contextlib, hashlib, os, time, threading, math
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Literal
-from pydantic import model_validator
 
 # %% auto #0
 __all__ = ['MAX_SKIPS', 'EMBEDDED_STAT_KEYS', 'PREFIX_CACHE_MIN_TOKENS', 'SUFFIX_PAD_SLACK', 'SUFFIX_CHUNK_ROWS',

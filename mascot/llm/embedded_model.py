@@ -7,11 +7,8 @@ from __future__ import annotations
 from ..core.defaults import *
 from ..core.runtime import *
 from .types import *
-import asyncio, contextlib, glob, importlib.util, json, os, shutil, sys, time, threading, math
-from dataclasses import dataclass, field
+import contextlib, glob, importlib.util, json, os, shutil
 from pathlib import Path
-from typing import Any, ClassVar, Literal
-from pydantic import model_validator
 
 # %% auto #0
 __all__ = ['EMBEDDED_DEFAULT', 'TINY_MODEL_ENV', 'smollm2_gguf', 'gguf_read_once', 'convert_smollm2', 'embedded_dtype',

@@ -6,11 +6,7 @@
 from __future__ import annotations
 from ..core.config import *
 from .types import *
-import asyncio, contextlib, glob, importlib.util, json, os, shutil, sys, time, threading, math
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, ClassVar, Literal
-from pydantic import model_validator
+import asyncio, os, time
 from urllib.parse import urlsplit
 
 # %% auto #0

@@ -8,10 +8,8 @@ from ..core.config import *
 from .types import *
 from .openai import *
 from .embedded_model import *
-import asyncio, contextlib, glob, importlib.util, json, os, shutil, sys, time, threading, math
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, ClassVar, Literal
+from dataclasses import dataclass
+from typing import ClassVar, Literal
 from pydantic import Field, model_validator
 
 # %% auto #0

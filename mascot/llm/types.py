@@ -5,11 +5,8 @@
 # %% ../../nbs/llm/00_types.ipynb #d707e56a
 from __future__ import annotations
 from ..core.runtime import *
-import re, asyncio, contextlib, glob, importlib.util, json, os, shutil, sys, time, threading, math
+import re
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, ClassVar, Literal
-from pydantic import model_validator
 
 # %% auto #0
 __all__ = ['ChatRequest', 'TokenLogprob', 'ChatResponse', 'LLMError', 'BackendUnavailable', 'ModelNotFound', 'EndpointRefused',

@@ -7,10 +7,8 @@ from __future__ import annotations
 from ..core.runtime import *
 from ..training.common import process_rank
 from ..training.reward_models import RewardModel, RewardModelConfig, train_reward_model
-import hashlib, json, os, random, sys, platform
+import json, sys
 from pathlib import Path
-from typing import Any
-from typing import ClassVar
 
 # %% auto #0
 __all__ = ['DEGRADATIONS', 'main', 'known_label_pairs']

@@ -9,13 +9,12 @@ from ..core.records import *
 from ..core.store import *
 from ..core.config import *
 from ..core.runtime import *
-from ..llm.embedded_model import resolve_model_path, EMBEDDED_DEFAULT
+from ..llm.embedded_model import resolve_model_path
 from ..training.pairs import model_slug
 from ..domain.personas import roster_for_dataset
 from ..domain.personas import baseline_messages
 from mascot.training.common import (
     package_versions,
-    data_hash,
     EpochTrainingConfig,
     lora_config,
     save_trained,
@@ -27,7 +26,6 @@ from mascot.training.common import (
 )
 import json, sys
 from pathlib import Path
-from typing import Any
 from typing import ClassVar
 
 # %% auto #0

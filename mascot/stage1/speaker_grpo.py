@@ -8,13 +8,11 @@ from pydantic import Field
 from ..core.store import *
 from ..core.config import *
 from ..core.runtime import *
-from ..llm.embedded_model import resolve_model_path, EMBEDDED_DEFAULT
 from ..llm.embedded import EmbeddedBackend
 from ..llm.types import ChatRequest
 from ..training.pairs import model_slug
 from ..training.reward_models import RewardModel
 from mascot.training.common import (
-    TrainingConfig,
     GRPOTrainingConfig,
     grpo_config,
     split_by_context,
@@ -30,11 +28,9 @@ from mascot.training.common import (
     weights_changed,
     paired_summary,
 )
-from ..domain.personas import ROSTERS, SUPPORT_ROSTER, MEETING_ROSTER
-from ..training.rewards import degenerate_reason, format_reward, make_conciseness_reward, _text, _prompt_text
-import asyncio, json, re, statistics, sys
+from ..training.rewards import degenerate_reason, format_reward, make_conciseness_reward, _text
+import asyncio, json, statistics, sys
 from pathlib import Path
-from typing import Any
 from typing import ClassVar
 
 # %% auto #0
@@ -190,7 +186,6 @@ def evaluate_policies(
 
 # %% ../../nbs/stage1/12_speaker_grpo.ipynb #eef48684
 def train_speaker(cfg: SpeakerGRPOConfig) -> Path:
-    import torch
     from transformers import set_seed
     from trl import GRPOTrainer
 

@@ -8,7 +8,7 @@ from pydantic import Field
 from ..core.store import *
 from ..core.config import *
 from ..core.runtime import *
-from ..llm.embedded_model import resolve_model_path, EMBEDDED_DEFAULT
+from ..llm.embedded_model import resolve_model_path
 from ..training.pairs import load_pairs, model_slug
 from mascot.training.common import (
     split_by_context,
@@ -26,7 +26,6 @@ from mascot.training.common import (
 from ..domain.personas import roster_for_dataset, parse_directive
 import json, sys
 from pathlib import Path
-from typing import Any
 from typing import ClassVar
 
 # %% auto #0
@@ -70,7 +69,6 @@ def parsed_pairs(pairs, roster, format_pairs: bool = False):
 
 
 def train_director_dpo(cfg: DirectorDPOConfig) -> Path:
-    import torch
     from transformers import set_seed
     from trl import DPOTrainer
 

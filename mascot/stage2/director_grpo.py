@@ -35,10 +35,9 @@ from mascot.training.common import (
     GRPOTrainingConfig,
     paired_summary,
 )
-import asyncio, json, random, statistics, sys
+import asyncio, json, statistics, sys
 from pydantic import Field
 from pathlib import Path
-from typing import Any
 from typing import ClassVar
 
 # %% auto #0
@@ -414,7 +413,6 @@ def lora_shape(cfg: DirectorGRPOConfig) -> dict:
 
 
 def train_director_grpo(cfg: DirectorGRPOConfig, embedded: EmbeddedBackend | None = None) -> Path:
-    import torch
     from transformers import set_seed
     from trl import GRPOTrainer
 

@@ -22,7 +22,6 @@ from mascot.domain.episodes import (
     EpisodeState,
     new_state,
     episode_record,
-    episode_rng,
     StrictModeError,
 )
 from ..judging.rubrics import get_rubric, judge_conversation, JudgeParseError
@@ -30,7 +29,7 @@ from ..training.pairs import preference_pairs, candidate_pairs, save_pairs, mode
 from ..domain.jobs import Job
 from ..training.reward_models import trajectory_messages
 from ..domain.rollouts import state_to_dict, state_from_dict, roll_forward
-import asyncio, json, random, sys
+import asyncio, json, sys
 from pathlib import Path
 from typing import Literal
 

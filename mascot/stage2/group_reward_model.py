@@ -9,10 +9,8 @@ from ..core.records import *
 from ..core.store import *
 from ..core.config import *
 from ..core.runtime import *
-from ..llm.embedded_model import EMBEDDED_DEFAULT
-from ..training.reward_models import RewardModel, RewardModelConfig, train_reward_model, GroupRewardModel
+from ..training.reward_models import RewardModelConfig, train_reward_model, GroupRewardModel
 from ..training.pairs import model_slug
-from ..domain.personas import Roster
 import json, sys
 from pathlib import Path
 from typing import ClassVar

@@ -443,7 +443,6 @@ def save_trained(trainer, tokenizer, out: Path) -> dict:
 
 # %% ../../nbs/training/00_common.ipynb #2622ea9f
 def trainable_snapshot(model) -> dict:
-    import torch
 
     return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
 

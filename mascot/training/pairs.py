@@ -5,7 +5,7 @@
 # %% ../../nbs/training/01_pairs.ipynb #e728717d
 from __future__ import annotations
 from ..core.runtime import *
-import itertools, json, os, re, shutil
+import itertools, json, os, re
 from pathlib import Path
 
 # %% auto #0

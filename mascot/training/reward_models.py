@@ -157,7 +157,6 @@ def reward_config(cfg: RewardModelConfig, output_dir: str):
 # %% ../../nbs/training/02_reward_models.ipynb #3741d003
 def train_reward_model(cfg: RewardModelConfig, pairs=None, out_name: str | None = None) -> Path:
     "Train, evaluate on held-out contexts, save adapter + metadata; returns the output folder."
-    import torch
     from transformers import AutoModelForSequenceClassification, set_seed
     from trl import RewardTrainer
 
