@@ -96,10 +96,7 @@ def undescribed_flags(help_text: str) -> list[str]:
     return missing
 
 
-UNDESCRIBED = {  # configs whose fields still lack descriptions (strict: the mark must go once they have them)
-    c: "ServeConfig and MergeConfig fields have no description yet (nbs/apps/41_serve.ipynb)"
-    for c in ("serve", "merge-lora")
-}
+UNDESCRIBED = {}  # configs whose fields still lack descriptions (each gets a strict xfail until they have them)
 
 
 @pytest.mark.parametrize(

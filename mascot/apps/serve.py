@@ -24,21 +24,31 @@ VLLM_LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
 class ServeConfig(Config):
     "Flags of `mascot serve`."
 
-    model: str
-    gpus: str = "1"
-    port: int = 8000
-    host: str = "127.0.0.1"
-    gpu_memory_utilization: float = 0.9
-    lora_modules: list[str] = []
-    max_model_len: int | None = None
-    served_model_name: str | None = None
-    dtype: str = "auto"
-    device: Literal["auto", "cuda", "cpu"] = "auto"  # auto: cuda where nvidia-smi works
-    cpu_kvcache_space: int = 2  # GiB of KV cache on CPU (VLLM_CPU_KVCACHE_SPACE)
-    # the vLLM environment's python (default $MASCOT_VLLM_PYTHON, else .venv-vllm beside the repo or .venv)
-    vllm_python: str | None = None
-    ready_timeout: float = 900.0  # seconds to wait for /v1/models
-    dry_run: bool = False
+    model: str = Field(description="the base model to serve (hub id or local folder)")
+    gpus: str = Field(
+        "1", description="how many GPUs one server uses (tensor parallel), or a comma-separated list of GPU ids"
+    )
+    port: int = Field(8000, description="the port of the (first) server")
+    host: str = Field("127.0.0.1", description="the address the server binds; loopback unless you mean to share it")
+    gpu_memory_utilization: float = Field(
+        0.9, description="the share of each GPU's memory vLLM may take (weights and KV cache)"
+    )
+    lora_modules: list[str] = Field([], description="adapters served by alias from the start, as alias=path pairs")
+    max_model_len: int | None = Field(
+        None, description="the longest prompt plus reply in tokens (default: the model's)"
+    )
+    served_model_name: str | None = Field(None, description="the id the base model is served under (default: --model)")
+    dtype: str = Field("auto", description="dtype of the served weights (auto: the model's own)")
+    device: Literal["auto", "cuda", "cpu"] = Field(
+        "auto", description="where vLLM runs; auto: cuda where nvidia-smi works, else cpu (vllm-cpu)"
+    )
+    cpu_kvcache_space: int = Field(2, description="GiB of KV cache on a CPU server (VLLM_CPU_KVCACHE_SPACE)")
+    vllm_python: str | None = Field(
+        None,
+        description="the vLLM environment's python (default $MASCOT_VLLM_PYTHON, else .venv-vllm beside the repo, else .venv)",
+    )
+    ready_timeout: float = Field(900.0, description="seconds to wait for /v1/models to answer")
+    dry_run: bool = Field(False, description="print the server command and exit")
     replicas: int = Field(
         1,
         description="data-parallel servers on consecutive ports (port, port+1, ...), each on its own --gpus worth of GPUs; "
@@ -298,9 +308,9 @@ if __name__ == "__main__" and "IPython" not in sys.modules:
 class MergeConfig(Config):
     "Flags of `mascot merge-lora`."
 
-    adapter_path: str
-    output_dir: str
-    base_model: str | None = None
+    adapter_path: str = Field(description="the LoRA adapter folder to merge")
+    output_dir: str = Field(description="where the merged full-weight model is written")
+    base_model: str | None = Field(None, description="the base model (default: the one the adapter records)")
     dtype: str = Field(
         "auto", description="dtype of the merged weights: auto keeps the base's (bf16 for Qwen3), or float32, bfloat16"
     )
