@@ -24,20 +24,26 @@ __all__ = ['JOB_HEADING', 'PEAK_FILE', 'KERNEL_START_CELL', 'ENV_CELL', 'IMPORT_
            'job_runs', 'summed_counters', 'plan_pipeline', 'run_pipeline', 'main']
 
 # %% ../../nbs/apps/40_pipeline.ipynb #50539d95
-class PipelineConfig(Config):
-    "A pipeline run: shared settings and one entry per stage to run (a stage left out is skipped)."
+class PipelineConfig(DatasetConfig):
+    "A pipeline run: shared settings (the dataset and its files from `DatasetConfig`) and one entry per stage to run (a stage left out is skipped)."
 
     run_name: str = Field(
         "run", description="the run's folder under runs_dir: a plain name (letters, digits, '.', '_', '-')"
     )
-    runs_dir: str = "runs"
-    dataset: str = "ED"
-    data_path: str | None = None
-    model_name: str = EMBEDDED_DEFAULT
-    reward_model_name: str = EMBEDDED_DEFAULT
-    seed: int = 0
-    endpoints: dict[str, Any] = {}
-    stages: dict[str, dict[str, Any]] = {}
+    runs_dir: str = Field("runs", description="the folder that holds the runs")
+    model_name: str = Field(
+        EMBEDDED_DEFAULT,
+        description="the base model of every role and every trained adapter (hub id, local folder, or the embedded default)",
+    )
+    reward_model_name: str = Field(EMBEDDED_DEFAULT, description="the base model the reward models are trained from")
+    seed: int = Field(0, description="the seed each stage gets unless its own entry sets one")
+    endpoints: dict[str, Any] = Field(
+        {},
+        description="the generating stages' endpoint settings (server URLs, role models, key variables: `EndpointConfig` fields)",
+    )
+    stages: dict[str, dict[str, Any]] = Field(
+        {}, description="one entry per stage to run, keyed by stage (its config's fields); a stage left out is skipped"
+    )
     serve: ServeSection | None = Field(
         None,
         description="a vLLM server this run starts and stops itself; every generating role (and the judge with serve.judge) calls it, "

@@ -122,7 +122,7 @@ STAGES: list[Stage] = [
         "32_auto_metrics",
         "evaluation/32_auto_metrics.ipynb",
         "mascot.evaluation.auto_metrics:MetricsStageConfig",
-        ("seed",),
+        (),
         {"input_dir": ("evaluate", "output_dir")},
     ),
     Stage(

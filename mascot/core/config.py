@@ -14,8 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 # %% auto #0
 __all__ = ['SECRET_KEY', 'SECRET_ENV', 'ConfigError', 'Config', 'numeric_problem', 'CliParser', 'describe', 'field_description',
-           'register_secret', 'redact_text', 'redact', 'load_env_file', 'RunConfig', 'JobConfig', 'DataConfig',
-           'plain_name', 'flag_value']
+           'register_secret', 'redact_text', 'redact', 'load_env_file', 'ProgressConfig', 'RunConfig', 'JobConfig',
+           'DatasetConfig', 'DataConfig', 'plain_name', 'flag_value']
 
 # %% ../../nbs/core/03_config.ipynb #28fd656d
 class ConfigError(Exception):
@@ -297,17 +297,22 @@ def load_env_file(path: str | Path | None = None) -> Path | None:
     return found
 
 # %% ../../nbs/core/03_config.ipynb #a1c0c008
-class RunConfig(Config):
-    "The settings every run has, each declared and described once: where its output goes, its seed, its progress bar."
+class ProgressConfig(Config):
+    "A run that shows how far it is."
+
+    progress: bool = Field(True, description="show a progress bar (on stderr)")
+
+
+class RunConfig(ProgressConfig):
+    "Where a run's output goes and its seed (and its progress bar)."
 
     output_dir: str | None = Field(None, description="where the output is written")
     seed: int = Field(
         0, description="the random seed (context sample, sampling, splits): the same seed gives the same run"
     )
-    progress: bool = Field(True, description="show a progress bar (on stderr)")
 
 
-class JobConfig(RunConfig):
+class JobConfig(ProgressConfig):
     "A run that writes records to a JSONL store: continue it, replace it, or stop at the first failure."
 
     resume: bool = Field(
@@ -332,18 +337,25 @@ class JobConfig(RunConfig):
         return self
 
 
-class DataConfig(Config):
-    "Which contexts a run takes: the dataset, its files, the split and how many."
+class DatasetConfig(Config):
+    "Which dataset a run reads, and from where."
 
-    dataset: str = Field("ED", description="ED, ESConv or QMSum")
+    dataset: str = Field(
+        "ED", description="ED, ESConv or QMSum: the roster (support or meeting) and the context format"
+    )
     data_path: str | None = Field(
         None,
-        description="the dataset's original files (a folder or file), or demo:<folder> for the shipped demo data; "
+        description="the dataset's original files (a folder or file), or demo:<folder> for the shipped demo contexts; "
         "default: the Hugging Face hub",
     )
+
+
+class DataConfig(DatasetConfig):
+    "Which contexts a run takes: the dataset, its files, the split and how many."
+
     split: str = Field("test", description="the dataset split the contexts come from: train, valid or test")
     num_samples: int | None = Field(
-        None, description="how many contexts (a seeded sample, in file order); default or 'all': the whole split"
+        None, description="how many contexts (a seeded sample, in file order); None or 'all': the whole split"
     )
 
 # %% ../../nbs/core/03_config.ipynb #a1c0c00a

@@ -34,25 +34,15 @@ DIRECTED = tuple(n for n, s in SYSTEM_REGISTRY.items() if s.directed)  # a direc
 MULTI_AGENT = tuple(n for n, s in SYSTEM_REGISTRY.items() if s.multi_agent)  # the persona roster speaks
 
 
-class EpisodeConfig(EndpointConfig):
-    "Flags of `mascot episode`."
+class EpisodeConfig(EndpointConfig, JobConfig, RunConfig, DataConfig):
+    "Flags of `mascot episode`: the shared settings (`JobConfig`, `RunConfig`, `DataConfig`), the endpoints, and the loop's own."
 
-    dataset: str = Field(
-        "ESConv", description="ED, ESConv or QMSum: the roster (support or meeting) and the context format"
-    )
-    data_path: str | None = Field(
-        None,
-        description="the dataset's original files (a folder or file), or demo:<folder> for the shipped demo contexts",
-    )
-    split: str = Field("test", description="the dataset split the contexts come from")
-    num_samples: int | None = Field(
-        4, description="how many contexts to use (a seeded sample of the split); None: all of them"
-    )
+    dataset: str = "ESConv"
+    num_samples: int | None = 4
     num_turns: int = Field(NUM_TURNS, description="director -> speaker steps per conversation")
     user_response_probability: float = Field(
         USER_RESPONSE_PROBABILITY, description="chance that the simulated user answers after a speaker's turn"
     )
-    seed: int = Field(0, description="seed of the context sample, the sampling and every random choice of the loop")
     enable_user_simulation: bool = Field(
         False, description="let a simulated user take turns (with --user-response-probability)"
     )
@@ -68,15 +58,8 @@ class EpisodeConfig(EndpointConfig):
         description="the system that plays the conversation: mascot, an ablation or a baseline (systems.SYSTEMS), or untrained (base models in every role; what a trained system becomes under --share-model, so its records never say it was trained)",
     )
     roster_path: str | None = Field(None, description="a roster YAML instead of the dataset's built-in roster")
-    output_dir: str = Field("outputs/episodes", description="where the output files are written")
+    output_dir: str = "outputs/episodes"
     output_name: str | None = Field(None, description="the output file's stem; default: the system and the model")
-    resume: bool = Field(
-        False, description="continue an interrupted run: records already in the output are kept and skipped"
-    )
-    overwrite: bool = Field(False, description="replace existing output (only once the first new record is written)")
-    strict: bool = Field(
-        False, description="stop at the first parse failure, empty reply or fallback instead of counting it"
-    )
     director_temperature: float = Field(
         0.0,
         description="sampling temperature of the director (0.0: the deployed, greedy director; stage 2 trains at its own temperature)",
@@ -89,7 +72,6 @@ class EpisodeConfig(EndpointConfig):
     few_shot_k: int = Field(2, description="worked examples in the few-shot baseline's prompt")
     self_consistency_k: int = Field(3, description="samples the self-consistency baseline votes over")
     max_transcript_tokens: int = Field(768, description="QMSum: the transcript window (tokens) the group sees")
-    progress: bool = Field(True, description="show a progress bar")
 
     def model_post_init(self, _):
         if self.system not in SYSTEM_REGISTRY:

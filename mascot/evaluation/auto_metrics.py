@@ -16,7 +16,7 @@ from typing import Callable, Literal, Sequence
 
 # %% auto #0
 __all__ = ['DEFAULT_NLI_MODEL', 'PAIRING_MODES', 'NLI_DIRECTIONS', 'Pair', 'Scorer', 'GROUP_REWARD_PARTS', 'minilm_path',
-           'MetricsConfig', 'AgentTurn', 'Conversation', 'RoundIdError', 'conversation_from_record',
+           'MetricsOptions', 'MetricsConfig', 'AgentTurn', 'Conversation', 'RoundIdError', 'conversation_from_record',
            'load_conversations', 'turn_pairs', 'pair_contradiction_probs', 'resolve_device', 'contradiction_index',
            'NliScorer', 'tiny_nli_model', 'self_bleu_scores', 'SentenceEmbedder', 'echo_similarities',
            'degenerate_reasons', 'conversation_row', 'pool', 'ProgrammaticGroupReward', 'evaluate', 'main',
@@ -37,13 +37,9 @@ def minilm_path() -> str | None:
     return str(path) if (path / "config.json").exists() else None
 
 
-class MetricsConfig(Config):
-    "Flags of `mascot metrics`."
+class MetricsOptions(ProgressConfig):
+    "How the metrics are computed: the settings `mascot metrics` and its pipeline stage share."
 
-    input_file: str = Field(description="the conversations (a .jsonl of episode records)")
-    output_file: str | None = Field(
-        None, description="where the metrics JSON goes; default: auto_metrics_<input stem>.json beside the input"
-    )  # default: auto_metrics_<input stem>.json beside the input
     nli_model: str = Field(
         DEFAULT_NLI_MODEL, description="the NLI model for contradictions between replies (a hub id or a local folder)"
     )
@@ -65,12 +61,11 @@ class MetricsConfig(Config):
     max_length: int = Field(256, description="the NLI's token cap per pair")
     embedding_model: str | None = Field(
         None, description="the sentence-embedding model for relevance and echo; default: the shipped MiniLM"
-    )  # default: the shipped MiniLM
+    )
     skip_nli: bool = Field(
         False, description="skip the NLI contradiction metric (no NLI model needed); the other metrics still run"
     )
     device: str = Field("auto", description="auto (CUDA when present, else CPU), cpu or cuda")
-    progress: bool = Field(True, description="show a progress bar")
 
     def model_post_init(self, _):
         if self.batch_size < 1:
@@ -79,6 +74,15 @@ class MetricsConfig(Config):
             raise ConfigError("--contradiction-threshold must be within (0, 1]")
         if self.embedding_model is None:
             self.embedding_model = minilm_path()
+
+
+class MetricsConfig(MetricsOptions):
+    "Flags of `mascot metrics`: one conversation file (and `MetricsOptions`)."
+
+    input_file: str = Field(description="the conversations (a .jsonl of episode records)")
+    output_file: str | None = Field(
+        None, description="where the metrics JSON goes; default: auto_metrics_<input stem>.json beside the input"
+    )
 
     @property
     def output_path(self) -> Path:
@@ -538,31 +542,11 @@ if __name__ == "__main__" and "IPython" not in sys.modules:
     main()  # `python -m mascot.evaluation.auto_metrics`; never inside a notebook
 
 # %% ../../nbs/evaluation/32_auto_metrics.ipynb #e5fb0319
-class MetricsStageConfig(Config):
-    "`mascot metrics` over every *.jsonl of a folder."
+class MetricsStageConfig(MetricsOptions):
+    "`mascot metrics` over every *.jsonl of a folder (and `MetricsOptions`)."
 
     input_dir: str = Field(description="the evaluation folder: metrics for every *.jsonl of conversations in it")
     output_dir: str = Field("outputs/auto_metrics", description="where the per-file metrics JSON goes")
-    seed: int = Field(0, description="the random seed")
-    nli_model: str = Field(
-        DEFAULT_NLI_MODEL, description="the NLI model for contradictions between replies (a hub id or a local folder)"
-    )
-    pairing_mode: Literal["same-round", "all-pairs", "adjacent-agent"] = Field(
-        "same-round",
-        description="which replies the NLI compares: same-round (agents of one round), all-pairs, or adjacent-agent (consecutive agent turns)",
-    )
-    nli_direction: Literal["temporal", "bidirectional"] = Field(
-        "temporal",
-        description="temporal (the earlier reply is the premise) or bidirectional (both orders; the larger contradiction counts)",
-    )
-    allow_round_inference: bool = Field(
-        False, description="records without round numbers: infer rounds from the turn order instead of refusing them"
-    )
-    skip_nli: bool = Field(
-        False, description="skip the NLI contradiction metric (no NLI model needed); the other metrics still run"
-    )
-    batch_size: int = Field(16, description="NLI pairs per forward pass")
-    progress: bool = Field(True, description="show a progress bar")
 
 
 def metrics_folder(cfg: MetricsStageConfig) -> Path:

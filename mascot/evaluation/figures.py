@@ -377,8 +377,8 @@ def demo_auto_metrics(folder: str | Path, systems=SYSTEMS, seed: int = 0) -> Pat
     return p
 
 # %% ../../nbs/evaluation/50_figures.ipynb #70f83968
-class FiguresConfig(Config):
-    "The figures stage: where the judge table and the automatic metrics are, and where the figures go."
+class FiguresConfig(ProgressConfig):
+    "The figures stage: where the judge table and the automatic metrics are, and where the figures go (and its progress bar)."
 
     judge_dir: str | None = Field(None, description="the judge stage's folder (judge_scores.csv; required)")
     metrics_dir: str | None = Field(None, description="the automatic metrics' folder (optional)")
@@ -388,7 +388,6 @@ class FiguresConfig(Config):
         [],
         description="a label per run (one per --runs entry, or one more for this run first); default: the folder names",
     )
-    progress: bool = Field(True, description="show a progress bar")
     max_workers: int = Field(2, description="figure notebooks executed at once, each in its own kernel")
 
 

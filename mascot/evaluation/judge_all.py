@@ -71,8 +71,8 @@ def tidy_rows(score_line: dict, record: dict | None) -> list[dict]:
 
 # %% ../../nbs/evaluation/31_judge_all.ipynb #a87e4006
 @judging_config
-class JudgeStageConfig(JudgePanelConfig):
-    "Judge every conversation file of an evaluation folder."
+class JudgeStageConfig(JudgePanelConfig, JobConfig):
+    "Judge every conversation file of an evaluation folder: the judge panel, `--resume`/`--overwrite`/`--strict` (`JobConfig`) and its own."
 
     input_dir: str = Field(description="the evaluation folder: every *.jsonl of conversations in it is judged")
     output_dir: str = Field("outputs/judge", description="where the score tables and the summary go")
@@ -80,7 +80,7 @@ class JudgeStageConfig(JudgePanelConfig):
         None,
         description="ED, ESConv or QMSum (the reference's flag); must agree with each record's metadata.dataset; unset: read from the records",
     )
-    seed: int = Field(0, description="the random seed (judge sampling, example order)")
+    seed: int = Field(0, description="the bootstrap seed of comparison.csv's intervals")
     reference: str | None = Field(
         None,
         description="the system comparison.csv compares the others with (default: mascot if judged, else the first system)",
@@ -89,20 +89,8 @@ class JudgeStageConfig(JudgePanelConfig):
         "auto",
         description="auto: both the persona rubric (each agent turn) and the collective rubric (the whole conversation); or only one of them",
     )
-    resume: bool = Field(
-        False, description="continue an interrupted run: records already judged are kept and not judged again"
-    )
-    overwrite: bool = Field(
-        False,
-        description="start afresh over existing results (the old output is replaced only once the first new record is written)",
-    )
-    strict: bool = Field(
-        False,
-        description="stop at the first judgement that does not parse or malformed record, instead of skipping and counting it",
-    )
     judge_max_tokens: int = Field(160, description="the cap on one judgement's tokens")
     judge_examples: int = Field(2, description="worked examples (0-2) shown in the judge prompt")
-    progress: bool = Field(True, description="show a progress bar")
 
 
 async def judge_folder_async(cfg: JudgeStageConfig, embedded: EmbeddedBackend | None = None) -> Path:

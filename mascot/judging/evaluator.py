@@ -170,8 +170,8 @@ def _is_spec(s: str) -> bool:
 
 
 @judging_config
-class JudgeConfig(JudgePanelConfig):
-    "Flags of `mascot judge`."
+class JudgeConfig(JudgePanelConfig, JobConfig):
+    "Flags of `mascot judge`: the judge panel, `--resume`/`--overwrite`/`--strict` (`JobConfig`) and its own."
 
     input_file: str = Field(description="the conversations to judge (a .jsonl of episode records)")
     # the reference's flag: ED, ESConv or QMSum; must agree with each record's metadata.dataset
@@ -184,23 +184,11 @@ class JudgeConfig(JudgePanelConfig):
         description="auto: both the persona rubric (each agent turn) and the collective rubric (the whole conversation); or only one of them",
     )
     output_dir: str | None = Field(None, description="where the scores and metrics go; default: beside the input")
-    resume: bool = Field(
-        False, description="continue an interrupted run: records already judged are kept and not judged again"
-    )
-    overwrite: bool = Field(
-        False,
-        description="start afresh over existing results (the old output is replaced only once the first new record is written)",
-    )
-    strict: bool = Field(
-        False,
-        description="stop at the first judgement that does not parse or malformed record, instead of skipping and counting it",
-    )
     judge_examples: int = Field(2, description="worked examples (0-2) shown in the judge prompt")
     judge_max_tokens: int = Field(160, description="the cap on one judgement's tokens")
     top_logprobs: int = Field(
         20, description="logprobs asked per score token: the score is the probability-weighted mean over the digits"
     )
-    progress: bool = Field(True, description="show a progress bar")
 
     def model_post_init(self, _):
         p, url = self.provider, self.judge_server_url
@@ -208,8 +196,6 @@ class JudgeConfig(JudgePanelConfig):
             self.__dict__["dataset"] = canonical_dataset(
                 self.dataset
             )  # an unknown name is one line naming the accepted ones
-        if self.resume and self.overwrite:
-            raise ConfigError("--resume and --overwrite exclude each other")
         if self.panel:
             self.judge_specs  # each spec checked now, naming it
             return
@@ -227,8 +213,6 @@ class JudgeConfig(JudgePanelConfig):
             raise ConfigError(f"--provider {p} takes no --judge-server-url")
         if p in ("openai", "anthropic", "gemini") and not self.judge:
             raise ConfigError(f"--provider {p} needs --judge MODEL")
-        if self.resume and self.overwrite:
-            raise ConfigError("--resume and --overwrite exclude each other")
 
     @property
     def judge_models(self) -> list[str | None]:

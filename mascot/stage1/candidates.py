@@ -29,17 +29,13 @@ __all__ = ['CandidatesConfig', 'individual_dir', 'query_messages', 'score_query'
 
 # %% ../../nbs/stage1/10_candidates.ipynb #43b9096b
 @judging_config
-class CandidatesConfig(EndpointConfig):
-    "Flags of `mascot generate --mode individual`."
+class CandidatesConfig(EndpointConfig, JobConfig, RunConfig, DataConfig):
+    "Flags of `mascot generate --mode individual`: the shared settings (`JobConfig`, `RunConfig`, `DataConfig`), the endpoints, and its own."
 
     mode: str = Field("individual", description="individual (this stage); group data is --mode group")
-    dataset: str = Field("ESConv", description="ED, ESConv or QMSum")
-    data_path: str | None = Field(
-        None, description="the dataset's original files, or demo:<folder> for the shipped demo contexts"
-    )
-    split: str = Field("train", description="the dataset split the contexts come from")
-    num_samples: int | None = Field(4, description="how many contexts (a seeded sample); None: all of them")
-    seed: int = Field(0, description="seed of the context sample and of the sampling")
+    dataset: str = "ESConv"
+    split: str = "train"
+    num_samples: int | None = 4
     num_candidates: int = Field(NUM_CANDIDATES, description="candidate replies per context and persona (K)")
     score_margin: float = Field(
         SCORE_MARGIN,
@@ -60,14 +56,6 @@ class CandidatesConfig(EndpointConfig):
     roster_path: str | None = Field(None, description="a roster YAML instead of the dataset's built-in roster")
     max_transcript_tokens: int = Field(768, description="QMSum: the transcript window (tokens) the speaker sees")
     output_dir: str = Field("data/rl", description="where the pair folder individual_{dataset}_{model} is created")
-    resume: bool = Field(
-        False, description="continue an interrupted run: queries already in candidates.jsonl are skipped"
-    )
-    overwrite: bool = Field(False, description="replace an existing folder (only once the first new record is written)")
-    strict: bool = Field(
-        False, description="stop at the first empty candidate or unparsable judgement instead of counting it"
-    )
-    progress: bool = Field(True, description="show a progress bar")
 
     def model_post_init(self, _):
         if self.mode != "individual":
