@@ -14,11 +14,10 @@ from ..training.pairs import model_slug
 from ..domain.personas import roster_for_dataset
 from ..domain.personas import baseline_messages
 from mascot.training.common import (
-    package_versions,
     EpochTrainingConfig,
     lora_config,
     save_trained,
-    write_metadata,
+    record_training,
     training_run,
     load_causal_lm,
     trainable_snapshot,
@@ -102,26 +101,17 @@ def train_sft_on_rows(cfg: SFTStageConfig, rows: list[dict], out: Path, kind: st
         result = trainer.train()
         change = weights_changed(before, trainer.model)
         saved = save_trained(trainer, tok, out)
-        meta = {
-            "kind": kind,
-            "algorithm": "sft",
-            "base_model": cfg.model_name,
+        record_training(
+            out,
+            run,
+            cfg,
+            result,
+            saved,
+            kind=kind,
+            algorithm="sft",
+            change=change,
             **meta_extra,
-            "num_examples": len(rows),
-            "steps": result.global_step,
-            "train_loss": result.training_loss,
-            "max_weight_change": change,
-            "seed": cfg.seed,
-            "lora": {"r": cfg.lora_r, "alpha": cfg.lora_alpha, "target_modules": cfg.lora_target_modules},
-            **saved,
-            "versions": package_versions(),
-            "config": cfg.resolved(),
-        }
-        write_metadata(out, meta)
-        run.extra.update(
-            steps=result.global_step,
-            max_weight_change=change,
-            **{k: saved[k] for k in ("trainable_parameters", "total_parameters", "trainable_fraction")},
+            num_examples=len(rows),
         )
     return out
 

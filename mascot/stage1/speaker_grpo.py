@@ -16,11 +16,10 @@ from mascot.training.common import (
     GRPOTrainingConfig,
     grpo_config,
     split_by_context,
-    package_versions,
     data_hash,
     lora_config,
     save_trained,
-    write_metadata,
+    record_training,
     training_run,
     process_rank,
     load_causal_lm,
@@ -224,43 +223,25 @@ def train_speaker(cfg: SpeakerGRPOConfig) -> Path:
             cfg.top_p,
             cfg.seed,
         )
-        meta = {
-            "kind": "speaker",
-            "algorithm": "grpo",
-            "base_model": cfg.model_name,
-            "reward_model_path": cfg.reward_model_path,
-            "data_path": cfg.data_path,
-            "data_sha256": data_hash(cfg.data_path) if Path(cfg.data_path, "pairs").exists() else None,
-            "num_train_prompts": len(train),
-            "num_heldout_prompts": len(held),
-            "heldout_contexts": held_ids,
-            "steps": result.global_step,
-            "max_weight_change": change,
-            "reward_weights": list(cfg.reward_weights),
-            "prompts_per_step": cfg.prompts_per_step(),
+        record_training(
+            out,
+            run,
+            cfg,
+            result,
+            saved,
+            kind="speaker",
+            algorithm="grpo",
+            change=change,
+            summary={k: ev.get(k) for k in ("base_mean_rm", "trained_mean_rm", "paired_diff", "se")},
+            reward_model_path=cfg.reward_model_path,
+            data_path=cfg.data_path,
+            data_sha256=data_hash(cfg.data_path) if Path(cfg.data_path, "pairs").exists() else None,
+            num_train_prompts=len(train),
+            num_heldout_prompts=len(held),
+            heldout_contexts=held_ids,
+            reward_weights=list(cfg.reward_weights),
+            prompts_per_step=cfg.prompts_per_step(),
             **ev,
-            "lora": {"r": cfg.lora_r, "alpha": cfg.lora_alpha, "target_modules": cfg.lora_target_modules},
-            **saved,
-            "seed": cfg.seed,
-            "versions": package_versions(),
-            "config": cfg.resolved(),
-        }
-        write_metadata(out, meta)
-        run.extra.update(
-            {
-                k: meta.get(k)
-                for k in (
-                    "steps",
-                    "max_weight_change",
-                    "base_mean_rm",
-                    "trained_mean_rm",
-                    "paired_diff",
-                    "se",
-                    "trainable_parameters",
-                    "total_parameters",
-                    "trainable_fraction",
-                )
-            }
         )
     return out
 

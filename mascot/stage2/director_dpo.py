@@ -12,12 +12,11 @@ from ..llm.embedded_model import resolve_model_path
 from ..training.pairs import load_pairs, model_slug
 from mascot.training.common import (
     split_by_context,
-    package_versions,
     data_hash,
     EpochTrainingConfig,
     lora_config,
     save_trained,
-    write_metadata,
+    record_training,
     training_run,
     load_causal_lm,
     trainable_snapshot,
@@ -101,30 +100,21 @@ def train_director_dpo(cfg: DirectorDPOConfig) -> Path:
         result = trainer.train()
         change = weights_changed(before, trainer.model)
         saved = save_trained(trainer, tok, out)
-        meta = {
-            "kind": "director",
-            "algorithm": "dpo",
-            "base_model": cfg.model_name,
-            "episode_dataset_path": cfg.episode_dataset_path,
-            "data_sha256": data_hash(cfg.episode_dataset_path),
-            "num_train_pairs": len(train),
-            "heldout_contexts": held_ids,  # never trained on: where a check of what was learnt belongs
-            "num_pairs_dropped_unparsed": len(all_pairs) - len(pairs),
-            "format_pairs": cfg.format_pairs,
-            "steps": result.global_step,
-            "train_loss": result.training_loss,
-            "max_weight_change": change,
-            "seed": cfg.seed,
-            "lora": {"r": cfg.lora_r, "alpha": cfg.lora_alpha, "target_modules": cfg.lora_target_modules},
-            **saved,
-            "versions": package_versions(),
-            "config": cfg.resolved(),
-        }
-        write_metadata(out, meta)
-        run.extra.update(
-            steps=result.global_step,
-            max_weight_change=change,
-            **{k: saved[k] for k in ("trainable_parameters", "total_parameters", "trainable_fraction")},
+        record_training(
+            out,
+            run,
+            cfg,
+            result,
+            saved,
+            kind="director",
+            algorithm="dpo",
+            change=change,
+            episode_dataset_path=cfg.episode_dataset_path,
+            data_sha256=data_hash(cfg.episode_dataset_path),
+            num_train_pairs=len(train),
+            heldout_contexts=held_ids,  # never trained on: where a check of what was learnt belongs
+            num_pairs_dropped_unparsed=len(all_pairs) - len(pairs),
+            format_pairs=cfg.format_pairs,
         )
     return out
 

@@ -21,11 +21,10 @@ from ..training.reward_models import GroupRewardModel
 from ..training.pairs import model_slug
 from mascot.training.common import (
     split_by_context,
-    package_versions,
     data_hash,
     lora_config,
     save_trained,
-    write_metadata,
+    record_training,
     training_run,
     process_rank,
     load_causal_lm,
@@ -43,7 +42,7 @@ from typing import ClassVar
 # %% auto #0
 __all__ = ['DirectorGRPOConfig', 'make_directive_format_reward', 'make_speaker_diversity_reward', 'rollout_states',
            'make_rollout_reward', 'load_served_adapter', 'heldout_director_backend', 'director_group_reward',
-           'director_prompts', 'heldout_directors', 'lora_shape', 'train_director_grpo', 'main']
+           'director_prompts', 'heldout_directors', 'train_director_grpo', 'main']
 
 # %% ../../nbs/stage2/22_director_grpo.ipynb #ac38dd7a
 class DirectorGRPOConfig(EndpointConfig, GRPOTrainingConfig):
@@ -404,14 +403,6 @@ async def heldout_directors(
     return out
 
 # %% ../../nbs/stage2/22_director_grpo.ipynb #0aeaee9b
-def lora_shape(cfg: DirectorGRPOConfig) -> dict:
-    "The trained adapter's LoRA shape for the metadata: the start adapter's own when GRPO continues one, else the flags'."
-    if cfg.init_adapter_path:
-        pc = json.loads((Path(cfg.init_adapter_path) / "adapter_config.json").read_text())
-        return {"r": pc["r"], "alpha": pc["lora_alpha"], "target_modules": pc["target_modules"]}
-    return {"r": cfg.lora_r, "alpha": cfg.lora_alpha, "target_modules": cfg.lora_target_modules}
-
-
 def train_director_grpo(cfg: DirectorGRPOConfig, embedded: EmbeddedBackend | None = None) -> Path:
     from transformers import set_seed
     from trl import GRPOTrainer
@@ -487,33 +478,40 @@ def train_director_grpo(cfg: DirectorGRPOConfig, embedded: EmbeddedBackend | Non
             return at_training, at_deployed
 
         (random_, untrained, trained, *start), (_, untrained_d, trained_d, *_) = run_sync(heldout_check())
-        meta = {
-            "kind": "director",
-            "algorithm": "grpo",
-            "base_model": cfg.model_name,
-            "group_reward_model_path": cfg.group_reward_model_path,
-            "episode_dataset_path": cfg.episode_dataset_path,
+        record_training(
+            out,
+            run,
+            cfg,
+            result,
+            saved,
+            kind="director",
+            algorithm="grpo",
+            change=change,
+            summary={
+                "heldout_untrained": untrained["mean_group_reward"],
+                "heldout_trained": trained["mean_group_reward"],
+            },
+            group_reward_model_path=cfg.group_reward_model_path,
+            episode_dataset_path=cfg.episode_dataset_path,
             # the states trained on (the branching folder holds DPO's pairs too)
-            "data_sha256": data_hash(Path(cfg.episode_dataset_path) / "states.jsonl"),
-            "num_train_states": len(train),
-            "num_heldout_states": len(held),
-            "heldout_contexts": held_ids,
-            "steps": result.global_step,
-            "max_weight_change": change,
-            "heldout_untrained": untrained,
-            "heldout_trained": trained,
-            "heldout_random": random_,
-            "paired_diff_vs_untrained": paired_summary(untrained["per_state"], trained["per_state"]),
-            "paired_diff_vs_random": paired_summary(random_["per_state"], trained["per_state"]),
+            data_sha256=data_hash(Path(cfg.episode_dataset_path) / "states.jsonl"),
+            num_train_states=len(train),
+            num_heldout_states=len(held),
+            heldout_contexts=held_ids,
+            heldout_untrained=untrained,
+            heldout_trained=trained,
+            heldout_random=random_,
+            paired_diff_vs_untrained=paired_summary(untrained["per_state"], trained["per_state"]),
+            paired_diff_vs_random=paired_summary(random_["per_state"], trained["per_state"]),
             # the numbers above sample the directors at the training temperature; these at the deployed one (episodes' default 0.0)
-            "heldout_temperatures": {"training": cfg.temperature, "deployed": cfg.director_temperature},
-            "heldout_deployed": {
+            heldout_temperatures={"training": cfg.temperature, "deployed": cfg.director_temperature},
+            heldout_deployed={
                 "untrained": untrained_d,
                 "trained": trained_d,
                 "paired_diff_vs_untrained": paired_summary(untrained_d["per_state"], trained_d["per_state"]),
                 "paired_diff_vs_random": paired_summary(random_["per_state"], trained_d["per_state"]),
             },
-            "unparsed_directive_reward": cfg.unparsed_directive_reward,
+            unparsed_directive_reward=cfg.unparsed_directive_reward,
             **(
                 {
                     "init_adapter_path": cfg.init_adapter_path,
@@ -523,25 +521,12 @@ def train_director_grpo(cfg: DirectorGRPOConfig, embedded: EmbeddedBackend | Non
                 if start
                 else {}
             ),
-            "prompts_per_step": cfg.prompts_per_step(),
-            "rollout": {
+            prompts_per_step=cfg.prompts_per_step(),
+            rollout={
                 "horizon": cfg.horizon,
                 "server": cfg.rollout_server_url,
                 "speaker_model": runner.client.routes["speaker"].model,
             },
-            "lora": lora_shape(cfg),
-            **saved,
-            "seed": cfg.seed,
-            "versions": package_versions(),
-            "config": cfg.resolved(),
-        }
-        write_metadata(out, meta)
-        run.extra.update(
-            steps=result.global_step,
-            max_weight_change=change,
-            heldout_untrained=untrained["mean_group_reward"],
-            heldout_trained=trained["mean_group_reward"],
-            **{k: saved[k] for k in ("trainable_parameters", "total_parameters", "trainable_fraction")},
         )
     return out
 

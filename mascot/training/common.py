@@ -16,12 +16,12 @@ from typing import Any
 from typing import ClassVar
 
 # %% auto #0
-__all__ = ['DEFAULT_LORA_TARGETS', 'CURVE_PANELS', 'recorded_model', 'trained_group_reward_model', 'lora_target_modules',
-           'report_to', 'trl_config', 'TrainingConfig', 'EpochTrainingConfig', 'GRPOTrainingConfig', 'grpo_config',
-           'split_by_context', 'package_versions', 'data_hash', 'lora_config', 'parameter_counts',
-           'plot_training_curves', 'training_dtype', 'process_rank', 'rank_run_dir', 'write_metadata', 'save_trained',
-           'trainable_snapshot', 'weights_changed', 'paired_summary', 'load_tokenizer', 'load_causal_lm',
-           'training_run']
+__all__ = ['DEFAULT_LORA_TARGETS', 'CURVE_PANELS', 'RUN_SUMMARY_KEYS', 'recorded_model', 'trained_group_reward_model',
+           'lora_target_modules', 'report_to', 'trl_config', 'TrainingConfig', 'EpochTrainingConfig',
+           'GRPOTrainingConfig', 'grpo_config', 'split_by_context', 'package_versions', 'data_hash', 'lora_config',
+           'parameter_counts', 'plot_training_curves', 'training_dtype', 'process_rank', 'rank_run_dir',
+           'write_metadata', 'save_trained', 'adapter_lora', 'record_training', 'trainable_snapshot', 'weights_changed',
+           'paired_summary', 'load_tokenizer', 'load_causal_lm', 'training_run']
 
 # %% ../../nbs/training/00_common.ipynb #b5cf1cb7
 def recorded_model(folder: str | Path, role: str = "speaker") -> str | None:
@@ -390,7 +390,7 @@ def plot_training_curves(log_history: list[dict], path: str | Path) -> list[str]
     plt.close(fig)
     return [t for t, _ in panels]
 
-
+# %% ../../nbs/training/00_common.ipynb #bc9b0112
 def training_dtype():
     "The dtype policies and reward models load in: bfloat16 on a GPU (the Trainer puts them there), float32 on CPUs, where training stays exact."
     import torch
@@ -410,7 +410,7 @@ def rank_run_dir(out: Path, cfg) -> RunDir:
     run.extra.update(rank=rank, world_size=world)
     return run
 
-
+# %% ../../nbs/training/00_common.ipynb #874c1b5c
 def write_metadata(out: Path, meta: dict) -> None:
     "`mascot_metadata.json` beside the adapter, written once (by rank 0) however many processes trained it."
     if process_rank()[0] == 0:
@@ -440,6 +440,57 @@ def save_trained(trainer, tokenizer, out: Path) -> dict:
         "training_curves": "training_curves.png",
         "curve_panels": panels,
     }
+
+
+def adapter_lora(cfg, task_type: str | None = None) -> dict | None:
+    "The LoRA shape recorded for a trained model: None for a full fine-tune, the start adapter's own when training continues one, else the config's."
+    if getattr(cfg, "full_finetune", False):
+        return None
+    if start := getattr(cfg, "init_adapter_path", None):
+        pc = json.loads((Path(start) / "adapter_config.json").read_text())
+        shape = {"r": pc["r"], "alpha": pc["lora_alpha"], "target_modules": pc["target_modules"]}
+    else:
+        shape = {"r": cfg.lora_r, "alpha": cfg.lora_alpha, "target_modules": cfg.lora_target_modules}
+    return {**shape, **({"task_type": task_type} if task_type else {})}
+
+
+RUN_SUMMARY_KEYS = ("steps", "max_weight_change", "trainable_parameters", "total_parameters", "trainable_fraction")
+
+
+def record_training(
+    out: Path,
+    run: RunDir,
+    cfg,
+    result,
+    saved: dict,
+    *,
+    kind: str,
+    algorithm: str | None = None,
+    change: float | None = None,
+    task_type: str | None = None,
+    summary: dict | None = None,
+    **fields,
+) -> dict:
+    """The one provenance writer of every trainer: `mascot_metadata.json` beside the model — what it is, its base, the trainer's own
+    `fields` (data, held-out results), steps and loss, how far the weights moved, its LoRA shape and size, seed, package versions and
+    the resolved config — and the run record's summary (`RUN_SUMMARY_KEYS` plus `summary`). Returns the metadata."""
+    meta = {
+        "kind": kind,
+        **({"algorithm": algorithm} if algorithm else {}),
+        "base_model": cfg.model_name,
+        **fields,
+        "steps": result.global_step,
+        "train_loss": result.training_loss,
+        **({"max_weight_change": change} if change is not None else {}),
+        "lora": adapter_lora(cfg, task_type),
+        **saved,
+        "seed": cfg.seed,
+        "versions": package_versions(),
+        "config": cfg.resolved(),
+    }
+    write_metadata(out, meta)
+    run.extra.update({k: meta[k] for k in RUN_SUMMARY_KEYS if k in meta}, **(summary or {}))
+    return meta
 
 # %% ../../nbs/training/00_common.ipynb #2622ea9f
 def trainable_snapshot(model) -> dict:

@@ -13,11 +13,10 @@ from .pairs import load_pairs, model_slug
 from mascot.training.common import (
     EpochTrainingConfig,
     split_by_context,
-    package_versions,
     data_hash,
     lora_config,
     save_trained,
-    write_metadata,
+    record_training,
     training_run,
     training_dtype,
     load_tokenizer,
@@ -212,49 +211,30 @@ def train_reward_model(cfg: RewardModelConfig, pairs=None, out_name: str | None 
         result = trainer.train()
         after = RewardModel(trainer.model, tok, max_length=cfg.max_length, chat_template_kwargs=kw).pairwise_wins(held)
         saved = save_trained(trainer, tok, out)
-        meta = {
-            "kind": "reward_model",
-            "base_model": cfg.model_name,
-            "data_path": str(cfg.data_path),
-            "data_sha256": data_hash(cfg.data_path) if Path(cfg.data_path, "pairs").exists() else None,
-            "num_pairs": len(pairs),
-            "num_train_pairs": len(train),
-            "num_heldout_pairs": len(held),
-            "heldout_contexts": held_ids,
-            "heldout_accuracy_before": before["accuracy"],
-            "heldout_accuracy_after": after["accuracy"],
-            "heldout_accuracy_before_ci95": before["ci95"],
-            "heldout_accuracy_after_ci95": after["ci95"],
-            "train_loss": result.training_loss,
-            "steps": result.global_step,
-            "lora": None
-            if cfg.full_finetune
-            else {
-                "r": cfg.lora_r,
-                "alpha": cfg.lora_alpha,
-                "task_type": "SEQ_CLS",
-                "target_modules": cfg.lora_target_modules,
+        record_training(
+            out,
+            run,
+            cfg,
+            result,
+            saved,
+            kind="reward_model",
+            task_type="SEQ_CLS",
+            summary={
+                "heldout_accuracy_before": before["accuracy"],
+                "heldout_accuracy_after": after["accuracy"],
+                "num_train_pairs": len(train),
+                "num_heldout_pairs": len(held),
             },
-            **saved,
-            "seed": cfg.seed,
-            "versions": package_versions(),
-            "config": cfg.resolved(),
-        }
-        write_metadata(out, meta)
-        run.extra.update(
-            {
-                k: meta[k]
-                for k in (
-                    "heldout_accuracy_before",
-                    "heldout_accuracy_after",
-                    "num_train_pairs",
-                    "num_heldout_pairs",
-                    "steps",
-                    "trainable_parameters",
-                    "total_parameters",
-                    "trainable_fraction",
-                )
-            }
+            data_path=str(cfg.data_path),
+            data_sha256=data_hash(cfg.data_path) if Path(cfg.data_path, "pairs").exists() else None,
+            num_pairs=len(pairs),
+            num_train_pairs=len(train),
+            num_heldout_pairs=len(held),
+            heldout_contexts=held_ids,
+            heldout_accuracy_before=before["accuracy"],
+            heldout_accuracy_after=after["accuracy"],
+            heldout_accuracy_before_ci95=before["ci95"],
+            heldout_accuracy_after_ci95=after["ci95"],
         )
     return out
 
