@@ -35,7 +35,10 @@ def stage(run, name, outputs, meta=None):
     )
     return d
 
+# %% auto #0
+__all__ = ['stage', 'conversation', 'score_lines', 'demo_run']
 
+# %% ../nbs/testing.ipynb #3ccde6c8
 def conversation(system, cid, valence, agent_texts):
     turns = [Turn(0, 0, "User", "I lost my job today.", turn_type="user")]
     for k, (name, text) in enumerate(agent_texts):
@@ -70,7 +73,7 @@ def conversation(system, cid, valence, agent_texts):
         user_big_five="High Openness",
     ).to_dict()
 
-
+# %% ../nbs/testing.ipynb #be9a0a60
 def score_lines(rec, base):
     sysname, turns = rec["metadata"]["system"], [t for t in rec["turns"] if t.get("turn_type") != "user"]
     items = [
@@ -114,7 +117,7 @@ def score_lines(rec, base):
     }
     return persona, collective
 
-
+# %% ../nbs/testing.ipynb #799e974c
 def demo_run(run: Path) -> Path:
     run.mkdir(parents=True, exist_ok=True)
     (run / "pipeline_config.json").write_text(
@@ -214,6 +217,3 @@ def demo_run(run: Path) -> Path:
     plt.close()
     nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# f01")]), fig / "executed.ipynb")
     return run
-
-# %% auto #0
-__all__ = ['stage', 'conversation', 'score_lines', 'demo_run']

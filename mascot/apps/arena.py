@@ -305,7 +305,7 @@ fetch("/api/study").then(r=>r.json()).then(s=>{study=s.study; const q=new URLSea
   $("annotator").value=q||s.annotator||localStorage.getItem("mascot-annotator")||""; if($("annotator").value) next()});
 </script></body></html>""".replace("MAX_REASON", str(MAX_REASON_CHARS))
 
-
+# %% ../../nbs/apps/44_arena.ipynb #0ff7f525
 class ArenaAuth:
     "Who may act as an annotator (their token) and which pair each vote token was issued for; one-time vote tokens."
 
@@ -343,7 +343,7 @@ class ArenaAuth:
     def spend(self, annotator: str, pair_id: str):
         self.used.add(self.issued.pop((annotator, pair_id)))
 
-
+# %% ../../nbs/apps/44_arena.ipynb #8240fcc4
 def arena_app(store: VoteStore, annotator: str | None = None, host: str = "127.0.0.1"):
     "The study's web app."
     from fastapi import FastAPI, Header, HTTPException

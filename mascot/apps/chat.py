@@ -229,7 +229,7 @@ def is_fallback(t: Turn | dict) -> bool:
     get = t.get if isinstance(t, dict) else lambda k: getattr(t, k, None)
     return get("directive_source") == "fallback" or get("directive_parsed") is False
 
-
+# %% ../../nbs/apps/43_chat.ipynb #34a0d2b9
 class ChatSession:
     "One conversation between a person and the group."
 
@@ -631,7 +631,7 @@ class ChatMessage(BaseModel):
 
     text: str = Field(max_length=MAX_MESSAGE_CHARS)
 
-
+# %% ../../nbs/apps/43_chat.ipynb #a6b21397
 def chat_app(session: ChatSession):
     "The web app of one chat session."
     from fastapi import FastAPI, HTTPException

@@ -68,7 +68,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "site": ("mascot.apps.site", "build the static results site from runs/ (no Quarto needed)"),
 }
 
-
+# %% ../../nbs/apps/49_cli.ipynb #f23618c6
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     return 0
 
-
+# %% ../../nbs/apps/49_cli.ipynb #82b7ff39
 def _user_errors() -> tuple[type, ...]:
     "The package's own errors: bad input or an environment problem, each already worded as one line naming the file, field or flag."
     from mascot.core.config import ConfigError

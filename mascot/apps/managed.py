@@ -148,7 +148,7 @@ def serve_config(s: ServeSection) -> ServeConfig:
         ready_timeout=s.ready_timeout,
     )
 
-
+# %% ../../nbs/apps/41a_managed.ipynb #d06efcbb
 class ManagedServer:
     "The vLLM server(s) of a config's `serve:`: started on first use, adapters loaded by alias, stopped by PID (its process group)."
 

@@ -83,7 +83,7 @@ def expand_env(obj, where: str = "config", used: dict[str, str] | None = None):
         return re.sub(r"\$\{(\w+)\}", sub, obj)
     return obj
 
-
+# %% ../../nbs/apps/40_pipeline.ipynb #5fe9fb70
 def _read_yaml(path: Path) -> dict:
     import yaml
 

@@ -88,7 +88,7 @@ def _data_line(params: dict, dataset: str) -> tuple[str, str | None]:
         f"or set data_path: null to load {hub.repo_id if hub else 'the dataset'} from the Hugging Face hub"
     )
 
-
+# %% ../../nbs/apps/40b_plan.ipynb #fc664927
 def plan_report(
     cfg: PipelineConfig,
     source: str = "config",

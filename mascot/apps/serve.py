@@ -69,7 +69,7 @@ class ServeConfig(Config):
         "(VLLM_ALLOW_RUNTIME_LORA_UPDATING=True; needs --max-loras or --lora-modules)",
     )
 
-
+# %% ../../nbs/apps/41_serve.ipynb #d3e72b89
 def parse_gpus(gpus: str) -> tuple[int, str | None]:
     "(tensor parallel size, CUDA_VISIBLE_DEVICES or None)."
     g = str(gpus).strip()
@@ -113,7 +113,7 @@ def vllm_python(cfg: ServeConfig | None = None) -> str | None:
 
     return sys.executable if importlib.util.find_spec("vllm") else None
 
-
+# %% ../../nbs/apps/41_serve.ipynb #f093d72b
 def vllm_command(
     cfg: ServeConfig, device: str = "cuda", python: str = "python", replica: int = 0
 ) -> tuple[list[str], dict[str, str]]:
@@ -232,7 +232,7 @@ def load_lora_adapter(url: str, alias: str, path: str | Path, replace: bool = Fa
         url.rstrip("/") + "/load_lora_adapter", {**body, **({"load_inplace": True} if replace else {})}, timeout
     )
 
-
+# %% ../../nbs/apps/41_serve.ipynb #3d5f012c
 def stop_group(proc: subprocess.Popen, grace: float = 30.0) -> None:
     "SIGTERM the server's process group (API server, engine core, workers), then SIGKILL what is left."
     for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
@@ -253,7 +253,7 @@ def stop_group(proc: subprocess.Popen, grace: float = 30.0) -> None:
 def _interrupt(signum, frame):
     raise KeyboardInterrupt  # SIGTERM stops the server as Ctrl-C does
 
-
+# %% ../../nbs/apps/41_serve.ipynb #dc307a24
 def serve(cfg: ServeConfig) -> int:
     device = serve_device(cfg)
     if cfg.dry_run and cfg.device == "auto" and parse_gpus(cfg.gpus) != (1, None):

@@ -627,7 +627,7 @@ def histogram_svg(values: list[float], width: int = 220, height: int = 70, bins:
         f"<text x='{width}' y='{height - 1}' text-anchor='end'>100</text></svg>"
     )
 
-
+# %% ../../nbs/apps/42_site_sections.ipynb #58cc5d8f
 def judge_section(info: dict) -> str:
     import pandas as pd
 

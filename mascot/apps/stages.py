@@ -27,7 +27,7 @@ class Stage:
     fixed: dict[str, Any] = field(default_factory=dict)
     output: str | None = None  # where the stage writes, relative to the run folder (default <dir>/out)
 
-
+# %% ../../nbs/apps/40a_stages.ipynb #78f11309
 GEN = ("dataset", "seed", "data_path", "model_name", "endpoints")
 STAGES: list[Stage] = [
     Stage(
@@ -137,7 +137,7 @@ STAGES: list[Stage] = [
 ]
 STAGE_BY_KEY = {s.key: s for s in STAGES}
 
-
+# %% ../../nbs/apps/40a_stages.ipynb #833efd21
 def config_class(stage: Stage):
     mod, cls = stage.config_class.split(":")
     return getattr(importlib.import_module(mod), cls)

@@ -39,7 +39,7 @@ def _explain(err: ValidationError, cls: type, source: str) -> str:
             msgs.append(f"'{key}': {e['msg']}")
     return f"{source}: " + "; ".join(msgs) + f" [{cls.__name__}]"
 
-
+# %% ../../nbs/core/03_config.ipynb #d3ad5b16
 class Config(BaseModel):
     "Base of every typed config: unknown keys are errors; YAML, CLI flags and papermill parameters build the same object."
 
@@ -148,7 +148,7 @@ class Config(BaseModel):
             raise ValueError("; ".join(problems))
         return self
 
-
+# %% ../../nbs/core/03_config.ipynb #fedb7e8f
 def numeric_problem(name: str, value) -> str | None:
     "What is wrong with a numeric setting, by the naming rules every config follows, or None."
     if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):

@@ -36,7 +36,7 @@ def _now() -> str:
 def new_run_id() -> str:
     return datetime.datetime.now().strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
 
-
+# %% ../../nbs/core/04_runtime.ipynb #aa1549a3
 class RunDir:
     "A run folder with `run_config.json` and a live `run_summary.json`."
 
@@ -128,7 +128,7 @@ class RunDir:
             # the error that ended the run stays the one reported
         return False
 
-
+# %% ../../nbs/core/04_runtime.ipynb #f07e235f
 def _is_interruption(et) -> bool:
     import asyncio
 

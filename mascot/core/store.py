@@ -256,7 +256,7 @@ class JsonlStore:
     def __iter__(self) -> Iterator[dict]:
         return iter(()) if self.replacing or not self.path.exists() else read_jsonl(self.path)
 
-
+# %% ../../nbs/core/02_store.ipynb #6bd47be2
 def read_jsonl(path: str | Path) -> Iterator[dict]:
     "Read records, naming file and line of any that is not JSON."
     path = Path(path)

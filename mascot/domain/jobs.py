@@ -59,7 +59,7 @@ def one_line(e: BaseException, limit: int = 300) -> str:
     "An exception as one short line: its class and its message with whitespace collapsed."
     return f"{e.__class__.__name__}: {' '.join(str(e).split())}"[:limit]
 
-
+# %% ../../nbs/domain/02_jobs.ipynb #956136c8
 class Job:
     "One run of a generating or judging stage: `async with Job(...) as job: await job.map(items, work)`."
 

@@ -144,6 +144,7 @@ SUPPORT_ROSTER = Roster(
     user_label="User",
 )
 
+# %% ../../nbs/domain/01_personas.ipynb #80c78059
 MEETING_ROSTER = Roster(
     "meeting",
     "meeting",
@@ -204,6 +205,7 @@ MEETING_ROSTER = Roster(
     user_label="Participant",
 )
 
+# %% ../../nbs/domain/01_personas.ipynb #c1a90c9b
 ROSTERS: dict[str, Roster] = {r.name: r for r in (SUPPORT_ROSTER, MEETING_ROSTER)}
 
 _DATASET_DOMAIN = {"ed": "support", "empatheticdialogues": "support", "esconv": "support", "qmsum": "meeting"}

@@ -434,7 +434,7 @@ def _sensitivity_runs(cfg: FiguresConfig) -> tuple[list[str], list[str]]:
         )
     return [str(Path(r).resolve()) for r in runs], labels
 
-
+# %% ../../nbs/evaluation/50_figures.ipynb #05e0f782
 def run_figures(cfg: FiguresConfig) -> dict[str, Path]:
     "Execute every figure notebook; returns {notebook stem: its PNG} (the CSV lies beside it)."
     import papermill as pm

@@ -78,7 +78,7 @@ def parse_judge_spec(spec: str, provider: str | None = None, url: str | None = N
         raise ConfigError(f"--judge {provider}:...: provider {provider} needs a model name")
     return JudgeSpec(provider, model, url, key_env)
 
-
+# %% ../../nbs/judging/02_evaluator.ipynb #c114f305
 class JudgePanelConfig(EndpointConfig):
     "The judges of a stage: one judge (`--judge MODEL --provider P --judge-server-url URL`) or a panel (`--judge` repeated, each `[provider:]model[@url]`)."
 
@@ -163,12 +163,12 @@ class JudgePanelConfig(EndpointConfig):
             }
         )
 
-
+# %% ../../nbs/judging/02_evaluator.ipynb #9b51cc70
 def _is_spec(s: str) -> bool:
     "Names a provider (`vllm:...`) or a URL (`...@http...`), not only a model."
     return s.partition(":")[0] in PROVIDERS or "@http" in s
 
-
+# %% ../../nbs/judging/02_evaluator.ipynb #e6f9a7f8
 @judging_config
 class JudgeConfig(JudgePanelConfig, JobConfig):
     "Flags of `mascot judge`: the judge panel, `--resume`/`--overwrite`/`--strict` (`JobConfig`) and its own."
@@ -414,7 +414,7 @@ def record_groups(record: dict) -> dict[str, str]:
     meta = record.get("metadata") or {}
     return {"system": meta.get("system", "unknown"), **{k: meta[k] for k in GROUP_KEYS[1:] if meta.get(k)}}
 
-
+# %% ../../nbs/judging/02_evaluator.ipynb #3adc44bb
 def mean_std(values: list[float]) -> dict:
     "Mean and sample standard deviation (0 for a single value), rounded to 2 decimals as in the paper's tables."
     return {
@@ -438,7 +438,7 @@ def _grouped(lines: list[dict], part: str = "scores") -> dict:
             groups.setdefault(g, {}).setdefault(v, []).append(l[part])
     return {g: {v: criterion_stats(ds) for v, ds in sorted(vals.items())} for g, vals in groups.items()}
 
-
+# %% ../../nbs/judging/02_evaluator.ipynb #98d4e0bf
 def build_metrics(lines: list[dict], kind: str, judges: list[str], extra_failures: int = 0) -> dict:
     "The metrics file's content from the score lines of one kind."
     scored = [l for l in lines if l["scores"]]
@@ -626,7 +626,7 @@ async def judge_file_async(
             }
     return out
 
-
+# %% ../../nbs/judging/02_evaluator.ipynb #cb197693
 class StrictJudgeParseError(JudgeParseError, StrictModeError):
     "A judgement that failed under --strict: a `JudgeParseError` (with `.raw`) that stops the run like every strict failure."
 

@@ -161,7 +161,7 @@ class JudgeExample:
     reply: str | None = None
     persona: str | None = None  # a name from the domain's roster
 
-
+# %% ../../nbs/judging/00_rubrics.ipynb #dfe9bd22
 JUDGE_EXAMPLES: dict[tuple[str, str], list[JudgeExample]] = {
     ("persona", "support"): [
         JudgeExample(

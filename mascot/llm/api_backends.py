@@ -61,7 +61,7 @@ def _split_system(messages: list[dict]) -> tuple[str, list[dict]]:
         m for m in messages if m["role"] != "system"
     ]
 
-
+# %% ../../nbs/llm/04_api_backends.ipynb #0df3390d
 class AnthropicBackend(ChatBackend):
     kind = "anthropic"
 
@@ -103,7 +103,7 @@ class AnthropicBackend(ChatBackend):
             time.perf_counter() - t0,
         )
 
-
+# %% ../../nbs/llm/04_api_backends.ipynb #dc7cd801
 class GeminiBackend(ChatBackend):
     kind = "gemini"
 

@@ -28,7 +28,7 @@ def embedded_backend(
     `--max-concurrency` lets be in flight (on 2 AVX2 cores, fp32, 48 rows decoded 1.4-1.6x faster as one batch than as three of 16)."""
     return EmbeddedBackend(model or cfg.model_name, adapters=adapters, max_batch_size=cfg.max_concurrency)
 
-
+# %% ../../nbs/llm/06_client.ipynb #28f8ee1d
 class LLMClient:
     "Role-aware chat: `await client.chat('speaker', messages, temperature=0.7)`."
 
@@ -199,7 +199,7 @@ class LLMClient:
         for b in self._backends.values():
             await b.aclose()
 
-
+# %% ../../nbs/llm/06_client.ipynb #4efe8d4a
 def _answer_logprobs(lps: list[TokenLogprob]) -> list[TokenLogprob]:
     "The logprobs of the reply's answer: the tokens after the reasoning's closing tag (none when it never closed)."
     seen = ""

@@ -67,7 +67,7 @@ def _status_line(e) -> str:
     msg = " ".join(str(msg or getattr(e, "message", "") or "").split())
     return f"HTTP {e.status_code}" + (f": {redact_text(strip_credentials(msg))[:200]}" if msg else "")
 
-
+# %% ../../nbs/llm/01_openai.ipynb #ce177974
 def _completion(r):
     "The chat completion itself, or `MalformedResponse` when the body is not one (not JSON, no choices, a choice without a message)."
     choices = getattr(r, "choices", None)

@@ -20,7 +20,7 @@ __all__ = ['GEN_ROLES', 'ROLES', 'API_PROVIDERS', 'NO_JUDGE', 'EndpointConfig', 
 GEN_ROLES = ("director", "speaker", "user")
 ROLES = GEN_ROLES + ("judge",)
 
-
+# %% ../../nbs/llm/05_routing.ipynb #37cfef9f
 class EndpointConfig(Config):
     "Where each role's calls go, and with which model."
 
@@ -112,7 +112,7 @@ class EndpointConfig(Config):
         }  # no credentials in run files
         return {**out, **({"judge_route": judge_record(self)} if self.uses_judge else {})}
 
-
+# %% ../../nbs/llm/05_routing.ipynb #0ce735ee
 def judging_config(cls):
     "Marks the config of a stage that judges: it needs an explicit judge before any work, and its run_config.json records the judge."
     cls.uses_judge = True

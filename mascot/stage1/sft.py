@@ -76,7 +76,7 @@ def sft_rows(data_path: str | Path, dataset: str, min_score: float = 0.0) -> lis
         )
     return rows
 
-
+# %% ../../nbs/stage1/13_sft.ipynb #0a4021ee
 def train_sft_on_rows(cfg: SFTStageConfig, rows: list[dict], out: Path, kind: str = "speaker", **meta_extra) -> Path:
     "LoRA SFT (TRL `SFTTrainer`) of `cfg.model_name` on chat rows (`prompt`: messages, `completion`: [the assistant message]), saved in `out` with TRL's log, its curves and the metadata."
     import datasets

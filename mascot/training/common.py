@@ -103,7 +103,7 @@ def trl_config(config_cls, ours: dict, trl: dict):
 
 DEFAULT_LORA_TARGETS = LORA_TARGETS  # mascot.core.defaults
 
-
+# %% ../../nbs/training/00_common.ipynb #fc2c2fef
 class TrainingConfig(Config):
     "The fields every training stage shares; `trl` takes any argument of the stage's TRL config."
 
@@ -190,7 +190,7 @@ class TrainingConfig(Config):
         "The stage's TRL config as its trainer builds it; `mascot run` builds it while checking the plan, so a bad `trl` key fails before any work."
         raise NotImplementedError(f"{type(self).__name__} names no TRL config")
 
-
+# %% ../../nbs/training/00_common.ipynb #1bfedcc8
 class EpochTrainingConfig(TrainingConfig):
     "Training by epochs over a fixed dataset (reward models, SFT, DPO)."
 
