@@ -82,10 +82,10 @@ test-slow: setup
 # The fast tier, for a developer's loop (CI runs `make test`): every notebook's examples with MASCOT_TINY_MODEL=1 (a 2-layer
 # random-weight Llama with the real SmolLM2 tokenizer, built once into ~/.cache/mascot, stands in for the embedded model), then the unit
 # suites that start no server. Examples that need a real model's quality are flagged `real_model` and run only in `make test`.
-FAST_TESTS ?= tests/test_shape.py tests/test_config_help.py tests/test_data.py tests/test_personas.py
+FAST_MARKERS ?= not (integration or served or browser or slow)
 test-fast: setup
 	MASCOT_TINY_MODEL=1 $(BIN)/nbdev_test --n_workers 2
-	MASCOT_TINY_MODEL=1 $(BIN)/python -m pytest -q $(FAST_TESTS)
+	MASCOT_TINY_MODEL=1 $(BIN)/python -m pytest -q -m "$(FAST_MARKERS)" tests
 
 # one formatting for notebooks, tests, bench and scripts (ruff, 120 columns; see pyproject.toml), then the modules re-exported from the notebooks
 format: setup

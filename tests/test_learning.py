@@ -4,6 +4,8 @@ on held-out data (not "it ran"). These are checks of the trainers and their wiri
 import json, statistics
 import pytest
 
+pytestmark = pytest.mark.integration  # each test trains a model on real data (minutes)
+
 
 def test_reward_model_learns_known_label_pairs(shared_data_dir, tmp_path):
     "A real reply beats its degraded copies (parroted context, name only, cut off, another conversation's reply) more often on held-out contexts."

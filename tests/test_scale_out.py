@@ -4,6 +4,9 @@ saves one adapter. The same code runs under `accelerate launch --config_file con
 import json, os, shutil, subprocess, sys
 from pathlib import Path
 from browser import free_port
+import pytest
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]  # two trainer processes under torchrun
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -5,6 +5,8 @@ import os, subprocess, sys
 from pathlib import Path
 import pytest
 
+pytestmark = pytest.mark.integration  # each test trains a reward model
+
 ROOT = Path(__file__).resolve().parents[1]
 SECRET = "dotenv-secret-0123456789abcdef"
 

@@ -20,15 +20,16 @@ from ..domain.jobs import Job
 from ..domain.datasets import canonical_dataset
 import asyncio, json, logging, math, re, statistics, sys
 from pydantic import Field, model_validator
-from dataclasses import dataclass
+from collections import defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 # %% auto #0
 __all__ = ['PROVIDERS', 'GROUP_KEYS', 'JudgeSpec', 'parse_judge_spec', 'JudgePanelConfig', 'JudgeConfig', 'judge_clients',
            'JudgeItem', 'record_domain', 'persona_for', 'record_items', 'parsed_100', 'judged_scores', 'record_groups',
-           'mean_std', 'criterion_stats', 'build_metrics', 'judge_file_async', 'StrictJudgeParseError', 'judge_file',
-           'main']
+           'mean_std', 'criterion_stats', 'build_metrics', 'RecordJudging', 'judge_file_async', 'StrictJudgeParseError',
+           'judge_file', 'main']
 
 # %% ../../nbs/judging/02_evaluator.ipynb #4ff7982a
 PROVIDERS = ("vllm", "openai", "embedded", "anthropic", "gemini")
@@ -482,6 +483,93 @@ def build_metrics(lines: list[dict], kind: str, judges: list[str], extra_failure
     return m
 
 # %% ../../nbs/judging/02_evaluator.ipynb #58d501e9
+@dataclass
+class RecordJudging:
+    "Judging one file's records with a judge panel: each judgement under the concurrency cap, failures counted (or fatal under --strict)."
+
+    cfg: JudgeConfig
+    clients: dict[str, LLMClient]
+    run: RunDir
+    cache: JudgeCache | None = None
+    # records none of whose judgements parsed: counted by system and judge in the metrics, and not written, so --resume tries them again
+    unwritten: dict[str, list[dict]] = field(default_factory=lambda: defaultdict(list))
+    unwritten_failures: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+
+    def __post_init__(self):
+        self.sem = asyncio.Semaphore(self.cfg.max_concurrency)
+
+    async def judgement(self, model: str, rid: str, kind: str, item: JudgeItem) -> Judgement | None:
+        "One judge's judgement of one item; None (counted) when it does not parse or the server failed after its retries."
+        cfg = self.cfg
+        async with self.sem:
+            try:
+                return await judge_call(
+                    self.clients[model], item.rubric, item.messages, cfg.judge_max_tokens, cfg.top_logprobs, self.cache
+                )
+            except ModelNotFound:
+                raise
+            except (JudgeParseError, LLMError) as e:
+                where = f"{rid} ({kind}{'' if item.turn_idx is None else f', turn {item.turn_idx}'}, judge {model})"
+                raw = getattr(e, "raw", None)
+                if cfg.strict:
+                    reason = (
+                        str(e).split("; raw judge output")[0] if raw is not None else " ".join(str(e).split())[:300]
+                    )
+                    raise StrictJudgeParseError(
+                        f"--strict: {where}: {reason}", raw if raw is not None else ""
+                    ) from None
+                self.run.count("num_annotation_failures")
+                self.run.extra.setdefault("annotation_failures", []).append(
+                    {"where": where, "raw": (raw if raw is not None else str(e))[:500]}
+                )
+                return None
+
+    async def record(self, task: tuple[dict, str, str]) -> dict | None:
+        "The score row of one record and rubric kind (every judge of the panel), or None when it is skipped."
+        rec, kind, domain = task
+        rid, run = record_id(rec), self.run
+        try:
+            items = record_items(rec, kind, domain, self.cfg.judge_examples)
+        except (KeyError, TypeError, ValueError) as e:  # a malformed record: skipped, or fatal under --strict
+            if self.cfg.strict:
+                raise StrictModeError(
+                    f"--strict: num_skipped_samples at {rid} ({kind}): malformed record: {e.__class__.__name__}: {e}"
+                ) from None
+            run.count("num_skipped_samples")
+            run.extra.setdefault("errors", []).append(f"{rid} ({kind}): {e.__class__.__name__}: {e}")
+            return None
+        results = await asyncio.gather(
+            *[asyncio.gather(*[self.judgement(m, rid, kind, it) for it in items]) for m in self.clients]
+        )
+        parts = {m: judged_scores(items, res) for m, res in zip(self.clients, results)}
+        meta = rec.get("metadata") or {}
+        if not any(p["scores"] for p in parts.values()):  # nothing parsed: not written, so --resume tries it again
+            self.unwritten_failures[kind] += sum(p["num_failures"] for p in parts.values())
+            self.unwritten[kind].append(
+                {
+                    "conv_id": rid,
+                    "system": meta.get("system"),
+                    "dataset": meta.get("dataset"),
+                    "by_judge": {m: p["num_failures"] for m, p in parts.items()},
+                }
+            )
+            run.count("num_skipped_samples")
+            return None
+        primary, *others = self.clients
+        return {
+            "conv_id": rid,
+            "kind": kind,
+            "rubric": items[0].rubric.name,
+            "rubric_version": items[0].rubric.version,
+            "dataset": meta.get("dataset"),
+            "system": meta.get("system"),
+            "groups": record_groups(rec),
+            "judge": primary,
+            **parts[primary],
+            **({"by_judge": {m: parts[m] for m in others}} if others else {}),
+        }
+
+# %% ../../nbs/judging/02_evaluator.ipynb #18230f8b
 async def judge_file_async(
     cfg: JudgeConfig, embedded: ChatBackend | None = None, cache: JudgeCache | None = None
 ) -> dict[str, Path]:
@@ -521,98 +609,19 @@ async def judge_file_async(
             routes={m: c.describe()["judge"] for m, c in clients.items()},
             num_records=len(records),
         )
-        sem = asyncio.Semaphore(cfg.max_concurrency)
-        unwritten_failures = {k: 0 for k in kinds}
-        unwritten = {
-            k: [] for k in kinds
-        }  # records none of whose judgements parsed: counted by system and judge in the metrics
-
-        async def judged(model: str, rid: str, kind: str, item: JudgeItem) -> Judgement | None:
-            async with sem:
-                try:
-                    return await judge_call(
-                        clients[model], item.rubric, item.messages, cfg.judge_max_tokens, cfg.top_logprobs, cache
-                    )
-                except ModelNotFound:
-                    raise
-                except (JudgeParseError, LLMError) as e:  # unparsable, or the judge server failed after its retries
-                    where = f"{rid} ({kind}{'' if item.turn_idx is None else f', turn {item.turn_idx}'}, judge {model})"
-                    raw = getattr(e, "raw", None)
-                    if cfg.strict:
-                        reason = (
-                            str(e).split("; raw judge output")[0] if raw is not None else " ".join(str(e).split())[:300]
-                        )
-                        raise StrictJudgeParseError(
-                            f"--strict: {where}: {reason}", raw if raw is not None else ""
-                        ) from None
-                    run.count("num_annotation_failures")
-                    run.extra.setdefault("annotation_failures", []).append(
-                        {"where": where, "raw": (raw if raw is not None else str(e))[:500]}
-                    )
-                    return None
-
-        async def one(task: tuple[dict, str, str]) -> dict | None:
-            rec, kind, domain = task
-            rid = record_id(rec)
-            try:
-                items = record_items(rec, kind, domain, cfg.judge_examples)
-            except (KeyError, TypeError, ValueError) as e:  # a malformed record: skipped, or fatal under --strict
-                if cfg.strict:
-                    raise StrictModeError(
-                        f"--strict: num_skipped_samples at {rid} ({kind}): malformed record: {e.__class__.__name__}: {e}"
-                    ) from None
-                run.count("num_skipped_samples")
-                run.extra.setdefault("errors", []).append(f"{rid} ({kind}): {e.__class__.__name__}: {e}")
-                return None
-            by_model = dict(
-                zip(
-                    clients,
-                    await asyncio.gather(
-                        *[asyncio.gather(*[judged(m, rid, kind, it) for it in items]) for m in clients]
-                    ),
-                )
-            )
-            parts = {m: judged_scores(items, res) for m, res in by_model.items()}
-            if not any(p["scores"] for p in parts.values()):  # nothing parsed: not written, so --resume tries it again
-                unwritten_failures[kind] += sum(p["num_failures"] for p in parts.values())
-                meta = rec.get("metadata") or {}
-                unwritten[kind].append(
-                    {
-                        "conv_id": rid,
-                        "system": meta.get("system"),
-                        "dataset": meta.get("dataset"),
-                        "by_judge": {m: p["num_failures"] for m, p in parts.items()},
-                    }
-                )
-                run.count("num_skipped_samples")
-                return None
-            meta = rec.get("metadata") or {}
-            primary, *others = clients
-            return {
-                "conv_id": rid,
-                "kind": kind,
-                "rubric": items[0].rubric.name,
-                "rubric_version": items[0].rubric.version,
-                "dataset": meta.get("dataset"),
-                "system": meta.get("system"),
-                "groups": record_groups(rec),
-                "judge": primary,
-                **parts[primary],
-                **({"by_judge": {m: parts[m] for m in others}} if others else {}),
-            }
-
+        judging = RecordJudging(cfg, clients, run, cache)
         domains = [record_domain(rec, inp, cfg.dataset) for rec in records]
         todo = [(rec, k, d) for k in kinds for rec, d in zip(records, domains) if record_id(rec) not in stores[k]]
         run.extra["num_already_done"] = len(records) * len(kinds) - len(todo)
-        await job.map(todo, one, name=lambda t: f"{record_id(t[0])} ({t[1]})", store=lambda t: stores[t[1]])
+        await job.map(todo, judging.record, name=lambda t: f"{record_id(t[0])} ({t[1]})", store=lambda t: stores[t[1]])
         out = {}
         for k in kinds:
-            metrics = build_metrics(list(stores[k]), k, list(clients), unwritten_failures[k])
+            metrics = build_metrics(list(stores[k]), k, list(clients), judging.unwritten_failures[k])
             metrics.update(
                 input_file=str(inp),
                 scores_file=str(stores[k].path),
                 num_input_records=len(records),
-                unwritten=unwritten[k],
+                unwritten=judging.unwritten[k],
             )
             out[k] = out_dir / f"metrics_{k}_{inp.stem}.json"
             out[k].write_text(json.dumps(metrics, indent=2))

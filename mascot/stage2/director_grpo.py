@@ -42,7 +42,8 @@ from typing import ClassVar
 # %% auto #0
 __all__ = ['DirectorGRPOConfig', 'make_directive_format_reward', 'make_speaker_diversity_reward', 'rollout_states',
            'make_rollout_reward', 'load_served_adapter', 'heldout_director_backend', 'director_group_reward',
-           'director_prompts', 'heldout_directors', 'train_director_grpo', 'main']
+           'director_prompts', 'heldout_directors', 'director_policy', 'director_rewards', 'heldout_report',
+           'train_director_grpo', 'main']
 
 # %% ../../nbs/stage2/22_director_grpo.ipynb #ac38dd7a
 class DirectorGRPOConfig(EndpointConfig, GRPOTrainingConfig):
@@ -403,7 +404,92 @@ async def heldout_directors(
     return out
 
 # %% ../../nbs/stage2/22_director_grpo.ipynb #0aeaee9b
+def director_policy(cfg: DirectorGRPOConfig):
+    "The model GRPO trains and its tokenizer (left padding): the base model, or the start adapter, trainable, when GRPO continues one."
+    model, tok = load_causal_lm(cfg.model_name, padding_side="left")
+    if cfg.init_adapter_path:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, cfg.init_adapter_path, is_trainable=True)
+    return model, tok
+
+
+def director_rewards(cfg: DirectorGRPOConfig, runner: EpisodeRunner, grm: GroupRewardModel) -> tuple[list, list[float]]:
+    "The director's reward functions and their weights: the rollouts' group reward, the directive's format and, when weighted, speaker diversity."
+    rewards = [
+        make_rollout_reward(
+            runner, grm, cfg.horizon, cfg.num_turns, cfg.seed, cfg.num_generations, cfg.unparsed_directive_reward
+        ),
+        make_directive_format_reward(runner.roster),
+    ]
+    weights = list(cfg.reward_weights)
+    if cfg.speaker_diversity_weight:
+        rewards.append(make_speaker_diversity_reward(runner.roster, cfg.num_generations))
+        weights.append(cfg.speaker_diversity_weight)
+    return rewards, weights
+
+# %% ../../nbs/stage2/22_director_grpo.ipynb #0ae08f1f
+def heldout_report(
+    cfg: DirectorGRPOConfig,
+    client: LLMClient,
+    runner: EpisodeRunner,
+    grm: GroupRewardModel,
+    held_states: list[dict],
+    out: Path,
+) -> dict:
+    """The metadata's held-out fields: random order, untrained and trained director (and the start adapter) on the same held-out states
+    with the same seeds, at the training temperature and at the deployed one, on the run's director backend (a served director: its
+    server, the adapters loaded into it)."""
+    adapters = {
+        "trained-director": out,
+        **({"start-director": cfg.init_adapter_path} if cfg.init_adapter_path else {}),
+    }
+    directors = ["random", None, *adapters]
+
+    async def check():
+        backend, base = await heldout_director_backend(client, adapters)
+        at_training = await heldout_directors(runner, grm, held_states, directors, cfg, backend, base)
+        at_deployed = (
+            [
+                at_training[0],
+                *await heldout_directors(
+                    runner, grm, held_states, directors[1:], cfg, backend, base, cfg.director_temperature
+                ),
+            ]
+            if cfg.director_temperature != cfg.temperature
+            else at_training
+        )  # the random order ignores the temperature: its rollouts are the same
+        return at_training, at_deployed
+
+    (random_, untrained, trained, *start), (_, untrained_d, trained_d, *_) = run_sync(check())
+    return {
+        "heldout_untrained": untrained,
+        "heldout_trained": trained,
+        "heldout_random": random_,
+        "paired_diff_vs_untrained": paired_summary(untrained["per_state"], trained["per_state"]),
+        "paired_diff_vs_random": paired_summary(random_["per_state"], trained["per_state"]),
+        # the numbers above sample the directors at the training temperature; these at the deployed one (episodes' default 0.0)
+        "heldout_temperatures": {"training": cfg.temperature, "deployed": cfg.director_temperature},
+        "heldout_deployed": {
+            "untrained": untrained_d,
+            "trained": trained_d,
+            "paired_diff_vs_untrained": paired_summary(untrained_d["per_state"], trained_d["per_state"]),
+            "paired_diff_vs_random": paired_summary(random_["per_state"], trained_d["per_state"]),
+        },
+        **(
+            {
+                "init_adapter_path": cfg.init_adapter_path,
+                "heldout_start": start[0],
+                "paired_diff_vs_start": paired_summary(start[0]["per_state"], trained["per_state"]),
+            }
+            if start
+            else {}
+        ),
+    }
+
+# %% ../../nbs/stage2/22_director_grpo.ipynb #62ea681b
 def train_director_grpo(cfg: DirectorGRPOConfig, embedded: EmbeddedBackend | None = None) -> Path:
+    "Director GRPO with online rollouts: train on the branching states, check on the held-out ones, record what was learnt."
     from transformers import set_seed
     from trl import GRPOTrainer
 
@@ -421,27 +507,12 @@ def train_director_grpo(cfg: DirectorGRPOConfig, embedded: EmbeddedBackend | Non
         runner = EpisodeRunner(ecfg, client, run)
         run.extra["routes"] = client.describe()
         set_seed(cfg.seed)
-        model, tok = load_causal_lm(cfg.model_name, padding_side="left")
-        if cfg.init_adapter_path:
-            from peft import PeftModel
-
-            model = PeftModel.from_pretrained(model, cfg.init_adapter_path, is_trainable=True)
-        weights = (
-            [*cfg.reward_weights, cfg.speaker_diversity_weight] if cfg.speaker_diversity_weight else cfg.reward_weights
-        )
-        args = grpo_config(cfg.model_copy(update={"reward_weights": weights}), str(out / "trainer"))
-        rewards = [
-            make_rollout_reward(
-                runner, grm, cfg.horizon, cfg.num_turns, cfg.seed, cfg.num_generations, cfg.unparsed_directive_reward
-            ),
-            make_directive_format_reward(runner.roster),
-        ] + (
-            [make_speaker_diversity_reward(runner.roster, cfg.num_generations)] if cfg.speaker_diversity_weight else []
-        )
+        model, tok = director_policy(cfg)
+        rewards, weights = director_rewards(cfg, runner, grm)
         trainer = GRPOTrainer(
             model=model,
             reward_funcs=rewards,
-            args=args,
+            args=grpo_config(cfg.model_copy(update={"reward_weights": weights}), str(out / "trainer")),
             train_dataset=train,
             processing_class=tok,
             peft_config=None if cfg.init_adapter_path else lora_config(cfg, "CAUSAL_LM"),
@@ -453,31 +524,7 @@ def train_director_grpo(cfg: DirectorGRPOConfig, embedded: EmbeddedBackend | Non
         if "ref" in getattr(trainer.model, "peft_config", {}):
             trainer.model.delete_adapter("ref")
         saved = save_trained(trainer, tok, out)
-        # held-out: random order, untrained and trained director on the same states with the same seeds, at the training temperature and
-        # at the deployed one; on the run's director backend (a served director: its server, the adapters loaded into it)
-        held_states = [json.loads(s) for s in held["state"]]
-        adapters = {
-            "trained-director": out,
-            **({"start-director": cfg.init_adapter_path} if cfg.init_adapter_path else {}),
-        }
-        directors = ["random", None, *adapters]
-
-        async def heldout_check():
-            backend, base = await heldout_director_backend(client, adapters)
-            at_training = await heldout_directors(runner, grm, held_states, directors, cfg, backend, base)
-            at_deployed = (
-                [
-                    at_training[0],
-                    *await heldout_directors(
-                        runner, grm, held_states, directors[1:], cfg, backend, base, cfg.director_temperature
-                    ),
-                ]
-                if cfg.director_temperature != cfg.temperature
-                else at_training
-            )  # the random order ignores the temperature: its rollouts are the same
-            return at_training, at_deployed
-
-        (random_, untrained, trained, *start), (_, untrained_d, trained_d, *_) = run_sync(heldout_check())
+        report = heldout_report(cfg, client, runner, grm, [json.loads(s) for s in held["state"]], out)
         record_training(
             out,
             run,
@@ -487,10 +534,7 @@ def train_director_grpo(cfg: DirectorGRPOConfig, embedded: EmbeddedBackend | Non
             kind="director",
             algorithm="grpo",
             change=change,
-            summary={
-                "heldout_untrained": untrained["mean_group_reward"],
-                "heldout_trained": trained["mean_group_reward"],
-            },
+            summary={k: report[k]["mean_group_reward"] for k in ("heldout_untrained", "heldout_trained")},
             group_reward_model_path=cfg.group_reward_model_path,
             episode_dataset_path=cfg.episode_dataset_path,
             # the states trained on (the branching folder holds DPO's pairs too)
@@ -498,29 +542,8 @@ def train_director_grpo(cfg: DirectorGRPOConfig, embedded: EmbeddedBackend | Non
             num_train_states=len(train),
             num_heldout_states=len(held),
             heldout_contexts=held_ids,
-            heldout_untrained=untrained,
-            heldout_trained=trained,
-            heldout_random=random_,
-            paired_diff_vs_untrained=paired_summary(untrained["per_state"], trained["per_state"]),
-            paired_diff_vs_random=paired_summary(random_["per_state"], trained["per_state"]),
-            # the numbers above sample the directors at the training temperature; these at the deployed one (episodes' default 0.0)
-            heldout_temperatures={"training": cfg.temperature, "deployed": cfg.director_temperature},
-            heldout_deployed={
-                "untrained": untrained_d,
-                "trained": trained_d,
-                "paired_diff_vs_untrained": paired_summary(untrained_d["per_state"], trained_d["per_state"]),
-                "paired_diff_vs_random": paired_summary(random_["per_state"], trained_d["per_state"]),
-            },
+            **report,
             unparsed_directive_reward=cfg.unparsed_directive_reward,
-            **(
-                {
-                    "init_adapter_path": cfg.init_adapter_path,
-                    "heldout_start": start[0],
-                    "paired_diff_vs_start": paired_summary(start[0]["per_state"], trained["per_state"]),
-                }
-                if start
-                else {}
-            ),
             prompts_per_step=cfg.prompts_per_step(),
             rollout={
                 "horizon": cfg.horizon,
