@@ -66,6 +66,7 @@ def vote_in_browser(driver, wanted: dict[str, str], count: int, reasons: dict[st
         wait.until(lambda d: int(body().get_attribute("data-done")) == done + 1)
 
 
+@pytest.mark.integration
 def test_two_annotators_vote_and_the_report_matches(tmp_path):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait

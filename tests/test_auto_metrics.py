@@ -183,6 +183,7 @@ def test_echo_orders_paraphrases_above_unrelated(tmp_path, embedder):
     assert rep["by_group"]["mascot"]["negative"]["echo_score"] == pytest.approx(echo["echo_score"])
 
 
+@pytest.mark.integration
 def test_real_nli_path_end_to_end(tmp_path):
     nli = tiny_nli_model(tmp_path / "nli", labels=("entailment", "neutral", "contradiction"), favour="contradiction")
     recs = [

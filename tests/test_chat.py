@@ -32,6 +32,7 @@ def mascot(*args, **kw) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.integration
 def test_piped_lines_become_a_saved_episode(tmp_path, shared_data_dir):
     out = tmp_path / "chat"
     r = mascot(
@@ -271,6 +272,7 @@ def stop_server(proc: subprocess.Popen):
         proc.wait()
 
 
+@pytest.mark.integration
 def test_web_chat_shows_the_group(tmp_path, shared_data_dir):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait

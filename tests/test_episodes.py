@@ -26,6 +26,7 @@ def summary_of(out: Path) -> dict:
     return json.loads(sorted((out.parent / (out.name + ".runs")).glob("*/run_summary.json"))[-1].read_text())
 
 
+@pytest.mark.integration
 def test_esconv_four_conversations_big_five(shared_data_dir, tmp_path):
     r = run_cli(
         "--dataset",
@@ -79,6 +80,7 @@ def test_esconv_four_conversations_big_five(shared_data_dir, tmp_path):
     assert {t["role"] for t in trace} >= {"director", "speaker", "user"}
 
 
+@pytest.mark.integration
 def test_ed_and_qmsum_records(shared_data_dir, tmp_path):
     r = run_cli(
         "--dataset",
@@ -123,6 +125,7 @@ def test_ed_and_qmsum_records(shared_data_dir, tmp_path):
         assert set(rec["agents_spoken"]) <= set(MEETING_ROSTER.names)
 
 
+@pytest.mark.integration
 def test_sigkill_then_resume_writes_each_conversation_once(shared_data_dir, tmp_path):
     args = [
         "--dataset",
@@ -166,6 +169,7 @@ def test_sigkill_then_resume_writes_each_conversation_once(shared_data_dir, tmp_
     assert list(tmp_path.glob("killed.jsonl.torn-*"))
 
 
+@pytest.mark.integration
 def test_remaining_baselines_run_on_real_contexts(shared_data_dir, tmp_path):
     "few-shot-cot, self-consistency and multiagent-esc (the systems the smoke pipeline leaves out) end to end on ESConv."
     for system in ("few-shot-cot", "self-consistency", "multiagent-esc"):

@@ -129,6 +129,7 @@ def stage(tmp_path_factory):
     return tmp, figs
 
 
+@pytest.mark.integration
 def test_every_figure_written(stage):
     tmp, figs = stage
     assert sorted(figs) == NAMES == sorted(p.stem for p in figures_nbs().glob("*.ipynb"))

@@ -58,12 +58,14 @@ def test_misspelt_key_stops_before_any_work(tmp_path):
     assert "unknown key 'stagez'" in r.stderr and not (tmp_path / "runs").exists()
 
 
+@pytest.mark.integration
 def test_missing_input_path_stops_before_any_work(tmp_path):
     cfg = {**TINY, "stages": {"reward_model": {"data_path": str(tmp_path / "no-such-pairs")}}}
     r = mascot(str(write_cfg(tmp_path, cfg)), "--runs-dir", str(tmp_path / "runs"))
     assert r.returncode != 0 and "no-such-pairs does not exist" in r.stderr and not (tmp_path / "runs").exists()
 
 
+@pytest.mark.integration
 def test_interrupt_then_resume_skips_completed_stages(tmp_path):
     cfg = write_cfg(tmp_path, TINY)
     runs = (
@@ -104,6 +106,7 @@ def test_interrupt_then_resume_skips_completed_stages(tmp_path):
     assert r.returncode != 0 and "--resume" in r.stderr
 
 
+@pytest.mark.integration
 def test_failing_stage_keeps_notebook_and_names_error(tmp_path):
     cfg = {
         **TINY,
@@ -137,6 +140,7 @@ def test_failing_stage_keeps_notebook_and_names_error(tmp_path):
     )
 
 
+@pytest.mark.integration
 def test_plan_checks_everything_and_runs_nothing(tmp_path):
     """`mascot run configs/paper-ed.yaml --plan` with its endpoints set and `data_path` on local files: every stage listed with Qwen3-8B, and on
     a machine without a GPU each training stage named with the GPU memory it needs; exit 2, within a minute, no folder created."""
@@ -171,6 +175,7 @@ def test_plan_checks_everything_and_runs_nothing(tmp_path):
         assert len([l for l in out.splitlines() if l.startswith("  - ")]) == 4, out
 
 
+@pytest.mark.integration
 def test_plan_names_a_dead_endpoint_and_missing_data(tmp_path):
     cfg = json.loads(json.dumps(TINY))
     cfg["data_path"] = str(tmp_path / "nowhere")

@@ -21,7 +21,8 @@ from typing import Any
 # %% auto #0
 __all__ = ['JOB_HEADING', 'PEAK_FILE', 'KERNEL_START_CELL', 'ENV_CELL', 'IMPORT_CELL', 'PEAK_CELL', 'PipelineConfig',
            'expand_env', 'load_pipeline_config', 'nbs_dir', 'job_notebook', 'kernel_parameters', 'StageFailed',
-           'job_runs', 'summed_counters', 'plan_pipeline', 'run_pipeline', 'main']
+           'job_runs', 'summed_counters', 'plan_pipeline', 'stage_config', 'serve_stage_inputs', 'write_meta',
+           'execute_stage', 'finish_stage', 'run_pipeline', 'main']
 
 # %% ../../nbs/apps/40_pipeline.ipynb #50539d95
 class PipelineConfig(DatasetConfig):
@@ -338,6 +339,98 @@ def plan_pipeline(
     return todo, outputs
 
 # %% ../../nbs/apps/40_pipeline.ipynb #abc30584
+def stage_config(cfg: PipelineConfig, st: Stage, run_dir: Path, outputs: dict, resume: bool) -> tuple[dict, Config]:
+    "A stage's parameters and typed config: what it inherits and what earlier stages made; continued under --resume, else started afresh."
+    params = stage_params(cfg, st, run_dir, outputs)
+    fields = config_class(st).model_fields
+    if resume and (run_dir / st.dir / "run_summary.json").exists() and "resume" in fields:
+        params["resume"] = True  # an interrupted stage continues where its JSONL stopped
+    elif "overwrite" in fields:
+        params["overwrite"] = True
+    return params, config_class(st).from_params(params)
+
+
+def serve_stage_inputs(server: ManagedServer, st: Stage, params: dict) -> None:
+    "The adapters a stage calls by alias, loaded into the managed server; the server is started when the stage calls it."
+    for fld, alias in ALIAS_FIELDS.items():
+        if params.get(fld) and Path(params[fld]).exists():
+            server.want(alias, params[fld], st.inputs[fld][0] if fld in st.inputs else f"stages.{st.key}.{fld}")
+    if calls_server(st):
+        server.start()
+
+
+def write_meta(sdir: Path, meta: dict) -> None:
+    (sdir / "meta.json").write_text(json.dumps(meta, indent=2))
+
+# %% ../../nbs/apps/40_pipeline.ipynb #36bdf554
+def execute_stage(cfg: PipelineConfig, st: Stage, sdir: Path, params: dict, run: RunDir, meta: dict, log=print) -> None:
+    """Papermill runs the stage's notebook as a job in `sdir`, with its parameters and its GPUs; an interrupt or a failure is recorded
+    in the stage's run record and meta.json before it is raised (a failure as `StageFailed`, one line)."""
+    import papermill as pm
+
+    job = job_notebook(nbs_dir() / st.notebook, sdir / "job.ipynb")
+    stage_gpus = gpu_env(cfg, st.key)
+    saved_env = {v: os.environ.get(v) for v in stage_gpus}
+    log(
+        f"[{st.key}] running {st.notebook}"
+        + (f" on CUDA_VISIBLE_DEVICES={stage_gpus['CUDA_VISIBLE_DEVICES']}" if stage_gpus else "")
+        + " ..."
+    )
+    t0 = time.time()
+    try:
+        kernel_params, kernel_env = kernel_parameters(params, cfg._from_env)
+        os.environ.update(kernel_env)  # the kernel inherits this process's environment
+        os.environ.update(stage_gpus)
+        pm.execute_notebook(
+            str(job),
+            str(sdir / "executed.ipynb"),
+            parameters={"config": kernel_params, "stage_dir": str(sdir.resolve())},
+            cwd=str(sdir),
+            kernel_name="python3",
+            language="python",
+            progress_bar=False,
+            log_output=False,
+            # the kernel's own notices (plain-TCP transport on loopback) are not the stage's output
+            extra_arguments=["--IPKernelApp.log_level=ERROR"],
+        )
+    except KeyboardInterrupt:  # SIGINT, or SIGTERM (which main turns into one)
+        _record_job_runs(run, sdir)
+        run.finish("interrupted", "interrupted by a signal; continue with --resume")
+        write_meta(sdir, {**meta, "end": run.ended})
+        raise
+    except Exception as e:
+        err = f"{getattr(e, 'ename', e.__class__.__name__)}: {getattr(e, 'evalue', e)}"
+        _record_job_runs(run, sdir)
+        run.finish("failed", err)
+        write_meta(sdir, {**meta, "end": run.ended})
+        log(
+            f"[{st.key}] FAILED after {time.time() - t0:.0f}s: {err}\n      executed notebook: {sdir / 'executed.ipynb'}"
+        )
+        raise StageFailed(f"stage {st.key} failed: {err} (see {sdir / 'executed.ipynb'})") from None
+    finally:
+        job.unlink(missing_ok=True)
+        for v, old in saved_env.items():  # the next stage (and the server) get their own GPUs
+            os.environ.pop(v, None) if old is None else os.environ.__setitem__(v, old)
+
+# %% ../../nbs/apps/40_pipeline.ipynb #6c257d10
+def finish_stage(sdir: Path, run: RunDir, meta: dict, t0: float) -> dict:
+    "A completed stage's outputs, its counters (the sum of its job runs'), peak memory and timings, in run_summary.json and meta.json."
+    outputs = json.loads((sdir / "outputs.json").read_text()) if (sdir / "outputs.json").exists() else {}
+    kernel = json.loads((sdir / PEAK_FILE).read_text()) if (sdir / PEAK_FILE).exists() else {}
+    peak = kernel.get("peak_rss_mb")
+    run.extra["outputs"] = outputs
+    run.extra["peak_rss_mb"] = peak
+    _record_job_runs(run, sdir)  # the stage's counters are the sum of its job runs' (per system, and in total)
+    run.finish("completed")
+    meta.update(end=run.ended, seconds=round(time.time() - t0, 1), peak_rss_mb=peak)
+    if kernel.get("embedded"):
+        meta["embedded"] = kernel["embedded"]  # load / prefill / decode seconds and tokens, for the profile
+    if kernel.get("import_s") is not None:
+        meta["import_s"] = kernel["import_s"]
+    write_meta(sdir, meta)
+    return outputs
+
+# %% ../../nbs/apps/40_pipeline.ipynb #08d19035
 def run_pipeline(
     cfg: PipelineConfig,
     source: str = "config",
@@ -346,6 +439,7 @@ def run_pipeline(
     resume: bool = False,
     log=print,
 ) -> Path:
+    "Run the planned stages in order, each as a papermill job in its folder of the run, with the managed vLLM server when `serve:` asks for one."
     from mascot.training.common import package_versions
 
     run_dir = run_dir_of(cfg)
@@ -369,18 +463,9 @@ def run_pipeline(
                 if server:
                     server.want_trained(k, outputs[k])  # what it trained is served again
                 continue
-            params = stage_params(cfg, st, run_dir, outputs)
-            if resume and (sdir / "run_summary.json").exists() and "resume" in config_class(st).model_fields:
-                params["resume"] = True  # an interrupted stage continues where its JSONL stopped
-            elif "overwrite" in config_class(st).model_fields:
-                params["overwrite"] = True
-            stage_cfg = config_class(st).from_params(params)
+            params, stage_cfg = stage_config(cfg, st, run_dir, outputs, resume)
             if server:
-                for fld, alias in ALIAS_FIELDS.items():  # the adapters this stage calls by alias on the server
-                    if params.get(fld) and Path(params[fld]).exists():
-                        server.want(alias, params[fld], st.inputs[fld][0] if fld in st.inputs else f"stages.{k}.{fld}")
-                if calls_server(st):
-                    server.start()
+                serve_stage_inputs(server, st, params)
             judge = (
                 {"judge_route": judge_record(stage_cfg)} if getattr(stage_cfg, "uses_judge", False) else {}
             )  # which judge ran where, in run_config.json and meta.json
@@ -395,71 +480,14 @@ def run_pipeline(
                 "end": None,
                 **judge,
             }
-            (sdir / "meta.json").write_text(json.dumps(meta, indent=2))
-            job = job_notebook(nbs_dir() / st.notebook, sdir / "job.ipynb")
-            stage_gpus = gpu_env(cfg, k)
-            saved_env = {v: os.environ.get(v) for v in stage_gpus}
-            log(
-                f"[{k}] running {st.notebook}"
-                + (f" on CUDA_VISIBLE_DEVICES={stage_gpus['CUDA_VISIBLE_DEVICES']}" if stage_gpus else "")
-                + " ..."
-            )
+            write_meta(sdir, meta)
             t0 = time.time()
-            try:
-                import papermill as pm
-
-                kernel_params, kernel_env = kernel_parameters(params, cfg._from_env)
-                os.environ.update(kernel_env)  # the kernel inherits this process's environment
-                os.environ.update(stage_gpus)
-                pm.execute_notebook(
-                    str(job),
-                    str(sdir / "executed.ipynb"),
-                    parameters={"config": kernel_params, "stage_dir": str(sdir.resolve())},
-                    cwd=str(sdir),
-                    kernel_name="python3",
-                    language="python",
-                    progress_bar=False,
-                    log_output=False,
-                    # the kernel's own notices (plain-TCP transport on loopback) are not the stage's output
-                    extra_arguments=["--IPKernelApp.log_level=ERROR"],
-                )
-            except KeyboardInterrupt:  # SIGINT, or SIGTERM (which main turns into one)
-                _record_job_runs(run, sdir)
-                run.finish("interrupted", "interrupted by a signal; continue with --resume")
-                meta["end"] = run.ended
-                (sdir / "meta.json").write_text(json.dumps(meta, indent=2))
-                raise
-            except Exception as e:
-                err = f"{getattr(e, 'ename', e.__class__.__name__)}: {getattr(e, 'evalue', e)}"
-                _record_job_runs(run, sdir)
-                run.finish("failed", err)
-                meta["end"] = run.ended
-                (sdir / "meta.json").write_text(json.dumps(meta, indent=2))
-                log(
-                    f"[{k}] FAILED after {time.time() - t0:.0f}s: {err}\n      executed notebook: {sdir / 'executed.ipynb'}"
-                )
-                raise StageFailed(f"stage {k} failed: {err} (see {sdir / 'executed.ipynb'})") from None
-            finally:
-                job.unlink(missing_ok=True)
-                for v, old in saved_env.items():  # the next stage (and the server) get their own GPUs
-                    os.environ.pop(v, None) if old is None else os.environ.__setitem__(v, old)
-            outputs[k] = json.loads((sdir / "outputs.json").read_text()) if (sdir / "outputs.json").exists() else {}
-            kernel = json.loads((sdir / PEAK_FILE).read_text()) if (sdir / PEAK_FILE).exists() else {}
-            peak = kernel.get("peak_rss_mb")
-            run.extra["outputs"] = outputs[k]
-            run.extra["peak_rss_mb"] = peak
-            _record_job_runs(run, sdir)  # the stage's counters are the sum of its job runs' (per system, and in total)
-            run.finish("completed")
-            meta["end"], meta["seconds"], meta["peak_rss_mb"] = run.ended, round(time.time() - t0, 1), peak
-            if kernel.get("embedded"):
-                meta["embedded"] = kernel["embedded"]  # load / prefill / decode seconds and tokens, for the profile
-            if kernel.get("import_s") is not None:
-                meta["import_s"] = kernel["import_s"]
-            (sdir / "meta.json").write_text(json.dumps(meta, indent=2))
+            execute_stage(cfg, st, sdir, params, run, meta, log)
+            outputs[k] = finish_stage(sdir, run, meta, t0)
             if server:
                 server.want_trained(k, outputs[k])  # served from now on, under its alias
             log(
-                f"[{k}] done in {time.time() - t0:.0f}s, peak memory {peak} MB (run elapsed {time.time() - t_run:.0f}s)"
+                f"[{k}] done in {time.time() - t0:.0f}s, peak memory {meta['peak_rss_mb']} MB (run elapsed {time.time() - t_run:.0f}s)"
             )
     finally:
         if server:
