@@ -11,7 +11,8 @@ import importlib, json, re
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['MODEL_FIELDS', 'URL_FIELDS', 'SIZE_FIELDS', 'ADAPTER_FIELDS', 'served_models', 'redact_url', 'plan_report']
+__all__ = ['MODEL_FIELDS', 'URL_FIELDS', 'SIZE_FIELDS', 'ADAPTER_FIELDS', 'served_models', 'redact_url', 'endpoint_problems',
+           'training_gpu_plan', 'plan_report']
 
 # %% ../../nbs/apps/40b_plan.ipynb #89acd147
 def served_models(url: str, timeout: float = 5.0) -> list[str]:
@@ -89,6 +90,60 @@ def _data_line(params: dict, dataset: str) -> tuple[str, str | None]:
     )
 
 # %% ../../nbs/apps/40b_plan.ipynb #fc664927
+def endpoint_problems(k: str, urls: dict, models: dict, answers: dict, users: dict) -> list[str]:
+    """Each endpoint stage `k` calls, asked once per plan which models it serves (`answers`, kept across stages, with the stages that
+    use it in `users`): a model the stage names that its endpoint does not serve is a problem."""
+    problems = []
+    for f, url in urls.items():
+        if url not in answers:
+            try:
+                answers[url] = served_models(url)
+            except ConfigError as e:
+                answers[url] = str(e)
+        users.setdefault(url, []).append(k)
+        named = [models.get("judge")] if f == "judge_server_url" else [models.get(m) for m in MODEL_FIELDS[:4]]
+        if isinstance(answers[url], list):
+            missing = [m for m in named if m and m not in answers[url] and not m.startswith("mascot-")]
+            if missing:  # (mascot-* aliases are the adapters this run loads)
+                problems.append(
+                    f"stage {k}: {f} {redact_url(url)} does not serve {', '.join(missing)} (it serves {', '.join(answers[url])})"
+                )
+    return problems
+
+
+def training_gpu_plan(cfg: PipelineConfig, k: str, scfg, gpus: list) -> tuple[str, list[str]]:
+    """What training stage `k` needs of a GPU (estimated) against what this machine and the run's layout give it: the plan line's part
+    and the problems."""
+    got = lambda f: getattr(scfg, f, None)
+    base = got("group_reward_model_name") or got("model_name")
+    full = bool(got("full_finetune"))
+    need = training_gib(base, full)
+    if not need:
+        return "CPU or GPU", []
+    problems, kind = [], "full weights" if full else "LoRA"
+    if gpus and (cfg.serve or cfg.gpus):  # the layout: the stage's first GPU, less what the server holds of it
+        gid = int(gpu_env(cfg, k).get("CUDA_VISIBLE_DEVICES", "0").split(",")[0])
+        if gid >= len(gpus):
+            problems.append(f"stage {k}: gpus: GPU {gid} is not on this machine (it has {len(gpus)})")
+        else:
+            free = gpus[gid][1] * (1 - cfg.serve.gpu_memory_utilization if gid in server_gpus(cfg.serve, gpus) else 1)
+            if free < need:
+                problems.append(
+                    f"stage {k} trains {base}: needs >= {need} GiB (estimated), GPU {gid} has {free:.0f} GiB "
+                    "beside the server (lower serve.gpu_memory_utilization or give the stage another GPU)"
+                )
+    if not gpus:
+        problems.append(
+            f"stage {k} trains {base} ({kind}): needs a CUDA GPU with >= {need} GiB "
+            "(estimated); this machine has none (nvidia-smi does not answer)"
+        )
+    elif max(m for _, m in gpus) < need:
+        problems.append(
+            f"stage {k} trains {base}: needs >= {need} GiB (estimated), the largest GPU here has {max(m for _, m in gpus)} GiB"
+        )
+    return f"GPU >= {need} GiB estimated ({kind})", problems
+
+# %% ../../nbs/apps/40b_plan.ipynb #a4c10063
 def plan_report(
     cfg: PipelineConfig,
     source: str = "config",
@@ -141,20 +196,7 @@ def plan_report(
         if "group_reward_model_name" in models or k == "judge":
             models.pop("model_name", None)  # not what these stages run
         urls = {f: got(f) for f in URL_FIELDS if got(f)}
-        for f, url in urls.items():
-            if url not in answers:
-                try:
-                    answers[url] = served_models(url)
-                except ConfigError as e:
-                    answers[url] = str(e)
-            users.setdefault(url, []).append(k)
-            named = [models.get("judge")] if f == "judge_server_url" else [models.get(m) for m in MODEL_FIELDS[:4]]
-            if isinstance(answers[url], list):
-                missing = [m for m in named if m and m not in answers[url] and not m.startswith("mascot-")]
-                if missing:  # (mascot-* aliases are the adapters this run loads)
-                    problems.append(
-                        f"stage {k}: {f} {redact_url(url)} does not serve {', '.join(missing)} (it serves {', '.join(answers[url])})"
-                    )
+        problems += endpoint_problems(k, urls, models, answers, users)
         adapters = {f: str(got(f)) for f in ADAPTER_FIELDS if got(f)}
         for f, path in adapters.items():
             if path.startswith("<"):
@@ -178,37 +220,9 @@ def plan_report(
         if gpu_env(cfg, k):
             parts.append(f"CUDA_VISIBLE_DEVICES={gpu_env(cfg, k)['CUDA_VISIBLE_DEVICES']}")
         if isinstance(scfg, TrainingConfig):
-            base = got("group_reward_model_name") or got("model_name")
-            full = bool(got("full_finetune"))
-            need = training_gib(base, full)
-            if (
-                need and gpus and (cfg.serve or cfg.gpus)
-            ):  # the layout: the stage's first GPU, less what the server holds of it
-                gid = int(gpu_env(cfg, k).get("CUDA_VISIBLE_DEVICES", "0").split(",")[0])
-                if gid >= len(gpus):
-                    problems.append(f"stage {k}: gpus: GPU {gid} is not on this machine (it has {len(gpus)})")
-                else:
-                    free = gpus[gid][1] * (
-                        1 - cfg.serve.gpu_memory_utilization if gid in server_gpus(cfg.serve, gpus) else 1
-                    )
-                    if free < need:
-                        problems.append(
-                            f"stage {k} trains {base}: needs >= {need} GiB (estimated), GPU {gid} has {free:.0f} GiB "
-                            "beside the server (lower serve.gpu_memory_utilization or give the stage another GPU)"
-                        )
-            if need:
-                parts.append(f"GPU >= {need} GiB estimated ({'full weights' if full else 'LoRA'})")
-                if not gpus:
-                    problems.append(
-                        f"stage {k} trains {base} ({'full weights' if full else 'LoRA'}): needs a CUDA GPU with >= {need} GiB "
-                        "(estimated); this machine has none (nvidia-smi does not answer)"
-                    )
-                elif max(m for _, m in gpus) < need:
-                    problems.append(
-                        f"stage {k} trains {base}: needs >= {need} GiB (estimated), the largest GPU here has {max(m for _, m in gpus)} GiB"
-                    )
-            else:
-                parts.append("CPU or GPU")
+            part, found = training_gpu_plan(cfg, k, scfg, gpus)
+            parts.append(part)
+            problems += found
         lines.append(f"{k:<19} " + "; ".join(p for p in parts if p))
     problems += [
         f"{why}: needed by {', '.join(dict.fromkeys(users[u]))}" for u, why in answers.items() if isinstance(why, str)
