@@ -6,6 +6,8 @@
 from __future__ import annotations
 from ..core.store import *
 from .site_sections import *
+from .site_judging import *
+from ..evaluation.compare import is_embedded_small
 import datetime, html, json, re, shutil, sys
 from pathlib import Path
 
