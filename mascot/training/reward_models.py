@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import ClassVar
 
 # %% auto #0
-__all__ = ['wilson_interval', 'RewardModel', 'RewardModelConfig', 'reward_config', 'train_reward_model', 'render_conversation',
-           'trajectory_messages', 'GroupRewardModel']
+__all__ = ['wilson_interval', 'RewardModel', 'RewardModelConfig', 'reward_config', 'pairs_over_max_length', 'train_reward_model',
+           'render_conversation', 'trajectory_messages', 'GroupRewardModel']
 
 # %% ../../nbs/training/02_reward_models.ipynb #1da06ddc
 def wilson_interval(successes: int, n: int, z: float = 1.96) -> list[float]:
@@ -154,6 +154,31 @@ def reward_config(cfg: RewardModelConfig, output_dir: str):
     return cfg.trl_args(RewardConfig, output_dir, dataloader_num_workers=0)
 
 # %% ../../nbs/training/02_reward_models.ipynb #3741d003
+def pairs_over_max_length(train, tok, max_length: int, chat_template_kwargs: dict) -> int:
+    """How many training pairs are longer than `max_length` tokens (the longer of chosen and rejected, as the chat template renders
+    them): TRL drops such pairs rather than truncating them, so when every pair is too long this stops, naming the flag, instead of
+    training on nothing."""
+    lengths = [
+        max(
+            len(
+                tok(
+                    tok.apply_chat_template(list(p) + list(x), tokenize=False, **chat_template_kwargs),
+                    add_special_tokens=False,
+                )["input_ids"]
+            )
+            for x in (c, r)
+        )
+        for p, c, r in zip(train["prompt"], train["chosen"], train["rejected"])
+    ]
+    over = sum(n > max_length for n in lengths)
+    if over == len(train):
+        raise ValueError(
+            f"every training pair is longer than --max-length {max_length} tokens (longest {max(lengths)}), "
+            "and TRL drops such pairs: raise --max-length"
+        )
+    return over
+
+
 def train_reward_model(cfg: RewardModelConfig, pairs=None, out_name: str | None = None) -> Path:
     "Train, evaluate on held-out contexts, save adapter + metadata; returns the output folder."
     from transformers import AutoModelForSequenceClassification, set_seed
@@ -178,24 +203,7 @@ def train_reward_model(cfg: RewardModelConfig, pairs=None, out_name: str | None 
         set_seed(cfg.seed)  # before building the model: the score head is initialised at random
         path = resolve_model_path(cfg.model_name)
         tok = load_tokenizer(path)
-        # TRL drops (does not truncate) pairs longer than max_length: say so instead of training on nothing
-        lengths = [
-            max(
-                len(
-                    tok(tok.apply_chat_template(list(p) + list(x), tokenize=False, **kw), add_special_tokens=False)[
-                        "input_ids"
-                    ]
-                )
-                for x in (c, r)
-            )
-            for p, c, r in zip(train["prompt"], train["chosen"], train["rejected"])
-        ]
-        run.extra["num_train_pairs_over_max_length"] = over = sum(n > cfg.max_length for n in lengths)
-        if over == len(train):
-            raise ValueError(
-                f"every training pair is longer than --max-length {cfg.max_length} tokens (longest {max(lengths)}), "
-                "and TRL drops such pairs: raise --max-length"
-            )
+        run.extra["num_train_pairs_over_max_length"] = pairs_over_max_length(train, tok, cfg.max_length, kw)
         model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1, dtype=training_dtype())
         model.config.pad_token_id = tok.pad_token_id
         tok.truncation_side = "left"  # a transcript over max_length keeps its latest turns and the reply
