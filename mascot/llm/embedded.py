@@ -8,33 +8,15 @@ from ..core.runtime import *
 from .types import *
 from .openai import _identity
 from .embedded_model import *
+from .batching import *
 import asyncio, contextlib, hashlib, os, time, threading, math
-from dataclasses import dataclass
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['MAX_SKIPS', 'EMBEDDED_STAT_KEYS', 'PREFIX_CACHE_MIN_TOKENS', 'SUFFIX_PAD_SLACK', 'SUFFIX_CHUNK_ROWS',
-           'embedded_stats', 'shared_prefix_len', 'prefix_groups', 'suffix_chunks', 'EmbeddedBackend',
+__all__ = ['EMBEDDED_STAT_KEYS', 'SUFFIX_PAD_SLACK', 'SUFFIX_CHUNK_ROWS', 'embedded_stats', 'suffix_chunks', 'EmbeddedBackend',
            'make_random_lora']
 
 # %% ../../nbs/llm/03_embedded.ipynb #6cb2154b
-@dataclass
-class _Pending:
-    req: ChatRequest
-    adapter: str | None
-    future: asyncio.Future
-    t0: float
-    skipped: int = 0  # batches formed while this request waited (bounded: see `MAX_SKIPS`)
-    ids: list[int] | None = None  # the prompt's tokens, once a batch choice needed them
-
-
-def _group_key(p: _Pending, mixed_adapters: bool = False):
-    "Requests that can share one `generate`: logprobs or not, and the same adapter unless adapters mix (greedy and sampled rows mix: see `_RowSampling`)."
-    return (None if mixed_adapters else p.adapter, p.req.logprobs)
-
-
-MAX_SKIPS = 2  # a request passed over this many times goes into the next batch, whatever its prefix
-
 EMBEDDED_STAT_KEYS = (  # what `embedded_stats` and each backend's `stats` count
     "load_s",
     "prefill_s",
@@ -123,39 +105,6 @@ class _PrefillClock:
         return scores
 
 # %% ../../nbs/llm/03_embedded.ipynb #b6339a5f
-PREFIX_CACHE_MIN_TOKENS = 64  # shorter shared prefixes (the chat template's header) are not worth a separate forward
-
-
-def shared_prefix_len(rows: list[list[int]]) -> int:
-    "How many leading tokens every row shares, leaving each row at least one token of its own to start generation from."
-    n = min(len(r) for r in rows) - 1
-    for i in range(max(0, n)):
-        t = rows[0][i]
-        if any(r[i] != t for r in rows):
-            return i
-    return max(0, n)
-
-
-def prefix_groups(rows: list[list[int]], min_tokens: int = PREFIX_CACHE_MIN_TOKENS) -> list[tuple[list[int], int]]:
-    "Rows clustered by a shared prefix of at least `min_tokens` tokens: (row indices, prefix length) per cluster; a lone row's prefix is 0."
-    order = sorted(
-        range(len(rows)), key=lambda i: rows[i]
-    )  # sorted, a cluster's common prefix is that of its last row and the next
-    clusters: list[list] = []
-    for i in order:
-        if clusters:
-            members, p = clusters[-1]
-            last = rows[members[-1]]
-            q = min(len(os.path.commonprefix([last, rows[i]])), p, len(rows[i]) - 1)
-            # join when the tokens saved grow: k rows sharing q beat k-1 rows sharing p
-            if q >= min_tokens and q * len(members) >= p * (len(members) - 1):
-                members.append(i)
-                clusters[-1][1] = q
-                continue
-        clusters.append([[i], len(rows[i]) - 1])
-    return [(sorted(m), p if len(m) > 1 else 0) for m, p in sorted(clusters, key=lambda c: min(c[0]))]
-
-
 SUFFIX_PAD_SLACK = 0.15  # a chunk of the unpadded prefill may compute this much padding beyond its rows' own tokens
 SUFFIX_CHUNK_ROWS = (
     8  # and holds at most this many rows: its forward copies their prefixes' keys and values as its past
@@ -196,6 +145,8 @@ class EmbeddedBackend(ChatBackend):
         kv_cache: str = "static",
         mixed_adapters: bool | None = None,
     ):
+        # concurrent requests become batches there; this backend answers each batch with one `generate`
+        self.scheduler = BatchScheduler(self._generate, self._prompt_ids, max_batch_size)
         self.model_id, self.dtype, self.max_batch_size, self.max_context, self.device = (
             model,
             dtype,
@@ -218,8 +169,6 @@ class EmbeddedBackend(ChatBackend):
         self.adapters: dict[str, str] = {}
         self._pending_adapters = dict(adapters or {})
         self.model = self.tokenizer = None
-        self._queue: list[_Pending] = []
-        self._worker: asyncio.Task | None = None
         self._loading: asyncio.Task | None = None  # the model load the requests of one event loop wait on
         self._load_lock = threading.Lock()
         self.batches: list[int] = []  # sizes of the batches run, for benchmarks and tests
@@ -302,83 +251,32 @@ class EmbeddedBackend(ChatBackend):
             if self._loading is None or self._loading.get_loop() is not loop:
                 self._loading = loop.create_task(asyncio.to_thread(self.load))
             await asyncio.shield(self._loading)
-        p = _Pending(req, None if model == self.model_id else model, loop.create_future(), time.perf_counter())
-        self._queue.append(p)
-        if (
-            self._worker is None or self._worker.done() or self._worker.get_loop() is not loop
-        ):  # e.g. TRL runs async rewards on its own loop
-            self._worker = loop.create_task(self._work())
-        return await p.future
+        return await self.scheduler.submit(req, None if model == self.model_id else model)
 
-    async def _work(self):
-        "Drain the queue batch by batch; exit when it is empty (the next request starts a new worker)."
-        # let requests issued in the same tick, and those their callers are about to issue, join the first batch
-        await self._settle()
-        while self._queue:
-            first = self._queue[0]
-            key = _group_key(first, self.mixed_adapters)
-            batch = self._pick_batch([p for p in self._queue if _group_key(p, self.mixed_adapters) == key])
-            for p in batch:
-                self._queue.remove(p)
-            try:
-                results = await asyncio.to_thread(self._generate, [p.req for p in batch], [p.adapter for p in batch])
-            except Exception as e:
-                for p in batch:
-                    if not p.future.done():
-                        p.future.set_exception(e)
-                continue
-            for p, r in zip(batch, results):
-                r.latency_s = time.perf_counter() - p.t0
-                if not p.future.done():
-                    p.future.set_result(r)
-            # let the callers just answered (an episode's next role, its speakers' gather) queue their next calls before the next batch forms
-            await self._settle()
+    @property
+    def max_batch_size(self) -> int:
+        "Rows one `generate` holds at most (the scheduler's)."
+        return self.scheduler.max_batch_size
 
-    async def _settle(self, quiet_ticks: int = 3, max_ticks: int = 100):
-        "Yield to the other tasks until `quiet_ticks` ticks in a row add no request to the queue (or it holds a full batch)."
-        # an answered caller needs a few ticks to issue its next request (its future's callback, its task, a gather's callback),
-        # so one quiet tick is not the end of a wave; a tick costs microseconds against a batch's seconds
-        n, quiet = len(self._queue), 0
-        for _ in range(max_ticks):
-            if quiet >= quiet_ticks or sum(p.req.n for p in self._queue) >= self.max_batch_size:
-                return
-            await asyncio.sleep(0)
-            quiet = quiet + 1 if len(self._queue) == n else 0
-            n = len(self._queue)
+    @max_batch_size.setter
+    def max_batch_size(self, n: int):
+        self.scheduler.max_batch_size = n
 
-    def _pick_batch(self, waiting: list[_Pending]) -> list[_Pending]:
-        "Requests for the next `generate`: all when they fit; else whole shared-prefix groups, overdue ones first, then the largest."
-        if sum(p.req.n for p in waiting) <= self.max_batch_size:
-            return waiting
+    @property
+    def mixed_adapters(self) -> bool:
+        "Whether rows on different adapters (and the base) share one `generate` (the scheduler's)."
+        return self.scheduler.mixed_adapters
+
+    @mixed_adapters.setter
+    def mixed_adapters(self, on: bool):
+        self.scheduler.mixed_adapters = on
+
+    def _prompt_ids(self, req: ChatRequest) -> list[int]:
+        "The request's prompt tokens as `generate` will see them: how the scheduler finds rows that share a prefix."
         tok = self.tokenizer
-        for p in waiting:
-            if p.ids is None:
-                p.ids = tok.apply_chat_template(
-                    p.req.messages,
-                    tokenize=True,
-                    add_generation_prompt=True,
-                    return_dict=False,
-                    **_template_kwargs(tok, p.req),
-                )
-        groups = prefix_groups([p.ids for p in waiting])
-
-        def rank(group):
-            members, prefix = group
-            overdue = any(waiting[i].skipped >= MAX_SKIPS for i in members)
-            # overdue groups in arrival order (members index `waiting`, which is in arrival order), then the largest group
-            return (not overdue, members[0] if overdue else -(len(members) if prefix else 1), members[0])
-
-        batch, rows = [], 0
-        for members, _ in sorted(groups, key=rank):
-            for i in members:
-                if rows + waiting[i].req.n <= self.max_batch_size or not batch:
-                    batch.append(waiting[i])
-                    rows += waiting[i].req.n
-        chosen = {id(p) for p in batch}
-        for p in waiting:
-            if id(p) not in chosen:
-                p.skipped += 1
-        return batch
+        return tok.apply_chat_template(
+            req.messages, tokenize=True, add_generation_prompt=True, return_dict=False, **_template_kwargs(tok, req)
+        )
 
     def _cache_argument(self) -> str:
         "The name under which `forward` and `generate` take a cache: transformers 5.2x says `cache`, earlier 5.x `past_key_values`."
