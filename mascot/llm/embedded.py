@@ -13,8 +13,8 @@ import asyncio, contextlib, hashlib, os, time, threading, math
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['EMBEDDED_STAT_KEYS', 'SUFFIX_PAD_SLACK', 'SUFFIX_CHUNK_ROWS', 'embedded_stats', 'suffix_chunks', 'EmbeddedBackend',
-           'make_random_lora']
+__all__ = ['EMBEDDED_STAT_KEYS', 'SUFFIX_PAD_SLACK', 'SUFFIX_CHUNK_ROWS', 'embedded_stats', 'suffix_chunks', 'batch_layout',
+           'EmbeddedBackend', 'make_random_lora']
 
 # %% ../../nbs/llm/03_embedded.ipynb #6cb2154b
 EMBEDDED_STAT_KEYS = (  # what `embedded_stats` and each backend's `stats` count
@@ -126,6 +126,31 @@ def suffix_chunks(
         else:
             chunks.append([i])
     return chunks
+
+# %% ../../nbs/llm/03_embedded.ipynb #2ea97d9e
+def batch_layout(prompt_ids: list[list[int]], row_adapters: list[str | None], pad: int) -> dict:
+    """Where one batch's rows sit in the model's input. Rows that share a long prefix (a rubric, worked examples, a persona, one prompt
+    sampled n times) on the same weights form a group whose prefix is computed once; columns [0, prefix) hold each group's prefix,
+    left-padded to the longest, then padding up to each row's own suffix (positions follow the attention mask); a row in no group has only
+    padding in the prefix columns. Returns the groups, each row's prefix length and group, and the input ids and attention mask as lists."""
+    groups = []
+    for a in dict.fromkeys(row_adapters):  # a prefix's keys and values are shared only on the same weights
+        idx = [i for i, x in enumerate(row_adapters) if x == a]
+        groups += [([idx[j] for j in m], p) for m, p in prefix_groups([prompt_ids[i] for i in idx]) if p]
+    row_prefix, row_group = [0] * len(prompt_ids), [0] * len(prompt_ids)
+    for g, (members, p) in enumerate(groups):
+        for i in members:
+            row_prefix[i], row_group[i] = p, g
+    prefix = max(row_prefix)  # columns [0, prefix) come from the cache
+    width = max(len(x) - q for x, q in zip(prompt_ids, row_prefix))
+    rows = list(zip(prompt_ids, row_prefix))
+    return {
+        "groups": groups,
+        "row_prefix": row_prefix,
+        "row_group": row_group,
+        "input_ids": [[pad] * (prefix - q) + x[:q] + [pad] * (width - len(x) + q) + x[q:] for x, q in rows],
+        "attention": [[0] * (prefix - q) + [1] * q + [0] * (width - len(x) + q) + [1] * (len(x) - q) for x, q in rows],
+    }
 
 # %% ../../nbs/llm/03_embedded.ipynb #0778bd1c
 class EmbeddedBackend(ChatBackend):
@@ -316,37 +341,10 @@ class EmbeddedBackend(ChatBackend):
         row_adapters = [a for r, a in zip(reqs, adapters) for _ in range(r.n)]
         # several adapters: each row's by name (PEFT's mixed batch; "__base__" is the base weights), else the one adapter set as usual
         lora_rows = {"adapter_names": [a or "__base__" for a in row_adapters]} if len(set(row_adapters)) > 1 else {}
-        # rows sharing a rubric, worked examples, a persona, one prompt sampled n times; a prefix's keys and values are shared only
-        # on the same weights, so rows are grouped within each adapter's rows
-        groups = []
-        for a in dict.fromkeys(row_adapters):
-            idx = [i for i, x in enumerate(row_adapters) if x == a]
-            groups += [([idx[j] for j in m], p) for m, p in prefix_groups([prompt_ids[i] for i in idx]) if p]
-        row_prefix, row_group = [0] * len(prompt_ids), [0] * len(prompt_ids)
-        for g, (members, p) in enumerate(groups):
-            for i in members:
-                row_prefix[i], row_group[i] = p, g
-        prefix = max(
-            row_prefix
-        )  # columns [0, prefix) come from the cache: each group's prefix, left-padded to the longest
-        # left padding, or, when rows share long prefixes: each group's prefix once, padding between it and each row's own suffix
-        # (positions follow the attention mask); a row in no group has only padding in the prefix columns
-        width = max(len(x) - q for x, q in zip(prompt_ids, row_prefix))
-        pad = tok.pad_token_id
-        input_ids = torch.tensor(
-            [
-                [pad] * (prefix - q) + x[:q] + [pad] * (width - len(x) + q) + x[q:]
-                for x, q in zip(prompt_ids, row_prefix)
-            ],
-            device=self.device,
-        )
-        attention = torch.tensor(
-            [
-                [0] * (prefix - q) + [1] * q + [0] * (width - len(x) + q) + [1] * (len(x) - q)
-                for x, q in zip(prompt_ids, row_prefix)
-            ],
-            device=self.device,
-        )
+        layout = batch_layout(prompt_ids, row_adapters, tok.pad_token_id)
+        groups, row_prefix, row_group = layout["groups"], layout["row_prefix"], layout["row_group"]
+        input_ids = torch.tensor(layout["input_ids"], device=self.device)
+        attention = torch.tensor(layout["attention"], device=self.device)
         enc = {"input_ids": input_ids, "attention_mask": attention}
         prompt_len = input_ids.shape[1]
         sampled = any(r.temperature > 0 for r in reqs)
