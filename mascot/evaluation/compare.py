@@ -17,8 +17,8 @@ import pandas as pd
 # %% auto #0
 __all__ = ['PAPER_METRICS', 'HEADLINE_METRICS', 'JUDGE_MEAN', 'COMPARISON_COLUMNS', 'ITEM_COLUMNS', 'EMBEDDED_NOTE', 'metric_of',
            'is_embedded_small', 'score_files', 'tidy_items', 'load_judged', 'conversation_scores', 'failure_counts',
-           'mean_ci', 'compare_table', 'agreement_table', 'fmt_ci', 'comparison_markdown', 'comparison_png',
-           'CompareConfig', 'comparison_table', 'run_compare', 'main']
+           'mean_ci', 'paired_cell', 'failure_cell', 'compare_table', 'agreement_table', 'fmt_ci',
+           'comparison_markdown', 'comparison_png', 'CompareConfig', 'comparison_table', 'run_compare', 'main']
 
 # %% ../../nbs/evaluation/33_compare.ipynb #c10d2978
 PAPER_METRICS: dict[str, tuple[str, str]] = {
@@ -228,6 +228,43 @@ def mean_ci(
     return m, float(r.confidence_interval.low), float(r.confidence_interval.high)
 
 # %% ../../nbs/evaluation/33_compare.ipynb #6d391ab6
+def paired_cell(x: pd.Series, ref: pd.Series, is_reference: bool, ci: str, n_resamples: int, seed: int) -> dict:
+    """One system's scores per context (`x`) against the reference's (`ref`): its mean over contexts [95% CI] and its difference from
+    the reference on the contexts both were scored on [95% CI over those contexts]; the reference's own difference is 0."""
+    mean, lo, hi = mean_ci(x.values, ci, n_resamples, seed)
+    shared = x.index.intersection(ref.index)
+    if is_reference:
+        d = (0.0, 0.0, 0.0)
+    else:
+        d = mean_ci((x[shared] - ref[shared]).values, ci, n_resamples, seed) if len(shared) else (math.nan,) * 3
+    return dict(
+        n_contexts=len(x),
+        mean=mean,
+        mean_lo=lo,
+        mean_hi=hi,
+        delta=d[0],
+        delta_lo=d[1],
+        delta_hi=d[2],
+        n_paired=len(shared),
+    )
+
+
+def failure_cell(fails: pd.DataFrame, judges: list[str], system: str, dataset: str, kind: str) -> dict:
+    "The failed judgements behind one cell (of `failure_counts`): how many, of how many items, and the rate."
+    sel = (
+        fails["judge"].isin(judges)
+        & (fails["system"] == system)
+        & (fails["dataset"] == dataset)
+        & (fails["kind"] == kind)
+    )
+    f = fails[sel][["failures", "items"]].sum()
+    return dict(
+        failures=int(f["failures"]),
+        items=int(f["items"]),
+        failure_rate=f["failures"] / f["items"] if f["items"] else math.nan,
+    )
+
+
 def compare_table(
     items: pd.DataFrame,
     reference: str | None = None,
@@ -249,12 +286,6 @@ def compare_table(
             f"--reference {reference!r}: no such system in the judged files (systems: {', '.join(systems)})"
         )
     fails = failure_counts(items)
-    fail_of = lambda judges, system, dataset, kind: fails[
-        fails["judge"].isin(judges)
-        & (fails["system"] == system)
-        & (fails["dataset"] == dataset)
-        & (fails["kind"] == kind)
-    ][["failures", "items"]].sum()
     real_judges = [j for j in dict.fromkeys(items["judge"])]
     order = [m for m in PAPER_METRICS if m in set(conv["metric"]) and (metrics is None or m in metrics)]
     rows = []
@@ -268,17 +299,7 @@ def compare_table(
                 x = gm[gm["system"] == system].set_index("context")["score"]
                 if x.empty:
                     continue
-                mean, lo, hi = mean_ci(x.values, ci, n_resamples, seed)
-                shared = x.index.intersection(ref.index)
-                if system == reference:
-                    d = (0.0, 0.0, 0.0)
-                else:
-                    d = (
-                        mean_ci((x[shared] - ref[shared]).values, ci, n_resamples, seed)
-                        if len(shared)
-                        else (math.nan,) * 3
-                    )
-                f = fail_of(real_judges if judge == JUDGE_MEAN else [judge], system, dataset, PAPER_METRICS[metric][0])
+                judges = real_judges if judge == JUDGE_MEAN else [judge]
                 rows.append(
                     dict(
                         judge=judge,
@@ -286,20 +307,9 @@ def compare_table(
                         group=group,
                         metric=metric,
                         system=system,
-                        n_contexts=len(x),
-                        mean=mean,
-                        mean_lo=lo,
-                        mean_hi=hi,
-                        delta=d[0],
-                        delta_lo=d[1],
-                        delta_hi=d[2],
-                        n_paired=len(shared),
-                        failures=int(f["failures"]),
-                        items=int(f["items"]),
-                        failure_rate=f["failures"] / f["items"] if f["items"] else math.nan,
-                        embedded_small=any(
-                            is_embedded_small(j) for j in (real_judges if judge == JUDGE_MEAN else [judge])
-                        ),
+                        **paired_cell(x, ref, system == reference, ci, n_resamples, seed),
+                        **failure_cell(fails, judges, system, dataset, PAPER_METRICS[metric][0]),
+                        embedded_small=any(is_embedded_small(j) for j in judges),
                     )
                 )
     return pd.DataFrame(rows, columns=COMPARISON_COLUMNS)
