@@ -24,7 +24,7 @@ import asyncio, json, sys
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['CandidatesConfig', 'individual_dir', 'query_messages', 'score_query', 'pairs_from_records',
+__all__ = ['CandidatesConfig', 'individual_dir', 'query_messages', 'judge_candidate', 'score_query', 'pairs_from_records',
            'generate_individual_async', 'generate_individual', 'main']
 
 # %% ../../nbs/stage1/10_candidates.ipynb #43b9096b
@@ -77,9 +77,51 @@ def query_messages(persona: Persona, ctx: Context, roster: Roster) -> list[dict]
     )
 
 
+async def judge_candidate(
+    client: LLMClient,
+    cfg: CandidatesConfig,
+    ctx: Context,
+    persona: Persona,
+    rubric,
+    history: list[Turn],
+    text: str,
+    counters: dict,
+):
+    """The judge's `Judgement` of one candidate, or None when the candidate is empty (even after the client's retry) or its judgement
+    does not parse or the judge server failed after its retries: counted in `counters`, or fatal under --strict."""
+    if not text.strip():
+        counters["num_empty_responses"] += 1
+        if cfg.strict:
+            raise StrictModeError(
+                f"--strict: num_empty_responses: an empty candidate for {ctx.context_id}/{persona.name}"
+            )
+        return None
+    try:
+        return await judge_reply(
+            client,
+            rubric,
+            persona,
+            ctx.prompt_text(),
+            history,
+            text,
+            examples=cfg.judge_examples,
+            max_tokens=cfg.judge_max_tokens,
+        )
+    except ModelNotFound:
+        raise
+    except (JudgeParseError, LLMError) as e:
+        counters["num_annotation_failures"] += 1
+        if cfg.strict:
+            raise StrictModeError(
+                f"--strict: num_annotation_failures at {ctx.context_id}/{persona.name}: {' '.join(str(e).split())[:300]}"
+            ) from None
+        return None
+
+
 async def score_query(
     client: LLMClient, cfg: CandidatesConfig, ctx: Context, persona: Persona, roster: Roster, counters: dict
 ) -> dict:
+    "One query (a context and a persona): K candidate replies sampled in one request, each judged; the record candidates.jsonl keeps."
     msgs = query_messages(persona, ctx, roster)
     r = await client.chat(
         "speaker",
@@ -93,39 +135,9 @@ async def score_query(
     rubric = get_rubric("persona", ctx.dataset)
     history = [Turn(i, 0, roster.user_label, line, turn_type="user") for i, line in enumerate(ctx.opening)]
 
-    async def judge(text):
-        if not text.strip():  # empty even after the client's retry
-            counters["num_empty_responses"] += 1
-            if cfg.strict:
-                raise StrictModeError(
-                    f"--strict: num_empty_responses: an empty candidate for {ctx.context_id}/{persona.name}"
-                )
-            return None
-        try:
-            return await judge_reply(
-                client,
-                rubric,
-                persona,
-                ctx.prompt_text(),
-                history,
-                text,
-                examples=cfg.judge_examples,
-                max_tokens=cfg.judge_max_tokens,
-            )
-        except ModelNotFound:
-            raise
-        except (
-            JudgeParseError,
-            LLMError,
-        ) as e:  # unparsable, or the judge server failed after its retries: this candidate is unscored
-            counters["num_annotation_failures"] += 1
-            if cfg.strict:
-                raise StrictModeError(
-                    f"--strict: num_annotation_failures at {ctx.context_id}/{persona.name}: {' '.join(str(e).split())[:300]}"
-                ) from None
-            return None
-
-    judgements = await asyncio.gather(*[judge(t) for t in r.texts])
+    judgements = await asyncio.gather(
+        *[judge_candidate(client, cfg, ctx, persona, rubric, history, t, counters) for t in r.texts]
+    )
     cands = [
         {
             "text": t,
