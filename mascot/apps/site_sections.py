@@ -13,9 +13,9 @@ from pathlib import Path
 # %% auto #0
 __all__ = ['PALETTE', 'esc', 'SKIP_KEYS', 'KEY_ORDER', 'SKIP_META', 'read_json', 'locate', 'run_info', 'stage_of', 'stage_output',
            'load_conversations', 'judgements', 'judged_parts', 'persona_colour', 'fmt', 'score_table', 'overall_of',
-           'conversation_html', 'conversations_section', 'directive_rates', 'directive_rates_table', 'curve_family',
-           'training_series', 'curve_svg', 'heldout_figures', 'training_log', 'run_judges', 'small_judge_banner',
-           'training_section']
+           'agent_turn_html', 'conversation_html', 'conversations_section', 'directive_rates', 'directive_rates_table',
+           'curve_family', 'training_series', 'curve_svg', 'heldout_figures', 'training_log', 'run_judges',
+           'small_judge_banner', 'training_section']
 
 # %% ../../nbs/apps/42_site_sections.ipynb #beaa2df8
 def read_json(p: Path, default=None):
@@ -196,6 +196,43 @@ def overall_of(parts: list[tuple[str, dict]], turn_idx: int | None = None) -> fl
     return (item or {}).get("scores", {}).get("Overall")
 
 # %% ../../nbs/apps/42_site_sections.ipynb #5b4beeae
+def agent_turn_html(t: dict, persona_parts: list[tuple[str, dict]]) -> str:
+    """An agent turn in its persona's colour: the reply, the judge's scores for it, and the director's directive beside it, or, when the
+    director's output did not parse, a fallback mark (the speaker and directive were drawn at random, not chosen)."""
+    d, name = t.get("directive") or {}, t.get("agent_name", "")
+    directive = (
+        (
+            f"<aside class='directive' title='the director&#39;s directive'><b>directive</b> → {esc(d.get('agent_name'))}"
+            f"<br><b>action</b> {esc(d.get('action'))}<br><b>tone</b> {esc(d.get('tone'))}</aside>"
+        )
+        if d
+        else ""
+    )
+    fallback = t.get("directive_source") == "fallback" or t.get("directive_parsed") is False
+    if fallback:
+        directive = (
+            "<aside class='directive fallback' title='the director&#39;s output did not parse'><b class='fallback-mark'>⚠ fallback</b>"
+            " — the director's output did not parse; this directive was drawn at random, not chosen by the director"
+            + (
+                f"<br><b>used</b> → {esc(d.get('agent_name'))}, {esc(d.get('action'))} ({esc(d.get('tone'))})"
+                if d
+                else ""
+            )
+            + "</aside>"
+        )
+    so = overall_of(persona_parts, t.get("turn_idx"))
+    scores = score_table(persona_parts, t.get("turn_idx"))
+    badge = f"<span class='badge' data-v='{so}'>Overall {fmt(so)}</span>" if so is not None else ""
+    return (
+        f"<div class='turn agent{' fallback' if fallback else ''}' style='--c:{persona_colour(name)}'><div class='bubble'><div class='who'>{esc(name)} {badge}"
+        + ("<span class='fallback-mark'> ⚠ fallback</span>" if fallback else "")
+        + "</div>"
+        f"<div class='text'>{esc(t.get('response'))}</div>"
+        + (f"<details><summary>judge's scores and reasons</summary>{scores}</details>" if scores else "")
+        + f"</div>{directive}</div>"
+    )
+
+
 def conversation_html(system: str, rec: dict, judged: dict[str, dict]) -> str:
     "One conversation as a chat transcript: user turns, persona-coloured agent turns with the director's directive and the judge's scores."
     from mascot.domain.personas import BIG_FIVE_PROFILES
@@ -213,38 +250,7 @@ def conversation_html(system: str, rec: dict, judged: dict[str, dict]) -> str:
                 f"<div class='turn user'><div class='who'>{esc(t.get('agent_name') or 'User')}</div><div class='text'>{esc(t.get('response'))}</div></div>"
             )
             continue
-        d, name = t.get("directive") or {}, t.get("agent_name", "")
-        directive = (
-            (
-                f"<aside class='directive' title='the director&#39;s directive'><b>directive</b> → {esc(d.get('agent_name'))}"
-                f"<br><b>action</b> {esc(d.get('action'))}<br><b>tone</b> {esc(d.get('tone'))}</aside>"
-            )
-            if d
-            else ""
-        )
-        fallback = t.get("directive_source") == "fallback" or t.get("directive_parsed") is False
-        if fallback:  # the director's output did not parse: the speaker and directive were drawn at random, not chosen
-            directive = (
-                "<aside class='directive fallback' title='the director&#39;s output did not parse'><b class='fallback-mark'>⚠ fallback</b>"
-                " — the director's output did not parse; this directive was drawn at random, not chosen by the director"
-                + (
-                    f"<br><b>used</b> → {esc(d.get('agent_name'))}, {esc(d.get('action'))} ({esc(d.get('tone'))})"
-                    if d
-                    else ""
-                )
-                + "</aside>"
-            )
-        so = overall_of(persona_parts, t.get("turn_idx"))
-        scores = score_table(persona_parts, t.get("turn_idx"))
-        badge = f"<span class='badge' data-v='{so}'>Overall {fmt(so)}</span>" if so is not None else ""
-        turns.append(
-            f"<div class='turn agent{' fallback' if fallback else ''}' style='--c:{persona_colour(name)}'><div class='bubble'><div class='who'>{esc(name)} {badge}"
-            + ("<span class='fallback-mark'> ⚠ fallback</span>" if fallback else "")
-            + "</div>"
-            f"<div class='text'>{esc(t.get('response'))}</div>"
-            + (f"<details><summary>judge's scores and reasons</summary>{scores}</details>" if scores else "")
-            + f"</div>{directive}</div>"
-        )
+        turns.append(agent_turn_html(t, persona_parts))
     profile = rec.get("user_big_five")
     facts = [f"<b>system</b> {esc(system)}", f"<b>context</b> {esc(cid)}"] + (
         [f"<b>group</b> {esc(group)}"] if group else []
