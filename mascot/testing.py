@@ -118,11 +118,8 @@ def score_lines(rec, base):
     return persona, collective
 
 # %% ../nbs/testing.ipynb #799e974c
-def demo_run(run: Path) -> Path:
-    run.mkdir(parents=True, exist_ok=True)
-    (run / "pipeline_config.json").write_text(
-        json.dumps({"run_name": run.name, "dataset": "ED", "model_name": "smollm2-135m-instruct"})
-    )
+def _demo_training(run: Path) -> None:
+    "The two trained stages of the demo run: a speaker GRPO adapter with its log, and an SFT adapter."
     spk = run / "12_speaker_grpo" / "out" / "speaker"
     spk.mkdir(parents=True)
     (spk / "mascot_metadata.json").write_text(
@@ -173,6 +170,10 @@ def demo_run(run: Path) -> Path:
         )
     )
     stage(run, "13_sft", {"path": str(sft)})
+
+
+def _demo_evaluation(run: Path) -> dict[str, Path]:
+    "The evaluate stage: two ED conversations each for mascot and zero-shot; returns each system's file."
     ev = run / "30_generate" / "out" / "mascot_eval" / "ED" / "test"
     ev.mkdir(parents=True)
     files = {}
@@ -184,6 +185,11 @@ def demo_run(run: Path) -> Path:
         files[system] = ev / f"{system}_smollm2-135m-instruct.jsonl"
         files[system].write_text("".join(json.dumps(r) + "\n" for r in recs))
     stage(run, "30_generate", {"output_dir": str(ev), "files": {k: str(v) for k, v in files.items()}})
+    return files
+
+
+def _demo_judging(run: Path, files: dict[str, Path]) -> None:
+    "The judge stage: persona and collective score lines, metrics files and the tidy score table of every conversation."
     jd = run / "31_judge_all" / "out"
     jd.mkdir(parents=True)
     rows = []
@@ -205,6 +211,10 @@ def demo_run(run: Path) -> Path:
             rows += [r for l, rec in zip(part, recs) for r in tidy_rows(l, rec)]
     pd.DataFrame(rows, columns=SCORE_COLUMNS).to_csv(jd / "judge_scores.csv", index=False)
     stage(run, "31_judge_all", {"output_dir": str(jd), "scores": str(jd / "judge_scores.csv")})
+
+
+def _demo_figure(run: Path) -> None:
+    "One figure notebook's outputs: its table, its PNG and its executed notebook."
     fig = run / "figures" / "f01_persona_table_ed"
     fig.mkdir(parents=True)
     (fig / "f01_persona_table_ed.csv").write_text(
@@ -216,4 +226,16 @@ def demo_run(run: Path) -> Path:
     plt.savefig(fig / "f01_persona_table_ed.png")
     plt.close()
     nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# f01")]), fig / "executed.ipynb")
+
+
+def demo_run(run: Path) -> Path:
+    "A small hand-made run in the layout `mascot run` writes: two trained stages, an evaluation of two systems, its judging and one figure."
+    run.mkdir(parents=True, exist_ok=True)
+    (run / "pipeline_config.json").write_text(
+        json.dumps({"run_name": run.name, "dataset": "ED", "model_name": "smollm2-135m-instruct"})
+    )
+    _demo_training(run)
+    files = _demo_evaluation(run)
+    _demo_judging(run, files)
+    _demo_figure(run)
     return run
