@@ -104,6 +104,21 @@ class _PrefillClock:
         self.profile.setdefault("prefill_end", time.perf_counter())
         return scores
 
+
+def _logits_processors(reqs: list[ChatRequest], prof: dict) -> list:
+    """A clock for the end of the prefill (into `prof`), and, when any row samples, each row's own temperature, top-p and seeded
+    generator (`_RowSampling`); `generate` then picks greedily from what they leave."""
+    processors = [_PrefillClock(prof)]
+    if any(r.temperature > 0 for r in reqs):
+        processors.append(
+            _RowSampling(
+                [r.temperature for r in reqs for _ in range(r.n)],
+                [r.top_p for r in reqs for _ in range(r.n)],
+                [_row_seed(r.seed, k) if r.temperature > 0 else None for r in reqs for k in range(r.n)],
+            )
+        )
+    return processors
+
 # %% ../../nbs/llm/03_embedded.ipynb #b6339a5f
 SUFFIX_PAD_SLACK = 0.15  # a chunk of the unpadded prefill may compute this much padding beyond its rows' own tokens
 SUFFIX_CHUNK_ROWS = (
@@ -324,6 +339,16 @@ class EmbeddedBackend(ChatBackend):
         self.model.set_adapter(adapter)
         return contextlib.nullcontext()
 
+    def _new_cache(self, max_len: int):
+        "The key/value cache of one `generate`: preallocated for `max_len` tokens (static), or grown step by step (dynamic)."
+        from transformers import DynamicCache, StaticCache
+
+        # preallocated for the whole generation: a DynamicCache concatenates every layer's cache at every step, a quarter of a decode
+        # step on 16 judge rows on 2 AVX2 cores (bench/results/static_cache-avx2.json)
+        if self.kv_cache == "static":
+            return StaticCache(config=self.model.config, max_cache_len=max_len)
+        return DynamicCache(config=self.model.config)
+
     def _generate(self, reqs: list[ChatRequest], adapters: list[str | None]) -> list[ChatResponse]:
         "One batched `generate`: `adapters` holds each request's adapter (None: the base)."
         import torch
@@ -347,19 +372,8 @@ class EmbeddedBackend(ChatBackend):
         attention = torch.tensor(layout["attention"], device=self.device)
         enc = {"input_ids": input_ids, "attention_mask": attention}
         prompt_len = input_ids.shape[1]
-        sampled = any(r.temperature > 0 for r in reqs)
         prof: dict = {}
-        processors = [_PrefillClock(prof)]
-        if (
-            sampled
-        ):  # every row samples with its own settings and generator (`_RowSampling`); `generate` then picks greedily
-            processors.append(
-                _RowSampling(
-                    [r.temperature for r in reqs for _ in range(r.n)],
-                    [r.top_p for r in reqs for _ in range(r.n)],
-                    [_row_seed(r.seed, k) if r.temperature > 0 else None for r in reqs for k in range(r.n)],
-                )
-            )
+        processors = _logits_processors(reqs, prof)
         gen = GenerationConfig(
             max_new_tokens=max_new,
             do_sample=False,
@@ -374,16 +388,8 @@ class EmbeddedBackend(ChatBackend):
         t0 = time.perf_counter()
         with self._load_lock, torch.inference_mode():
             with contextlib.nullcontext() if lora_rows else self._adapter_context(adapters[0]):
-                from transformers import DynamicCache, StaticCache
-
                 name = self._cache_argument()
-                # keys and values preallocated for the whole generation: a DynamicCache concatenates every layer's cache at every
-                # step, a quarter of a decode step on 16 judge rows on 2 AVX2 cores (bench/results/static_cache-avx2.json)
-                cache = (
-                    StaticCache(config=self.model.config, max_cache_len=prompt_len + max_new)
-                    if self.kv_cache == "static"
-                    else DynamicCache(config=self.model.config)
-                )
+                cache = self._new_cache(prompt_len + max_new)
                 # every prompt token but each row's last into the cache, without computing padding; `generate` then starts
                 # from the last column
                 processed = self._prefill(
