@@ -119,6 +119,24 @@ def _logits_processors(reqs: list[ChatRequest], prof: dict) -> list:
         )
     return processors
 
+
+@contextlib.contextmanager
+def _quiet_loading():
+    """Loading the model or an adapter without transformers' weight-loading bar and the deprecation warnings PEFT triggers in it: a
+    chat or a stage shows what it does, not the libraries' notices (the bar comes back afterwards for whoever wants it)."""
+    import warnings
+    from transformers.utils import logging as hf_logging
+
+    bar = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")
+            yield
+    finally:
+        if bar:
+            hf_logging.enable_progress_bar()
+
 # %% ../../nbs/llm/03_embedded.ipynb #b6339a5f
 SUFFIX_PAD_SLACK = 0.15  # a chunk of the unpadded prefill may compute this much padding beyond its rows' own tokens
 SUFFIX_CHUNK_ROWS = (
@@ -215,7 +233,7 @@ class EmbeddedBackend(ChatBackend):
         self.stats = {k: 0.0 if k.endswith("_s") else 0 for k in EMBEDDED_STAT_KEYS}
 
     def load(self) -> "EmbeddedBackend":
-        with self._load_lock:
+        with self._load_lock, _quiet_loading():
             t0 = time.perf_counter()
             if self.model is None:
                 import torch
@@ -251,10 +269,11 @@ class EmbeddedBackend(ChatBackend):
         # PEFT's own multi-adapter model (transformers' built-in adapter API needs a newer PEFT than PyPI has).
         from peft import PeftModel
 
-        if isinstance(self.model, PeftModel):
-            self.model.load_adapter(str(path), adapter_name=alias)
-        else:
-            self.model = PeftModel.from_pretrained(self.model, str(path), adapter_name=alias).eval()
+        with _quiet_loading():
+            if isinstance(self.model, PeftModel):
+                self.model.load_adapter(str(path), adapter_name=alias)
+            else:
+                self.model = PeftModel.from_pretrained(self.model, str(path), adapter_name=alias).eval()
         config = self.model.peft_config[alias]
         if getattr(config, "peft_type", None) != "LORA" or getattr(config, "use_dora", False):
             self.mixed_adapters = (
