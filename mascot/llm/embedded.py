@@ -13,8 +13,8 @@ import asyncio, contextlib, hashlib, os, time, threading, math
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['EMBEDDED_STAT_KEYS', 'SUFFIX_PAD_SLACK', 'SUFFIX_CHUNK_ROWS', 'embedded_stats', 'suffix_chunks', 'batch_layout',
-           'EmbeddedBackend', 'make_random_lora']
+__all__ = ['EMBEDDED_STAT_KEYS', 'SUFFIX_PAD_SLACK', 'SUFFIX_CHUNK_ROWS', 'CHARS_PER_TOKEN_BOUND', 'embedded_stats',
+           'suffix_chunks', 'batch_layout', 'bounded_messages', 'EmbeddedBackend', 'make_random_lora']
 
 # %% ../../nbs/llm/03_embedded.ipynb #6cb2154b
 EMBEDDED_STAT_KEYS = (  # what `embedded_stats` and each backend's `stats` count
@@ -185,6 +185,21 @@ def batch_layout(prompt_ids: list[list[int]], row_adapters: list[str | None], pa
         "attention": [[0] * (prefix - q) + [1] * q + [0] * (width - len(x) + q) + [1] * (len(x) - q) for x, q in rows],
     }
 
+# %% ../../nbs/llm/03_embedded.ipynb #e5a9d012
+CHARS_PER_TOKEN_BOUND = 16  # a token of SmolLM2's or Qwen3's vocabulary is rarely longer than this many characters
+
+
+def bounded_messages(messages: list[dict], max_chars: int) -> list[dict]:
+    """`messages` with any content longer than `max_chars` cut to its last `max_chars` characters. Only the end of an over-long
+    prompt is kept anyway (`max_context` tokens); cutting the text first keeps a 50 MB utterance from being tokenized whole, which
+    takes tens of GB of memory."""
+    return [
+        {**m, "content": m["content"][-max_chars:]}
+        if isinstance(m.get("content"), str) and len(m["content"]) > max_chars
+        else m
+        for m in messages
+    ]
+
 # %% ../../nbs/llm/03_embedded.ipynb #0778bd1c
 class EmbeddedBackend(ChatBackend):
     "An in-process transformers model; LoRA adapters served by alias; concurrent requests batched."
@@ -334,7 +349,11 @@ class EmbeddedBackend(ChatBackend):
         "The request's prompt tokens as `generate` will see them: how the scheduler finds rows that share a prefix."
         tok = self.tokenizer
         return tok.apply_chat_template(
-            req.messages, tokenize=True, add_generation_prompt=True, return_dict=False, **_template_kwargs(tok, req)
+            bounded_messages(req.messages, self.max_context * CHARS_PER_TOKEN_BOUND),
+            tokenize=True,
+            add_generation_prompt=True,
+            return_dict=False,
+            **_template_kwargs(tok, req),
         )
 
     def _cache_argument(self) -> str:
@@ -374,8 +393,14 @@ class EmbeddedBackend(ChatBackend):
         from transformers import GenerationConfig, LogitsProcessorList
 
         tok, r0 = self.tokenizer, reqs[0]
+        max_chars = self.max_context * CHARS_PER_TOKEN_BOUND
         prompts = [
-            tok.apply_chat_template(r.messages, tokenize=False, add_generation_prompt=True, **_template_kwargs(tok, r))
+            tok.apply_chat_template(
+                bounded_messages(r.messages, max_chars),
+                tokenize=False,
+                add_generation_prompt=True,
+                **_template_kwargs(tok, r),
+            )
             for r in reqs
             for _ in range(r.n)
         ]
