@@ -811,3 +811,30 @@ def test_thinking_judge_scores_parse_and_blocks_are_counted(conversations, tmp_p
     assert s["num_reasoning_stripped"] == len(bodies) > 0
     assert all(b["chat_template_kwargs"] == {"enable_thinking": False} for b in bodies)
     assert "<think>" not in run_files_text(tmp_path)
+
+
+@pytest.mark.integration
+def test_a_50_mb_utterance_is_cut_to_the_context_not_tokenized_whole(esconv, tmp_path):
+    "The embedded model keeps an over-long prompt's end; tokenizing a 50 MB utterance whole took 21 GB (here: 6 GB of address space)."
+    import resource
+
+    data = json.loads((esconv / "ESConv.json").read_text())[:1]
+    seeker = next(t for t in data[0]["dialog"] if t["speaker"] == "seeker")
+    seeker["content"] = "I feel so alone. " * (50_000_000 // 17)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "ESConv.json").write_text(json.dumps(data))
+    args = episode_args("-", tmp_path / "data", tmp_path / "out", 1, 1)
+    del args[1:5]  # no server, no model name: the embedded default (the tiny model here)
+    limit = lambda: resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30))
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MASCOT_TINY_MODEL": "1", "HF_HUB_OFFLINE": "1"}
+    r = subprocess.run(
+        [sys.executable, "-m", "mascot.apps.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=BOUND_S * 3,
+        env=env,
+        cwd=ROOT,
+        preexec_fn=limit,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert summaries(tmp_path / "out" / f"{EP}.runs")[-1]["num_written"] == 1
