@@ -71,8 +71,9 @@ chromium:
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null); } \
 	  || echo "chromium or chromedriver is missing: apt-get install chromium chromium-driver (the browser tests need them)"
 
+# the notebooks' examples as nbdev_test runs them, keeping the executed copies for the documentation pages (mascot site), then pytest
 test: setup vllm chromium
-	$(BIN)/nbdev_test --n_workers 2 --flags real_model
+	$(BIN)/python scripts/test_notebooks.py --n-workers 2 --flags real_model --save-executed _docs/executed
 	$(BIN)/python -m pytest -q --durations=12 tests
 
 test-slow: setup

@@ -36,7 +36,7 @@ def stage(run, name, outputs, meta=None):
     return d
 
 # %% auto #0
-__all__ = ['stage', 'conversation', 'score_lines', 'demo_run']
+__all__ = ['stage', 'conversation', 'score_lines', 'demo_run', 'run_notebook']
 
 # %% ../nbs/testing.ipynb #3ccde6c8
 def conversation(system, cid, valence, agent_texts):
@@ -239,3 +239,55 @@ def demo_run(run: Path) -> Path:
     _demo_judging(run, files)
     _demo_figure(run)
     return run
+
+# %% ../nbs/testing.ipynb #fb4bbbe0
+def run_notebook(
+    fn: Path, skip_flags: set, save_to: Path | None = None, root: Path | None = None
+) -> tuple[bool, float]:
+    """Run a notebook's examples as nbdev's `test_nb` does (cells flagged with one of `skip_flags` or `#| eval: false` skipped, the first
+    error stops it and is printed); when it passes and `save_to` is set, keep the executed copy, outputs included, at `save_to /
+    fn.relative_to(root)` with the hash of the notebook it ran (`mascot site` shows a copy only while that hash still holds)."""
+    import os, sys, time
+    from execnb.nbio import read_nb, write_nb
+    from execnb.shell import CaptureShell
+    from fastcore.basics import str2bool
+    from fastcore.xtras import working_directory
+    from nbdev.frontmatter import FrontmatterProc
+    from nbdev.process import NBProcessor, nb_lang
+    from mascot.apps.site import notebook_source_hash
+
+    os.environ["IN_TEST"] = "1"
+    fn = Path(fn).absolute()
+    nb = NBProcessor(fn, procs=FrontmatterProc, process=True).nb
+    if str2bool(getattr(nb, "frontmatter_", {}).get("skip_exec", False)) or nb_lang(nb) != "python":
+        return True, 0.0
+
+    def no_eval(cell):
+        if cell.cell_type != "code" or "nbdev_export" + "(" in cell.source:  # split: this cell itself must run
+            return True
+        directives = getattr(cell, "directives_", {}) or {}
+        if directives.get("eval:", [""])[0].lower() == "false":
+            return True
+        return skip_flags & directives.keys()
+
+    start, shell, passed = time.time(), CaptureShell(fn), True
+    try:
+        with working_directory(fn.parent):
+            shell.run_all(nb, exc_stop=True, preproc=no_eval)
+    except Exception:
+        sys.stderr.write(shell.prettytb(fname=fn) + "\n")
+        passed = False
+    if passed and save_to is not None:
+        # the outputs go onto the notebook as written (nbdev's processing turned its title cell into front matter)
+        copy = read_nb(fn)
+        for cell, ran in zip(copy.cells, nb.cells):
+            if cell.cell_type == "code":
+                cell.outputs, cell.execution_count = ran.get("outputs", []), ran.get("execution_count")
+        copy.metadata["mascot_executed"] = {
+            "source_sha256": notebook_source_hash(fn),
+            "date": time.strftime("%Y-%m-%d"),
+        }
+        dest = Path(save_to) / fn.relative_to(Path(root or fn.parent).absolute())
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        write_nb(copy, dest)
+    return passed, time.time() - start

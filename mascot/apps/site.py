@@ -8,14 +8,14 @@ from ..core.store import *
 from .site_sections import *
 from .site_judging import *
 from ..evaluation.compare import is_embedded_small
-import datetime, html, json, re, shutil, sys
+import datetime, hashlib, html, json, re, shutil, sys
 from pathlib import Path
 
 # %% auto #0
 __all__ = ['CSS', 'ERROR_TRAP', 'LOAD_CHECK', 'RUN_JS', 'SECTIONS', 'page', 'offline_html', 'notebook_html', 'render_notebooks',
            'csv_table', 'degenerate_counts', 'degenerate_table', 'table_html', 'tables_section', 'role_models',
-           'provenance_section', 'overview_section', 'build_run_page', 'headline', 'compare_runs', 'build_docs',
-           'build_site', 'main']
+           'provenance_section', 'overview_section', 'build_run_page', 'headline', 'compare_runs',
+           'notebook_source_hash', 'executed_copy', 'build_docs', 'build_site', 'main']
 
 # %% ../../nbs/apps/42a_site.ipynb #f8edc8cd
 CSS = """body{font-family:system-ui,sans-serif;max-width:1200px;margin:1.5em auto;padding:0 1em;color:#222;line-height:1.4}
@@ -501,6 +501,25 @@ def compare_runs(infos: list[dict]) -> str:
     )
     return f"<table class='sortable data' id='compare'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
+# %% ../../nbs/apps/42a_site.ipynb #245f9dca
+def notebook_source_hash(path: Path) -> str:
+    "sha256 of a notebook's cells (type and source; outputs and metadata aside): what an executed copy must match to stand for it."
+    cells = json.loads(Path(path).read_text())["cells"]
+    text = json.dumps(
+        [(c["cell_type"], "".join(c["source"]) if isinstance(c["source"], list) else c["source"]) for c in cells]
+    )
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def executed_copy(nb: Path, nbs: Path, executed_root: Path | None = None) -> Path | None:
+    """The copy of `nb` that `make test` executed (`scripts/test_notebooks.py --save-executed`, default `_docs/executed/` beside
+    `nbs/`), when it was made from the notebook as it is now; else None (a stale copy would show outputs of other code)."""
+    copy = Path(executed_root or nbs.parent / "_docs" / "executed") / nb.relative_to(nbs)
+    if not copy.exists():
+        return None
+    made_from = json.loads(copy.read_text()).get("metadata", {}).get("mascot_executed", {}).get("source_sha256")
+    return copy if made_from == notebook_source_hash(nb) else None
+
 # %% ../../nbs/apps/42a_site.ipynb #b7d09141
 def build_docs(nbs: Path, site: Path, jobs: list, executed: dict[str, str] | None = None) -> list[Path]:
     """`docs/index.html` listing the notebooks by subpackage (`nbs/<pkg>/NN_name.ipynb` -> `docs/<pkg>-NN_name.html`); their pages are
@@ -510,17 +529,20 @@ def build_docs(nbs: Path, site: Path, jobs: list, executed: dict[str, str] | Non
         rel = nb.relative_to(nbs)
         pkg = rel.parts[0] if len(rel.parts) > 1 else "top"
         pages.append(out / ("-".join(rel.with_suffix("").parts) + ".html"))
-        jobs.append((nb, pages[-1]))
+        copy = executed_copy(nb, nbs)
+        jobs.append((copy or nb, pages[-1]))
         run_page = (executed or {}).get(nb.stem)
-        extra = f" (<a href='{esc(run_page)}'>executed, with outputs</a>)" if run_page else ""
+        extra = " (with outputs)" if copy else ""
+        extra += f" (<a href='{esc(run_page)}'>executed in the newest run</a>)" if run_page else ""
         groups.setdefault(pkg, []).append(f"<li><a href='{pages[-1].name}'>{esc(rel.stem)}</a>{extra}</li>")
     out.mkdir(parents=True, exist_ok=True)
     lists = "".join(f"<h2>{esc(k)}</h2><ul>{''.join(v)}</ul>" for k, v in groups.items())
     (out / "index.html").write_text(
         page(
             "Documentation",
-            "<p>The notebooks the package is written in, one folder per subpackage; each stage's executed copy in the newest run "
-            f"shows its outputs.</p>{lists}",
+            "<p>The notebooks the package is written in, one folder per subpackage. A page shows its examples' outputs when "
+            "<code>make test</code> has run the notebook since it last changed (its copies are in <code>_docs/executed/</code>); "
+            f"each stage's executed copy in the newest run shows that run's outputs.</p>{lists}",
             depth=1,
         )
     )
