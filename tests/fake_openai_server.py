@@ -99,11 +99,13 @@ class FakeOpenAIServer:
         refuse: int | None = None,
         refuse_on: tuple[str, ...] = ("models", "chat"),
         judge_favour: dict[str, int] | None = None,
+        fault_if: str | None = None,
     ):
         bad = [f for f in (faults or {}) if f not in FAULTS]
         if bad:
             raise ValueError(f"unknown faults {bad}; known: {FAULTS}")
         self.faults, self.seed, self.model, self.roles = dict(faults or {}), seed, model, roles
+        self.fault_if = fault_if  # faults only for requests whose body holds this text (e.g. one rubric's wording)
         self.listed = listed or [
             {"id": model}
         ]  # the /v1/models entries (vLLM lists a LoRA adapter with "parent": its base)
@@ -139,6 +141,8 @@ class FakeOpenAIServer:
             self._seen[body] += 1
             nth = self._seen[body]
         if self.roles is not None and role not in self.roles:
+            return None
+        if self.fault_if is not None and self.fault_if.encode() not in body:
             return None
         x = (_h(self.seed, hashlib.sha256(body).hexdigest(), nth) % 10**6) / 10**6
         for name, p in self.faults.items():  # disjoint slices of [0, 1): at most one fault per request

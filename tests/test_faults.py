@@ -458,6 +458,21 @@ def test_judge_tolerant_under_malformed_bodies_and_outage(conversations, tmp_pat
     assert failed_items <= s["num_annotation_failures"]  # (records with nothing parsed are not written but counted)
 
 
+def test_judge_all_when_every_judgement_of_one_rubric_failed(conversations, tmp_path):
+    "A file whose persona judgements all failed has no persona scores file: the stage tabulates the collective scores and counts the rest."
+    with FakeOpenAIServer({"malformed": 1.0}, roles=("judge",), fault_if="stay in character") as srv:
+        args = ["judge-all", "--input-dir", conversations.parent, *judge_args(srv.url, conversations, tmp_path)[1:]]
+        del args[args.index("--input-file") : args.index("--input-file") + 2]
+        r = mascot(*args)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert not (tmp_path / f"scores_persona_{conversations.stem}.jsonl").exists()
+    scores = (tmp_path / "judge_scores.csv").read_text().splitlines()
+    assert len(scores) > 1 and all(",persona," not in line for line in scores)
+    assert (
+        json.loads((tmp_path / f"metrics_persona_{conversations.stem}.json").read_text())["num_annotation_failures"] > 0
+    )
+
+
 def test_judge_strict_stops_on_malformed_body_with_one_line(conversations, tmp_path):
     with FakeOpenAIServer({"malformed": 1.0}) as srv:
         r = mascot(*judge_args(srv.url, conversations, tmp_path, "--strict"))

@@ -119,7 +119,9 @@ async def judge_folder_async(cfg: JudgeStageConfig, embedded: EmbeddedBackend | 
     for f, metrics in zip(files, all_metrics):
         records = {record_id(r): r for r in read_jsonl(f)}
         for kind in metrics:
-            for line in read_jsonl(out / f"scores_{kind}_{f.stem}.jsonl"):
+            scores = out / f"scores_{kind}_{f.stem}.jsonl"
+            # a file whose every judgement of one rubric failed has no scores file: its failures are counted in its metrics
+            for line in read_jsonl(scores) if scores.exists() else []:
                 rows += tidy_rows(line, records.get(line["conv_id"]))
     df = pd.DataFrame(rows, columns=SCORE_COLUMNS)
     df.to_csv(out / "judge_scores.csv", index=False)
