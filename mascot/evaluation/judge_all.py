@@ -113,7 +113,10 @@ async def judge_folder_async(cfg: JudgeStageConfig, embedded: EmbeddedBackend | 
     all_metrics = await asyncio.gather(*[judge_file_async(jc, embedded=embedded, cache=cache) for jc in jcs])
     if cache:
         (out / "judge_cache.json").write_text(json.dumps(cache.counts(), indent=2))
-        print(f"judge cache {cache.path}: {cache.hits} hits, {cache.misses} misses (judged now: {cache.stored})")
+        print(
+            f"judge cache {cache.path}: {cache.hits} hits, {cache.misses} misses (judged now: {cache.stored}; "
+            f"identical requests that shared a reply: {cache.shared})"
+        )
         cache.close()
     rows = []
     for f, metrics in zip(files, all_metrics):

@@ -469,7 +469,10 @@ class JudgeCache:
             "CREATE TABLE IF NOT EXISTS judgements (key TEXT PRIMARY KEY, judge TEXT, rubric_version TEXT, text TEXT, logprobs TEXT, created REAL)"
         )
         self._lock = threading.Lock()  # one connection, used from the event loop and worker threads
-        self.hits = self.misses = self.stored = 0
+        # replies being fetched now, by key: an identical request made meanwhile waits for that reply instead of asking again (an
+        # in-process judge in bf16 can answer one prompt differently in two batch positions; the cache must hold what was used)
+        self.inflight: dict[str, asyncio.Future] = {}
+        self.hits = self.misses = self.stored = self.shared = 0
 
     @staticmethod
     def key(judge: dict, rubric_version: str, messages: list[dict], sampling: dict) -> str:
@@ -496,7 +499,13 @@ class JudgeCache:
         self.stored += 1
 
     def counts(self) -> dict:
-        return {"path": str(self.path), "hits": self.hits, "misses": self.misses, "stored": self.stored}
+        return {
+            "path": str(self.path),
+            "hits": self.hits,
+            "misses": self.misses,
+            "stored": self.stored,
+            "shared": self.shared,
+        }
 
     def close(self):
         with self._lock:
@@ -538,10 +547,36 @@ async def judge_call(
     "One judgement from the `judge` role (or `cache`, when it holds this judge's reply to these messages); probability-weighted when there are logprobs."
     kw = dict(temperature=0.0, max_tokens=max_tokens)
     ident = judge_identity(client) if cache is not None else None
-    if ident is not None:
-        key = JudgeCache.key(ident, rubric.version, messages, {**kw, "top_logprobs": top_logprobs})
-        if (hit := cache.get(key)) is not None:
-            return parse_judgement(hit[0], rubric, hit[1])
+    if ident is None:
+        text, lps = await _judge_reply_text(client, messages, kw, top_logprobs)
+        return parse_judgement(text, rubric, lps)
+    key = JudgeCache.key(ident, rubric.version, messages, {**kw, "top_logprobs": top_logprobs})
+    if (hit := cache.get(key)) is not None:
+        return parse_judgement(hit[0], rubric, hit[1])
+    loop = asyncio.get_running_loop()
+    if (pending := cache.inflight.get(key)) is not None and pending.get_loop() is loop:
+        cache.shared += 1
+        text, lps = await asyncio.shield(pending)  # the same request, asked by another item: its reply (or its error)
+        return parse_judgement(text, rubric, lps)
+    cache.inflight[key] = fut = loop.create_future()
+    try:
+        text, lps = await _judge_reply_text(client, messages, kw, top_logprobs)
+        j = parse_judgement(text, rubric, lps)  # raises on a reply that does not parse: never cached
+        cache.put(key, ident, rubric.version, text, lps)
+        fut.set_result((text, lps))
+        return j
+    except BaseException as e:
+        fut.set_exception(e)
+        fut.exception()  # read here, so an error nobody else waited for is not reported as never retrieved
+        raise
+    finally:
+        cache.inflight.pop(key, None)
+
+
+async def _judge_reply_text(
+    client: LLMClient, messages: list[dict], kw: dict, top_logprobs: int
+) -> tuple[str, list[TokenLogprob] | None]:
+    "The judge's reply text and its tokens' logprobs (asked for unless its server refused them)."
     if top_logprobs > 0 and client not in _NO_LOGPROBS:
         try:
             resp = await client.chat("judge", messages, logprobs=True, top_logprobs=top_logprobs, **kw)
@@ -552,11 +587,7 @@ async def judge_call(
             resp = await client.chat("judge", messages, **kw)
     else:
         resp = await client.chat("judge", messages, **kw)
-    lps = resp.logprobs[0] if resp.logprobs else None
-    j = parse_judgement(resp.text, rubric, lps)  # raises on a reply that does not parse: never cached
-    if ident is not None:
-        cache.put(key, ident, rubric.version, resp.text, lps)
-    return j
+    return resp.text, resp.logprobs[0] if resp.logprobs else None
 
 
 def _history_text(history: list[Turn] | str, rubric: Rubric) -> str:
