@@ -631,7 +631,7 @@ async def judge_file_async(
             now = cache.counts()
             run.extra["judge_cache"] = {
                 "path": now["path"],
-                **{k: now[k] - seen_before[k] for k in ("hits", "misses", "stored")},
+                **{k: now[k] - seen_before[k] for k in ("hits", "misses", "stored", "shared")},
             }
     return out
 
