@@ -335,6 +335,7 @@ def test_legacy_file_without_metadata_uses_the_file_name(tmp_path, caplog):
     assert m["groups"]["system"] == {"unknown": m["overall"]}
 
 
+@pytest.mark.integration  # the real model: under make test-fast MASCOT_TINY_MODEL puts a random one in its place
 def test_real_embedded_smollm2_judge_through_the_cli(tmp_path):
     "The embedded SmolLM2-135M judge on one short conversation (2 agent turns): the run completes and reports what parsed."
     path = tmp_path / "one_ED.jsonl"

@@ -233,6 +233,9 @@ def test_gpu_layout_plans_the_paper_without_env_urls(tmp_path, layout, paper, mo
 
     for var in ("VLLM_SERVER_URL", "JUDGE_SERVER_URL", "JUDGE_MODEL"):
         monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv(
+        "MASCOT_VLLM_PYTHON", sys.executable
+    )  # where vLLM is installed is not what this checks (make test-fast has none)
     lay = yaml.safe_load((ROOT / f"configs/gpu/{layout}.yaml").read_text())
     cfg = load_pipeline_config(
         ROOT / f"configs/{paper}.yaml", ROOT / f"configs/gpu/{layout}.yaml", runs_dir=str(tmp_path / "runs")
