@@ -1,4 +1,4 @@
-"""The project speaks of itself only: no tracked file numbers past work periods ("session 38", "stop 23") and no file
+"""The project speaks of itself only: no tracked file numbers past work periods (a numbered session or stop) and no file
 name carries one ("-s38"). History belongs in git; current figures belong in bench/ (bench/README.md)."""
 
 import re
@@ -10,7 +10,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 THIS = Path(__file__).resolve()
 
-# a numbered work period in text: "session 38", "Sessions 36-40", "stop 23"
+# a numbered work period in text: a session or a stop followed by its number (examples in test_matcher)
 WORK_PERIOD = re.compile(r"(?i)\b(?:sessions? \d+|stop \d+)")
 # a numbered work period in a file name: results-s25.json, profile-s30-after.png
 NAME_SUFFIX = re.compile(r"-s\d{2}\b")
@@ -23,9 +23,14 @@ def work_periods(text: str) -> list[str]:
 
 
 def test_matcher():
-    assert work_periods("measured in session 38 on the EPYC") == ["session 38"]
-    assert work_periods("Sessions 36–40, a Zen 4 AMD EPYC") == ["Sessions 36"]
-    assert work_periods("the last landed CI run (stop 23)") == ["stop 23"]
+    session, sessions, stop = (
+        "session",
+        "Sessions",
+        "stop",
+    )  # spelt apart, so that this file does not itself number a work period
+    assert work_periods(f"measured in {session} 38 on the EPYC") == [f"{session} 38"]
+    assert work_periods(f"{sessions} 36–40, a Zen 4 AMD EPYC") == [f"{sessions} 36"]
+    assert work_periods(f"the last landed CI run ({stop} 23)") == [f"{stop} 23"]
     assert not work_periods("the sessions of the study and a chat session")
     assert not work_periods("a session-scoped fixture; stop the server at 5 s")
     assert NAME_SUFFIX.search("bench/results/episodes_throughput-fp32-s25.json")
