@@ -106,10 +106,8 @@ def vllm_python(cfg: ServeConfig | None = None) -> str | None:
     given = (cfg.vllm_python if cfg else None) or os.environ.get("MASCOT_VLLM_PYTHON")
     if given:
         return given
-    for root in (
-        Path(__file__).resolve().parents[2],
-        Path(sys.prefix).parent,
-    ):  # the checkout: mascot/apps/serve.py is 2 below
+    # the checkout (mascot/apps/serve.py is two folders below it), then the folder of the running .venv
+    for root in (Path(__file__).resolve().parents[2], Path(sys.prefix).parent):
         if (root / ".venv-vllm" / "bin" / "python").exists():
             return str(root / ".venv-vllm" / "bin" / "python")
     import importlib.util
