@@ -23,11 +23,8 @@ def work_periods(text: str) -> list[str]:
 
 
 def test_matcher():
-    session, sessions, stop = (
-        "session",
-        "Sessions",
-        "stop",
-    )  # spelt apart, so that this file does not itself number a work period
+    # the words spelt apart from their numbers, so that this file does not itself number a work period
+    session, sessions, stop = "session", "Sessions", "stop"
     assert work_periods(f"measured in {session} 38 on the EPYC") == [f"{session} 38"]
     assert work_periods(f"{sessions} 36–40, a Zen 4 AMD EPYC") == [f"{sessions} 36"]
     assert work_periods(f"the last landed CI run ({stop} 23)") == [f"{stop} 23"]

@@ -143,8 +143,8 @@ def test_failing_stage_keeps_notebook_and_names_error(tmp_path):
 @pytest.mark.integration
 def test_plan_checks_everything_and_runs_nothing(tmp_path):
     """`mascot run configs/paper-ed.yaml --plan` with its endpoints set and `data_path` on local files: every stage listed with Qwen3-8B, and on
-    a machine without a GPU each training stage named with the GPU memory it needs; exit 2, no folder created (it loads no model: about
-    13 s on 2 idle cores, a figure for bench/README.md, not asserted here)."""
+    a machine without a GPU each training stage named with the GPU memory it needs; exit 2, no folder created (it loads no model; its wall
+    time is not asserted)."""
     from fake_openai_server import FakeOpenAIServer
     from conftest import shared_data
 
@@ -233,9 +233,8 @@ def test_gpu_layout_plans_the_paper_without_env_urls(tmp_path, layout, paper, mo
 
     for var in ("VLLM_SERVER_URL", "JUDGE_SERVER_URL", "JUDGE_MODEL"):
         monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv(
-        "MASCOT_VLLM_PYTHON", sys.executable
-    )  # where vLLM is installed is not what this checks (make test-fast has none)
+    # where vLLM is installed is not what this checks (make test-fast runs without .venv-vllm)
+    monkeypatch.setenv("MASCOT_VLLM_PYTHON", sys.executable)
     lay = yaml.safe_load((ROOT / f"configs/gpu/{layout}.yaml").read_text())
     cfg = load_pipeline_config(
         ROOT / f"configs/{paper}.yaml", ROOT / f"configs/gpu/{layout}.yaml", runs_dir=str(tmp_path / "runs")
