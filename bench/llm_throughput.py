@@ -146,7 +146,7 @@ def start_vllm(adapter, port):
     cmd = [
         sys.executable,
         "-m",
-        "mascot.apps.serve",
+        "mascot.pipeline.serve",
         "--model",
         "smollm2-135m-instruct",
         "--port",
@@ -180,7 +180,7 @@ def vllm_bench(a):
     import tempfile
     from mascot.llm.embedded import make_random_lora
     from mascot.llm.embedded_model import EMBEDDED_DEFAULT
-    from mascot.apps.serve import vllm_python
+    from mascot.pipeline.serve import vllm_python
 
     if vllm_python() is None:
         raise SystemExit("--vllm needs .venv-vllm: run `make vllm`")

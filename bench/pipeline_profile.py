@@ -177,7 +177,7 @@ def main():
         runs = Path(tempfile.mkdtemp(prefix="profile-runs-"))
         t0 = time.time()
         subprocess.run(
-            [sys.executable, "-m", "mascot.apps.pipeline", a.config, "--runs-dir", str(runs)], check=True, env=env
+            [sys.executable, "-m", "mascot.pipeline.run", a.config, "--runs-dir", str(runs)], check=True, env=env
         )
         wall = round(time.time() - t0, 1)
         run_dir = next(p for p in runs.iterdir() if p.is_dir())

@@ -115,7 +115,7 @@ def smoke_run(tmp_path_factory):
     runs = tmp_path_factory.mktemp("runs")
     t0 = time.time()
     r = subprocess.run(
-        [sys.executable, "-m", "mascot.apps.pipeline", "configs/smoke.yaml", "--runs-dir", str(runs)],
+        [sys.executable, "-m", "mascot.pipeline.run", "configs/smoke.yaml", "--runs-dir", str(runs)],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -5,7 +5,7 @@ import json, os, signal, subprocess, sys, time, urllib.request
 from pathlib import Path
 import pytest
 from browser import chrome, free_port
-from mascot.apps.arena import demo_files, demo_record, study_id
+from mascot.studies.arena import demo_files, demo_record, study_id
 from mascot.core.store import read_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -14,7 +14,7 @@ ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_WAIT_POLICY": "PASSIVE", "HF_
 
 def mascot(*args, **kw) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "mascot.apps.cli", *args],
+        [sys.executable, "-m", "mascot.cli", *args],
         cwd=ROOT,
         env=ENV,
         capture_output=True,
@@ -26,7 +26,7 @@ def mascot(*args, **kw) -> subprocess.CompletedProcess:
 
 def start_arena(args: list[str], log: Path, port: int) -> subprocess.Popen:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "mascot.apps.cli", "arena", "--port", str(port), *args],
+        [sys.executable, "-m", "mascot.cli", "arena", "--port", str(port), *args],
         cwd=ROOT,
         env=ENV,
         stdout=open(log, "a"),
@@ -221,7 +221,7 @@ def test_a_second_arena_on_the_same_votes_stops(tmp_path):
 
 def test_votes_are_tied_to_their_voter_and_to_what_was_shown(tmp_path):
     from fastapi.testclient import TestClient
-    from mascot.apps.arena import VoteStore, arena_app, load_arena
+    from mascot.studies.arena import VoteStore, arena_app, load_arena
 
     fa, fb = demo_files(tmp_path / "convs")
     store = VoteStore(tmp_path / "votes.jsonl", load_arena([str(fa), str(fb)]))

@@ -224,7 +224,7 @@ def test_real_nli_path_end_to_end(tmp_path):
         [
             sys.executable,
             "-c",
-            "import sys; from mascot.apps.cli import main; sys.exit(main())",
+            "import sys; from mascot.cli import main; sys.exit(main())",
             "metrics",
             "--input-file",
             str(data),

@@ -23,7 +23,7 @@ ENV = {
 
 def mascot(*args, **kw) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "mascot.apps.cli", *args],
+        [sys.executable, "-m", "mascot.cli", *args],
         cwd=kw.pop("cwd", ROOT),
         env=ENV,
         capture_output=True,
@@ -105,7 +105,7 @@ def test_piped_lines_become_a_saved_episode(tmp_path, shared_data_dir):
 def test_chat_on_a_served_model(openai_server, tmp_path):
     "The same session on an OpenAI-compatible server (`transformers serve` of the same model): every role's calls go there."
     import asyncio, io
-    from mascot.apps.chat import ChatConfig, ChatSession, chat_terminal
+    from mascot.studies.chat import ChatConfig, ChatSession, chat_terminal
 
     cfg = ChatConfig(
         dataset="ESConv",
@@ -188,7 +188,7 @@ def finished_run(root: Path) -> dict[str, Path]:
 def chat_in(folder: Path) -> subprocess.CompletedProcess:
     "The README's first-hour command, run in `folder` on the tiny random model."
     return subprocess.run(
-        [sys.executable, "-m", "mascot.apps.cli", "chat", "--dataset", "ED"],
+        [sys.executable, "-m", "mascot.cli", "chat", "--dataset", "ED"],
         cwd=folder,
         env={**ENV, "MASCOT_TINY_MODEL": "1"},
         input=f"{FIRST}\n/quit\n",
@@ -244,7 +244,7 @@ def test_chat_without_runs_talks_to_the_base_model(tmp_path):
 def start_server(args: list[str], log: Path, url: str, timeout: float = 120) -> subprocess.Popen:
     "Start a `mascot` web command on 127.0.0.1 and wait until it answers."
     proc = subprocess.Popen(
-        [sys.executable, "-m", "mascot.apps.cli", *args],
+        [sys.executable, "-m", "mascot.cli", *args],
         cwd=ROOT,
         env=ENV,
         stdout=open(log, "w"),

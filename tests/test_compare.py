@@ -7,7 +7,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 from fake_openai_server import FakeOpenAIServer  # noqa: E402
-from mascot.apps.cli import main as cli  # noqa: E402
+from mascot.cli import main as cli  # noqa: E402
 
 SYSTEMS = ("mascot", "zero-shot", "few-shot")
 FAVOURED = "sunflower"  # only the mascot system's replies say it; judge b adds 3 points to every item that contains it

@@ -3,8 +3,8 @@
 import importlib
 import pytest
 from mascot.core.config import field_description
-from mascot.apps.pipeline import STAGES
-from mascot.apps import cli
+from mascot.stages import STAGES
+from mascot import cli
 
 CONFIGS = sorted(
     {s.config_class for s in STAGES}

@@ -32,7 +32,7 @@ def mascot(*args, timeout=BOUND_S, env=None):
         **(env or {}),
     }
     return subprocess.run(
-        [sys.executable, "-m", "mascot.apps.cli", *map(str, args)],
+        [sys.executable, "-m", "mascot.cli", *map(str, args)],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -299,7 +299,7 @@ def test_sigterm_marks_interrupted_and_sigkill_is_marked_by_the_next_resume(esco
         args = [
             sys.executable,
             "-m",
-            "mascot.apps.cli",
+            "mascot.cli",
             *map(
                 str, episode_args(srv.url, esconv, tmp_path, 6, 2, "--max-concurrency", "1", "--request-timeout", "10")
             ),
@@ -711,7 +711,7 @@ def test_second_writer_on_one_output_stops_naming_the_first(esconv, tmp_path):
     with FakeOpenAIServer({"slow": 1.0}, slow_s=1.0) as srv:
         args[args.index("--vllm-server-url") + 1] = srv.url
         first = subprocess.Popen(
-            [sys.executable, "-m", "mascot.apps.cli", *map(str, args)],
+            [sys.executable, "-m", "mascot.cli", *map(str, args)],
             env=env,
             cwd=ROOT,
             stdout=subprocess.PIPE,
@@ -802,7 +802,7 @@ def test_dotenv_is_read_from_the_working_folder_only_and_bad_bytes_are_one_line(
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_WAIT_POLICY": "PASSIVE"}
     env.pop("MASCOT_NO_DOTENV", None)
     run = lambda cwd: subprocess.run(
-        [sys.executable, "-m", "mascot.apps.cli", "episode", "--print-config"],
+        [sys.executable, "-m", "mascot.cli", "episode", "--print-config"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -843,7 +843,7 @@ def test_a_50_mb_utterance_is_cut_to_the_context_not_tokenized_whole(esconv, tmp
     limit = lambda: resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30))
     env = {**os.environ, "PYTHONPATH": str(ROOT), "MASCOT_TINY_MODEL": "1", "HF_HUB_OFFLINE": "1"}
     r = subprocess.run(
-        [sys.executable, "-m", "mascot.apps.cli", *map(str, args)],
+        [sys.executable, "-m", "mascot.cli", *map(str, args)],
         capture_output=True,
         text=True,
         timeout=BOUND_S * 3,

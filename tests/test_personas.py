@@ -117,7 +117,7 @@ def test_roster_errors_are_one_line_from_the_cli(tmp_path, shared_data_dir):
         [
             sys.executable,
             "-m",
-            "mascot.apps.cli",
+            "mascot.cli",
             "episode",
             "--roster-path",
             str(path),

@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def mascot(*args, **kw):
     return subprocess.run(
-        [sys.executable, "-m", "mascot.apps.pipeline", *args],
+        [sys.executable, "-m", "mascot.pipeline.run", *args],
         capture_output=True,
         text=True,
         cwd=kw.pop("cwd", ROOT),
@@ -72,7 +72,7 @@ def test_interrupt_then_resume_skips_completed_stages(tmp_path):
         tmp_path / "runs"
     )  # given as the relative "runs", as `make demo` does: every stage must still write inside it
     p = subprocess.Popen(
-        [sys.executable, "-m", "mascot.apps.pipeline", str(cfg), "--runs-dir", "runs"],
+        [sys.executable, "-m", "mascot.pipeline.run", str(cfg), "--runs-dir", "runs"],
         cwd=tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -228,8 +228,8 @@ def test_gpu_layout_plans_the_paper_without_env_urls(tmp_path, layout, paper, mo
     """`mascot run configs/paper-*.yaml --layout configs/gpu/<layout>.yaml --plan`: the managed server takes the place of the config's
     `${VLLM_SERVER_URL}` (not set here), every stage is valid with the layout's sizes, the plan names which GPU the server and each stage
     hold, and on a machine without a GPU its only problems are that the server and the training stages need one; no folder is created."""
-    from mascot.apps.pipeline import load_pipeline_config
-    from mascot.apps.plan import plan_report, gpus_here
+    from mascot.pipeline.run import load_pipeline_config
+    from mascot.pipeline.plan import plan_report, gpus_here
 
     for var in ("VLLM_SERVER_URL", "JUDGE_SERVER_URL", "JUDGE_MODEL"):
         monkeypatch.delenv(var, raising=False)
@@ -263,8 +263,8 @@ def test_gpu_layout_plans_the_paper_without_env_urls(tmp_path, layout, paper, mo
 
 def test_plan_checks_the_layout_against_the_gpus(tmp_path, monkeypatch):
     "With GPUs (stubbed: one 80 GiB card), a server share that leaves a training stage too little, and a stage on a GPU that is not there."
-    import mascot.apps.plan as pl
-    from mascot.apps.pipeline import load_pipeline_config
+    import mascot.pipeline.plan as pl
+    from mascot.pipeline.run import load_pipeline_config
 
     monkeypatch.setattr(pl, "gpus_here", lambda: [("NVIDIA H100 80GB HBM3", 79.6)])
     cfg = load_pipeline_config(ROOT / "configs/paper-ed.yaml", ROOT / "configs/gpu/1xh100.yaml", runs_dir=str(tmp_path))
@@ -338,7 +338,7 @@ def test_sigterm_stops_the_managed_server(tmp_path):
         [
             sys.executable,
             "-m",
-            "mascot.apps.pipeline",
+            "mascot.pipeline.run",
             str(write_cfg(tmp_path, cfg)),
             "--runs-dir",
             str(tmp_path / "runs"),

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def mascot(*args, timeout=300):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "MASCOT_NO_DOTENV": "1"}
     return subprocess.run(
-        [sys.executable, "-m", "mascot.apps.cli", *args],
+        [sys.executable, "-m", "mascot.cli", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -156,7 +156,7 @@ def _made_by(folder: Path, role: str, model: str) -> Path:
 def test_quick_start_resolves_to_the_papers_models(tmp_path, monkeypatch):
     """Each step's flags exactly as the reference's quick start gives them resolve to Qwen3-8B (policies) and Qwen3-0.6B (reward models),
     and to the folders the earlier steps wrote: the stages read the models their input data records."""
-    from mascot.apps.serve import ServeConfig, vllm_command
+    from mascot.pipeline.serve import ServeConfig, vllm_command
     from mascot.stage1.reward_model import RewardModelConfig
     from mascot.stage1.speaker_grpo import SpeakerGRPOConfig
     from mascot.stage1.sft import SFTStageConfig

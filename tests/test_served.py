@@ -7,7 +7,7 @@ import json, os, re, signal, subprocess, sys, time, urllib.request
 from pathlib import Path
 import pytest
 from conftest import ROOT, ARTIFACTS, _free_port, shared_data
-from mascot.apps.serve import vllm_python
+from mascot.pipeline.serve import vllm_python
 
 BASE = "smollm2-135m-instruct"
 SYSTEMS = ("mascot", "mascot-g", "mascot-i", "zero-shot")
@@ -52,7 +52,7 @@ def server(adapters, tmp_path_factory):
     cmd = [
         sys.executable,
         "-m",
-        "mascot.apps.serve",
+        "mascot.pipeline.serve",
         "--model",
         BASE,
         "--port",
@@ -344,7 +344,7 @@ def test_pipeline_manages_vllm_and_loads_adapters_at_run_time(tmp_path):
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
     t0 = time.time()
     r = subprocess.run(
-        [sys.executable, "-m", "mascot.apps.pipeline", str(tmp_path / "c.yaml"), "--runs-dir", str(tmp_path / "runs")],
+        [sys.executable, "-m", "mascot.pipeline.run", str(tmp_path / "c.yaml"), "--runs-dir", str(tmp_path / "runs")],
         capture_output=True,
         text=True,
         env=ENV,

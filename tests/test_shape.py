@@ -15,8 +15,12 @@ LAYERS = {
     "stage1": 4,
     "stage2": 4,
     "evaluation": 4,
-    "apps": 5,
-    "testing": 6,
+    "stages": 5,
+    "pipeline": 6,
+    "site": 6,
+    "studies": 6,
+    "cli": 7,
+    "testing": 7,
 }
 STAGES = {
     "stage1.candidates",
@@ -107,12 +111,12 @@ def test_graph_checks_catch_what_they_look_for():
     assert find_cycle(g) == ["stage1.candidates", "stage2.group_data", "stage1.candidates"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
     assert layer_problems(
-        {"core.store": {"llm.types"}, "judging.rubrics": {"training.pairs"}, "apps.cli": {"core.config"}}
+        {"core.store": {"llm.types"}, "judging.rubrics": {"training.pairs"}, "cli": {"core.config"}}
     ) == [
         "core.store -> llm.types",
         "judging.rubrics -> training.pairs",
     ]
-    assert "core.config" in imported_modules(PKG / "apps" / "cli.py")  # imports inside functions count
+    assert "core.config" in imported_modules(PKG / "cli.py")  # imports inside functions count
 
 
 def test_every_subpackage_has_a_layer():
@@ -130,7 +134,7 @@ def test_no_import_cycle():
 def test_layers_hold():
     problems = layer_problems(import_graph())
     assert not problems, (
-        "imports against the layer order core < llm < domain < judging|training < stage1|stage2|evaluation < apps: "
+        "imports against the layer order core < llm < domain < judging|training < stage1|stage2|evaluation < stages < pipeline|site|studies < cli|testing: "
         + ", ".join(problems)
     )
 
@@ -153,17 +157,17 @@ def test_modules_stay_readable():
 
 def test_readme_stage_table_is_the_generated_one():
     import re
-    from mascot.apps.pipeline import stage_table
+    from mascot.stages import stage_table
 
     readme = (PKG.parent / "README.md").read_text()
     m = re.search(
-        r"<!-- stage-table: made by mascot.apps.pipeline.stage_table\(\) -->\n(.*?)\n<!-- /stage-table -->",
+        r"<!-- stage-table: made by mascot.stages.stage_table\(\) -->\n(.*?)\n<!-- /stage-table -->",
         readme,
         re.S,
     )
     assert m, "README.md: no stage table between the stage-table markers"
     assert m.group(1) == stage_table(), (
-        "README.md's stage table differs from mascot.apps.pipeline.stage_table(): paste the generated one"
+        "README.md's stage table differs from mascot.stages.stage_table(): paste the generated one"
     )
 
 

@@ -10,7 +10,7 @@ ARTIFACTS = ROOT / "test-artifacts"
 
 
 def test_smoke_run_has_every_stage_and_figure(smoke_run):
-    from mascot.apps.pipeline import STAGES
+    from mascot.stages import STAGES
 
     for st in STAGES:
         sdir = smoke_run / st.dir
@@ -83,7 +83,7 @@ def test_smoke_run_trained_and_served_the_adapters(smoke_run):
 
 @pytest.fixture(scope="module")
 def site(smoke_run, tmp_path_factory) -> Path:
-    from mascot.apps.site import build_site
+    from mascot.site.build import build_site
 
     t0 = time.time()
     idx = build_site([smoke_run], output_dir=tmp_path_factory.mktemp("site") / "_site")
@@ -100,13 +100,13 @@ def run_page(site: Path, smoke_run: Path) -> Path:
 
 def eval_records(smoke_run: Path) -> dict[str, list[dict]]:
     files = json.loads((smoke_run / "30_generate" / "outputs.json").read_text())["files"]
-    from mascot.apps.site_sections import locate
+    from mascot.site.sections import locate
 
     return {s: [json.loads(l) for l in open(locate(p, smoke_run)) if l.strip()] for s, p in files.items()}
 
 
 def judge_dir(smoke_run: Path) -> Path:
-    from mascot.apps.site_sections import locate
+    from mascot.site.sections import locate
 
     return locate(json.loads((smoke_run / "31_judge_all" / "outputs.json").read_text())["output_dir"], smoke_run)
 
@@ -204,7 +204,7 @@ def test_site_opens_one_conversation_by_its_link(site, smoke_run, tmp_path):
 
 
 def test_site_training_section_has_curves_or_says_why_not(site, smoke_run, tmp_path):
-    from mascot.apps.site_sections import locate
+    from mascot.site.sections import locate
 
     dom = browse(
         run_page(site, smoke_run).resolve().as_uri() + "#training", tmp_path, screenshot=ARTIFACTS / "site_training.png"
@@ -319,8 +319,8 @@ def test_site_filters_compare_and_sort_in_a_real_browser(site, smoke_run, tmp_pa
 def test_site_marks_fallbacks_and_the_small_judge(tmp_path):
     "Without a browser: a fallback turn is marked in its transcript, the overview gives parse and fallback rates per system, and the 135M judge is named on the index, Training and Tables tabs."
     from mascot.testing import demo_run
-    from mascot.apps.site import build_site
-    from mascot.apps.site_sections import run_info, load_conversations
+    from mascot.site.build import build_site
+    from mascot.site.sections import run_info, load_conversations
 
     run = demo_run(tmp_path / "runs" / "demo-run")
     path, recs = load_conversations(run_info(run))["mascot"]

@@ -6,9 +6,7 @@ import pytest
 
 
 def cli(*args, timeout=900):
-    return subprocess.run(
-        [sys.executable, "-m", "mascot.apps.cli", *args], capture_output=True, text=True, timeout=timeout
-    )
+    return subprocess.run([sys.executable, "-m", "mascot.cli", *args], capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.fixture(scope="module")

@@ -52,7 +52,7 @@ def test_reward_model_logs_to_wandb_offline_without_the_key(shared_data_dir, tmp
         [
             sys.executable,
             "-m",
-            "mascot.apps.cli",
+            "mascot.cli",
             "train-reward-model",
             "--dataset",
             "ESConv",

@@ -223,7 +223,7 @@ def generate_individual(cfg: CandidatesConfig, **kw) -> Path:
 
 
 def main(argv: list[str] | None = None):
-    "`mascot generate --mode individual ...` (`mascot.apps.cli.generate_main` sends `--mode group` to `group_data.main`)."
+    "`mascot generate --mode individual ...` (`mascot.cli.generate_main` sends `--mode group` to `group_data.main`)."
     print(generate_individual(CandidatesConfig.from_cli(argv, prog="mascot generate")))
 
 
