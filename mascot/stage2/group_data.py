@@ -22,6 +22,7 @@ from mascot.domain.episodes import (
     EpisodeState,
     new_state,
     episode_record,
+    call_seed,
     StrictModeError,
 )
 from ..judging.rubrics import get_rubric, judge_conversation, JudgeParseError
@@ -165,6 +166,9 @@ async def branching_context(runner: EpisodeRunner, cfg: GroupDataConfig, ctx: Co
             n=cfg.num_candidates,
             temperature=cfg.director_temperature,
             max_tokens=cfg.director_max_tokens,
+            # seeded as every sampled request is (row k of the K draws: this seed and k), by a key of its own: the rollouts'
+            # director at this point uses call_seed(st, "director"), and candidate 0 would otherwise repeat its draw
+            seed=call_seed(st, "branching-director"),
         )
 
         async def play(i, text):
