@@ -166,7 +166,7 @@ def test_bad_flags_are_one_line_and_exit_2(tmp_path):
 
 # --- the first hour: no adapter flags --------------------------------------------------------------------------------------
 
-FIRST = "I feel alone since my friend moved away."
+FIRST = "I lost my job today."
 
 
 def finished_run(root: Path) -> dict[str, Path]:
@@ -236,6 +236,10 @@ def test_chat_without_runs_talks_to_the_base_model(tmp_path):
     (path,) = (tmp_path / "outputs/chat").glob("mascot_ED_*.jsonl")
     (rec,) = read_jsonl(path)
     assert rec["metadata"]["untrained"] is True and rec["turns"][-1].get("turn_type") != "user"
+    # no context flag: the person speaks first, and the group answers that message, not a dataset conversation's opening
+    assert "you speak first" in r.stdout and "situation:" not in r.stdout
+    assert rec["turns"][0]["turn_type"] == "user" and rec["turns"][0]["response"] == FIRST
+    assert all(t.get("turn_type") != "user" for t in rec["turns"][1:])
 
 
 # --- the browser -------------------------------------------------------------------------------------------------------------
@@ -303,7 +307,7 @@ def test_web_chat_shows_the_group(tmp_path, shared_data_dir):
         wait = WebDriverWait(driver, 400)
         wait.until(
             lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-ready") == "1"
-        )  # the group answered the opening
+        )  # the page is ready for the person's first message
         before = len(driver.find_elements(By.CSS_SELECTOR, ".turn"))
         roster = driver.find_element(By.ID, "roster").text
         assert all(p.name in roster and p.role in roster for p in SUPPORT_ROSTER.personas)

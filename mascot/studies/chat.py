@@ -31,10 +31,10 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 # %% auto #0
-__all__ = ['DEMO_FOLDERS', 'ADAPTER_STAGES', 'HELP', 'FALLBACK_MARK', 'CHAT_HTML', 'MAX_MESSAGE_CHARS', 'log', 'ChatConfig',
-           'chat_episode_config', 'TrainedRun', 'find_trained_run', 'with_trained_adapters', 'chat_context',
-           'is_fallback', 'ChatSession', 'describe_speaker', 'format_turn', 'chat_header', 'chat_terminal', 'turn_view',
-           'session_view', 'ChatMessage', 'chat_app', 'serve_chat', 'main']
+__all__ = ['DEMO_FOLDERS', 'ADAPTER_STAGES', 'OPEN_SITUATION', 'HELP', 'FALLBACK_MARK', 'CHAT_HTML', 'MAX_MESSAGE_CHARS', 'log',
+           'ChatConfig', 'chat_episode_config', 'TrainedRun', 'find_trained_run', 'with_trained_adapters',
+           'chat_context', 'is_fallback', 'ChatSession', 'describe_speaker', 'format_turn', 'chat_header',
+           'chat_terminal', 'turn_view', 'session_view', 'ChatMessage', 'chat_app', 'serve_chat', 'main']
 
 # %% ../../nbs/studies/01_chat.ipynb #1d1e359f
 DEMO_FOLDERS = {"ED": "empathetic_dialogues", "ESConv": "esconv", "QMSum": "qmsum"}
@@ -44,15 +44,19 @@ class ChatConfig(EndpointConfig):
     "Flags of `mascot chat`: where the conversation starts, which system answers (routed as in `mascot eval`), and how it is shown."
 
     dataset: str = Field(
-        "ED", description="ED, ESConv or QMSum: the roster (support or meeting) and where contexts come from"
+        "ED",
+        description="ED, ESConv or QMSum: the roster (support or meeting), and the dataset --context-id/--context-index start from",
     )
     data_path: str | None = Field(
         None, description="the dataset's original files; default: the shipped demo contexts (demo:<folder>)"
     )
     split: str = Field("test", description="the split the context is taken from")
-    context_id: str | None = Field(None, description="start from this context (conv_id, or the QMSum id)")
-    context_index: int = Field(0, description="else start from the context at this index of the split")
-    situation: str | None = Field(None, description="a free situation instead of a dataset context")
+    context_id: str | None = Field(
+        None,
+        description="start from this dataset context (conv_id, or the QMSum id); without a context flag you speak first",
+    )
+    context_index: int | None = Field(None, description="start from the dataset context at this index of the split")
+    situation: str | None = Field(None, description="start from a free situation (you then speak first)")
     max_transcript_tokens: int = Field(768, description="QMSum: the transcript window the group sees")
     system: str = Field("mascot", description="the system that answers: " + ", ".join(SYSTEMS))
     roster_path: str | None = Field(None, description="a roster YAML instead of the dataset's built-in roster")
@@ -92,6 +96,8 @@ class ChatConfig(EndpointConfig):
             raise ConfigError("--max-rounds must be at least 1")
         if self.situation is not None and not self.situation.strip():
             raise ConfigError("--situation is empty")
+        if self.situation is not None and (self.context_id is not None or self.context_index is not None):
+            raise ConfigError("--situation and --context-id/--context-index: give one place to start from")
 
 # %% ../../nbs/studies/01_chat.ipynb #b86058f5
 def chat_episode_config(cfg: ChatConfig) -> EpisodeConfig:
@@ -185,20 +191,16 @@ def with_trained_adapters(cfg: ChatConfig) -> tuple[ChatConfig, str]:
     )
 
 # %% ../../nbs/studies/01_chat.ipynb #ddbd69f6
+OPEN_SITUATION = "not given: the person tells it in the conversation"
+
+
 def chat_context(cfg: ChatConfig) -> Context:
-    "The context the chat starts from."
-    if cfg.situation is not None:
-        sid = "chat-" + uuid.uuid4().hex[:8]
+    "The context the chat starts from: a dataset context (--context-id, --context-index), a free situation, else an open one."
+    if cfg.context_id is None and cfg.context_index is None:
+        sid, situation = "chat-" + uuid.uuid4().hex[:8], (cfg.situation or OPEN_SITUATION).strip()
         if cfg.dataset == "QMSum":
-            return Context(
-                "QMSum",
-                sid,
-                "chat",
-                situation=cfg.situation.strip(),
-                meeting="free situation",
-                query=cfg.situation.strip(),
-            )
-        return Context(cfg.dataset, sid, "chat", situation=cfg.situation.strip())
+            return Context("QMSum", sid, "chat", situation=situation, meeting="free situation", query=situation)
+        return Context(cfg.dataset, sid, "chat", situation=situation)
     path = cfg.data_path or f"demo:{DEMO_FOLDERS[cfg.dataset]}"
     ctxs = load_contexts(cfg.dataset, split=cfg.split, data_path=path, max_transcript_tokens=cfg.max_transcript_tokens)
     if not ctxs:
@@ -411,7 +413,12 @@ def chat_header(session: ChatSession) -> list[str]:
     ctx, roster = session.context, session.roster
     lines = [f"mascot chat · system {session.cfg.system} · {ctx.dataset} context {ctx.context_id}", session.note]
     lines += [f"  {role}: {model}" for role, model in session.role_models().items()]
-    lines.append(f"situation: {ctx.situation}" + (f"\nquery: {ctx.query}" if ctx.query and ctx.split != "chat" else ""))
+    if ctx.situation == OPEN_SITUATION:
+        lines.append("you speak first: tell the group what is on your mind")
+    else:
+        lines.append(
+            f"situation: {ctx.situation}" + (f"\nquery: {ctx.query}" if ctx.query and ctx.split != "chat" else "")
+        )
     if session.ecfg.system in MULTI_AGENT:
         lines.append("the group: " + "; ".join(f"{p.name} ({p.role})" for p in roster.personas))
     else:
