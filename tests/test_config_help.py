@@ -1,6 +1,7 @@
 "Every field of every stage config says what it is, and `mascot <command> --help` shows it."
 
 import importlib
+from pathlib import Path
 import pytest
 from mascot.core.config import field_description
 from mascot.stages import STAGES
@@ -39,6 +40,10 @@ COMMANDS = {
     "eval": "mascot.evaluation.generate:EvalConfig",
     "judge": "mascot.judging.evaluator:JudgeConfig",
     "metrics": "mascot.evaluation.auto_metrics:MetricsConfig",
+    "compare": "mascot.evaluation.compare:CompareConfig",
+    "chat": "mascot.studies.chat:ChatConfig",
+    "run": "mascot.pipeline.run:PipelineConfig",
+    "site": "mascot.site.build:SiteConfig",
 }
 
 
@@ -46,7 +51,7 @@ COMMANDS = {
 def test_help_shows_every_description(command, capsys):
     cls = config(COMMANDS[command])
     with pytest.raises(SystemExit) as e:
-        cli.main([command, "--help"])
+        cli.main([command, "--help"])  # run: the config file's keys are flags, beside RunFlags
     assert e.value.code == 0
     shown = "".join(
         capsys.readouterr().out.split()
@@ -78,7 +83,16 @@ CONFIG_COMMANDS = {  # each command built from a Config, with the flags its conf
     "chat": [],
     "arena": [],
     "arena-report": ["--votes", "votes.jsonl"],
+    "compare": ["--input-dir", "judged"],
+    "run": [str(Path(__file__).resolve().parents[1] / "configs" / "smoke.yaml")],
+    "site": [],
 }
+
+
+def test_every_command_is_checked():
+    assert {c.split()[0] for c in CONFIG_COMMANDS} == set(cli.COMMANDS), set(cli.COMMANDS) ^ {
+        c.split()[0] for c in CONFIG_COMMANDS
+    }
 
 
 def undescribed_flags(help_text: str) -> list[str]:

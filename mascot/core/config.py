@@ -76,7 +76,10 @@ class Config(BaseModel):
 
     @classmethod
     def add_arguments(cls, parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        """One flag per field, its description the help. A field declared with `json_schema_extra={"flag": "--from"}` takes that
+        spelling; one with `{"positional": True}` is a positional argument (a list field takes any number)."""
         for name, f in cls.model_fields.items():
+            extra = f.json_schema_extra if isinstance(f.json_schema_extra, dict) else {}
             ann, kw = (
                 f.annotation,
                 {
@@ -90,15 +93,19 @@ class Config(BaseModel):
                 if get_origin(ann) in (typing.Union, types.UnionType)
                 else [ann]
             )
-            typ = base[0] if len(base) == 1 else str
-            if typ is bool:
-                parser.add_argument(_flag(name), action=argparse.BooleanOptionalAction, **kw)
+            typ, flag = (base[0] if len(base) == 1 else str), extra.get("flag", _flag(name))
+            if extra.get("positional"):
+                many = get_origin(typ) in (list, tuple)
+                default = {} if f.is_required() else {"default": f.default}
+                parser.add_argument(name, nargs="*" if many else None, help=kw["help"], **default)
+            elif typ is bool:
+                parser.add_argument(flag, action=argparse.BooleanOptionalAction, **kw)
             elif get_origin(typ) in (list, tuple):
-                parser.add_argument(_flag(name), nargs="*", **kw)
-            elif get_origin(typ) is dict:
-                parser.add_argument(_flag(name), type=json.loads, **kw)
+                parser.add_argument(flag, nargs="*", **kw)
+            elif get_origin(typ) is dict or (isinstance(typ, type) and issubclass(typ, BaseModel)):
+                parser.add_argument(flag, type=json.loads, **kw)
             else:
-                parser.add_argument(_flag(name), **kw)
+                parser.add_argument(flag, **kw)
         return parser
 
     @classmethod

@@ -22,7 +22,7 @@ from typing import Any
 __all__ = ['JOB_HEADING', 'PEAK_FILE', 'KERNEL_START_CELL', 'ENV_CELL', 'IMPORT_CELL', 'PEAK_CELL', 'PipelineConfig',
            'expand_env', 'load_pipeline_config', 'nbs_dir', 'job_notebook', 'kernel_parameters', 'StageFailed',
            'job_runs', 'summed_counters', 'plan_pipeline', 'stage_config', 'serve_stage_inputs', 'write_meta',
-           'execute_stage', 'finish_stage', 'run_pipeline', 'main']
+           'execute_stage', 'finish_stage', 'run_pipeline', 'RunFlags', 'run_parser', 'main']
 
 # %% ../../nbs/pipeline/03_run.ipynb #50539d95
 class PipelineConfig(DatasetConfig):
@@ -464,31 +464,66 @@ def run_pipeline(
     return run_dir
 
 # %% ../../nbs/pipeline/03_run.ipynb #49a4a519
-def main(argv: list[str] | None = None):
-    import argparse
+class RunFlags(Config):
+    "The flags of `mascot run CONFIG` that are not keys of the config file: the file, which stages run, a GPU layout, a plan."
 
-    p = argparse.ArgumentParser(
+    config: str = Field(
+        description="the pipeline's YAML file (configs/smoke.yaml, configs/paper-ed.yaml, ...); a flag named after one of its keys overrides it",
+        json_schema_extra={"positional": True},
+    )
+    from_stage: str | None = Field(
+        None,
+        description="redo the run from this stage on (the stages before it read their outputs from the run folder)",
+        json_schema_extra={"flag": "--from"},
+    )
+    only: str | None = Field(None, description="run this one stage (the others' outputs are read from the run folder)")
+    resume: bool = Field(
+        False, description="continue the run in its folder: completed stages are kept, an interrupted one is continued"
+    )
+    layout: str | None = Field(
+        None, description="a GPU layout file laid over the config (configs/gpu/*.yaml: serve:, gpus:, batch sizes)"
+    )
+    plan: bool = Field(
+        False,
+        description="check endpoints, data, adapters and GPUs, print the stages and every problem, run nothing (exit 2 on a problem)",
+    )
+    print_config: bool = Field(
+        False,
+        description="print the resolved pipeline configuration (YAML, secrets redacted) and exit without running anything",
+    )
+
+
+def run_parser() -> CliParser:
+    "`mascot run`'s parser: `RunFlags`, then one flag per key of `PipelineConfig` (each overrides the config file's value)."
+    p = CliParser(
         prog="mascot run", description="Run the pipeline's stage notebooks through papermill into runs/<run>/."
     )
-    p.add_argument("config")
-    p.add_argument("--run-name")
-    p.add_argument("--from", dest="from_stage")
-    p.add_argument("--only")
-    p.add_argument("--resume", action="store_true")
-    p.add_argument("--runs-dir")
-    p.add_argument(
-        "--layout",
-        help="a GPU layout file laid over the config (configs/gpu/*.yaml: serve:, gpus:, batch sizes)",
-    )
-    p.add_argument(
-        "--plan",
-        action="store_true",
-        help="check endpoints, data, adapters and GPUs, print the stages and every problem, run nothing (exit 2 on a problem)",
-    )
-    a = p.parse_args(argv)
+    RunFlags.add_arguments(p)
+    PipelineConfig.add_arguments(p.add_argument_group("keys of the config file (a flag overrides the file's value)"))
+    return p
+
+
+def main(argv: list[str] | None = None):
+    try:
+        ns = vars(run_parser().parse_args(argv))
+        a = RunFlags.from_dict({k: ns.pop(k) for k in list(ns) if k in RunFlags.model_fields}, source="command line")
+    except ConfigError as e:
+        print(f"mascot run: {' '.join(str(e).split())}", file=sys.stderr)
+        raise SystemExit(2)
+    overrides = ns  # the config file's keys given as flags
+    if a.print_config:
+        import yaml
+
+        try:
+            cfg = load_pipeline_config(a.config, a.layout, **overrides)
+        except ConfigError as e:
+            print(f"mascot run: {' '.join(str(e).split())}", file=sys.stderr)
+            raise SystemExit(2)
+        print(yaml.safe_dump(cfg.resolved(), sort_keys=False, allow_unicode=True), end="")
+        raise SystemExit(0)
     if a.plan:
         try:
-            cfg = load_pipeline_config(a.config, a.layout, run_name=a.run_name, runs_dir=a.runs_dir)
+            cfg = load_pipeline_config(a.config, a.layout, **overrides)
             lines, problems = plan_report(cfg, a.config, a.from_stage, a.only, a.resume)
         except ConfigError as e:
             lines, problems = [], [" ".join(str(e).split())]
@@ -503,7 +538,7 @@ def main(argv: list[str] | None = None):
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _terminated)  # the stage is marked interrupted
     try:
-        cfg = load_pipeline_config(a.config, a.layout, run_name=a.run_name, runs_dir=a.runs_dir)
+        cfg = load_pipeline_config(a.config, a.layout, **overrides)
         run_dir = run_pipeline(cfg, source=a.config, from_stage=a.from_stage, only=a.only, resume=a.resume)
     except (StageFailed, ServerFailed) as e:
         print(f"mascot run: {e}", file=sys.stderr)

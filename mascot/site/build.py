@@ -5,6 +5,7 @@
 # %% ../../nbs/site/02_build.ipynb #e07c0a4d
 from __future__ import annotations
 from ..core.store import *
+from ..core.config import Config, Field
 from .sections import *
 from .judging_pages import *
 from ..evaluation.compare import is_embedded_small
@@ -15,7 +16,7 @@ from pathlib import Path
 __all__ = ['CSS', 'ERROR_TRAP', 'LOAD_CHECK', 'RUN_JS', 'SECTIONS', 'page', 'offline_html', 'notebook_html', 'render_notebooks',
            'csv_table', 'degenerate_counts', 'degenerate_table', 'table_html', 'tables_section', 'role_models',
            'provenance_section', 'overview_section', 'build_run_page', 'headline', 'compare_runs',
-           'notebook_source_hash', 'executed_copy', 'build_docs', 'build_site', 'main']
+           'notebook_source_hash', 'executed_copy', 'build_docs', 'build_site', 'SiteConfig', 'main']
 
 # %% ../../nbs/site/02_build.ipynb #f8edc8cd
 CSS = """body{font-family:system-ui,sans-serif;max-width:1200px;margin:1.5em auto;padding:0 1em;color:#222;line-height:1.4}
@@ -609,15 +610,19 @@ def build_site(
     return idx
 
 
-def main(argv: list[str] | None = None):
-    import argparse
+class SiteConfig(Config):
+    "Flags of `mascot site`: the runs the site shows, and where it is written."
 
-    p = argparse.ArgumentParser(prog="mascot site", description="Build the static results site (no Quarto needed).")
-    p.add_argument("runs", nargs="*", help="run folders (default: every folder under --runs-root)")
-    p.add_argument("--runs-root", default="runs")
-    p.add_argument("--output-dir", default="_site")
-    a = p.parse_args(argv)
-    print(build_site(a.runs or None, a.runs_root, a.output_dir))
+    runs: list[str] = Field(
+        [], description="run folders (default: every folder under --runs-root)", json_schema_extra={"positional": True}
+    )
+    runs_root: str = Field("runs", description="the folder whose run folders the site shows when none is named")
+    output_dir: str = Field("_site", description="where the site is written (open its index.html)")
+
+
+def main(argv: list[str] | None = None):
+    cfg = SiteConfig.from_cli(argv, prog="mascot site", description="Build the static results site (no Quarto needed).")
+    print(build_site(cfg.runs or None, cfg.runs_root, cfg.output_dir))
 
 
 if __name__ == "__main__" and "IPython" not in sys.modules:
