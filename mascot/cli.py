@@ -7,7 +7,7 @@ from __future__ import annotations
 import importlib, os, sys
 
 # %% auto #0
-__all__ = ['COMMANDS', 'main', 'exit_code', 'generate_main', 'train_group_main']
+__all__ = ['COMMANDS', 'main', 'exit_code', 'dispatch_mode', 'generate_main', 'train_group_main']
 
 # %% ../nbs/cli.ipynb #64ab20d1
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -143,29 +143,49 @@ if __name__ == "__main__" and "IPython" not in sys.modules:
     raise SystemExit(main())
 
 # %% ../nbs/cli.ipynb #b5c08fe7
+def dispatch_mode(argv: list[str], command: str, modes: dict[str, str], default: str) -> tuple[str, list[str]]:
+    """The `--mode` of a command that dispatches on it (`--mode group` or `--mode=group`) and the flags left for that mode's own parser,
+    which has no `--mode`; under `--help` it first says what `--mode` takes (`modes`: mode -> what it runs)."""
+    from mascot.core.config import ConfigError
+
+    mode, rest, i = default, [], 0
+    while i < len(argv):
+        if argv[i] == "--mode" and i + 1 < len(argv):
+            mode, i = argv[i + 1], i + 2
+            continue
+        if argv[i].startswith("--mode="):
+            mode = argv[i].split("=", 1)[1]
+        else:
+            rest.append(argv[i])
+        i += 1
+    names = [m + (" (the default)" if m == default else "") for m in modes]
+    if mode not in modes:
+        raise ConfigError(f"--mode {mode!r}: {command} takes {', '.join(names[:-1])} or {names[-1]}")
+    if "-h" in rest or "--help" in rest:
+        print(f"--mode: {'; '.join(f'{n}: {what}' for n, what in zip(names, modes.values()))}\n")
+    return mode, rest
+
+
 def generate_main(argv: list[str] | None = None):
     "`mascot generate --mode individual|group ...`: stage-1 (individual) or stage-2 (group) data."
-    from mascot.core.config import flag_value
-
-    argv = list(sys.argv[1:] if argv is None else argv)
-    mode = flag_value(argv, "--mode", "individual")  # --mode group and --mode=group
+    modes = {"individual": "stage-1 candidates and pairs", "group": "stage-2 group data (--generation-mode)"}
+    mode, rest = dispatch_mode(list(sys.argv[1:] if argv is None else argv), "generate", modes, "individual")
     target = "mascot.stage2.group_data" if mode == "group" else "mascot.stage1.candidates"
-    return importlib.import_module(target).main(argv)
+    return importlib.import_module(target).main(rest)
 
 
 def train_group_main(argv: list[str] | None = None):
     "`mascot train-group --mode train-reward-model|train-director-grpo|train-director-dpo ...` (director GRPO when --mode is absent, as in the reference)"
-    from mascot.core.config import ConfigError, flag_value
-
-    argv = list(sys.argv[1:] if argv is None else argv)
-    mode = flag_value(argv, "--mode", "train-director-grpo")
     targets = {
         "train-reward-model": "mascot.stage2.group_reward_model",
         "train-director-grpo": "mascot.stage2.director_grpo",
         "train-director-dpo": "mascot.stage2.director_dpo",
     }
-    if mode not in targets:
-        raise ConfigError(
-            f"--mode {mode!r}: train-group takes train-reward-model, train-director-grpo (the default) or train-director-dpo"
-        )
-    return importlib.import_module(targets[mode]).main(argv)
+    modes = {
+        "train-reward-model": "the group reward model",
+        "train-director-grpo": "the director with GRPO",
+        "train-director-dpo": "the director with DPO",
+    }
+    argv = list(sys.argv[1:] if argv is None else argv)
+    mode, rest = dispatch_mode(argv, "train-group", modes, "train-director-grpo")
+    return importlib.import_module(targets[mode]).main(rest)

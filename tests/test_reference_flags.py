@@ -144,6 +144,15 @@ def test_a_judge_url_without_a_judge_model_records_the_served_one():
 
 
 # ---------------------------------------------------------------- the reference's quick start chains (../shared/SPEC.md, steps 1-10)
+def mode_flags(argv: list[str]) -> list[str]:
+    "What a stage's own parser gets of a `mascot generate` / `mascot train-group` command line: the dispatcher takes --mode."
+    from mascot.cli import dispatch_mode
+    from mascot.core.config import flag_value
+
+    mode = flag_value(argv, "--mode")
+    return dispatch_mode(argv, "mascot", {mode: "this stage"}, mode)[1]
+
+
 def _made_by(folder: Path, role: str, model: str) -> Path:
     "A data folder as `mascot generate` leaves it: a job run whose routes record the model of each role."
     run = folder / "runs" / "r1"
@@ -175,17 +184,39 @@ def test_quick_start_resolves_to_the_papers_models(tmp_path, monkeypatch):
         url = srv.url
         # 2: candidates
         c2 = CandidatesConfig.from_cli(
-            ["--mode", "individual", "--dataset", "QMSum", "--model-name", "Qwen/Qwen3-8B", "--num-candidates", "8"]
-            + ["--score-margin", "0.5", "--vllm-server-url", url, "--judge-server-url", url, "--output-dir", "data/rl"]
+            mode_flags(
+                ["--mode", "individual", "--dataset", "QMSum", "--model-name", "Qwen/Qwen3-8B", "--num-candidates", "8"]
+                + [
+                    "--score-margin",
+                    "0.5",
+                    "--vllm-server-url",
+                    url,
+                    "--judge-server-url",
+                    url,
+                    "--output-dir",
+                    "data/rl",
+                ]
+            )
         )
         assert individual_dir(c2) == Path("data/rl/individual_QMSum_Qwen3-8B")
         cands = _made_by(tmp_path / "data/rl/individual_QMSum_Qwen3-8B", "speaker", "Qwen/Qwen3-8B")
         # 5: group data, independent and branching
         for mode, name in (("independent", "group"), ("branching", "branching")):
             c5 = GroupDataConfig.from_cli(
-                ["--mode", "group", "--dataset", "QMSum", "--model-name", "Qwen/Qwen3-8B", "--generation-mode", mode]
-                + ["--num-episodes", "2", "--num-turns", "5", "--user-response-probability", "0.5", "--seed", "42"]
-                + ["--vllm-server-url", url, "--judge-server-url", url, "--output-dir", "data/rl"]
+                mode_flags(
+                    [
+                        "--mode",
+                        "group",
+                        "--dataset",
+                        "QMSum",
+                        "--model-name",
+                        "Qwen/Qwen3-8B",
+                        "--generation-mode",
+                        mode,
+                    ]
+                    + ["--num-episodes", "2", "--num-turns", "5", "--user-response-probability", "0.5", "--seed", "42"]
+                    + ["--vllm-server-url", url, "--judge-server-url", url, "--output-dir", "data/rl"]
+                )
             )
             assert group_dir(c5) == Path(f"data/rl/{name}_QMSum_Qwen3-8B")
             _made_by(tmp_path / f"data/rl/{name}_QMSum_Qwen3-8B", "director", "Qwen/Qwen3-8B")
@@ -203,8 +234,10 @@ def test_quick_start_resolves_to_the_papers_models(tmp_path, monkeypatch):
     assert SFTStageConfig.from_cli(["--dataset", "QMSum", "--data-path", str(cands)]).model_name == "Qwen/Qwen3-8B"
     # 6: the group reward model (the paper's full weights are configs/paper-*.yaml's full_finetune)
     c6 = GroupRewardModelConfig.from_cli(
-        ["--mode", "train-reward-model", "--dataset", "QMSum", "--group-reward-model-name", "Qwen/Qwen3-0.6B"]
-        + ["--data-path", "data/rl/group_QMSum_Qwen3-8B"]
+        mode_flags(
+            ["--mode", "train-reward-model", "--dataset", "QMSum", "--group-reward-model-name", "Qwen/Qwen3-0.6B"]
+            + ["--data-path", "data/rl/group_QMSum_Qwen3-8B"]
+        )
     )
     assert c6.group_reward_model_name == "Qwen/Qwen3-0.6B"
     grm = tmp_path / "outputs/reward_model/group_reward_QMSum_Qwen3-0.6B"
@@ -212,27 +245,31 @@ def test_quick_start_resolves_to_the_papers_models(tmp_path, monkeypatch):
     (grm / "mascot_metadata.json").write_text("{}")
     # 7: the director is the branching data's, the group reward model step 6's
     c7 = DirectorGRPOConfig.from_cli(
-        [
-            "--mode",
-            "train-director-grpo",
-            "--dataset",
-            "QMSum",
-            "--episode-dataset-path",
-            "data/rl/branching_QMSum_Qwen3-8B",
-        ]
-        + ["--rollout-server-url", "http://localhost:8008/v1", "--use-vllm"]
+        mode_flags(
+            [
+                "--mode",
+                "train-director-grpo",
+                "--dataset",
+                "QMSum",
+                "--episode-dataset-path",
+                "data/rl/branching_QMSum_Qwen3-8B",
+            ]
+            + ["--rollout-server-url", "http://localhost:8008/v1", "--use-vllm"]
+        )
     )
     assert c7.model_name == "Qwen/Qwen3-8B"
     assert Path(c7.group_reward_model_path).resolve() == grm.resolve()
     c7b = DirectorDPOConfig.from_cli(
-        [
-            "--mode",
-            "train-director-dpo",
-            "--dataset",
-            "QMSum",
-            "--episode-dataset-path",
-            "data/rl/branching_QMSum_Qwen3-8B",
-        ]
+        mode_flags(
+            [
+                "--mode",
+                "train-director-dpo",
+                "--dataset",
+                "QMSum",
+                "--episode-dataset-path",
+                "data/rl/branching_QMSum_Qwen3-8B",
+            ]
+        )
     )
     assert c7b.model_name == "Qwen/Qwen3-8B"
     # 8: evaluation with the served aliases

@@ -32,7 +32,6 @@ __all__ = ['CandidatesConfig', 'individual_dir', 'query_messages', 'judge_candid
 class CandidatesConfig(EndpointConfig, JobConfig, RunConfig, DataConfig):
     "Flags of `mascot generate --mode individual`: the shared settings (`JobConfig`, `RunConfig`, `DataConfig`), the endpoints, and its own."
 
-    mode: str = Field("individual", description="individual (this stage); group data is --mode group")
     dataset: str = "ESConv"
     split: str = "train"
     num_samples: int | None = 4
@@ -58,8 +57,6 @@ class CandidatesConfig(EndpointConfig, JobConfig, RunConfig, DataConfig):
     output_dir: str = Field("data/rl", description="where the pair folder individual_{dataset}_{model} is created")
 
     def model_post_init(self, _):
-        if self.mode != "individual":
-            raise ConfigError(f"--mode {self.mode!r}: this config is for --mode individual")
         if self.num_candidates < 2:
             raise ConfigError("--num-candidates must be at least 2 to form pairs")
         if self.score_margin < 0:

@@ -34,7 +34,6 @@ __all__ = ['DirectorDPOConfig', 'dpo_config', 'parsed_pairs', 'train_director_dp
 class DirectorDPOConfig(EpochTrainingConfig):
     "Flags of `mascot train-group --mode train-director-dpo`."
 
-    mode: str = Field("train-director-dpo", description="train-director-dpo (this stage of mascot train-group)")
     episode_dataset_path: str | None = Field(
         None,
         description="the branching folder whose directive pairs are trained on; default: data/rl/branching_{dataset}_{model}",

@@ -49,7 +49,6 @@ __all__ = ['DirectorGRPOConfig', 'make_directive_format_reward', 'make_speaker_d
 class DirectorGRPOConfig(EndpointConfig, GRPOTrainingConfig):
     "Flags of `mascot train-group --mode train-director-grpo`."
 
-    mode: str = Field("train-director-grpo", description="train-director-grpo (this stage of mascot train-group)")
     episode_dataset_path: str | None = Field(
         None,
         description="the branching folder whose director states are the prompts; default: data/rl/branching_{dataset}_{model}",

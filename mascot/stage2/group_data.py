@@ -43,7 +43,6 @@ __all__ = ['UNPARSED_SCORE', 'GroupDataConfig', 'group_dir', 'score_trajectory',
 class GroupDataConfig(EpisodeConfig):
     "Flags of `mascot generate --mode group`."
 
-    mode: str = Field("group", description="group (this stage); stage-1 data is --mode individual")
     generation_mode: Literal["independent", "branching"] = Field(
         "independent",
         description="independent: whole episodes judged as trajectories (group RM data); branching: K directives per state rolled forward (director data)",
@@ -66,8 +65,6 @@ class GroupDataConfig(EpisodeConfig):
     output_dir: str = "data/rl"
 
     def model_post_init(self, _):
-        if self.mode != "group":
-            raise ConfigError(f"--mode {self.mode!r}: this config is for --mode group")
         if self.system != "mascot":
             raise ConfigError("group data is generated with the director (--system mascot)")
         if self.num_episodes < 2 and self.generation_mode == "independent":

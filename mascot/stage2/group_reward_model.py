@@ -22,7 +22,6 @@ __all__ = ['GroupRewardModelConfig', 'train_group_reward_model', 'main']
 class GroupRewardModelConfig(RewardModelConfig):
     "Flags of `mascot train-group --mode train-reward-model` (`--group-reward-model-name` is the base model)."
 
-    mode: str = Field("train-reward-model", description="train-reward-model (this stage of mascot train-group)")
     group_reward_model_name: str | None = Field(
         None,
         description="the group reward model's base model (its folder is group_reward_{dataset}_{this model}); default: --model-name",
