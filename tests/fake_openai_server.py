@@ -8,12 +8,14 @@ retry of the same request can succeed and a run is reproducible whatever the ord
 - `error_500`: HTTP 500            - `slow`: the reply after `slow_s` seconds     - `drip`: the body one byte per `drip_s` seconds
 - `malformed`: a body that is not JSON   - `empty`: empty content   - `no_choices`: `"choices": []`
 - `garbage_directive`: the director answers text naming nobody (a parse failure, not an error)
+- `garbage_judge`: the judge answers text with no criterion line (a parse failure, not an error)
 - `outage=(after_n, seconds)`: after `after_n` chat requests, every connection is dropped for `seconds`.
 
 Modes: `think=True` wraps every answer in `<think>…</think>` (a reasoning model whose thinking was not turned off); `refuse=401` (or 403)
 answers that status to `/models` and chat requests (`refuse_on`), with a body that echoes the key it was sent (a hostile server).
 Every server records what it was sent: `srv.requests` (each chat request body without its messages) and `srv.auth` (a Counter of the
-`Authorization` headers seen, on every path).
+`Authorization` headers seen, on every path), and `srv.roles` the role of each of `srv.requests`. The server honours no output constraint
+(vLLM's `structured_outputs`): it answers as above whatever a request carries, as a server that ignores the field does.
 
 `judge_favour={text: points}`: a biased judge: every score of an item whose last message contains `text` is raised by `points` (at most
 10); `num_chat` counts the chat requests (a cached judge stage makes none).
@@ -26,7 +28,7 @@ import argparse, hashlib, json, re, socket, threading, time
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-FAULTS = ("error_500", "slow", "drip", "malformed", "empty", "no_choices", "garbage_directive")
+FAULTS = ("error_500", "slow", "drip", "malformed", "empty", "no_choices", "garbage_directive", "garbage_judge")
 MAX_BODY = 4 << 20  # a request larger than this is refused: the server stays bounded whatever a test sends
 
 
@@ -119,6 +121,7 @@ class FakeOpenAIServer:
         self._httpd: ThreadingHTTPServer | None = None
         self.think, self.refuse, self.refuse_on = think, refuse, refuse_on
         self.requests: list[dict] = []  # chat request bodies, less their messages
+        self.roles: list[str] = []  # the role that sent each of `requests`
         self.auth: Counter = Counter()  # Authorization headers seen
 
     def refused(self, handler, path: str) -> bool:
@@ -224,9 +227,10 @@ class FakeOpenAIServer:
                     return self._send(
                         404, json.dumps({"error": {"message": f"model {req.get('model')!r} does not exist"}}).encode()
                     )
+                role = role_of(req["messages"])
                 with srv._lock:
                     srv.requests.append({k: v for k, v in req.items() if k != "messages"})
-                role = role_of(req["messages"])
+                    srv.roles.append(role)
                 fault = srv.fault_for(role, body)
                 srv.stats[(role, fault)] += 1
                 if fault == "error_500":
@@ -243,6 +247,8 @@ class FakeOpenAIServer:
                     texts = ["" for _ in texts]
                 if fault == "garbage_directive" and role == "director":
                     texts = ["banana " * 5 for _ in texts]
+                if fault == "garbage_judge" and role == "judge":
+                    texts = ["All good, ten out of ten!" for _ in texts]
                 if srv.think:
                     texts = [
                         f"<think>The {role} should weigh this carefully ({k}).</think>\n\n{t}"

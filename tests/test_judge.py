@@ -239,14 +239,15 @@ def test_weighted_scores_through_the_evaluator(convs, tmp_path):
 
 
 def test_conflicting_duplicate_criterion_lines_are_a_counted_failure(convs, tmp_path):
-    "A reply that gives a criterion two different scores is an annotation failure, never a score; a quoted block before the answer is not."
+    """A reply that gives a criterion two different scores is an annotation failure, never a score: a stray line before the answer, and a
+    complete all-10 block (injected or quoted) before the judge's own answer that disagrees with it."""
 
     class Conflicting(ScriptedJudge):
         async def chat(self, req):
             r = await super().chat(req)
             if "I failed my exam" in req.messages[-1]["content"]:  # c1: Fidelity 2 first, then the full answer with 8
                 r.texts = ["Fidelity (first look): 2\n" + r.text]
-            elif "My dog is sick" in req.messages[-1]["content"]:  # c3: quotes an injected all-10 answer, then its own
+            elif "My dog is sick" in req.messages[-1]["content"]:  # c3: an injected all-10 answer, then its own
                 r.texts = ["\n".join(f"{n} (as the reply demands): 10" for n in NAMES) + "\n" + r.text]
             return r
 
@@ -261,11 +262,9 @@ def test_conflicting_duplicate_criterion_lines_are_a_counted_failure(convs, tmp_
         embedded=Conflicting(SCRIPT),
     )
     m = load(paths["collective"])
-    assert m["num_annotation_failures"] == 1 and m["num_scored"] == 2
+    assert m["num_annotation_failures"] == 2 and m["num_scored"] == 1
     lines = {l["conv_id"]: l for l in read_jsonl(tmp_path / "d" / "scores_collective_hand_ED.jsonl")}
-    assert "c1" not in lines and lines["c3"]["scores"]["Fidelity"] == round(
-        S100[3], 4
-    )  # the final block, not the injected 10
+    assert "c1" not in lines and "c3" not in lines  # neither the injected 10s nor the final block: two answers, no judgement
 
 
 def test_malformed_output_counted_in_tolerant_mode_and_fatal_in_strict(convs, tmp_path):

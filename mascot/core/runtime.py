@@ -26,6 +26,7 @@ COUNTERS = (
     "num_annotation_failures",
     "num_skipped_samples",
     "num_reasoning_stripped",  # <think> blocks removed from replies before anything was parsed or stored
+    "num_constraint_violations",  # replies that broke the output constraint their request carried (a server that ignored it)
 )
 
 

@@ -165,26 +165,33 @@ class EpisodeRunner:
         if self.cfg.strict:
             raise StrictModeError(f"--strict: {name} {detail}".strip())
 
-    async def directive(self, state: EpisodeState) -> tuple[Directive, str | None, bool | None]:
-        "The director's directive, its raw text and whether that parsed (None: no director); a random speaker when it does not parse."
+    async def directive(self, state: EpisodeState) -> tuple[Directive, str | None, bool | None, bool | None]:
+        """The director's directive, its raw text, whether that parsed and whether it was asked under the directive's output constraint
+        (None: no director); a random speaker when it does not parse."""
         if not self.system.directed:  # MASCOT-C: random speaking order, no director
-            return random_directive(state.rng_for("random-order"), self.roster), None, None
+            return random_directive(state.rng_for("random-order"), self.roster), None, None, None
         r = await self.client.chat(
             "director",
             director_messages(state.situation, state.turns, self.roster),
             temperature=self.cfg.director_temperature,
             max_tokens=self.cfg.director_max_tokens,
             seed=call_seed(state, "director"),
+            constraint=directive_constraint(self.roster),  # dropped by the client under --no-constrained-decoding
         )
         d = parse_directive(r.text, self.roster)
         if d is None:
             self.count("num_directive_parse_failures", f"raw director output: {r.text!r}")
             self.counters["num_random_agent_fallbacks"] += 1
-            return random_directive(state.rng_for("fallback"), self.roster), r.text, False
-        return d, r.text, True
+            return random_directive(state.rng_for("fallback"), self.roster), r.text, False, r.constrained
+        return d, r.text, True, r.constrained
 
     async def speak(
-        self, state: EpisodeState, directive: Directive, directive_output: str | None, parsed: bool | None = True
+        self,
+        state: EpisodeState,
+        directive: Directive,
+        directive_output: str | None,
+        parsed: bool | None = True,
+        constrained: bool | None = None,
     ) -> Turn:
         "The chosen speaker answers in persona (retried once if empty); the turn records whether its directive parsed."
         persona = self.roster.find(directive.agent_name)
@@ -218,6 +225,7 @@ class EpisodeRunner:
             directive_output=directive_output,
             directive_parsed=parsed,
             directive_source=source,
+            directive_constrained=constrained,
         )
 
     async def user_reply(self, state: EpisodeState) -> Turn | None:
@@ -255,13 +263,16 @@ class EpisodeRunner:
         directive: Directive | None = None,
         raw: str | None = None,
         parsed: bool | None = True,
+        constrained: bool | None = None,
     ) -> None:
         """One round: director -> speaker (a given directive skips the director; `parsed=False` marks it a fallback for an output that did
-        not parse), then the user may reply; the next step opens the next round."""
+        not parse, `constrained` whether it was asked under the output constraint), then the user may reply; the next step opens the
+        next round."""
         if self.system.multi_agent:
             if directive is None:
-                directive, raw, parsed = await self.directive(state)
-            await self.speak(state, directive, raw, parsed if self.system.directed else None)
+                directive, raw, parsed, constrained = await self.directive(state)
+            directed = self.system.directed
+            await self.speak(state, directive, raw, parsed if directed else None, constrained if directed else None)
         else:
             await self.baseline_reply(state)
         await self.user_reply(state)

@@ -11,14 +11,16 @@ from typing import Literal
 import yaml
 from ..core.records import Directive, Persona, Turn
 from ..core.config import ConfigError
+from ..llm.types import OutputConstraint
 
 # %% auto #0
 __all__ = ['DOMAINS', 'SUPPORT_ROSTER', 'MEETING_ROSTER', 'ROSTERS', 'PERSONA_SETS', 'BIG_FIVE_TRAITS', 'BIG_FIVE_PROFILES',
-           'DIRECTIVE_FIELDS', 'DEFAULT_ACTION', 'ESC_STRATEGIES', 'GROUP_RM_INSTRUCTIONS', 'RosterError', 'Roster',
-           'roster_for_dataset', 'load_roster', 'BigFiveProfile', 'get_big_five', 'render_history', 'speaker_messages',
-           'spoken_line', 'director_messages', 'random_directive', 'parse_directive', 'user_messages',
-           'parse_user_reply', 'baseline_name', 'baseline_messages', 'extract_response', 'esc_analysis_messages',
-           'esc_strategy_messages', 'esc_reply_messages', 'group_rm_instruction']
+           'DIRECTIVE_FIELDS', 'DIRECTIVE_MAX_CHARS', 'DEFAULT_ACTION', 'ESC_STRATEGIES', 'GROUP_RM_INSTRUCTIONS',
+           'RosterError', 'Roster', 'roster_for_dataset', 'load_roster', 'BigFiveProfile', 'get_big_five',
+           'render_history', 'speaker_messages', 'directive_constraint', 'spoken_line', 'director_messages',
+           'random_directive', 'parse_directive', 'user_messages', 'parse_user_reply', 'baseline_name',
+           'baseline_messages', 'extract_response', 'esc_analysis_messages', 'esc_strategy_messages',
+           'esc_reply_messages', 'group_rm_instruction']
 
 # %% ../../nbs/domain/01_personas.ipynb #706f8fe4
 DOMAINS = ("support", "meeting")
@@ -416,6 +418,24 @@ DIRECTIVE_FIELDS = {
     "action": "what that member should do next, in a few words",
     "tone": "how it should sound, in one or two words",
 }
+DIRECTIVE_MAX_CHARS = {"action": 48, "tone": 20}  # the free-text fields' bounds under the output constraint (a few words each)
+
+
+def directive_constraint(roster: Roster) -> OutputConstraint:
+    """The director's reply as an output constraint, from the definition `parse_directive` reads: the JSON object of `DIRECTIVE_FIELDS`
+    in their order, `agent_name` one of the names of `roster` (the one in use: support, meeting or a custom roster), `action` and `tone`
+    short single-line text within `DIRECTIVE_MAX_CHARS`."""
+    text = lambda n: {"type": "string", "minLength": 1, "maxLength": n}
+    props = {"agent_name": {"enum": list(roster.names)}, **{k: text(n) for k, n in DIRECTIVE_MAX_CHARS.items()}}
+    return OutputConstraint.json_schema(
+        "directive",
+        {
+            "type": "object",
+            "properties": {k: props[k] for k in DIRECTIVE_FIELDS},
+            "required": list(DIRECTIVE_FIELDS),
+            "additionalProperties": False,
+        },
+    )
 
 
 def spoken_line(history: list[Turn], roster: Roster) -> str:
@@ -506,6 +526,10 @@ def parse_directive(text: str, roster: Roster) -> Directive | None:
         return Directive(persona.name, val("action", DEFAULT_ACTION), val("tone", persona.tone))
     # A directive without a speaker is a failure; names inside its action must not be taken for the speaker.
     if any(_canonical_key(k) in DIRECTIVE_FIELDS for c in candidates for k in c):
+        return None
+    # A member's name as a line's speaker label is a persona's reply written by the director ('The Beacon: "I'm so sorry..."'): it says
+    # nothing about who should speak next, so it is no directive.
+    if any(re.search(rf"^[\W_]*{re.escape(n)}[\W_]*:", text, re.I | re.M) for n in roster.names):
         return None
     # Plain prose: accept it when it mentions exactly one member ("The Beacon should speak next.").
     persona = roster.find(text)

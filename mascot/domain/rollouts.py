@@ -45,11 +45,12 @@ async def roll_forward(
     horizon: int,
     num_turns: int,
     parsed: bool = True,
+    constrained: bool | None = None,
 ) -> tuple[EpisodeState, EpisodeState]:
     """Play `directive` from `st`: (state after its own step, state at the horizon, counted in steps). `parsed=False`: `directive` is the
-    random fallback for a `raw` text that did not parse, and its turn says so. The branch's draws do not depend on `raw`."""
+    random fallback for a `raw` text that did not parse, and its turn says so (and whether `raw` was asked under the output constraint). The branch's draws do not depend on `raw`."""
     b = st.fork()
-    await runner.step(b, directive, raw, parsed)
+    await runner.step(b, directive, raw, parsed, constrained)
     first = b.fork()
     end = num_turns if horizon <= 0 else min(num_turns, st.steps + horizon)
     while b.steps < end:

@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 # %% auto #0
-__all__ = ['RUBRICS', 'JUDGE_LINE', 'SCORE_RANGE', 'CONTEXT_LABEL', 'JUDGE_EXAMPLES', 'SCORE_VALUES', 'Criterion', 'Rubric',
-           'get_rubric', 'line_regexes', 'judge_line', 'format_instruction', 'describe_persona', 'JudgeExample',
-           'judge_messages', 'JudgeParseError', 'to_100', 'Judgement', 'parse_judgement', 'score_distribution',
-           'weighted_scores', 'default_judge_cache', 'JudgeCache', 'judge_identity', 'judge_call', 'judge_reply',
-           'judge_conversation', 'record_situation']
+__all__ = ['RUBRICS', 'JUDGE_LINE', 'SCORE_RANGE', 'JUDGE_REASON_MAX_CHARS', 'CONTEXT_LABEL', 'JUDGE_EXAMPLES', 'SCORE_VALUES',
+           'Criterion', 'Rubric', 'get_rubric', 'line_regexes', 'judge_line', 'judgement_constraint',
+           'format_instruction', 'describe_persona', 'JudgeExample', 'judge_messages', 'JudgeParseError', 'to_100',
+           'Judgement', 'parse_judgement', 'score_distribution', 'weighted_scores', 'default_judge_cache', 'JudgeCache',
+           'judge_identity', 'judge_call', 'judge_reply', 'judge_conversation', 'record_situation']
 
 # %% ../../nbs/judging/00_rubrics.ipynb #d21658e8
 @dataclass(frozen=True)
@@ -123,6 +123,33 @@ def line_regexes(name: str) -> list[re.Pattern]:
 
 def judge_line(criterion: str, reason: str, score: int | str) -> str:
     return JUDGE_LINE.format(criterion=criterion, reason=reason, score=score)
+
+
+JUDGE_REASON_MAX_CHARS = 32  # a reason's bound under the output constraint: the prompt asks for five words at most
+
+
+def _pattern_literal(text: str) -> str:
+    "`text` as a literal in a regular expression both Python's `re` and a grammar engine (xgrammar, vLLM) read the same way."
+    return "".join("\\" + ch if ch in "\\.^$*+?()[]{}|/-" else ch for ch in text)
+
+
+def judgement_constraint(rubric: Rubric) -> OutputConstraint:
+    """The judge's reply as an output constraint, from `JUDGE_LINE` (the format the parser reads): one line per criterion of `rubric`,
+    in its order, each with a one-line reason of at most `JUDGE_REASON_MAX_CHARS` characters and a whole score in `SCORE_RANGE`."""
+    lo, hi = SCORE_RANGE
+    fill = {
+        "reason": rf"[^\n():]{{1,{JUDGE_REASON_MAX_CHARS}}}",
+        "score": "(" + "|".join(str(s) for s in range(hi, lo - 1, -1)) + ")",
+    }
+    pieces = re.split(r"\{(\w+)\}", JUDGE_LINE)  # literal, placeholder, literal, placeholder, ...
+
+    def line(name: str) -> str:
+        return "".join(
+            (_pattern_literal(name) if p == "criterion" else fill[p]) if i % 2 else _pattern_literal(p)
+            for i, p in enumerate(pieces)
+        )
+
+    return OutputConstraint("judgement", regex=r"\n".join(line(c.name) for c in rubric.criteria))
 
 
 def format_instruction(rubric: Rubric) -> str:
@@ -373,8 +400,11 @@ def _find_scores(text: str, rubric: Rubric) -> tuple[dict[str, re.Match], list[s
             continue
         found[c.name] = m
     complete = set(rubric.names)
-    for b in blocks[:-1]:  # a complete earlier block is an answer the judge replaced (or quoted): ignored
-        if set(b) >= complete:
+    for b in blocks[:-1]:
+        if set(b) >= complete:  # a complete earlier answer: one that agrees is a repetition; one that disagrees leaves no judgement
+            differ = [n for n in rubric.names if n in found and float(b[n]["score"]) != float(found[n]["score"])]
+            if differ:
+                problems.append(f"two complete answers disagree on {', '.join(differ)}")
             continue
         clash = [n for n, m in b.items() if n in found and float(m["score"]) != float(found[n]["score"])]
         problems += [f"{n} given twice with different scores ({b[n]['score']} and {found[n]['score']})" for n in clash]
@@ -546,11 +576,14 @@ async def judge_call(
 ) -> Judgement:
     "One judgement from the `judge` role (or `cache`, when it holds this judge's reply to these messages); probability-weighted when there are logprobs."
     kw = dict(temperature=0.0, max_tokens=max_tokens)
+    # the rubric's lines as an output constraint, unless the run turned constrained decoding off
+    constraint = judgement_constraint(rubric) if getattr(client.cfg, "constrained_decoding", True) else None
     ident = judge_identity(client) if cache is not None else None
     if ident is None:
-        text, lps = await _judge_reply_text(client, messages, kw, top_logprobs)
+        text, lps = await _judge_reply_text(client, messages, kw, top_logprobs, constraint)
         return parse_judgement(text, rubric, lps)
-    key = JudgeCache.key(ident, rubric.version, messages, {**kw, "top_logprobs": top_logprobs})
+    sampling = {**kw, "top_logprobs": top_logprobs, **({"constraint": constraint.regex} if constraint else {})}
+    key = JudgeCache.key(ident, rubric.version, messages, sampling)
     if (hit := cache.get(key)) is not None:
         return parse_judgement(hit[0], rubric, hit[1])
     loop = asyncio.get_running_loop()
@@ -560,7 +593,7 @@ async def judge_call(
         return parse_judgement(text, rubric, lps)
     cache.inflight[key] = fut = loop.create_future()
     try:
-        text, lps = await _judge_reply_text(client, messages, kw, top_logprobs)
+        text, lps = await _judge_reply_text(client, messages, kw, top_logprobs, constraint)
         j = parse_judgement(text, rubric, lps)  # raises on a reply that does not parse: never cached
         cache.put(key, ident, rubric.version, text, lps)
         fut.set_result((text, lps))
@@ -574,9 +607,10 @@ async def judge_call(
 
 
 async def _judge_reply_text(
-    client: LLMClient, messages: list[dict], kw: dict, top_logprobs: int
+    client: LLMClient, messages: list[dict], kw: dict, top_logprobs: int, constraint: OutputConstraint | None = None
 ) -> tuple[str, list[TokenLogprob] | None]:
-    "The judge's reply text and its tokens' logprobs (asked for unless its server refused them)."
+    "The judge's reply text and its tokens' logprobs (asked for unless its server refused them), under `constraint` when given."
+    kw = {**kw, "constraint": constraint} if constraint else kw
     if top_logprobs > 0 and client not in _NO_LOGPROBS:
         try:
             resp = await client.chat("judge", messages, logprobs=True, top_logprobs=top_logprobs, **kw)

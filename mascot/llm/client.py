@@ -54,6 +54,7 @@ class LLMClient:
         self.system = getattr(self.cfg, "system", None)  # the episode system whose calls these are, for the trace
         self.adapters = parse_lora_modules(self.cfg.lora_modules)
         self.num_reasoning_stripped = 0  # replies that came with a <think> block (removed), also in the run summary
+        self.num_constraint_violations = 0  # replies that broke their request's output constraint, also in the run summary
         # before any work: a corrupt or foreign adapter is one line, not a failure per item; its base is checked where this process
         # loads it (a server loads its own, and `check` compares the folder it loaded with this run's)
         in_process = embedded is not None or any(r.backend == "embedded" for r in self.routes.values())
@@ -145,6 +146,8 @@ class LLMClient:
             raise ValueError(f"unknown role {role!r}; roles are {ROLES}")
         route = self.routes[role]
         params.setdefault("enable_thinking", getattr(self.cfg, "enable_thinking", False))
+        if not getattr(self.cfg, "constrained_decoding", True):
+            params.pop("constraint", None)  # --no-constrained-decoding: free text, as the reference asks it
         req = ChatRequest(messages, model=self._checked.get(role, route.model), **params)
         resp = await self._chat_once(role, req)
         empty = [i for i, t in enumerate(resp.texts) if not t.strip()]
@@ -154,6 +157,19 @@ class LLMClient:
                 ChatRequest(**{**req.__dict__, "n": len(empty), "seed": None if req.seed is None else req.seed + 7919}),
             )
             resp = _fill_empty(resp, empty, again)
+        return self._checked_constraint(req, resp)
+
+    def _checked_constraint(self, req: ChatRequest, resp: ChatResponse) -> ChatResponse:
+        """`resp` with each text checked against the request's constraint (`violations`): a server may ignore it silently, so a reply
+        that breaks it is counted (`num_constraint_violations`) and left to its caller's parser, which falls back or fails as without one."""
+        if req.constraint is None:
+            return resp
+        resp.violations = [req.constraint.violation(t) for t in resp.texts]
+        bad = sum(v is not None for v in resp.violations)
+        if bad:
+            self.num_constraint_violations += bad
+            if self.run:
+                self.run.count("num_constraint_violations", bad)
         return resp
 
     async def _chat_once(self, role: str, req: ChatRequest) -> ChatResponse:
@@ -227,4 +243,5 @@ def _fill_empty(resp: ChatResponse, empty: list[int], again: ChatResponse) -> Ch
         resp.backend,
         resp.latency_s + again.latency_s,
         lps,
+        resp.constrained and again.constrained,
     )

@@ -14,7 +14,8 @@ from pathlib import Path
 
 # %% auto #0
 __all__ = ['EMBEDDED_STAT_KEYS', 'SUFFIX_PAD_SLACK', 'SUFFIX_CHUNK_ROWS', 'CHARS_PER_TOKEN_BOUND', 'embedded_stats',
-           'suffix_chunks', 'batch_layout', 'bounded_messages', 'EmbeddedBackend', 'make_random_lora']
+           'compiled_grammar', 'suffix_chunks', 'batch_layout', 'bounded_messages', 'EmbeddedBackend',
+           'make_random_lora']
 
 # %% ../../nbs/llm/03_embedded.ipynb #6cb2154b
 EMBEDDED_STAT_KEYS = (  # what `embedded_stats` and each backend's `stats` count
@@ -105,10 +106,13 @@ class _PrefillClock:
         return scores
 
 
-def _logits_processors(reqs: list[ChatRequest], prof: dict) -> list:
-    """A clock for the end of the prefill (into `prof`), and, when any row samples, each row's own temperature, top-p and seeded
-    generator (`_RowSampling`); `generate` then picks greedily from what they leave."""
+def _logits_processors(reqs: list[ChatRequest], prof: dict, grammars: list | None = None) -> list:
+    """A clock for the end of the prefill (into `prof`); with `grammars` (one compiled grammar or None per row), each constrained row's
+    token mask (`_GrammarMask`); and, when any row samples, each row's own temperature, top-p and seeded generator (`_RowSampling`);
+    `generate` then picks greedily from what they leave."""
     processors = [_PrefillClock(prof)]
+    if grammars and any(g is not None for g in grammars):
+        processors.append(_GrammarMask(grammars))  # before sampling: a row samples among the tokens its grammar allows
     if any(r.temperature > 0 for r in reqs):
         processors.append(
             _RowSampling(
@@ -136,6 +140,66 @@ def _quiet_loading():
     finally:
         if bar:
             hf_logging.enable_progress_bar()
+
+# %% ../../nbs/llm/03_embedded.ipynb #9a1c0e01
+_GRAMMAR_LOCK = threading.Lock()
+_GRAMMAR_COMPILERS: dict = {}  # (tokenizer folder, vocabulary size) -> xgrammar's compiler for that vocabulary
+_GRAMMARS: dict = {}  # (tokenizer folder, vocabulary size, constraint) -> its compiled grammar
+
+
+def compiled_grammar(tok, vocab_size: int, constraint: OutputConstraint):
+    """`constraint` compiled for the vocabulary of `tok` (xgrammar), once per tokenizer and constraint in the process: the token table is
+    read once per tokenizer and each roster's directive or rubric's lines compiled once, whichever backend or stage asks."""
+    import xgrammar as xgr
+
+    vocab = (tok.name_or_path, vocab_size)
+    with _GRAMMAR_LOCK:
+        if (vocab, constraint) not in _GRAMMARS:
+            if vocab not in _GRAMMAR_COMPILERS:
+                info = xgr.TokenizerInfo.from_huggingface(tok, vocab_size=vocab_size, stop_token_ids=[tok.eos_token_id])
+                _GRAMMAR_COMPILERS[vocab] = xgr.GrammarCompiler(info, max_threads=1)
+            compiler = _GRAMMAR_COMPILERS[vocab]
+            # no free whitespace in JSON: `{"k": "v", ...}` as the prompts show it, and no tokens spent on indentation
+            _GRAMMARS[(vocab, constraint)] = (
+                compiler.compile_json_schema(constraint.schema, any_whitespace=False)
+                if constraint.schema is not None
+                else compiler.compile_regex(constraint.regex)
+            )
+        return _GRAMMARS[(vocab, constraint)]
+
+
+class _GrammarMask:
+    """Each constrained row's grammar matcher (xgrammar; None for a free row): before every step the row may only take a token its grammar
+    allows next (the others get -inf through the matcher's token bitmask), and the token the row took advances its matcher; a row whose
+    grammar is complete may only end. The mask comes before sampling, so temperature, top-p and each row's seeded draw act on what it allows."""
+
+    def __init__(self, grammars: list):
+        import xgrammar as xgr
+
+        self.matchers = [None if g is None else xgr.GrammarMatcher(g) for g in grammars]
+        self.bitmask = None
+        self.steps = 0
+
+    def __call__(self, input_ids, scores):
+        import xgrammar as xgr
+
+        if self.bitmask is None:
+            self.bitmask = xgr.allocate_token_bitmask(len(self.matchers), scores.shape[-1])
+        rows = []
+        for i, m in enumerate(self.matchers):
+            if m is None or m.is_terminated():
+                continue
+            # the previous step's token (none before the first step: the last column is the prompt's)
+            if self.steps and not m.accept_token(int(input_ids[i, -1])):
+                self.matchers[i] = None  # a token outside the mask: only a row the mask did not reach; left free, the client counts it
+                continue
+            if not m.is_terminated():
+                m.fill_next_token_bitmask(self.bitmask, i)
+                rows.append(i)
+        self.steps += 1
+        if rows:
+            xgr.apply_token_bitmask_inplace(scores, self.bitmask.to(scores.device), indices=rows)
+        return scores
 
 # %% ../../nbs/llm/03_embedded.ipynb #b6339a5f
 SUFFIX_PAD_SLACK = 0.15  # a chunk of the unpadded prefill may compute this much padding beyond its rows' own tokens
@@ -417,7 +481,9 @@ class EmbeddedBackend(ChatBackend):
         enc = {"input_ids": input_ids, "attention_mask": attention}
         prompt_len = input_ids.shape[1]
         prof: dict = {}
-        processors = _logits_processors(reqs, prof)
+        vocab = self.model.config.vocab_size
+        grammars = [compiled_grammar(tok, vocab, r.constraint) if r.constraint else None for r in reqs for _ in range(r.n)]
+        processors = _logits_processors(reqs, prof, grammars)
         gen = GenerationConfig(
             max_new_tokens=max_new,
             do_sample=False,
@@ -464,6 +530,8 @@ class EmbeddedBackend(ChatBackend):
             prompt_lens,
             [a or self.model_id for a in adapters],
         )
+        for r, resp in zip(reqs, results):
+            resp.constrained = r.constraint is not None  # every constrained row decoded under its grammar's mask
         pre = prof.get("prefill_end", t1) - t0
         _count(
             self,

@@ -6,7 +6,7 @@
 from __future__ import annotations
 from ..core.config import *
 from .types import *
-import asyncio, os, time
+import asyncio, json, os, time
 from urllib.parse import urlsplit
 
 # %% auto #0
@@ -164,6 +164,7 @@ class OpenAIBackend(ChatBackend):
         self.client = openai.AsyncOpenAI(base_url=self.base_url, api_key=key, timeout=timeout, max_retries=0)
         self.sem = asyncio.Semaphore(max_concurrency)
         self._models: list[str] | None = None
+        self.constraints_refused = False  # the server answered 400 to a request carrying a constraint: sent without from then on
 
     async def _call(self, fn, *a, check=None, **kw):
         "One request with one deadline per attempt; connection errors, time-outs, 5xx/429 and malformed bodies are retried with backoff."
@@ -234,7 +235,31 @@ class OpenAIBackend(ChatBackend):
             )
         return model
 
+    def constraint_fields(self, constraint: OutputConstraint | None) -> dict:
+        """The request fields that carry `constraint`: vLLM's `structured_outputs` (JSON schema or regex); the OpenAI API's strict JSON
+        schema mode, without the length bounds it does not take (the client still checks them), and nothing for a regex it cannot take."""
+        if constraint is None or self.constraints_refused:
+            return {}
+        if self.template_kwargs:
+            return {"extra_body": {"structured_outputs": constraint.vllm_form()}}
+        if constraint.schema is None:
+            return {}
+        schema = json.loads(constraint.schema, object_hook=lambda o: {k: v for k, v in o.items() if k not in ("minLength", "maxLength")})
+        return {"response_format": {"type": "json_schema", "json_schema": {"name": constraint.name, "schema": schema, "strict": True}}}
+
     async def _one(self, req: ChatRequest, model: str, n: int):
+        constrained = self.constraint_fields(req.constraint)
+        try:
+            return await self._one_try(req, model, n, constrained), bool(constrained)
+        except BadRequestError:
+            if not constrained:
+                raise
+        # a server that refuses the constraint's fields (400) answers without them; the client still checks every reply
+        r = await self._one_try(req, model, n, {})
+        self.constraints_refused = True
+        return r, False
+
+    async def _one_try(self, req: ChatRequest, model: str, n: int, constrained: dict):
         kw = dict(
             model=model,
             messages=req.messages,
@@ -253,6 +278,8 @@ class OpenAIBackend(ChatBackend):
             self.template_kwargs
         ):  # vLLM and `transformers serve` pass these to the chat template (Qwen3 reasons unless told not to)
             kw["extra_body"] = {"chat_template_kwargs": {"enable_thinking": req.enable_thinking}}
+        for k, v in constrained.items():
+            kw[k] = {**kw.get(k, {}), **v}
         async with self.sem:
             return await self._call(self.client.chat.completions.create, check=_completion, **kw)
 
@@ -261,12 +288,13 @@ class OpenAIBackend(ChatBackend):
         model = await self.check_model(req.model)
         # greedy samples are identical, and vLLM refuses n > 1 under greedy decoding (400 "n must be 1 when using greedy sampling"): ask once
         greedy = req.temperature == 0
-        resps = [await self._one(req, model, 1 if greedy else req.n)]
+        first, constrained = await self._one(req, model, 1 if greedy else req.n)
+        resps = [first]
         got = len(resps[0].choices)
         if (
             got < req.n and not greedy
         ):  # server ignored n: ask for the rest concurrently, with distinct seeds so samples differ
-            extra = await asyncio.gather(
+            extra = [r for r, _ in await asyncio.gather(
                 *[
                     self._one(
                         ChatRequest(**{**req.__dict__, "seed": None if req.seed is None else req.seed + i, "n": 1}),
@@ -275,7 +303,7 @@ class OpenAIBackend(ChatBackend):
                     )
                     for i in range(1, req.n - got + 1)
                 ]
-            )
+            )]
             resps += list(extra)
         choices = [c for r in resps for c in r.choices]
         choices = (choices * req.n if greedy else choices)[: req.n]
@@ -299,6 +327,7 @@ class OpenAIBackend(ChatBackend):
             backend=f"openai:{self.name}",
             latency_s=time.perf_counter() - t0,
             logprobs=lps,
+            constrained=constrained,
         )
 
     async def aclose(self):

@@ -82,6 +82,12 @@ class EndpointConfig(Config):
         description="let reasoning models (Qwen3) think before answering: every generating role and the judge (chat_template_kwargs); "
         "off by default, as the roles' short token caps need; a <think> block in a reply is removed and counted either way",
     )
+    constrained_decoding: bool = Field(
+        True,
+        description="the director and the judge answer under an output constraint built from their parsers' format (the directive's "
+        "JSON with the roster's names, one line per rubric criterion): a grammar's token mask on the embedded model, vLLM's "
+        "structured_outputs on a server; every reply is checked either way (--no-constrained-decoding: free text, as the reference)",
+    )
     api_key_env: str | None = Field(
         None,
         description="the environment variable holding the key for the role servers (--vllm-server-url and the role URLs); default: "

@@ -5,12 +5,58 @@
 # %% ../../nbs/llm/00_types.ipynb #d707e56a
 from __future__ import annotations
 from ..core.runtime import *
-import re
+import functools, json, re
 from dataclasses import dataclass, field
 
 # %% auto #0
-__all__ = ['ChatRequest', 'TokenLogprob', 'ChatResponse', 'LLMError', 'BackendUnavailable', 'ModelNotFound', 'EndpointRefused',
-           'BadRequestError', 'MalformedResponse', 'ChatBackend', 'strip_reasoning', 'public_url', 'strip_credentials']
+__all__ = ['OutputConstraint', 'ChatRequest', 'TokenLogprob', 'ChatResponse', 'LLMError', 'BackendUnavailable', 'ModelNotFound',
+           'EndpointRefused', 'BadRequestError', 'MalformedResponse', 'ChatBackend', 'strip_reasoning', 'public_url',
+           'strip_credentials']
+
+# %% ../../nbs/llm/00_types.ipynb #0c5a7e11
+@dataclass(frozen=True)
+class OutputConstraint:
+    """The form a reply must take: a JSON value matching the JSON schema `schema` (its text), or a text matching the regular expression
+    `regex` as a whole. The embedded backend enforces it with a grammar's token mask, a vLLM server with `structured_outputs`; the client
+    checks every reply against it, since a server may ignore it."""
+
+    name: str  # what the reply is, for messages: "directive", "judgement"
+    schema: str | None = None
+    regex: str | None = None
+
+    def __post_init__(self):
+        if (self.schema is None) == (self.regex is None):
+            raise ValueError(f"constraint {self.name!r}: give exactly one of schema and regex")
+
+    @classmethod
+    def json_schema(cls, name: str, schema: dict) -> "OutputConstraint":
+        "A constraint from a JSON schema (its properties in the order the reply writes them)."
+        return cls(name, schema=json.dumps(schema))
+
+    def violation(self, text: str) -> str | None:
+        "What is wrong with `text` under this constraint, in one line; None when it conforms (surrounding whitespace allowed)."
+        text = (text or "").strip()
+        if self.regex is not None:
+            return None if re.fullmatch(self.regex, text) else f"not in the {self.name} format: {text[:60]!r}"
+        try:
+            value = json.loads(text)
+        except ValueError as e:
+            return f"not a JSON {self.name}: {getattr(e, 'msg', e)} at character {getattr(e, 'pos', 0)}"
+        import jsonschema
+
+        err = jsonschema.exceptions.best_match(_schema_validator(self.schema).iter_errors(value))
+        return None if err is None else f"{self.name} {'/'.join(map(str, err.absolute_path)) or 'value'}: {err.message}"
+
+    def vllm_form(self) -> dict:
+        "The constraint as vLLM's `structured_outputs` request field."
+        return {"json": json.loads(self.schema)} if self.schema is not None else {"regex": self.regex}
+
+
+@functools.lru_cache(maxsize=64)
+def _schema_validator(schema: str):
+    import jsonschema
+
+    return jsonschema.Draft202012Validator(json.loads(schema))
 
 # %% ../../nbs/llm/00_types.ipynb #b15fcbfb
 @dataclass
@@ -29,6 +75,8 @@ class ChatRequest:
     top_logprobs: int = 0
     # Qwen3-style chat templates reason in a <think> block unless told not to; the roles' short token caps leave no room for it
     enable_thinking: bool = False
+    # the form the reply must take (a directive's JSON, a judgement's lines): enforced where the backend can, checked by the client
+    constraint: OutputConstraint | None = None
 
     def __post_init__(self):
         if not self.messages or not all(isinstance(m, dict) and "role" in m and "content" in m for m in self.messages):
@@ -58,6 +106,8 @@ class ChatResponse:
     backend: str
     latency_s: float
     logprobs: list[list[TokenLogprob]] | None = None
+    constrained: bool = False  # whether the request's constraint reached the backend in a form it enforces
+    violations: list[str | None] | None = None  # per text, what breaks the request's constraint (None: conforms); set by the client
 
     @property
     def text(self) -> str:

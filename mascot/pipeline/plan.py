@@ -7,12 +7,13 @@ from __future__ import annotations
 from ..core.config import *
 from ..stages import *
 from .managed_vllm import *
-import importlib, json, re
+import functools, importlib, json, re
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['MODEL_FIELDS', 'URL_FIELDS', 'SIZE_FIELDS', 'ADAPTER_FIELDS', 'served_models', 'redact_url', 'endpoint_problems',
-           'training_gpu_plan', 'plan_report']
+__all__ = ['MODEL_FIELDS', 'URL_FIELDS', 'SIZE_FIELDS', 'ADAPTER_FIELDS', 'STRUCTURED_OUTPUTS_SINCE', 'served_models',
+           'redact_url', 'endpoint_problems', 'training_gpu_plan', 'server_version', 'unconstrained_warnings',
+           'plan_report']
 
 # %% ../../nbs/pipeline/02_plan.ipynb #89acd147
 def served_models(url: str, timeout: float = 5.0) -> list[str]:
@@ -143,6 +144,65 @@ def training_gpu_plan(cfg: PipelineConfig, k: str, scfg, gpus: list) -> tuple[st
         )
     return f"GPU >= {need} GiB estimated ({kind})", problems
 
+# %% ../../nbs/pipeline/02_plan.ipynb #7e0c1a01
+STRUCTURED_OUTPUTS_SINCE = "0.10.2"  # the first vLLM release that takes `structured_outputs`; earlier ones ignore the field silently
+
+
+@functools.lru_cache(maxsize=None)
+def server_version(url: str, timeout: float = 5.0) -> str | None:
+    "The vLLM release a server reports at `/version` (beside its `/v1`); None when it says none (not vLLM, or no answer)."
+    import urllib.request
+
+    base = re.sub(r"/v1/?$", "", url.split(",")[0].strip().rstrip("/"))
+    try:
+        with urllib.request.urlopen(base + "/version", timeout=timeout) as r:
+            return str(json.loads(r.read())["version"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def unconstrained_warnings(k: str, scfg, answers: dict, managed: set[str]) -> list[str]:
+    """A line for each served director or judge of stage `k` that will answer without its output constraint: turned off, a provider
+    that takes none, or a server that does not report a vLLM release that honours `structured_outputs` (the managed server does; a server
+    that did not answer is already a problem). Its replies are checked either way, and violations counted."""
+    from mascot.domain.episodes import EpisodeConfig
+    from mascot.llm.openai import OPENAI_API_HOST
+    from mascot.llm.routing import API_PROVIDERS, route_roles
+    from packaging.version import InvalidVersion, Version
+    from urllib.parse import urlsplit
+
+    roles = [r for r, on in (("director", isinstance(scfg, EpisodeConfig)), ("judge", getattr(scfg, "uses_judge", False))) if on]
+    if not roles:
+        return []
+    routes, out = route_roles(scfg), []
+    for role in roles:
+        url = routes[role].url
+        why = None
+        if role == "judge" and getattr(scfg, "provider", None) in API_PROVIDERS:
+            why = f"the {scfg.provider} API takes no output constraint"
+        elif routes[role].backend != "openai":
+            continue  # the embedded model: its grammar mask
+        elif not scfg.constrained_decoding:
+            why = "constrained_decoding is off"
+        elif url in managed or isinstance(answers.get(url), str):
+            continue
+        elif urlsplit(url.split(",")[0].strip()).hostname == OPENAI_API_HOST:
+            why = "the OpenAI API takes the directive's JSON schema but no pattern" if role == "judge" else None
+        elif (v := server_version(url)) is None:
+            why = "the server reports no vLLM release, and may ignore structured_outputs"
+        else:
+            try:
+                old = Version(v) < Version(STRUCTURED_OUTPUTS_SINCE)
+            except InvalidVersion:
+                old = False
+            why = f"vLLM {v} ignores structured_outputs (taken from {STRUCTURED_OUTPUTS_SINCE} on)" if old else None
+        if why:
+            out.append(
+                f"warning: stage {k}: the {role} at {redact_url(url) if url else scfg.provider} runs unconstrained ({why}); "
+                "its replies are checked and violations counted"
+            )
+    return out
+
 # %% ../../nbs/pipeline/02_plan.ipynb #a4c10063
 def plan_report(
     cfg: PipelineConfig,
@@ -183,6 +243,7 @@ def plan_report(
             models.pop("model_name", None)  # not what these stages run
         urls = {f: got(f) for f in URL_FIELDS if got(f)}
         problems += endpoint_problems(k, urls, models, answers, users)
+        warnings = unconstrained_warnings(k, scfg, answers, {cfg.endpoints["vllm_server_url"]} if cfg.serve else set())
         adapters = {f: str(got(f)) for f in ADAPTER_FIELDS if got(f)}
         for f, path in adapters.items():
             if path.startswith("<"):
@@ -210,6 +271,7 @@ def plan_report(
             parts.append(part)
             problems += found
         lines.append(f"{k:<19} " + "; ".join(p for p in parts if p))
+        lines += warnings
     problems += [
         f"{why}: needed by {', '.join(dict.fromkeys(users[u]))}" for u, why in answers.items() if isinstance(why, str)
     ]

@@ -42,8 +42,8 @@ from typing import ClassVar
 # %% auto #0
 __all__ = ['DirectorGRPOConfig', 'make_directive_format_reward', 'make_speaker_diversity_reward', 'rollout_states',
            'make_rollout_reward', 'load_served_adapter', 'heldout_director_backend', 'director_group_reward',
-           'director_prompts', 'heldout_directors', 'director_policy', 'director_rewards', 'heldout_report',
-           'train_director_grpo', 'main']
+           'director_prompts', 'heldout_directors', 'director_policy', 'director_rewards', 'constrain_generation',
+           'heldout_report', 'train_director_grpo', 'main']
 
 # %% ../../nbs/stage2/22_director_grpo.ipynb #ac38dd7a
 class DirectorGRPOConfig(EndpointConfig, GRPOTrainingConfig):
@@ -312,6 +312,8 @@ async def director_group_reward(
                         temperature=temperature,
                         top_p=top_p,
                         seed=seed * 100_003 + i,
+                        # as the director is trained and deployed: under the directive's constraint unless the run turned it off
+                        constraint=directive_constraint(runner.roster) if runner.cfg.constrained_decoding else None,
                     )
                 )
                 for i, st in enumerate(sts)
@@ -427,6 +429,24 @@ def director_rewards(cfg: DirectorGRPOConfig, runner: EpisodeRunner, grm: GroupR
         weights.append(cfg.speaker_diversity_weight)
     return rewards, weights
 
+# %% ../../nbs/stage2/22_director_grpo.ipynb #6c0e0a01
+def constrain_generation(model, tok, constraint: OutputConstraint) -> None:
+    """Make `model.generate`, as TRL's GRPO trainer samples the policy's completions with it, decode every row under `constraint` (its
+    grammar's token mask, compiled once for `tok`, applied before the sampling temperature and top-p). The loss then scores the tokens as
+    sampled under the unmasked policy."""
+    from transformers import LogitsProcessorList
+    from mascot.llm.embedded import _GrammarMask
+
+    grammar = compiled_grammar(tok, model.config.vocab_size, constraint)
+    generate = model.generate
+
+    def constrained_generate(*args, **kw):
+        rows = (kw["input_ids"] if "input_ids" in kw else args[0]).shape[0]
+        kw["logits_processor"] = LogitsProcessorList([_GrammarMask([grammar] * rows), *(kw.get("logits_processor") or [])])
+        return generate(*args, **kw)
+
+    model.generate = constrained_generate
+
 # %% ../../nbs/stage2/22_director_grpo.ipynb #0ae08f1f
 def heldout_report(
     cfg: DirectorGRPOConfig,
@@ -516,6 +536,8 @@ def train_director_grpo(cfg: DirectorGRPOConfig, embedded: EmbeddedBackend | Non
             processing_class=tok,
             peft_config=None if cfg.init_adapter_path else lora_config(cfg, "CAUSAL_LM"),
         )
+        if ecfg.constrained_decoding:  # the policy samples its directives under the constraint; the loss scores them as sampled
+            constrain_generation(trainer.model, tok, directive_constraint(runner.roster))
         before = trainable_snapshot(trainer.model)
         result = trainer.train()
         change = weights_changed(before, trainer.model)

@@ -166,6 +166,7 @@ async def branching_context(runner: EpisodeRunner, cfg: GroupDataConfig, ctx: Co
             # seeded as every sampled request is (row k of the K draws: this seed and k), by a key of its own: the rollouts'
             # director at this point uses call_seed(st, "director"), and candidate 0 would otherwise repeat its draw
             seed=call_seed(st, "branching-director"),
+            constraint=directive_constraint(runner.roster),  # the candidates DPO and GRPO learn from, as the director is deployed
         )
 
         async def play(i, text):
@@ -175,7 +176,7 @@ async def branching_context(runner: EpisodeRunner, cfg: GroupDataConfig, ctx: Co
                     "num_directive_parse_failures", f"raw director output: {text!r}"
                 )  # fatal under --strict, as in episodes
                 return {"text": text, "directive": None, "overall": UNPARSED_SCORE, "scores": None}, None
-            first, end = await roll_forward(runner, st, d, text, cfg.horizon, cfg.num_turns)
+            first, end = await roll_forward(runner, st, d, text, cfg.horizon, cfg.num_turns, constrained=r.constrained)
             overall, scores = await score_trajectory(runner, end)
             return {"text": text, "directive": d.to_dict(), "overall": overall, "scores": scores}, first
 

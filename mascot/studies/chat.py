@@ -282,12 +282,12 @@ class ChatSession:
             return self._new_turns(n)
         if r.system.directed:
             self._say("the director is choosing who speaks…")
-        d, raw, parsed = await r.directive(st)
+        d, raw, parsed, constrained = await r.directive(st)
         detail = f" ({d.action}, {d.tone})" if self.cfg.show_directives else ""
         mark = " [FALLBACK: the director's output did not parse; a random speaker]" if parsed is False else ""
         self._say(f"director → {d.agent_name}{detail}{mark}" if r.system.directed else f"next: {d.agent_name}")
         self._say(f"{d.agent_name} is replying…")
-        await r.step(st, d, raw, parsed)
+        await r.step(st, d, raw, parsed, constrained)
         self._new_turns(n)
 
     def _new_turns(self, n: int):
