@@ -26,7 +26,9 @@ OUT = ROOT / "bench" / "results" / "constrained_decoding.json"
 
 def provenance() -> dict:
     flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    cpu = next((l.split(":", 1)[1].strip() for l in flags.splitlines() if l.startswith("model name")), platform.processor())
+    cpu = next(
+        (l.split(":", 1)[1].strip() for l in flags.splitlines() if l.startswith("model name")), platform.processor()
+    )
     git = lambda *a: subprocess.run(["git", *a], capture_output=True, text=True, cwd=ROOT).stdout.strip()
     return {
         "machine": {
@@ -58,22 +60,43 @@ def requests(kind: str, n: int, constrained: bool):
     from mascot.judging.rubrics import get_rubric, judge_messages, judgement_constraint
     from mascot.llm.types import ChatRequest
 
-    worries = ["my exam", "my sister", "a job interview", "my dog", "moving house", "an old friend", "the rent", "a long week"]
-    situations = [f"I keep worrying about {worries[i % 8]}; it has been {i + 2} days and I cannot sleep." for i in range(n)]
+    worries = [
+        "my exam",
+        "my sister",
+        "a job interview",
+        "my dog",
+        "moving house",
+        "an old friend",
+        "the rent",
+        "a long week",
+    ]
+    situations = [
+        f"I keep worrying about {worries[i % 8]}; it has been {i + 2} days and I cannot sleep." for i in range(n)
+    ]
     if kind == "director":
         con = directive_constraint(SUPPORT_ROSTER) if constrained else None
-        hist = lambda s, i: [Turn(0, 0, "User", s, turn_type="user")] + (
-            [Turn(1, 1, SUPPORT_ROSTER.names[i % 3], "That sounds heavy. I am here with you.")] if i % 2 else []
+        hist = lambda s, i: (
+            [Turn(0, 0, "User", s, turn_type="user")]
+            + ([Turn(1, 1, SUPPORT_ROSTER.names[i % 3], "That sounds heavy. I am here with you.")] if i % 2 else [])
         )
         return [
-            ChatRequest(director_messages(s, hist(s, i), SUPPORT_ROSTER), max_tokens=64, temperature=0.7, seed=i, constraint=con)
+            ChatRequest(
+                director_messages(s, hist(s, i), SUPPORT_ROSTER), max_tokens=64, temperature=0.7, seed=i, constraint=con
+            )
             for i, s in enumerate(situations)
         ]
     rubric = get_rubric("persona", "ED")
     con = judgement_constraint(rubric) if constrained else None
     return [
         ChatRequest(
-            judge_messages(rubric, s, f"User: {s}", "That sounds exhausting; it makes sense you feel on edge.", SUPPORT_ROSTER.personas[i % 3], 1),
+            judge_messages(
+                rubric,
+                s,
+                f"User: {s}",
+                "That sounds exhausting; it makes sense you feel on edge.",
+                SUPPORT_ROSTER.personas[i % 3],
+                1,
+            ),
             max_tokens=80,
             logprobs=True,
             top_logprobs=20,
@@ -98,7 +121,9 @@ async def measure(emb, reqs, concurrency: int) -> dict:
         "tokens": tokens,
         "wall_s": wall,
         "tokens_per_s": tokens / wall,
-        "decode_ms_per_step": 1000 * (after["decode_s"] - before["decode_s"]) / max(1, steps - len(range(0, len(out), concurrency))),
+        "decode_ms_per_step": 1000
+        * (after["decode_s"] - before["decode_s"])
+        / max(1, steps - len(range(0, len(out), concurrency))),
         "violations": bad,
     }
 
@@ -118,7 +143,9 @@ def throughput(a):
             for kind in ("director", "judge"):
                 for conc in (1, 16):
                     n = a.requests if conc == 16 else a.requests // 4
-                    order = (False, True) if rep % 2 == 0 else (True, False)  # alternated: drift in the machine's load hits both
+                    order = (
+                        (False, True) if rep % 2 == 0 else (True, False)
+                    )  # alternated: drift in the machine's load hits both
                     for constrained in order:
                         m = await measure(emb, requests(kind, n, constrained), conc)
                         runs.setdefault(f"{kind}/c{conc}/{'constrained' if constrained else 'free'}", []).append(m)
@@ -144,7 +171,9 @@ def throughput(a):
             f, c = summary[f"{kind}/c{conc}/free"], summary[f"{kind}/c{conc}/constrained"]
             ratios[f"{kind}/c{conc}"] = {
                 "tokens_per_s_constrained_over_free": round(c["tokens_per_s_mean"] / f["tokens_per_s_mean"], 3),
-                "decode_step_constrained_over_free": round(c["decode_ms_per_step_mean"] / f["decode_ms_per_step_mean"], 3),
+                "decode_step_constrained_over_free": round(
+                    c["decode_ms_per_step_mean"] / f["decode_ms_per_step_mean"], 3
+                ),
             }
     save(
         "throughput",
@@ -226,7 +255,12 @@ def main():
     sub = ap.add_subparsers(dest="cmd", required=True)
     t = sub.add_parser("throughput")
     t.add_argument("--reps", type=int, default=3)
-    t.add_argument("--requests", type=int, default=16, help="requests per measurement at concurrency 16 (a quarter at concurrency 1)")
+    t.add_argument(
+        "--requests",
+        type=int,
+        default=16,
+        help="requests per measurement at concurrency 16 (a quarter at concurrency 1)",
+    )
     d = sub.add_parser("demo")
     d.add_argument("--before", required=True, help="a finished smoke run folder without constrained decoding")
     d.add_argument("--after", required=True, help="a finished smoke run folder with it")

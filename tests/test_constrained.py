@@ -24,7 +24,9 @@ def by_role(srv: FakeOpenAIServer, role: str) -> list[dict]:
 
 
 def turns_of(path: Path) -> list[dict]:
-    return [t for line in path.read_text().splitlines() for t in json.loads(line)["turns"] if t.get("turn_type") != "user"]
+    return [
+        t for line in path.read_text().splitlines() for t in json.loads(line)["turns"] if t.get("turn_type") != "user"
+    ]
 
 
 def test_served_director_and_judge_requests_carry_the_constraint(esconv, tmp_path):
@@ -42,10 +44,14 @@ def test_served_director_and_judge_requests_carry_the_constraint(esconv, tmp_pat
         judge, free = by_role(srv, "judge"), by_role(srv, "speaker") + by_role(srv, "user")
     # the directive's schema names exactly the roster in use: the custom file's members, then the support roster's
     for bodies, names in ((custom, ["Sage", "Spark"]), (support, SUPPORT_ROSTER.names)):
-        assert len(bodies) == 4
+        assert len(bodies) >= 4  # 2 conversations x 2 turns (a request timed out under load is asked again)
         for b in bodies:
             schema = b["structured_outputs"]["json"]
-            assert schema["properties"]["agent_name"]["enum"] == names and schema["required"] == ["agent_name", "action", "tone"]
+            assert schema["properties"]["agent_name"]["enum"] == names and schema["required"] == [
+                "agent_name",
+                "action",
+                "tone",
+            ]
     # each judge request carries its rubric's lines; speakers and the simulated user answer free text
     rubrics = {judgement_constraint(get_rubric(k, "ESConv")).regex for k in ("persona", "collective")}
     assert judge and {b["structured_outputs"]["regex"] for b in judge} == rubrics
@@ -53,14 +59,17 @@ def test_served_director_and_judge_requests_carry_the_constraint(esconv, tmp_pat
     # the fake server's answers conform: nothing counted, every directed turn marked constrained and parsed
     for run in (tmp_path / "default" / f"{EP}.runs", tmp_path / "judged" / f"judge_{Path(EP).stem}.runs"):
         assert summaries(run)[-1]["num_constraint_violations"] == 0
-    assert all(t["directive_constrained"] and t["directive_source"] == "director" for t in turns_of(tmp_path / "default" / EP))
+    assert all(
+        t["directive_constrained"] and t["directive_source"] == "director" for t in turns_of(tmp_path / "default" / EP)
+    )
 
 
 def test_a_server_ignoring_the_constraint_gives_counted_violations_and_fallbacks(esconv, tmp_path):
     with FakeOpenAIServer({"garbage_directive": 1.0}) as srv:
         r = mascot(*episode_args(srv.url, esconv, tmp_path, 2, 2))
         assert r.returncode == 0, r.stderr[-3000:]
-        srv.faults = {"garbage_judge": 0.5}  # half the judgements: the stage completes with the rest
+        # every persona judgement is garbage (the persona rubric asks whether a reply stays in character), the collective ones are not
+        srv.faults, srv.fault_if = {"garbage_judge": 1.0}, "stay in character"
         r = mascot(*judge_args(srv.url, tmp_path / EP, tmp_path / "judged"))
         assert r.returncode == 0, r.stderr[-3000:]
     s = summaries(tmp_path / f"{EP}.runs")[-1]

@@ -264,7 +264,9 @@ def test_conflicting_duplicate_criterion_lines_are_a_counted_failure(convs, tmp_
     m = load(paths["collective"])
     assert m["num_annotation_failures"] == 2 and m["num_scored"] == 1
     lines = {l["conv_id"]: l for l in read_jsonl(tmp_path / "d" / "scores_collective_hand_ED.jsonl")}
-    assert "c1" not in lines and "c3" not in lines  # neither the injected 10s nor the final block: two answers, no judgement
+    assert (
+        "c1" not in lines and "c3" not in lines
+    )  # neither the injected 10s nor the final block: two answers, no judgement
 
 
 def test_malformed_output_counted_in_tolerant_mode_and_fatal_in_strict(convs, tmp_path):

@@ -143,16 +143,24 @@ def test_vllm_cpu_honours_the_director_and_judge_constraints(server):
     turns = [Turn(0, 0, "User", "I failed my exam and my parents will be angry.", turn_type="user")]
     rubric, anchor = get_rubric("persona", "ED"), SUPPORT_ROSTER.find("The Anchor")
     asks = {
-        "director": (director_messages("I failed my exam.", turns, SUPPORT_ROSTER), directive_constraint(SUPPORT_ROSTER)),
+        "director": (
+            director_messages("I failed my exam.", turns, SUPPORT_ROSTER),
+            directive_constraint(SUPPORT_ROSTER),
+        ),
         "judge": (
-            judge_messages(rubric, "I failed my exam.", "User: I failed my exam.", "That sounds hard.", anchor, examples=1),
+            judge_messages(
+                rubric, "I failed my exam.", "User: I failed my exam.", "That sounds hard.", anchor, examples=1
+            ),
             judgement_constraint(rubric),
         ),
     }
 
     async def go():
         b = OpenAIBackend(server["url"], timeout=600)
-        out = {k: await b.chat(ChatRequest(m, model=BASE, max_tokens=96, constraint=c, temperature=1.0, seed=3, n=2)) for k, (m, c) in asks.items()}
+        out = {
+            k: await b.chat(ChatRequest(m, model=BASE, max_tokens=96, constraint=c, temperature=1.0, seed=3, n=2))
+            for k, (m, c) in asks.items()
+        }
         await b.aclose()
         return out
 

@@ -42,7 +42,9 @@ class Turn:
     turn_type: Literal["agent", "user"] = "agent"
     directive_parsed: bool | None = None  # None: no director ran, or a file from before the field
     directive_source: Literal["director", "fallback"] | None = None
-    directive_constrained: bool | None = None  # whether the director answered under the directive's output constraint (None: unknown)
+    directive_constrained: bool | None = (
+        None  # whether the director answered under the directive's output constraint (None: unknown)
+    )
 
     def to_dict(self) -> dict:
         d = {"turn_idx": self.turn_idx, "round_id": self.round_id}

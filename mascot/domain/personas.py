@@ -418,7 +418,10 @@ DIRECTIVE_FIELDS = {
     "action": "what that member should do next, in a few words",
     "tone": "how it should sound, in one or two words",
 }
-DIRECTIVE_MAX_CHARS = {"action": 48, "tone": 20}  # the free-text fields' bounds under the output constraint (a few words each)
+DIRECTIVE_MAX_CHARS = {
+    "action": 48,
+    "tone": 20,
+}  # the free-text fields' bounds under the output constraint (a few words each)
 
 
 def directive_constraint(roster: Roster) -> OutputConstraint:

@@ -401,7 +401,9 @@ def _find_scores(text: str, rubric: Rubric) -> tuple[dict[str, re.Match], list[s
         found[c.name] = m
     complete = set(rubric.names)
     for b in blocks[:-1]:
-        if set(b) >= complete:  # a complete earlier answer: one that agrees is a repetition; one that disagrees leaves no judgement
+        if (
+            set(b) >= complete
+        ):  # a complete earlier answer: one that agrees is a repetition; one that disagrees leaves no judgement
             differ = [n for n in rubric.names if n in found and float(b[n]["score"]) != float(found[n]["score"])]
             if differ:
                 problems.append(f"two complete answers disagree on {', '.join(differ)}")

@@ -54,7 +54,9 @@ class LLMClient:
         self.system = getattr(self.cfg, "system", None)  # the episode system whose calls these are, for the trace
         self.adapters = parse_lora_modules(self.cfg.lora_modules)
         self.num_reasoning_stripped = 0  # replies that came with a <think> block (removed), also in the run summary
-        self.num_constraint_violations = 0  # replies that broke their request's output constraint, also in the run summary
+        self.num_constraint_violations = (
+            0  # replies that broke their request's output constraint, also in the run summary
+        )
         # before any work: a corrupt or foreign adapter is one line, not a failure per item; its base is checked where this process
         # loads it (a server loads its own, and `check` compares the folder it loaded with this run's)
         in_process = embedded is not None or any(r.backend == "embedded" for r in self.routes.values())

@@ -191,7 +191,9 @@ class _GrammarMask:
                 continue
             # the previous step's token (none before the first step: the last column is the prompt's)
             if self.steps and not m.accept_token(int(input_ids[i, -1])):
-                self.matchers[i] = None  # a token outside the mask: only a row the mask did not reach; left free, the client counts it
+                self.matchers[i] = (
+                    None  # a token outside the mask: only a row the mask did not reach; left free, the client counts it
+                )
                 continue
             if not m.is_terminated():
                 m.fill_next_token_bitmask(self.bitmask, i)
@@ -482,7 +484,9 @@ class EmbeddedBackend(ChatBackend):
         prompt_len = input_ids.shape[1]
         prof: dict = {}
         vocab = self.model.config.vocab_size
-        grammars = [compiled_grammar(tok, vocab, r.constraint) if r.constraint else None for r in reqs for _ in range(r.n)]
+        grammars = [
+            compiled_grammar(tok, vocab, r.constraint) if r.constraint else None for r in reqs for _ in range(r.n)
+        ]
         processors = _logits_processors(reqs, prof, grammars)
         gen = GenerationConfig(
             max_new_tokens=max_new,

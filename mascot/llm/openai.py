@@ -164,7 +164,9 @@ class OpenAIBackend(ChatBackend):
         self.client = openai.AsyncOpenAI(base_url=self.base_url, api_key=key, timeout=timeout, max_retries=0)
         self.sem = asyncio.Semaphore(max_concurrency)
         self._models: list[str] | None = None
-        self.constraints_refused = False  # the server answered 400 to a request carrying a constraint: sent without from then on
+        self.constraints_refused = (
+            False  # the server answered 400 to a request carrying a constraint: sent without from then on
+        )
 
     async def _call(self, fn, *a, check=None, **kw):
         "One request with one deadline per attempt; connection errors, time-outs, 5xx/429 and malformed bodies are retried with backoff."
@@ -244,8 +246,15 @@ class OpenAIBackend(ChatBackend):
             return {"extra_body": {"structured_outputs": constraint.vllm_form()}}
         if constraint.schema is None:
             return {}
-        schema = json.loads(constraint.schema, object_hook=lambda o: {k: v for k, v in o.items() if k not in ("minLength", "maxLength")})
-        return {"response_format": {"type": "json_schema", "json_schema": {"name": constraint.name, "schema": schema, "strict": True}}}
+        schema = json.loads(
+            constraint.schema, object_hook=lambda o: {k: v for k, v in o.items() if k not in ("minLength", "maxLength")}
+        )
+        return {
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {"name": constraint.name, "schema": schema, "strict": True},
+            }
+        }
 
     async def _one(self, req: ChatRequest, model: str, n: int):
         constrained = self.constraint_fields(req.constraint)
@@ -294,16 +303,19 @@ class OpenAIBackend(ChatBackend):
         if (
             got < req.n and not greedy
         ):  # server ignored n: ask for the rest concurrently, with distinct seeds so samples differ
-            extra = [r for r, _ in await asyncio.gather(
-                *[
-                    self._one(
-                        ChatRequest(**{**req.__dict__, "seed": None if req.seed is None else req.seed + i, "n": 1}),
-                        model,
-                        1,
-                    )
-                    for i in range(1, req.n - got + 1)
-                ]
-            )]
+            extra = [
+                r
+                for r, _ in await asyncio.gather(
+                    *[
+                        self._one(
+                            ChatRequest(**{**req.__dict__, "seed": None if req.seed is None else req.seed + i, "n": 1}),
+                            model,
+                            1,
+                        )
+                        for i in range(1, req.n - got + 1)
+                    ]
+                )
+            ]
             resps += list(extra)
         choices = [c for r in resps for c in r.choices]
         choices = (choices * req.n if greedy else choices)[: req.n]

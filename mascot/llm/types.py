@@ -107,7 +107,9 @@ class ChatResponse:
     latency_s: float
     logprobs: list[list[TokenLogprob]] | None = None
     constrained: bool = False  # whether the request's constraint reached the backend in a form it enforces
-    violations: list[str | None] | None = None  # per text, what breaks the request's constraint (None: conforms); set by the client
+    violations: list[str | None] | None = (
+        None  # per text, what breaks the request's constraint (None: conforms); set by the client
+    )
 
     @property
     def text(self) -> str:

@@ -145,7 +145,9 @@ def training_gpu_plan(cfg: PipelineConfig, k: str, scfg, gpus: list) -> tuple[st
     return f"GPU >= {need} GiB estimated ({kind})", problems
 
 # %% ../../nbs/pipeline/02_plan.ipynb #7e0c1a01
-STRUCTURED_OUTPUTS_SINCE = "0.10.2"  # the first vLLM release that takes `structured_outputs`; earlier ones ignore the field silently
+STRUCTURED_OUTPUTS_SINCE = (
+    "0.10.2"  # the first vLLM release that takes `structured_outputs`; earlier ones ignore the field silently
+)
 
 
 @functools.lru_cache(maxsize=None)
@@ -171,7 +173,11 @@ def unconstrained_warnings(k: str, scfg, answers: dict, managed: set[str]) -> li
     from packaging.version import InvalidVersion, Version
     from urllib.parse import urlsplit
 
-    roles = [r for r, on in (("director", isinstance(scfg, EpisodeConfig)), ("judge", getattr(scfg, "uses_judge", False))) if on]
+    roles = [
+        r
+        for r, on in (("director", isinstance(scfg, EpisodeConfig)), ("judge", getattr(scfg, "uses_judge", False)))
+        if on
+    ]
     if not roles:
         return []
     routes, out = route_roles(scfg), []

@@ -435,14 +435,22 @@ def constrain_generation(model, tok, constraint: OutputConstraint) -> None:
     grammar's token mask, compiled once for `tok`, applied before the sampling temperature and top-p). The loss then scores the tokens as
     sampled under the unmasked policy."""
     from transformers import LogitsProcessorList
+    import xgrammar as xgr
     from mascot.llm.embedded import _GrammarMask
 
     grammar = compiled_grammar(tok, model.config.vocab_size, constraint)
     generate = model.generate
 
+    class EveryRow(_GrammarMask):
+        "A matcher for every row `generate` decodes, counted at its first step (after `num_return_sequences` has copied the prompts)."
+
+        def __call__(self, input_ids, scores):
+            if not self.matchers:
+                self.matchers = [xgr.GrammarMatcher(grammar) for _ in range(input_ids.shape[0])]
+            return super().__call__(input_ids, scores)
+
     def constrained_generate(*args, **kw):
-        rows = (kw["input_ids"] if "input_ids" in kw else args[0]).shape[0]
-        kw["logits_processor"] = LogitsProcessorList([_GrammarMask([grammar] * rows), *(kw.get("logits_processor") or [])])
+        kw["logits_processor"] = LogitsProcessorList([EveryRow([]), *(kw.get("logits_processor") or [])])
         return generate(*args, **kw)
 
     model.generate = constrained_generate
@@ -536,7 +544,9 @@ def train_director_grpo(cfg: DirectorGRPOConfig, embedded: EmbeddedBackend | Non
             processing_class=tok,
             peft_config=None if cfg.init_adapter_path else lora_config(cfg, "CAUSAL_LM"),
         )
-        if ecfg.constrained_decoding:  # the policy samples its directives under the constraint; the loss scores them as sampled
+        if (
+            ecfg.constrained_decoding
+        ):  # the policy samples its directives under the constraint; the loss scores them as sampled
             constrain_generation(trainer.model, tok, directive_constraint(runner.roster))
         before = trainable_snapshot(trainer.model)
         result = trainer.train()
