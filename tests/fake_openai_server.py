@@ -9,6 +9,7 @@ retry of the same request can succeed and a run is reproducible whatever the ord
 - `malformed`: a body that is not JSON   - `empty`: empty content   - `no_choices`: `"choices": []`
 - `garbage_directive`: the director answers text naming nobody (a parse failure, not an error)
 - `garbage_judge`: the judge answers text with no criterion line (a parse failure, not an error)
+- `reply_directive`: the director answers as a persona would, `The Beacon: "..."` (no directive: a parse failure, not an error)
 - `outage=(after_n, seconds)`: after `after_n` chat requests, every connection is dropped for `seconds`.
 
 Modes: `think=True` wraps every answer in `<think>…</think>` (a reasoning model whose thinking was not turned off); `refuse=401` (or 403)
@@ -28,7 +29,17 @@ import argparse, hashlib, json, re, socket, threading, time
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-FAULTS = ("error_500", "slow", "drip", "malformed", "empty", "no_choices", "garbage_directive", "garbage_judge")
+FAULTS = (
+    "error_500",
+    "slow",
+    "drip",
+    "malformed",
+    "empty",
+    "no_choices",
+    "garbage_directive",
+    "garbage_judge",
+    "reply_directive",
+)
 MAX_BODY = 4 << 20  # a request larger than this is refused: the server stays bounded whatever a test sends
 
 
@@ -247,6 +258,10 @@ class FakeOpenAIServer:
                     texts = ["" for _ in texts]
                 if fault == "garbage_directive" and role == "director":
                     texts = ["banana " * 5 for _ in texts]
+                if fault == "reply_directive" and role == "director":
+                    texts = [
+                        'The Beacon: "I\'m so sorry to hear that. You are stronger than you think."' for _ in texts
+                    ]
                 if fault == "garbage_judge" and role == "judge":
                     texts = ["All good, ten out of ten!" for _ in texts]
                 if srv.think:

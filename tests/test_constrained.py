@@ -87,3 +87,14 @@ def test_no_constrained_decoding_sends_free_requests(esconv, tmp_path):
         assert r.returncode == 0, r.stderr[-3000:]
     assert srv.requests and not any("structured_outputs" in b for b in srv.requests)
     assert all(t["directive_constrained"] is False for t in turns_of(tmp_path / EP))
+
+
+def test_a_director_writing_a_persona_reply_is_a_counted_fallback(esconv, tmp_path):
+    "A director that writes a persona's reply (`The Beacon: \"I'm so sorry...\"`) names no speaker to direct: a counted fallback."
+    with FakeOpenAIServer({"reply_directive": 1.0}) as srv:
+        r = mascot(*episode_args(srv.url, esconv, tmp_path, 1, 1))
+        assert r.returncode == 0, r.stderr[-3000:]
+    s = summaries(tmp_path / f"{EP}.runs")[-1]
+    (turn,) = turns_of(tmp_path / EP)
+    assert turn["directive_source"] == "fallback" and turn["directive_output"].startswith("The Beacon: ")
+    assert s["num_random_agent_fallbacks"] == s["num_directive_parse_failures"] == s["num_constraint_violations"] == 1
