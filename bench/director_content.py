@@ -243,7 +243,7 @@ def build_states(msgs: list[dict], roster) -> list[dict]:
     return out
 
 
-# ---- the reference methods ----
+# ---- the comparison methods ----
 def keyword_rule(message: str) -> str:
     "The persona whose keyword list matches the message most (ties: Catalyst, Beacon, Anchor); no match: The Anchor."
     low = message.lower()

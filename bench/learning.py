@@ -432,7 +432,7 @@ def mcnemar_p_at_best(before: float, after: float, n: int) -> float:
 
 
 class _ProgrammaticAsGroupRM:
-    "Stands in for GroupRewardModel in train_director_grpo: `load` returns the programmatic reward (the reference judge of this check)."
+    "Stands in for GroupRewardModel in train_director_grpo: `load` returns the programmatic reward (the known-preference judge of this check)."
 
     reward = None
 

@@ -11,7 +11,7 @@ __all__ = ['COMMANDS', 'main', 'exit_code', 'dispatch_mode', 'generate_main', 't
 
 # %% ../nbs/cli.ipynb #64ab20d1
 COMMANDS: dict[str, tuple[str, str]] = {
-    # the reference's entry points, in pipeline order ("module" runs module.main; "module:fn" runs fn)
+    # the authors' code's entry points, in pipeline order ("module" runs module.main; "module:fn" runs fn)
     "generate": (
         "mascot.cli:generate_main",
         "stage-1 candidates + pairs (--mode individual) or stage-2 group data (--mode group)",
@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     from mascot.core.config import load_env_file
 
     try:
-        load_env_file()  # API keys from ./.env, as the reference reads them (the environment wins); a bad file is one line
+        load_env_file()  # API keys from ./.env, as the authors' code reads them (the environment wins); a bad file is one line
         getattr(importlib.import_module(mod), fn or "main")(argv)
     except Exception as e:
         code = exit_code(e)
@@ -175,7 +175,7 @@ def generate_main(argv: list[str] | None = None):
 
 
 def train_group_main(argv: list[str] | None = None):
-    "`mascot train-group --mode train-reward-model|train-director-grpo|train-director-dpo ...` (director GRPO when --mode is absent, as in the reference)"
+    "`mascot train-group --mode train-reward-model|train-director-grpo|train-director-dpo ...` (director GRPO when --mode is absent, as in the authors' code)"
     targets = {
         "train-reward-model": "mascot.stage2.group_reward_model",
         "train-director-grpo": "mascot.stage2.director_grpo",

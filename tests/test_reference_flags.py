@@ -1,4 +1,4 @@
-"""The reference's commands as a new user types them: explicit judges (never defaulted, recorded in run_config.json), and the model a
+"""The authors' code's commands as a new user types them: explicit judges (never defaulted, recorded in run_config.json), and the model a
 server serves taken from `/v1/models` when no --model-name is given. Every server here is the fake one of tests/fake_openai_server.py."""
 
 import json, os, subprocess, sys
@@ -143,7 +143,7 @@ def test_a_judge_url_without_a_judge_model_records_the_served_one():
     assert route == {"provider": "vllm", "model": "google/gemma-3-27b-it", "url": url, "where": "served"}
 
 
-# ---------------------------------------------------------------- the reference's quick start chains (../shared/SPEC.md, steps 1-10)
+# ---------------------------------------------------------------- the authors' code's quick start chains (../shared/SPEC.md, steps 1-10)
 def mode_flags(argv: list[str]) -> list[str]:
     "What a stage's own parser gets of a `mascot generate` / `mascot train-group` command line: the dispatcher takes --mode."
     from mascot.cli import dispatch_mode
@@ -163,7 +163,7 @@ def _made_by(folder: Path, role: str, model: str) -> Path:
 
 
 def test_quick_start_resolves_to_the_papers_models(tmp_path, monkeypatch):
-    """Each step's flags exactly as the reference's quick start gives them resolve to Qwen3-8B (policies) and Qwen3-0.6B (reward models),
+    """Each step's flags exactly as the authors' code's quick start gives them resolve to Qwen3-8B (policies) and Qwen3-0.6B (reward models),
     and to the folders the earlier steps wrote: the stages read the models their input data records."""
     from mascot.pipeline.serve import ServeConfig, vllm_command
     from mascot.stage1.reward_model import RewardModelConfig

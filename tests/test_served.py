@@ -1,6 +1,6 @@
 """The served path end to end against a real vLLM server: `mascot serve` (vLLM from .venv-vllm, `make vllm`) holds the base model and the
 director/speaker adapters the smoke run trained as `mascot-director`/`mascot-speaker`; `mascot eval` runs mascot, mascot-g, mascot-i and
-zero-shot against it with the reference's flags, and the traces and records must show each role calling exactly its model; the judge stage
+zero-shot against it with the authors' code's flags, and the traces and records must show each role calling exactly its model; the judge stage
 runs against the server's base model as judge endpoint; SIGTERM stops the server and its engine processes."""
 
 import json, os, re, signal, subprocess, sys, time, urllib.request
@@ -173,7 +173,7 @@ def test_vllm_cpu_honours_the_director_and_judge_constraints(server):
 
 @pytest.fixture(scope="module")
 def served_eval(server, tmp_path_factory):
-    "`mascot eval` over four systems with the reference's flags, every role on the server, every call traced."
+    "`mascot eval` over four systems with the authors' code's flags, every role on the server, every call traced."
     out = tmp_path_factory.mktemp("eval")
     cmd = [
         sys.executable,

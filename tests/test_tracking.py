@@ -1,4 +1,4 @@
-"""Experiment tracking and keys as the reference does them: W&B only when WANDB_PROJECT is set (here offline, into a temporary WANDB_DIR),
+"""Experiment tracking and keys as the authors' code does them: W&B only when WANDB_PROJECT is set (here offline, into a temporary WANDB_DIR),
 keys read from a `.env` file (python-dotenv) into the environment, and no key ever written to a run file."""
 
 import os, subprocess, sys
@@ -36,7 +36,9 @@ def test_reward_model_logs_to_wandb_offline_without_the_key(shared_data_dir, tmp
     rows = known_label_pairs(load_contexts("ESConv", split="train", data_path=str(shared_data_dir / "esconv"))[:6])
     (tmp_path / "pairs").mkdir()
     save_pairs(rows, tmp_path / "pairs")
-    (tmp_path / ".env").write_text(f"WANDB_API_KEY={SECRET}\n")  # the key comes from .env, as the reference keeps it
+    (tmp_path / ".env").write_text(
+        f"WANDB_API_KEY={SECRET}\n"
+    )  # the key comes from .env, as the authors' code keeps it
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_") and k != "MASCOT_NO_DOTENV"}
     env.update(
         WANDB_MODE="offline",

@@ -138,7 +138,7 @@ class Config(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _all_samples(cls, data):
-        "`--num-samples all` (the reference's spelling) means every context of the split, as None does."
+        "`--num-samples all` (the authors' code's spelling) means every context of the split, as None does."
         if (
             isinstance(data, dict)
             and isinstance(data.get("num_samples"), str)
@@ -277,7 +277,7 @@ _TOKEN_LIKE = re.compile(r"^(?:sk-|hf_|gh[pousr]_|github_pat_|xox[abpr]-|AKIA)\S
 
 
 def load_env_file(path: str | Path | None = None) -> Path | None:
-    """Read API keys (and any other variables) from `.env` in the working folder only (never a parent's), as the reference does
+    """Read API keys (and any other variables) from `.env` in the working folder only (never a parent's), as the authors' code does
     (python-dotenv); the environment wins over the file. A file that is not UTF-8 text is a one-line `ConfigError` naming it."""
     if os.environ.get("MASCOT_NO_DOTENV"):
         return None

@@ -191,7 +191,7 @@ class Episode:
         d["agents_spoken"] = self.agents_spoken
         if (
             self.is_meeting and self.user_big_five
-        ):  # a meeting participant simulated with a profile (extends the reference's schema)
+        ):  # a meeting participant simulated with a profile (extends the authors' code's schema)
             d["user_big_five"] = self.user_big_five
         if not self.is_meeting:
             d.update(

@@ -77,7 +77,7 @@ class EpisodeConfig(EndpointConfig, JobConfig, RunConfig, DataConfig):
         if self.system not in SYSTEM_REGISTRY:
             raise ConfigError(f"--system {self.system!r} is not one of {', '.join(SYSTEM_REGISTRY)}")
         if self.share_model and self.spec.trained_roles:
-            # every role on --model-name: the records must not say a trained system spoke (the reference's debugging baseline)
+            # every role on --model-name: the records must not say a trained system spoke (the authors' code's debugging baseline)
             self.__dict__["system"] = UNTRAINED_SYSTEM
         if not 0 <= self.user_response_probability <= 1:
             raise ConfigError("--user-response-probability must be within [0, 1]")

@@ -145,7 +145,7 @@ SYSTEM_REGISTRY: dict[str, System] = {
             speaker="base",
             reply="directed",
             in_tables=False,
-            description="the reference's debugging baseline: the MASCOT loop on the base model in every role (--share-model)",
+            description="the authors' code's debugging baseline: the MASCOT loop on the base model in every role (--share-model)",
         ),
     ]
 }

@@ -23,7 +23,7 @@ __all__ = ['DEFAULT_NLI_MODEL', 'PAIRING_MODES', 'NLI_DIRECTIONS', 'Pair', 'Scor
            'MetricsStageConfig', 'metrics_folder']
 
 # %% ../../nbs/evaluation/32_auto_metrics.ipynb #c0bc50c5
-DEFAULT_NLI_MODEL = "FacebookAI/roberta-large-mnli"  # the reference's NLI model
+DEFAULT_NLI_MODEL = "FacebookAI/roberta-large-mnli"  # the authors' code's NLI model
 PAIRING_MODES = ("same-round", "all-pairs", "adjacent-agent")
 NLI_DIRECTIONS = ("temporal", "bidirectional")
 

@@ -33,7 +33,8 @@ class EvalConfig(EpisodeConfig):
 
     split: str = "test"
     num_samples: int | None = Field(
-        None, description="contexts to evaluate: the whole split by default, as the reference does ('all' or a number)"
+        None,
+        description="contexts to evaluate: the whole split by default, as the authors' code does ('all' or a number)",
     )
     systems: list[str] = Field([], description="systems to generate conversations for (systems.SYSTEMS); default: all")
     director_adapter: str | None = Field(None, description="the trained director's LoRA adapter (mascot, mascot-g)")

@@ -78,7 +78,7 @@ class JudgeStageConfig(JudgePanelConfig, JobConfig):
     output_dir: str = Field("outputs/judge", description="where the score tables and the summary go")
     dataset: str | None = Field(
         None,
-        description="ED, ESConv or QMSum (the reference's flag); must agree with each record's metadata.dataset; unset: read from the records",
+        description="ED, ESConv or QMSum (the authors' code's flag); must agree with each record's metadata.dataset; unset: read from the records",
     )
     seed: int = Field(0, description="the bootstrap seed of comparison.csv's intervals")
     reference: str | None = Field(

@@ -175,10 +175,10 @@ class JudgeConfig(JudgePanelConfig, JobConfig):
     "Flags of `mascot judge`: the judge panel, `--resume`/`--overwrite`/`--strict` (`JobConfig`) and its own."
 
     input_file: str = Field(description="the conversations to judge (a .jsonl of episode records)")
-    # the reference's flag: ED, ESConv or QMSum; must agree with each record's metadata.dataset
+    # the authors' code's flag: ED, ESConv or QMSum; must agree with each record's metadata.dataset
     dataset: str | None = Field(
         None,
-        description="ED, ESConv or QMSum (the reference's flag); must agree with each record's metadata.dataset; unset: read from the records",
+        description="ED, ESConv or QMSum (the authors' code's flag); must agree with each record's metadata.dataset; unset: read from the records",
     )
     rubric: Literal["auto", "persona", "collective"] = Field(
         "auto",

@@ -34,7 +34,7 @@ class GroupRewardModelConfig(RewardModelConfig):
         super().model_post_init(_)
         if (
             self.group_reward_model_name is None
-        ):  # one base model unless a flag names another, as --model-name means in the reference
+        ):  # one base model unless a flag names another, as --model-name means in the authors' code
             self.__dict__["group_reward_model_name"] = self.model_name
 
 

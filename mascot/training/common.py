@@ -65,7 +65,7 @@ def lora_target_modules(spec: str) -> str | list[str]:
 
 
 def report_to() -> list[str]:
-    "Experiment tracking as the reference does it: W&B only when WANDB_PROJECT is set (wandb itself reads WANDB_ENTITY, WANDB_MODE, the key)."
+    "Experiment tracking as the authors' code does it: W&B only when WANDB_PROJECT is set (wandb itself reads WANDB_ENTITY, WANDB_MODE, the key)."
     if not os.environ.get("WANDB_PROJECT"):
         return []
     import importlib.util
@@ -116,14 +116,15 @@ class TrainingConfig(Config):
     )
     output_dir: str = Field("outputs/llm", description="the folder the trained adapter's own folder is created in")
     run_name: str | None = Field(
-        None, description="the adapter folder's name; default: the reference's name from the stage, dataset and model"
+        None,
+        description="the adapter folder's name; default: the authors' code's name from the stage, dataset and model",
     )
     seed: int = Field(0, description="seed of the held-out split, the model's new weights and TRL's sampling")
     lora_r: int = Field(LORA_R, description="LoRA rank")
     lora_alpha: int = Field(LORA_ALPHA, description="LoRA scaling alpha")
     lora_target_modules: str = Field(
         LORA_TARGETS, description="modules LoRA adapts: comma-separated names, or all-linear"
-    )  # the reference's; "all-linear" is PEFT's keyword for every linear layer
+    )  # the authors' code's; "all-linear" is PEFT's keyword for every linear layer
     learning_rate: float = Field(5e-5, description="optimiser learning rate (TRL's learning_rate)")
     per_device_train_batch_size: int = Field(
         4, description="examples per device and optimiser micro-step (TRL's per_device_train_batch_size)"
@@ -136,7 +137,7 @@ class TrainingConfig(Config):
         False,
         description="render prompts with the chat template's thinking on (Qwen3's enable_thinking); off: the roles' turns are short",
     )
-    # input folders left out are named as the reference names them, from --dataset and --model-name (not fixed to one dataset and model)
+    # input folders left out are named as the authors' code names them, from --dataset and --model-name (not fixed to one dataset and model)
     PATH_DEFAULTS: ClassVar[dict[str, str]] = {}
     # input folder -> the role whose model it records: with no --model-name, the stage trains the model that made its data
     MODEL_FROM_DATA: ClassVar[dict[str, str]] = {"episode_dataset_path": "director"}
@@ -220,7 +221,7 @@ class EpochTrainingConfig(TrainingConfig):
 # %% ../../nbs/training/00_common.ipynb #9b758358
 class GRPOTrainingConfig(TrainingConfig):
     """What both GRPO stages (speaker, director) take; `reward_weights` has one weight per reward function. The defaults are a CPU-sized step that
-    still follows the reference's shape: 4 prompts per optimiser step (batch 4 completions x 4 accumulation / 4 generations), a small KL, completions
+    still follows the authors' code's shape: 4 prompts per optimiser step (batch 4 completions x 4 accumulation / 4 generations), a small KL, completions
     cut at the cap masked out of the loss, sampling as the episodes sample, rewards standardised per function before they are weighted."""
 
     max_steps: int = Field(GRPO_MAX_STEPS, description="optimiser steps (TRL's max_steps)")
