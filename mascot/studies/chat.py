@@ -27,6 +27,7 @@ from ..stages import STAGE_BY_KEY
 from .web_guard import guard_web_app
 import asyncio, datetime, json, logging, os, sys, uuid
 from dataclasses import dataclass
+from fastcore.basics import patch
 from pathlib import Path
 from pydantic import BaseModel, Field
 
@@ -231,7 +232,7 @@ def is_fallback(t: Turn | dict) -> bool:
     get = t.get if isinstance(t, dict) else lambda k: getattr(t, k, None)
     return get("directive_source") == "fallback" or get("directive_parsed") is False
 
-# %% ../../nbs/studies/01_chat.ipynb #34a0d2b9
+# %% ../../nbs/studies/01_chat.ipynb #fa17f45c
 class ChatSession:
     "One conversation between a person and the group."
 
@@ -267,112 +268,132 @@ class ChatSession:
             out[r] = text + (f" at {public_url(route.url)}" if route.url else "")
         return out
 
-    def _say(self, line: str):
-        self.progress = line
-        if self.on_progress:
-            self.on_progress(line)
+# %% ../../nbs/studies/01_chat.ipynb #efd0ee88
+@patch
+def _say(self: ChatSession, line: str):
+    self.progress = line
+    if self.on_progress:
+        self.on_progress(line)
 
-    async def _step(self):
-        "One director -> speaker step, saying what happens as it happens (a fallback speaker is marked on its turn by the runner)."
-        r, st = self.runner, self.state
-        n = len(st.turns)
-        if not r.system.multi_agent:
-            self._say(f"{baseline_name(self.roster)} is replying…")
-            await r.step(st)
-            return self._new_turns(n)
-        if r.system.directed:
-            self._say("the director is choosing who speaks…")
-        d, raw, parsed, constrained = await r.directive(st)
-        detail = f" ({d.action}, {d.tone})" if self.cfg.show_directives else ""
-        mark = " [FALLBACK: the director's output did not parse; a random speaker]" if parsed is False else ""
-        self._say(f"director → {d.agent_name}{detail}{mark}" if r.system.directed else f"next: {d.agent_name}")
-        self._say(f"{d.agent_name} is replying…")
-        await r.step(st, d, raw, parsed, constrained)
-        self._new_turns(n)
 
-    def _new_turns(self, n: int):
-        for t in self.state.turns[n:]:
-            if self.on_turn:
-                self.on_turn(t)
+@patch
+async def _step(self: ChatSession):
+    "One director -> speaker step, saying what happens as it happens (a fallback speaker is marked on its turn by the runner)."
+    r, st = self.runner, self.state
+    n = len(st.turns)
+    if not r.system.multi_agent:
+        self._say(f"{baseline_name(self.roster)} is replying…")
+        await r.step(st)
+        return self._new_turns(n)
+    if r.system.directed:
+        self._say("the director is choosing who speaks…")
+    d, raw, parsed, constrained = await r.directive(st)
+    detail = f" ({d.action}, {d.tone})" if self.cfg.show_directives else ""
+    mark = " [FALLBACK: the director's output did not parse; a random speaker]" if parsed is False else ""
+    self._say(f"director → {d.agent_name}{detail}{mark}" if r.system.directed else f"next: {d.agent_name}")
+    self._say(f"{d.agent_name} is replying…")
+    await r.step(st, d, raw, parsed, constrained)
+    self._new_turns(n)
 
-    def _snapshot(self):
-        st = (
-            self.state
-        )  # its random draws derive from (seed, context, turn, role): the turns and round are all it holds
-        return len(st.turns), st.round_id, list(st.emotion_trajectory), self.rounds
 
-    def _restore(self, snap):
-        "Take back everything since `snap`: a failed round leaves the conversation as it was before the person's message."
-        n, rid, emo, rounds = snap
-        del self.state.turns[n:]
-        self.state.round_id, self.state.emotion_trajectory, self.rounds = rid, emo, rounds
+@patch
+def _new_turns(self: ChatSession, n: int):
+    for t in self.state.turns[n:]:
+        if self.on_turn:
+            self.on_turn(t)
 
-    async def _group(self) -> list[Turn]:
-        n = len(self.state.turns)
-        try:
-            for _ in range(self.cfg.agent_turns):
-                await self._step()
-        finally:
-            self.progress = ""
-        self.save()
-        return self.state.turns[n:]
+# %% ../../nbs/studies/01_chat.ipynb #5c9e1350
+@patch
+def record(self: ChatSession) -> dict:
+    "The conversation in the episode schema."
+    ep = episode_record(self.runner, self.state)
+    ep.metadata.extra.update(
+        user="human",
+        source="mascot chat",
+        session_id=self.session_id,
+        num_turns=self.state.steps,
+        **({"untrained": True} if self.cfg.share_model and get_system(self.cfg.system).trained_roles else {}),
+    )
+    d = ep.to_dict()
+    if self.context.split == "chat":
+        d["situation"] = self.context.situation
+    return d
 
-    async def start(self) -> list[Turn]:
-        "Check the models; the group answers the context's opening lines, if any."
-        if self.started:
-            return []
-        await self.client.check()
-        self.started = True
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        if not self.state.turns:
-            return []
-        snap = self._snapshot()
-        try:
-            return await self._group()
-        except BaseException:
-            self._restore(snap)
-            raise
 
-    async def send(self, text: str) -> list[Turn]:
-        "The person's message, then the group's replies (the new turns, the person's first); if they fail, the message is taken back."
-        text = text.strip()
-        if not text:
-            raise ValueError("empty message")
-        if not self.started:
-            await self.start()
-        st, snap = self.state, self._snapshot()
-        try:
-            t = st.add(self.roster.user_label, text, turn_type="user")
-            if st.steps:  # the person's reply ends the round of the reply it answers, as the simulated user's does
-                t.round_id = st.round_id - 1
-            self.rounds += 1
-            await self._group()
-            return st.turns[snap[0] :]
-        except BaseException:
-            self._restore(snap)
-            raise
+@patch
+def save(self: ChatSession) -> Path:
+    _atomic_write(self.path, json.dumps(validate_episode(self.record(), str(self.path)), ensure_ascii=False) + "\n")
+    return self.path
 
-    def record(self) -> dict:
-        "The conversation in the episode schema."
-        ep = episode_record(self.runner, self.state)
-        ep.metadata.extra.update(
-            user="human",
-            source="mascot chat",
-            session_id=self.session_id,
-            num_turns=self.state.steps,
-            **({"untrained": True} if self.cfg.share_model and get_system(self.cfg.system).trained_roles else {}),
-        )
-        d = ep.to_dict()
-        if self.context.split == "chat":
-            d["situation"] = self.context.situation
-        return d
 
-    def save(self) -> Path:
-        _atomic_write(self.path, json.dumps(validate_episode(self.record(), str(self.path)), ensure_ascii=False) + "\n")
-        return self.path
+@patch
+async def aclose(self: ChatSession):
+    await self.client.aclose()
 
-    async def aclose(self):
-        await self.client.aclose()
+# %% ../../nbs/studies/01_chat.ipynb #1657f6be
+@patch
+def _snapshot(self: ChatSession):
+    st = self.state  # its random draws derive from (seed, context, turn, role): the turns and round are all it holds
+    return len(st.turns), st.round_id, list(st.emotion_trajectory), self.rounds
+
+
+@patch
+def _restore(self: ChatSession, snap):
+    "Take back everything since `snap`: a failed round leaves the conversation as it was before the person's message."
+    n, rid, emo, rounds = snap
+    del self.state.turns[n:]
+    self.state.round_id, self.state.emotion_trajectory, self.rounds = rid, emo, rounds
+
+
+@patch
+async def _group(self: ChatSession) -> list[Turn]:
+    n = len(self.state.turns)
+    try:
+        for _ in range(self.cfg.agent_turns):
+            await self._step()
+    finally:
+        self.progress = ""
+    self.save()
+    return self.state.turns[n:]
+
+# %% ../../nbs/studies/01_chat.ipynb #6a416a6e
+@patch
+async def start(self: ChatSession) -> list[Turn]:
+    "Check the models; the group answers the context's opening lines, if any."
+    if self.started:
+        return []
+    await self.client.check()
+    self.started = True
+    self.path.parent.mkdir(parents=True, exist_ok=True)
+    if not self.state.turns:
+        return []
+    snap = self._snapshot()
+    try:
+        return await self._group()
+    except BaseException:
+        self._restore(snap)
+        raise
+
+
+@patch
+async def send(self: ChatSession, text: str) -> list[Turn]:
+    "The person's message, then the group's replies (the new turns, the person's first); if they fail, the message is taken back."
+    text = text.strip()
+    if not text:
+        raise ValueError("empty message")
+    if not self.started:
+        await self.start()
+    st, snap = self.state, self._snapshot()
+    try:
+        t = st.add(self.roster.user_label, text, turn_type="user")
+        if st.steps:  # the person's reply ends the round of the reply it answers, as the simulated user's does
+            t.round_id = st.round_id - 1
+        self.rounds += 1
+        await self._group()
+        return st.turns[snap[0] :]
+    except BaseException:
+        self._restore(snap)
+        raise
 
 # %% ../../nbs/studies/01_chat.ipynb #69fdc61e
 HELP = "commands: /quit (save and leave; end of input does the same), /directive (show or hide the director's directives), /help"
