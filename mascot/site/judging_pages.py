@@ -61,7 +61,7 @@ def histogram_svg(values: list[float], width: int = 220, height: int = 70, bins:
         f"<text x='{width}' y='{height - 1}' text-anchor='end'>100</text></svg>"
     )
 
-# %% ../../nbs/site/01_judging_pages.ipynb #58cc5d8f
+# %% ../../nbs/site/01_judging_pages.ipynb #1c1f06a8
 def judges_html(judges: list[str], summaries: list[dict]) -> list[str]:
     "Which judges scored the run (and their provider), with the plumbing-test warning when one is the embedded 135M model."
     providers = sorted({s.get("provider") for s in summaries if s.get("provider")})
@@ -78,7 +78,7 @@ def judges_html(judges: list[str], summaries: list[dict]) -> list[str]:
         )
     return b
 
-
+# %% ../../nbs/site/01_judging_pages.ipynb #65d60905
 def parse_rate_html(lines: list[dict], metrics: list[dict], summaries: list[dict]) -> list[str]:
     "How many judgements parsed, per judge and rubric, with the first answers that did not."
     b = []
@@ -103,7 +103,7 @@ def parse_rate_html(lines: list[dict], metrics: list[dict], summaries: list[dict
         )
     return b
 
-
+# %% ../../nbs/site/01_judging_pages.ipynb #842cd4eb
 def score_distribution_html(judge_dir: Path | None) -> list[str]:
     "Each criterion's score distribution (0-100): whether the judge separates items at all."
     import pandas as pd
@@ -127,7 +127,7 @@ def score_distribution_html(judge_dir: Path | None) -> list[str]:
         )
     return b
 
-
+# %% ../../nbs/site/01_judging_pages.ipynb #ec43a24e
 def systems_compared_html(judge_dir: Path | None) -> list[str]:
     "The systems compared per judge (never pooled): `mascot compare`'s table."
     b = []
@@ -141,7 +141,7 @@ def systems_compared_html(judge_dir: Path | None) -> list[str]:
         )
     return b
 
-
+# %% ../../nbs/site/01_judging_pages.ipynb #fe37775b
 def agreement_html(judge_dir: Path | None, metrics: list[dict]) -> list[str]:
     "Agreement between the judges of a panel (Krippendorff's alpha with its CI), or why none was measured."
     import pandas as pd
@@ -184,7 +184,7 @@ def agreement_html(judge_dir: Path | None, metrics: list[dict]) -> list[str]:
         )
     return b
 
-
+# %% ../../nbs/site/01_judging_pages.ipynb #da540702
 def judge_section(info: dict) -> str:
     "The site's judge section: who judged, how many judgements parsed, the score distributions, the systems compared, the judges' agreement."
     judge_dir = stage_output(info, "31_judge_all", "output_dir")
