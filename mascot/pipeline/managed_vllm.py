@@ -20,6 +20,7 @@ import json, os, re, subprocess, sys, time
 from pathlib import Path
 from pydantic import Field
 from typing import Any, Literal
+from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['MANAGED_KEYS', 'STAGE_ALIASES', 'ALIAS_FIELDS', 'ServeSection', 'merge_layout', 'managed_urls', 'use_managed_server',
@@ -148,7 +149,7 @@ def serve_config(s: ServeSection) -> ServeConfig:
         ready_timeout=s.ready_timeout,
     )
 
-# %% ../../nbs/pipeline/01_managed_vllm.ipynb #d06efcbb
+# %% ../../nbs/pipeline/01_managed_vllm.ipynb #971d4fa4
 class ManagedServer:
     "The vLLM server(s) of a config's `serve:`: started on first use, adapters loaded by alias, stopped by PID (its process group)."
 
@@ -164,99 +165,107 @@ class ManagedServer:
     def _write(self):
         self.record_path.write_text(json.dumps(self.record, indent=2))
 
-    def start(self) -> None:
-        "Start the server(s) unless running, wait until each answers `/v1/models`, then load every adapter asked for so far."
-        if self.procs:
-            dead = [p for p in self.procs if p.poll() is not None]
-            if dead:  # before the next stage calls it: one line, with the log's last lines
-                raise ServerFailed(
-                    f"the vLLM server (pid {dead[0].pid}) exited with status {dead[0].returncode} during the run; "
-                    f"last lines of {self.log_path}: {log_tail(self.log_path)}"
-                )
-            return
-        device, python = serve_device(self.scfg), vllm_python(self.scfg)
-        if python is None:
-            raise ConfigError(
-                "serve: vLLM is not installed (make vllm builds .venv-vllm; make setup-gpu on a GPU machine), or set MASCOT_VLLM_PYTHON"
-            )
-        commands = [vllm_command(self.scfg, device, python, i) for i in range(self.scfg.replicas)]
-        one_gpu = self.serve.gpus if self.serve.gpus and len(self.serve.gpus) == 1 else None
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        out = open(self.log_path, "ab")
-        for cmd, env in commands:
-            env = {**({"CUDA_VISIBLE_DEVICES": str(one_gpu[0])} if one_gpu else {}), **env, **self.serve.env}
-            # its own process group: one signal reaches the API server and the engine processes it starts
-            self.procs.append(
-                subprocess.Popen(
-                    cmd,
-                    env={**os.environ, **env},
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                    start_new_session=True,
-                )
-            )
-            self.record.setdefault("commands", []).append({"argv": cmd, "env": env})
-        out.close()
-        self.record.update(pids=[p.pid for p in self.procs], device=device, started=_utc_now())
-        self._write()
-        self.log(
-            f"[serve] starting vLLM ({device}) for {self.scfg.model}: pid {', '.join(str(p.pid) for p in self.procs)}"
-        )
-        t0 = time.time()
-        for proc, url in zip(self.procs, self.urls):
-            ids = wait_ready(proc, url, self.scfg.ready_timeout, self.log_path)
-            self.log(f"[serve] {url} serves {', '.join(ids)} ({time.time() - t0:.0f}s)")
-        self.record["ready"] = _utc_now()
-        self._write()
-        for alias in list(self.wanted):
-            self._load(alias)
-
-    def want(self, alias: str, path: str | Path, stage: str) -> None:
-        "Serve the adapter folder `path` as `alias`: now when the server runs, else as soon as it starts."
-        self.wanted[alias] = (str(Path(path).resolve()), stage)
-        if self.procs:
-            self._load(alias)
-
-    def want_trained(self, stage: str, outputs: dict) -> None:
-        "Serve what a training stage wrote (the `path` of its `outputs.json`) under the stage's alias; other stages serve nothing."
-        if stage in STAGE_ALIASES and outputs.get("path"):
-            self.want(STAGE_ALIASES[stage], outputs["path"], stage)
-
-    def _load(self, alias: str) -> None:
-        path, stage = self.wanted[alias]
-        if self.loaded.get(alias) == path:
-            return
-        for url in self.urls:
-            answer = load_lora_adapter(url, alias, path, replace=alias in self.loaded)
-        self.loaded[alias] = path
-        self.record["adapters"].append(
-            {
-                "alias": alias,
-                "path": path,
-                "stage": stage,
-                "loaded": _utc_now(),
-                "answer": " ".join(answer.split())[:200],
-            }
-        )
-        self._write()
-        self.log(f"[serve] loaded {alias} from {stage}: {path}")
-
-    def stop(self) -> None:
-        "SIGTERM each server's process group, SIGKILL after the grace period; records the exit statuses."
-        for proc in self.procs:
-            stop_group(proc, self.serve.stop_grace)
-        if self.procs:
-            self.record.update(stopped=_utc_now(), returncodes=[p.returncode for p in self.procs])
-            self._write()
-            self.log(f"[serve] stopped pid {', '.join(str(p.pid) for p in self.procs)}")
-        self.procs = []
-
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
         self.stop()
+
+# %% ../../nbs/pipeline/01_managed_vllm.ipynb #9ac1d0da
+@patch
+def want(self: ManagedServer, alias: str, path: str | Path, stage: str) -> None:
+    "Serve the adapter folder `path` as `alias`: now when the server runs, else as soon as it starts."
+    self.wanted[alias] = (str(Path(path).resolve()), stage)
+    if self.procs:
+        self._load(alias)
+
+
+@patch
+def want_trained(self: ManagedServer, stage: str, outputs: dict) -> None:
+    "Serve what a training stage wrote (the `path` of its `outputs.json`) under the stage's alias; other stages serve nothing."
+    if stage in STAGE_ALIASES and outputs.get("path"):
+        self.want(STAGE_ALIASES[stage], outputs["path"], stage)
+
+
+@patch
+def _load(self: ManagedServer, alias: str) -> None:
+    path, stage = self.wanted[alias]
+    if self.loaded.get(alias) == path:
+        return
+    for url in self.urls:
+        answer = load_lora_adapter(url, alias, path, replace=alias in self.loaded)
+    self.loaded[alias] = path
+    self.record["adapters"].append(
+        {
+            "alias": alias,
+            "path": path,
+            "stage": stage,
+            "loaded": _utc_now(),
+            "answer": " ".join(answer.split())[:200],
+        }
+    )
+    self._write()
+    self.log(f"[serve] loaded {alias} from {stage}: {path}")
+
+# %% ../../nbs/pipeline/01_managed_vllm.ipynb #d9930fa9
+@patch
+def start(self: ManagedServer) -> None:
+    "Start the server(s) unless running, wait until each answers `/v1/models`, then load every adapter asked for so far."
+    if self.procs:
+        dead = [p for p in self.procs if p.poll() is not None]
+        if dead:  # before the next stage calls it: one line, with the log's last lines
+            raise ServerFailed(
+                f"the vLLM server (pid {dead[0].pid}) exited with status {dead[0].returncode} during the run; "
+                f"last lines of {self.log_path}: {log_tail(self.log_path)}"
+            )
+        return
+    device, python = serve_device(self.scfg), vllm_python(self.scfg)
+    if python is None:
+        raise ConfigError(
+            "serve: vLLM is not installed (make vllm builds .venv-vllm; make setup-gpu on a GPU machine), or set MASCOT_VLLM_PYTHON"
+        )
+    commands = [vllm_command(self.scfg, device, python, i) for i in range(self.scfg.replicas)]
+    one_gpu = self.serve.gpus if self.serve.gpus and len(self.serve.gpus) == 1 else None
+    self.log_path.parent.mkdir(parents=True, exist_ok=True)
+    out = open(self.log_path, "ab")
+    for cmd, env in commands:
+        env = {**({"CUDA_VISIBLE_DEVICES": str(one_gpu[0])} if one_gpu else {}), **env, **self.serve.env}
+        # its own process group: one signal reaches the API server and the engine processes it starts
+        self.procs.append(
+            subprocess.Popen(
+                cmd,
+                env={**os.environ, **env},
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        )
+        self.record.setdefault("commands", []).append({"argv": cmd, "env": env})
+    out.close()
+    self.record.update(pids=[p.pid for p in self.procs], device=device, started=_utc_now())
+    self._write()
+    self.log(f"[serve] starting vLLM ({device}) for {self.scfg.model}: pid {', '.join(str(p.pid) for p in self.procs)}")
+    t0 = time.time()
+    for proc, url in zip(self.procs, self.urls):
+        ids = wait_ready(proc, url, self.scfg.ready_timeout, self.log_path)
+        self.log(f"[serve] {url} serves {', '.join(ids)} ({time.time() - t0:.0f}s)")
+    self.record["ready"] = _utc_now()
+    self._write()
+    for alias in list(self.wanted):
+        self._load(alias)
+
+# %% ../../nbs/pipeline/01_managed_vllm.ipynb #5d9ca770
+@patch
+def stop(self: ManagedServer) -> None:
+    "SIGTERM each server's process group, SIGKILL after the grace period; records the exit statuses."
+    for proc in self.procs:
+        stop_group(proc, self.serve.stop_grace)
+    if self.procs:
+        self.record.update(stopped=_utc_now(), returncodes=[p.returncode for p in self.procs])
+        self._write()
+        self.log(f"[serve] stopped pid {', '.join(str(p.pid) for p in self.procs)}")
+    self.procs = []
 
 # %% ../../nbs/pipeline/01_managed_vllm.ipynb #1d8d43d1
 def model_billions(name: str | None) -> float | None:
