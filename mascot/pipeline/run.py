@@ -13,6 +13,7 @@ from ..stages import *
 from .serve import ServerFailed
 from .managed_vllm import *
 from .plan import plan_report
+from ..training.launch import LAUNCH_ENV, LAUNCH_FILE, LaunchSection, MachineSection, launch_spec, effective_batch, accumulation_for
 import json, os, re, subprocess, sys, time
 from pydantic import Field, PrivateAttr
 from pathlib import Path
@@ -21,8 +22,9 @@ from typing import Any
 # %% auto #0
 __all__ = ['JOB_HEADING', 'PEAK_FILE', 'KERNEL_START_CELL', 'ENV_CELL', 'IMPORT_CELL', 'PEAK_CELL', 'PipelineConfig',
            'expand_env', 'load_pipeline_config', 'nbs_dir', 'job_notebook', 'kernel_parameters', 'StageFailed',
-           'job_runs', 'summed_counters', 'plan_pipeline', 'stage_config', 'serve_stage_inputs', 'write_meta',
-           'execute_stage', 'finish_stage', 'run_pipeline', 'RunFlags', 'run_parser', 'main']
+           'job_runs', 'summed_counters', 'plan_pipeline', 'is_trainer', 'stage_launch', 'trainer_batch',
+           'keep_effective_batches', 'stage_config', 'serve_stage_inputs', 'write_meta', 'execute_stage',
+           'finish_stage', 'run_pipeline', 'RunFlags', 'run_parser', 'main']
 
 # %% ../../nbs/pipeline/03_run.ipynb #50539d95
 class PipelineConfig(DatasetConfig):
@@ -54,6 +56,14 @@ class PipelineConfig(DatasetConfig):
         {},
         description="CUDA_VISIBLE_DEVICES of the stage kernels: `stages` for every stage, a stage key for that one (e.g. {stages: '1'})",
     )
+    launch: dict[str, LaunchSection] = Field(
+        {},
+        description="how the training stages' trainers run: `stages` for every one, a stage key for that one; more than one process "
+        "(one per GPU of gpus: by default) runs it under accelerate launch",
+    )
+    machine: MachineSection | None = Field(
+        None, description="the machine a layout is written for: `--plan` checks against it where nvidia-smi does not answer"
+    )
     _from_env: dict[str, str] = PrivateAttr(default_factory=dict)  # ${VAR}s the file used -> their values
 
     def model_post_init(self, _):
@@ -64,6 +74,10 @@ class PipelineConfig(DatasetConfig):
         bad = [k for k in self.gpus if k != "stages" and k not in STAGE_BY_KEY]
         if bad:
             raise ConfigError(f"gpus: unknown key '{bad[0]}' (valid: stages, {', '.join(STAGE_BY_KEY)})")
+        trainers = [s.key for s in STAGES if is_trainer(s)] if self.launch else []
+        bad = [k for k in self.launch if k != "stages" and k not in trainers]
+        if bad:
+            raise ConfigError(f"launch: '{bad[0]}' is not a training stage (valid: stages, {', '.join(trainers)})")
 
 
 def expand_env(obj, where: str = "config", used: dict[str, str] | None = None):
@@ -105,6 +119,7 @@ def load_pipeline_config(path: str | Path, layout: str | Path | None = None, **o
     "A pipeline config from its YAML file, with a GPU layout file (`--layout`) laid over it and `--run-name`/`--runs-dir` overrides."
     path = Path(path)
     raw = _read_yaml(path)
+    base_stages = raw.get("stages") if isinstance(raw.get("stages"), dict) else {}
     if layout:
         lay = _read_yaml(Path(layout))
         if isinstance(lay.get("stages"), dict):  # a layout sizes the config's stages; it never adds one
@@ -131,6 +146,8 @@ def load_pipeline_config(path: str | Path, layout: str | Path | None = None, **o
                 + (f" (did you mean '{close[0]}'?)" if close else "")
                 + f"; stages: {', '.join(STAGE_BY_KEY)}"
             )
+    if layout:
+        keep_effective_batches(cfg, base_stages, lay, source)
     return cfg
 
 # %% ../../nbs/pipeline/03_run.ipynb #303ab4a6
@@ -307,6 +324,55 @@ def plan_pipeline(
         checked_stage_params(cfg, STAGE_BY_KEY[k], run_dir, todo, outputs, source)
     return todo, outputs
 
+# %% ../../nbs/pipeline/03_run.ipynb #ad8f424f
+def is_trainer(stage: Stage) -> bool:
+    "Whether a stage trains (its config is a `TrainingConfig`): what a layout's `launch:` can spread over processes."
+    from mascot.training.common import TrainingConfig
+
+    return issubclass(config_class(stage), TrainingConfig)
+
+
+def stage_launch(cfg: PipelineConfig, key: str) -> dict | None:
+    "The launch of stage `key`'s trainer (`launch:` of the config, over the stage's GPUs); None: one process, in its kernel."
+    if not cfg.launch or not is_trainer(STAGE_BY_KEY[key]):
+        return None
+    entries = [cfg.launch[k] for k in ("stages", key) if k in cfg.launch]
+    return launch_spec(entries, gpu_env(cfg, key).get("CUDA_VISIBLE_DEVICES")) if entries else None
+
+
+def trainer_batch(stage: Stage, params: dict) -> dict:
+    "The per-device batch and accumulation a training stage's parameters give TRL (world size 1), built by the stage's own TRL config."
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        return effective_batch(config_class(stage).from_params(params, source=f"stages.{stage.key}").trl_config(d))
+
+
+def keep_effective_batches(cfg: PipelineConfig, base_stages: dict, layout: dict, source: str) -> None:
+    """Each training stage's gradient accumulation set so that per device x accumulation x processes is the config's own effective batch
+    (`base_stages`: the config's stage entries before the layout) with the layout's per-device batch and processes."""
+    for k, params in cfg.stages.items():
+        st = STAGE_BY_KEY[k]
+        if not is_trainer(st):
+            continue
+        laid = (layout.get("stages") or {}).get(k) or {}
+        if "gradient_accumulation_steps" in laid or "gradient_accumulation_steps" in (laid.get("trl") or {}):
+            raise ConfigError(
+                f"{source}: stages.{k}: a layout sets per_device_train_batch_size only; the gradient accumulation follows from the "
+                "config's effective batch (drop gradient_accumulation_steps from the layout)"
+            )
+        launch = stage_launch(cfg, k)
+        world = launch["world_size"] if launch else 1
+        if world == 1 and "per_device_train_batch_size" not in laid:
+            continue  # the layout leaves its batch as the config has it
+        target = trainer_batch(st, {f: v for f, v in (base_stages.get(k) or {}).items() if f != "rollout_server_url"})
+        per_device = laid.get("per_device_train_batch_size", target["per_device"])
+        acc = accumulation_for(target["total"], per_device, world, f"{source}: stages.{k}")
+        if "gradient_accumulation_steps" in config_class(st).model_fields:
+            params["gradient_accumulation_steps"] = acc
+        else:
+            params["trl"] = {**(params.get("trl") or {}), "gradient_accumulation_steps": acc}
+
 # %% ../../nbs/pipeline/03_run.ipynb #abc30584
 def stage_config(cfg: PipelineConfig, st: Stage, run_dir: Path, outputs: dict, resume: bool) -> tuple[dict, Config]:
     "A stage's parameters and typed config: what it inherits and what earlier stages made; continued under --resume, else started afresh."
@@ -339,17 +405,20 @@ def execute_stage(cfg: PipelineConfig, st: Stage, sdir: Path, params: dict, run:
 
     job = job_notebook(nbs_dir() / st.notebook, sdir / "job.ipynb")
     stage_gpus = gpu_env(cfg, st.key)
-    saved_env = {v: os.environ.get(v) for v in stage_gpus}
+    launch = stage_launch(cfg, st.key)
+    stage_env = {**stage_gpus, LAUNCH_ENV: json.dumps(launch) if launch else ""}
+    saved_env = {v: os.environ.get(v) for v in stage_env}
     log(
         f"[{st.key}] running {st.notebook}"
         + (f" on CUDA_VISIBLE_DEVICES={stage_gpus['CUDA_VISIBLE_DEVICES']}" if stage_gpus else "")
+        + (f", its trainer under accelerate launch with {launch['world_size']} processes" if launch else "")
         + " ..."
     )
     t0 = time.time()
     try:
         kernel_params, kernel_env = kernel_parameters(params, cfg._from_env)
         os.environ.update(kernel_env)  # the kernel inherits this process's environment
-        os.environ.update(stage_gpus)
+        os.environ.update(stage_env)  # its GPUs, and its trainer's launch (empty: in the kernel)
         pm.execute_notebook(
             str(job),
             str(sdir / "executed.ipynb"),
@@ -389,6 +458,8 @@ def finish_stage(sdir: Path, run: RunDir, meta: dict, t0: float) -> dict:
     peak = kernel.get("peak_rss_mb")
     run.extra["outputs"] = outputs
     run.extra["peak_rss_mb"] = peak
+    if (sdir / LAUNCH_FILE).exists():  # a trainer: how it ran (the launcher, world size, accelerate config, command)
+        meta["launch"] = run.extra["launch"] = json.loads((sdir / LAUNCH_FILE).read_text())
     _record_job_runs(run, sdir)  # the stage's counters are the sum of its job runs' (per system, and in total)
     run.finish("completed")
     meta.update(end=run.ended, seconds=round(time.time() - t0, 1), peak_rss_mb=peak)

@@ -10,6 +10,7 @@ from pydantic import Field
 from ..core.runtime import *
 from ..llm.embedded_model import resolve_model_path, EMBEDDED_DEFAULT
 from .pairs import model_slug
+from .launch import effective_batch
 import contextlib, hashlib, json, os, random, shutil, statistics, platform
 from pathlib import Path
 from typing import Any
@@ -440,6 +441,8 @@ def save_trained(trainer, tokenizer, out: Path) -> dict:
     )
     return {
         **counts,
+        # per device x accumulation x processes, as the Trainer ran it (its world size is the DDP / DeepSpeed world)
+        "effective_batch": effective_batch(trainer.args, trainer.args.world_size),
         "log_history": "log_history.json",
         "training_curves": "training_curves.png",
         "curve_panels": panels,
@@ -458,7 +461,14 @@ def adapter_lora(cfg, task_type: str | None = None) -> dict | None:
     return {**shape, **({"task_type": task_type} if task_type else {})}
 
 
-RUN_SUMMARY_KEYS = ("steps", "max_weight_change", "trainable_parameters", "total_parameters", "trainable_fraction")
+RUN_SUMMARY_KEYS = (
+    "steps",
+    "max_weight_change",
+    "trainable_parameters",
+    "total_parameters",
+    "trainable_fraction",
+    "effective_batch",
+)
 
 
 def record_training(

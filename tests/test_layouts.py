@@ -1,0 +1,59 @@
+"""GPU layouts beyond one card: a stage's trainer under `accelerate launch` through `mascot run` (two processes on gloo here, the GPUs' code
+path), the plan of an 8-GPU node, and the sbatch script of a two-node layout."""
+
+import json, os, subprocess, sys
+from pathlib import Path
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.integration  # two trainer processes and a papermill kernel: about two minutes on 2 loaded cores
+def test_trainer_stage_runs_under_accelerate_launch_on_two_processes(tmp_path):
+    """`mascot run configs/smoke.yaml --layout configs/gpu/cpu-2proc.yaml --only reward_model`: the stage's notebook runs its trainer under
+    `accelerate launch` with world size 2 (DDP over gloo), rank 0 alone writes the adapter and its provenance, and the effective batch
+    (per device x accumulation x processes) is the smoke config's."""
+    from mascot.domain.datasets import load_contexts
+    from mascot.training.pairs import save_pairs
+    from mascot.stage1.reward_model import known_label_pairs
+    from mascot.testing import stage
+
+    # the candidates stage's output, made here: pairs with known labels from the package's demo contexts
+    rows = known_label_pairs(load_contexts("ED", split="train", data_path="demo:empathetic_dialogues")[:6])
+    (tmp_path / "pairs").mkdir()
+    save_pairs(rows, tmp_path / "pairs")
+    stage(tmp_path / "runs/smoke", "10_candidates", {"data_path": str(tmp_path / "pairs")})
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MASCOT_TINY_MODEL": "1", "HF_HUB_OFFLINE": "1"}
+    r = subprocess.run(
+        [sys.executable, "-m", "mascot.pipeline.run", "configs/smoke.yaml", "--layout", "configs/gpu/cpu-2proc.yaml"]
+        + ["--only", "reward_model", "--runs-dir", str(tmp_path / "runs")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=900,
+    )
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    sdir = tmp_path / "runs/smoke/11_reward_model"
+    launch = json.loads((sdir / "meta.json").read_text())["launch"]
+    assert (launch["launcher"], launch["world_size"], launch["device"]) == ("accelerate", 2, "cpu"), launch
+    assert launch["accelerate_config"].endswith("configs/accelerate/cpu_gloo.yaml") and launch["returncode"] == 0
+    assert launch["command"][1:3] == ["-m", "accelerate.commands.launch"]
+    assert json.loads((sdir / "run_summary.json").read_text())["launch"]["world_size"] == 2
+    out = Path(json.loads((sdir / "outputs.json").read_text())["path"])
+    assert launch["rank0"] == {"path": str(out), "world_size": 2}
+    meta = json.loads((out / "mascot_metadata.json").read_text())
+    # the Trainer's own world size: 2 only when the two processes trained as one DDP group
+    smoke = yaml.safe_load((ROOT / "configs/smoke.yaml").read_text())["stages"]["reward_model"]
+    assert meta["effective_batch"] == {"per_device": 2, "accumulation": 1, "world_size": 2, "total": 4}, meta
+    assert meta["effective_batch"]["total"] == smoke["per_device_train_batch_size"]  # the smoke config's (accumulation 1)
+    assert meta["world_size"] == 2 and meta["steps"] >= 1
+    for rank, folder in ((0, "run"), (1, "run-rank1")):  # both ranks trained
+        s = json.loads((out / folder / "run_summary.json").read_text())
+        assert (s["status"], s["rank"], s["world_size"]) == ("completed", rank, 2), s
+    # rank 1 wrote its run record and nothing else: one adapter, one metadata file, one log in the whole run
+    files = [p.relative_to(tmp_path) for p in (tmp_path / "runs").rglob("*") if p.is_file()]
+    for name in ("adapter_model.safetensors", "mascot_metadata.json", "log_history.json", "training_args.bin"):
+        assert [f for f in files if f.name == name] == [(out / name).relative_to(tmp_path)], (name, files)
+    assert sorted(p.name for p in (out / "run-rank1").iterdir()) == ["run_config.json", "run_summary.json"]
