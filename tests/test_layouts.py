@@ -47,7 +47,9 @@ def test_trainer_stage_runs_under_accelerate_launch_on_two_processes(tmp_path):
     # the Trainer's own world size: 2 only when the two processes trained as one DDP group
     smoke = yaml.safe_load((ROOT / "configs/smoke.yaml").read_text())["stages"]["reward_model"]
     assert meta["effective_batch"] == {"per_device": 2, "accumulation": 1, "world_size": 2, "total": 4}, meta
-    assert meta["effective_batch"]["total"] == smoke["per_device_train_batch_size"]  # the smoke config's (accumulation 1)
+    assert (
+        meta["effective_batch"]["total"] == smoke["per_device_train_batch_size"]
+    )  # the smoke config's (accumulation 1)
     assert meta["world_size"] == 2 and meta["steps"] >= 1
     for rank, folder in ((0, "run"), (1, "run-rank1")):  # both ranks trained
         s = json.loads((out / folder / "run_summary.json").read_text())

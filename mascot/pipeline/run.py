@@ -13,7 +13,8 @@ from ..stages import *
 from .serve import ServerFailed
 from .managed_vllm import *
 from .plan import plan_report
-from ..training.launch import LAUNCH_ENV, LAUNCH_FILE, LaunchSection, MachineSection, launch_spec, effective_batch, accumulation_for
+from ..training.launch import LAUNCH_ENV, LAUNCH_FILE, LaunchSection, MachineSection, launch_spec, accumulation_for
+from ..training.common import effective_batch
 import json, os, re, subprocess, sys, time
 from pydantic import Field, PrivateAttr
 from pathlib import Path
@@ -62,7 +63,8 @@ class PipelineConfig(DatasetConfig):
         "(one per GPU of gpus: by default) runs it under accelerate launch",
     )
     machine: MachineSection | None = Field(
-        None, description="the machine a layout is written for: `--plan` checks against it where nvidia-smi does not answer"
+        None,
+        description="the machine a layout is written for: `--plan` checks against it where nvidia-smi does not answer",
     )
     _from_env: dict[str, str] = PrivateAttr(default_factory=dict)  # ${VAR}s the file used -> their values
 

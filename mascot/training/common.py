@@ -10,7 +10,6 @@ from pydantic import Field
 from ..core.runtime import *
 from ..llm.embedded_model import resolve_model_path, EMBEDDED_DEFAULT
 from .pairs import model_slug
-from .launch import effective_batch
 import contextlib, hashlib, json, os, random, shutil, statistics, platform
 from pathlib import Path
 from typing import Any
@@ -21,8 +20,8 @@ __all__ = ['DEFAULT_LORA_TARGETS', 'CURVE_PANELS', 'RUN_SUMMARY_KEYS', 'recorded
            'lora_target_modules', 'report_to', 'trl_config', 'TrainingConfig', 'EpochTrainingConfig',
            'GRPOTrainingConfig', 'grpo_config', 'split_by_context', 'package_versions', 'data_hash', 'lora_config',
            'parameter_counts', 'plot_training_curves', 'training_dtype', 'process_rank', 'rank_run_dir',
-           'write_metadata', 'save_trained', 'adapter_lora', 'record_training', 'trainable_snapshot', 'weights_changed',
-           'paired_summary', 'load_tokenizer', 'load_causal_lm', 'training_run']
+           'effective_batch', 'write_metadata', 'save_trained', 'adapter_lora', 'record_training', 'trainable_snapshot',
+           'weights_changed', 'paired_summary', 'load_tokenizer', 'load_causal_lm', 'training_run']
 
 # %% ../../nbs/training/00_common.ipynb #b5cf1cb7
 def recorded_model(folder: str | Path, role: str = "speaker") -> str | None:
@@ -414,6 +413,12 @@ def rank_run_dir(out: Path, cfg) -> RunDir:
     run = RunDir(out / ("run" if rank == 0 else f"run-rank{rank}"), cfg)
     run.extra.update(rank=rank, world_size=world)
     return run
+
+
+def effective_batch(args, world_size: int = 1) -> dict:
+    "The effective batch of TRL `args` (a TrainingArguments) over `world_size` processes (what one optimiser step sees): its three factors and their product."
+    pd, acc = int(args.per_device_train_batch_size), int(args.gradient_accumulation_steps)
+    return {"per_device": pd, "accumulation": acc, "world_size": world_size, "total": pd * acc * world_size}
 
 # %% ../../nbs/training/00_common.ipynb #874c1b5c
 def write_metadata(out: Path, meta: dict) -> None:

@@ -5,6 +5,7 @@
 # %% ../../nbs/training/04_launch.ipynb #c6be1bc2
 from __future__ import annotations
 from ..core.config import *
+from .common import effective_batch, process_rank
 from pydantic import Field
 import importlib, json, os, shlex, socket, subprocess, sys, time
 from pathlib import Path
@@ -12,14 +13,17 @@ from typing import Literal
 
 # %% auto #0
 __all__ = ['LAUNCH_ENV', 'PARAMS_ENV', 'LAUNCH_FILE', 'NODES_ENV', 'LaunchSection', 'checkout_root', 'accelerate_config_path',
-           'MachineSection', 'launch_spec', 'effective_batch', 'accumulation_for', 'accelerate_command', 'launched',
-           'main']
+           'MachineSection', 'launch_spec', 'accumulation_for', 'accelerate_command', 'launched', 'main']
 
 # %% ../../nbs/training/04_launch.ipynb #51a3d149
 LAUNCH_ENV = "MASCOT_LAUNCH"  # the launch `mascot run` gives a stage's kernel (JSON)
-PARAMS_ENV = "MASCOT_LAUNCH_PARAMS"  # the trainer and its config, to every process (never a file: a config may hold keys)
+PARAMS_ENV = (
+    "MASCOT_LAUNCH_PARAMS"  # the trainer and its config, to every process (never a file: a config may hold keys)
+)
 LAUNCH_FILE = "launch.json"
-NODES_ENV = "MASCOT_TRAINER_NODES"  # the trainer machines of a multi-machine launch (set by the script `--emit-slurm` writes)
+NODES_ENV = (
+    "MASCOT_TRAINER_NODES"  # the trainer machines of a multi-machine launch (set by the script `--emit-slurm` writes)
+)
 
 
 class LaunchSection(Config):
@@ -103,12 +107,6 @@ def launch_spec(entries: list[dict | LaunchSection], gpus: str | None = None) ->
     }
 
 # %% ../../nbs/training/04_launch.ipynb #756584ca
-def effective_batch(args, world_size: int = 1) -> dict:
-    "The effective batch of TRL `args` (a TrainingArguments) over `world_size` processes: its three factors and their product."
-    pd, acc = int(args.per_device_train_batch_size), int(args.gradient_accumulation_steps)
-    return {"per_device": pd, "accumulation": acc, "world_size": world_size, "total": pd * acc * world_size}
-
-
 def accumulation_for(total: int, per_device: int, world_size: int, where: str) -> int:
     "The gradient accumulation that keeps `total` examples per optimiser step at `per_device` on `world_size` processes (ConfigError when none does)."
     if total % (per_device * world_size):
@@ -151,7 +149,20 @@ def accelerate_command(spec: dict, module: str = "mascot.training.launch") -> tu
     per_machine = [sys.executable, "-m", "accelerate.commands.launch", *args, "--main_process_ip", nodes.split(",")[0]]
     inner = shlex.join(per_machine) + ' --machine_rank "$SLURM_PROCID" ' + shlex.join(["-m", module])
     m = str(spec["machines"])
-    return ["srun", "--nodes", m, "--ntasks", m, "--ntasks-per-node", "1", "--nodelist", nodes, "bash", "-c", inner], env
+    return [
+        "srun",
+        "--nodes",
+        m,
+        "--ntasks",
+        m,
+        "--ntasks-per-node",
+        "1",
+        "--nodelist",
+        nodes,
+        "bash",
+        "-c",
+        inner,
+    ], env
 
 # %% ../../nbs/training/04_launch.ipynb #361934f0
 def _dotted(obj) -> str:
@@ -191,7 +202,10 @@ def launched(train, cfg: Config, stage_dir: str | Path = ".", log=print) -> Path
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     record_path.write_text(json.dumps(record, indent=2))
-    log(f"accelerate launch: {spec['world_size']} processes ({Path(spec['accelerate_config']).name}): {payload['train']}", flush=True)
+    log(
+        f"accelerate launch: {spec['world_size']} processes ({Path(spec['accelerate_config']).name}): {payload['train']}",
+        flush=True,
+    )
     t0, tail = time.time(), []
     proc = subprocess.Popen(
         cmd,
@@ -224,8 +238,6 @@ def launched(train, cfg: Config, stage_dir: str | Path = ".", log=print) -> Path
 # %% ../../nbs/training/04_launch.ipynb #352bf851
 def main() -> None:
     "The entry `accelerate launch -m mascot.training.launch` runs in every process (the trainer and config from `MASCOT_LAUNCH_PARAMS`)."
-    from mascot.training.common import process_rank
-
     payload = json.loads(os.environ[PARAMS_ENV])
     cfg = _resolve(payload["config_class"]).from_params(payload["params"], source=f"{PARAMS_ENV}")
     out = _resolve(payload["train"])(cfg)
