@@ -7,7 +7,9 @@ the demo run.
 `throughput`: the embedded SmolLM2-135M answers director requests (the real prompt on 16 different states, sampled at 0.7 with seeds, 64
 new tokens at most) and judge requests (the persona rubric with one worked example, greedy, 80 tokens) with and without their output
 constraint, alternated in one process, at concurrency 1 (one request at a time) and 16 (one batch). Per setting: generated tokens per second
-of wall time, and decode milliseconds per step (the backend's own decode counter over the longest row's steps), mean and spread over the
+of wall time, decode milliseconds per step (the backend's own decode counter over the longest row's steps), and for the constrained runs
+the seconds spent in the grammar's mask (matchers advanced, bitmasks filled and applied) as a share of the decode time: measured inside
+the same `generate` calls, that share does not move with the load of a shared machine as wall times do. Mean and spread over the
 repetitions. Writes bench/results/constrained_decoding.json (its `throughput` entry).
 
 `demo`: two finished `mascot run configs/smoke.yaml` folders, one from before constrained decoding and one with it (the defaults): per
@@ -106,10 +108,29 @@ def requests(kind: str, n: int, constrained: bool):
     ]
 
 
+MASK_S = [0.0]  # seconds spent in the grammar mask's calls
+
+
+def time_the_mask():
+    "Count the seconds every `_GrammarMask` call takes (the mask's whole per-step work) into `MASK_S`."
+    import mascot.llm.embedded as emb_mod
+
+    call = emb_mod._GrammarMask.__call__
+
+    def timed(self, input_ids, scores):
+        t = time.perf_counter()
+        try:
+            return call(self, input_ids, scores)
+        finally:
+            MASK_S[0] += time.perf_counter() - t
+
+    emb_mod._GrammarMask.__call__ = timed
+
+
 async def measure(emb, reqs, concurrency: int) -> dict:
     from mascot.llm.embedded import embedded_stats
 
-    before, t = embedded_stats(), time.perf_counter()
+    before, t, mask0 = embedded_stats(), time.perf_counter(), MASK_S[0]
     out = []
     for i in range(0, len(reqs), concurrency):
         out += await asyncio.gather(*[emb.chat(r) for r in reqs[i : i + concurrency]])
@@ -117,7 +138,10 @@ async def measure(emb, reqs, concurrency: int) -> dict:
     tokens = sum(r.completion_tokens for r in out)
     steps = sum(max(r.completion_tokens for r in out[i : i + concurrency]) for i in range(0, len(out), concurrency))
     bad = sum(r.constraint is not None and r.constraint.violation(o.text) is not None for r, o in zip(reqs, out))
+    decode = after["decode_s"] - before["decode_s"]
     return {
+        "mask_s": MASK_S[0] - mask0,
+        "mask_share_of_decode": (MASK_S[0] - mask0) / decode if decode > 0 else None,
         "tokens": tokens,
         "wall_s": wall,
         "tokens_per_s": tokens / wall,
@@ -131,6 +155,7 @@ async def measure(emb, reqs, concurrency: int) -> dict:
 def throughput(a):
     from mascot.llm.embedded import EmbeddedBackend
 
+    time_the_mask()
     emb = EmbeddedBackend(max_batch_size=16)
     emb.load()
 
@@ -149,7 +174,13 @@ def throughput(a):
                     for constrained in order:
                         m = await measure(emb, requests(kind, n, constrained), conc)
                         runs.setdefault(f"{kind}/c{conc}/{'constrained' if constrained else 'free'}", []).append(m)
-                        print(kind, conc, constrained, {k: round(v, 2) for k, v in m.items()}, flush=True)
+                        print(
+                            kind,
+                            conc,
+                            constrained,
+                            {k: round(v, 3) if v is not None else None for k, v in m.items()},
+                            flush=True,
+                        )
         return runs
 
     runs = asyncio.run(go())
@@ -163,6 +194,8 @@ def throughput(a):
             "decode_ms_per_step_mean": round(statistics.fmean(step), 2),
             "decode_ms_per_step_sd": round(statistics.stdev(step), 2) if len(step) > 1 else None,
             "tokens_mean": round(statistics.fmean(m["tokens"] for m in ms), 1),
+            "mask_share_of_decode_mean": round(statistics.fmean(m["mask_share_of_decode"] or 0 for m in ms), 4),
+            "mask_share_of_decode_max": round(max(m["mask_share_of_decode"] or 0 for m in ms), 4),
             "violations": sum(m["violations"] for m in ms),
         }
     ratios = {}
@@ -203,8 +236,10 @@ def stage_counts(stage: Path) -> dict:
             continue
         for line in f.read_text().splitlines():
             rec = json.loads(line)
-            if isinstance(rec.get("turns"), list) and "metadata" in rec:  # a conversation record
-                for t in rec["turns"]:
+            # a conversation record, or one that holds it (group data's scored episodes)
+            conv = rec if isinstance(rec.get("turns"), list) and "state" not in rec else rec.get("episode")
+            if isinstance(conv, dict) and isinstance(conv.get("turns"), list):
+                for t in conv["turns"]:
                     if t.get("turn_type") != "user" and t.get("directive_source"):
                         turns += 1
                         fallbacks += t["directive_source"] == "fallback"
@@ -212,8 +247,25 @@ def stage_counts(stage: Path) -> dict:
             if isinstance(rec.get("candidates"), list) and "state" in rec:  # a branching state
                 cands += len(rec["candidates"])
                 unparsed += sum(c.get("directive") is None for c in rec["candidates"])
-    judge_calls = ((summary.get("roles") or {}).get("judge") or {}).get("calls", 0)
+    # the stage's jobs record their calls in their own run folders
+    jobs = [summary] + [
+        json.loads((Path(j["path"]) / "run_summary.json").read_text())
+        for j in summary.get("job_runs", [])
+        if (Path(j["path"]) / "run_summary.json").exists()
+    ]
+    judge_calls = sum(((j.get("roles") or {}).get("judge") or {}).get("calls", 0) for j in jobs)
+    # the director GRPO's held-out check: how often each director's sampled directives parsed
+    held = {}
+    for m in stage.rglob("mascot_metadata.json"):
+        d = json.loads(m.read_text())
+        for k in ("heldout_untrained", "heldout_trained"):
+            if isinstance(d.get(k), dict):
+                held[f"{k}_parse_rate"] = d[k].get("parse_rate")
+        for k in ("untrained", "trained"):
+            if isinstance((d.get("heldout_deployed") or {}).get(k), dict):
+                held[f"heldout_deployed_{k}_parse_rate"] = d["heldout_deployed"][k].get("parse_rate")
     return {
+        **held,
         "director_turns": turns,
         "fallback_turns": fallbacks,
         "constrained_turns": constrained,
