@@ -59,3 +59,50 @@ def test_trainer_stage_runs_under_accelerate_launch_on_two_processes(tmp_path):
     for name in ("adapter_model.safetensors", "mascot_metadata.json", "log_history.json", "training_args.bin"):
         assert [f for f in files if f.name == name] == [(out / name).relative_to(tmp_path)], (name, files)
     assert sorted(p.name for p in (out / "run-rank1").iterdir()) == ["run_config.json", "run_summary.json"]
+
+
+def test_plan_of_the_8_gpu_layout(tmp_path, monkeypatch, capsys):
+    """`mascot run configs/paper-ed.yaml --layout configs/gpu/8xh100.yaml --plan`: checked against the layout's eight H100s where nvidia-smi
+    does not answer, no problem, a process/GPU table (four vLLM replicas on GPUs 0-3, each trainer as 4 processes on GPUs 4-7) and every
+    trainer's effective batch equal to the paper config's."""
+    from mascot.pipeline.run import main, is_trainer, trainer_batch
+    from mascot.pipeline.plan import gpus_here
+    from mascot.stages import STAGE_BY_KEY
+
+    for var in ("VLLM_SERVER_URL", "JUDGE_SERVER_URL", "JUDGE_MODEL"):
+        monkeypatch.delenv(var, raising=False)  # the layout's managed server takes their place
+    monkeypatch.chdir(ROOT)
+    with pytest.raises(SystemExit) as exit_:
+        main(
+            [
+                "configs/paper-ed.yaml",
+                "--layout",
+                "configs/gpu/8xh100.yaml",
+                "--plan",
+                "--runs-dir",
+                str(tmp_path / "runs"),
+            ]
+        )
+    out = capsys.readouterr().out
+    assert exit_.value.code == 0 and out.rstrip().endswith("0 problem(s)"), out[-3000:]
+    assert not (tmp_path / "runs").exists()
+    lines = out.splitlines()
+    if not gpus_here():
+        assert any(l.startswith("machine: the layout's, 1 node(s) of 8 x NVIDIA H100 80GB HBM3") for l in lines)
+    table = lines[lines.index("processes and GPUs (GiB per GPU, estimated from the models' sizes):") + 2 :]
+    servers = [l.split() for l in table if l.strip().startswith("vLLM server")]
+    assert [(s[2], s[4]) for s in servers] == [(f":{8000 + i}", str(i)) for i in range(4)], servers
+    paper = yaml.safe_load((ROOT / "configs/paper-ed.yaml").read_text())["stages"]
+    trainers = [k for k in paper if is_trainer(STAGE_BY_KEY[k])]
+    for k in trainers:
+        row = next(l for l in table if l.strip().startswith(f"{k}:"))
+        assert "accelerate launch x4 (multi_gpu_ddp.yaml)" in row and " 4,5,6,7 " in row, row
+    batches = lines[
+        lines.index("effective batches (per device x accumulation x processes = examples per optimiser step):") + 1 :
+    ]
+    for k in (
+        trainers
+    ):  # per device x accumulation x 4 processes = the paper config's total, computed here from the config alone
+        want = trainer_batch(STAGE_BY_KEY[k], {f: v for f, v in paper[k].items() if f != "rollout_server_url"})["total"]
+        got = next(l for l in batches if l.split()[0] == f"{k}:").split()
+        assert got[4:7] == ["x", "4", "="] and int(got[7]) == want, (k, got, want)

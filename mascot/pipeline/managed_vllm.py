@@ -313,8 +313,11 @@ def server_gpus(s: ServeSection | None, gpus: list[tuple[str, float]]) -> set[in
     return set(s.gpus or range(s.tensor_parallel))
 
 
-def serve_plan(s: ServeSection, stages: dict[str, dict], gpus: list[tuple[str, float]]) -> tuple[str, list[str]]:
-    "The plan's line for `serve:` (where the server runs, its URLs, what it loads) and its problems; `stages`: the config's stage entries."
+def serve_plan(
+    s: ServeSection, stages: dict[str, dict], gpus: list[tuple[str, float]], here: bool = True
+) -> tuple[str, list[str]]:
+    """The plan's line for `serve:` (where the server runs, its URLs, what it loads) and its problems; `stages`: the config's stage entries.
+    `here=False`: `gpus` describe another machine (a layout's `machine:`), so vLLM's installation and the port are not checked here."""
     scfg, problems = serve_config(s), []
     held = server_gpus(s, gpus)
     where = f"GPU {','.join(map(str, sorted(held)))} at {s.gpu_memory_utilization:g} of memory" if held else "CPU"
@@ -324,7 +327,7 @@ def serve_plan(s: ServeSection, stages: dict[str, dict], gpus: list[tuple[str, f
         f"{', '.join(managed_urls(s))}; started by this run, stopped at its end; loads as their stages finish: "
         f"{', '.join(aliases) or 'no adapter'}; judge: {'the served base' if s.judge else 'as endpoints say'}"
     )
-    if vllm_python(scfg) is None:
+    if here and vllm_python(scfg) is None:
         problems.append(
             "serve: vLLM is not installed here (make vllm; make setup-gpu on a GPU machine), or set MASCOT_VLLM_PYTHON"
         )
@@ -347,6 +350,6 @@ def serve_plan(s: ServeSection, stages: dict[str, dict], gpus: list[tuple[str, f
             problems.append(
                 f"stages.{k}.lora_r {params['lora_r']} is above serve.max_lora_rank {s.max_lora_rank}: vLLM would refuse its adapter"
             )
-    if _port_taken(s.port):
+    if here and _port_taken(s.port):
         problems.append(f"serve.port {s.port}: something already listens on 127.0.0.1:{s.port}")
     return line, problems

@@ -13,7 +13,7 @@ from pathlib import Path
 # %% auto #0
 __all__ = ['MODEL_FIELDS', 'URL_FIELDS', 'SIZE_FIELDS', 'ADAPTER_FIELDS', 'STRUCTURED_OUTPUTS_SINCE', 'served_models',
            'redact_url', 'endpoint_problems', 'training_gpu_plan', 'server_version', 'unconstrained_warnings',
-           'plan_report']
+           'plan_gpus', 'apart', 'server_rows', 'process_table', 'batch_lines', 'plan_report']
 
 # %% ../../nbs/pipeline/02_plan.ipynb #89acd147
 def served_models(url: str, timeout: float = 5.0) -> list[str]:
@@ -122,25 +122,14 @@ def training_gpu_plan(cfg: PipelineConfig, k: str, scfg, gpus: list) -> tuple[st
     if not need:
         return "CPU or GPU", []
     problems, kind = [], "full weights" if full else "LoRA"
-    if gpus and (cfg.serve or cfg.gpus):  # the layout: the stage's first GPU, less what the server holds of it
-        gid = int(gpu_env(cfg, k).get("CUDA_VISIBLE_DEVICES", "0").split(",")[0])
-        if gid >= len(gpus):
-            problems.append(f"stage {k}: gpus: GPU {gid} is not on this machine (it has {len(gpus)})")
-        else:
-            free = gpus[gid][1] * (1 - cfg.serve.gpu_memory_utilization if gid in server_gpus(cfg.serve, gpus) else 1)
-            if free < need:
-                problems.append(
-                    f"stage {k} trains {base}: needs >= {need} GiB (estimated), GPU {gid} has {free:.0f} GiB "
-                    "beside the server (lower serve.gpu_memory_utilization or give the stage another GPU)"
-                )
-    if not gpus:
+    if not gpus:  # (with a layout, `process_table` checks each GPU the trainer takes, beside the server)
         problems.append(
             f"stage {k} trains {base} ({kind}): needs a CUDA GPU with >= {need} GiB "
             "(estimated); this machine has none (nvidia-smi does not answer)"
         )
     elif max(m for _, m in gpus) < need:
         problems.append(
-            f"stage {k} trains {base}: needs >= {need} GiB (estimated), the largest GPU here has {max(m for _, m in gpus)} GiB"
+            f"stage {k} trains {base}: needs >= {need} GiB (estimated), the largest GPU has {max(m for _, m in gpus)} GiB"
         )
     return f"GPU >= {need} GiB estimated ({kind})", problems
 
@@ -209,6 +198,119 @@ def unconstrained_warnings(k: str, scfg, answers: dict, managed: set[str]) -> li
             )
     return out
 
+# %% ../../nbs/pipeline/02_plan.ipynb #b7e1a001
+def plan_gpus(cfg: PipelineConfig) -> tuple[list[tuple[str, float]], list[str]]:
+    """The GPUs a plan checks a run against: this machine's (nvidia-smi), else one node's of the layout's `machine:`, with the line that
+    says so."""
+    here = gpus_here()
+    if here or not cfg.machine:
+        return here, []
+    m = cfg.machine
+    return m.gpu_list(), [
+        f"machine: the layout's, {m.nodes} node(s) of {m.gpus} x {m.gpu} ({m.gpu_gib:g} GiB); nvidia-smi does not answer here, so "
+        "the layout is checked against that (vLLM's installation and ports are checked where it runs)"
+    ]
+
+
+def apart(cfg: PipelineConfig) -> bool:
+    "Whether the layout gives the vLLM server a node of its own (machine.nodes above 1): the trainers share no GPU with it."
+    return bool(cfg.serve and cfg.machine and cfg.machine.nodes > 1)
+
+
+def _row(proc: str, node: str, gpus: str, memory: str) -> str:
+    return f"  {proc:<52} {node:<8} {gpus:<16} {memory}"
+
+
+def server_rows(cfg: PipelineConfig, gpus: list) -> list[str]:
+    "The process table's rows of the vLLM server: each replica, its GPUs and its memory (estimated) against what it takes of them."
+    s, rows = cfg.serve, []
+    held, b = sorted(server_gpus(s, gpus)), model_billions(s.model)
+    for i, url in enumerate(managed_urls(s)):
+        ids = held[i * s.tensor_parallel : (i + 1) * s.tensor_parallel]
+        mem = "CPU" if not ids else "-"
+        if ids and b and ids[-1] < len(gpus):
+            need, have = round(2 * b / s.tensor_parallel + 2, 1), round(s.gpu_memory_utilization * gpus[ids[0]][1], 1)
+            mem = f"needs {need} of {have} ({s.gpu_memory_utilization:g} x {gpus[ids[0]][1]:g}){'' if have >= need else ' SHORT'}"
+        port = url.rsplit(":", 1)[1].split("/")[0]
+        proc = f"vLLM server :{port}" + (f" (tensor parallel {s.tensor_parallel})" if s.tensor_parallel > 1 else "")
+        rows.append(_row(proc, "server" if apart(cfg) else "0", ",".join(map(str, ids)) or "-", mem))
+    return rows
+
+# %% ../../nbs/pipeline/02_plan.ipynb #b7e1a003
+def process_table(cfg: PipelineConfig, trainers: dict, gpus: list) -> tuple[list[str], list[str]]:
+    """Which process holds which GPU: the vLLM server's replicas, each training stage's trainer (its ranks under `accelerate launch`, one
+    GPU each) and the other stages' kernels; each trainer's memory (estimated) checked on every GPU it takes, beside the server's share.
+    `trainers`: stage key -> its typed config."""
+    from mascot.pipeline.run import stage_launch  # the runner builds on this module
+
+    lines = [
+        "processes and GPUs (GiB per GPU, estimated from the models' sizes):",
+        _row("process", "node", "GPUs", "memory"),
+    ]
+    problems, held = [], set() if apart(cfg) else server_gpus(cfg.serve, gpus)
+    lines += server_rows(cfg, gpus) if cfg.serve else []
+    for k, scfg in trainers.items():
+        launch = stage_launch(cfg, k) or {"processes": 1, "machines": 1, "world_size": 1, "device": "cuda"}
+        visible = gpu_env(cfg, k).get("CUDA_VISIBLE_DEVICES")
+        n = launch["processes"]
+        ids = (
+            []
+            if launch["device"] == "cpu" or not gpus
+            else [int(g) for g in visible.split(",")][:n]
+            if visible
+            else list(range(n))
+        )
+        base = getattr(scfg, "group_reward_model_name", None) or scfg.model_name
+        need = training_gib(base, bool(getattr(scfg, "full_finetune", False)))
+        proc = f"{k}: " + (
+            f"accelerate launch x{launch['world_size']} ({Path(launch['accelerate_config']).name})"
+            if launch["world_size"] > 1
+            else "trainer in its kernel"
+        )
+        node = ("trainer" if apart(cfg) else "0") + (f" x{launch['machines']}" if launch["machines"] > 1 else "")
+        mem = "CPU" if not ids else "small (a model below 1B)" if not need else ""
+        if [g for g in ids if g >= len(gpus)]:
+            problems.append(
+                f"stage {k}: gpus: GPU {min(g for g in ids if g >= len(gpus))} is not on this machine (it has {len(gpus)})"
+            )
+        free = {
+            g: gpus[g][1] * (1 - cfg.serve.gpu_memory_utilization if g in held else 1) for g in ids if g < len(gpus)
+        }
+        short = [g for g, f in free.items() if need and f < need]
+        if short:  # one line for the stage, naming its first GPU that is short
+            problems.append(
+                f"stage {k} trains {base}: needs >= {need} GiB (estimated), GPU {short[0]} has {free[short[0]]:.0f} GiB "
+                "beside the server (lower serve.gpu_memory_utilization or give the stage another GPU)"
+            )
+        if need and free:
+            mem = f"needs {need} of {min(free.values()):.1f} each" + (" SHORT" if short else "")
+        lines.append(_row(proc, node, ",".join(map(str, ids)) or "-", mem))
+    others = sorted({gpu_env(cfg, k).get("CUDA_VISIBLE_DEVICES", "-") for k in cfg.stages if k not in trainers})
+    if others:
+        what = "call the server" if cfg.serve else "-"
+        lines.append(_row("the other stages' kernels", "trainer" if apart(cfg) else "0", " ".join(others), what))
+    return lines, problems
+
+# %% ../../nbs/pipeline/02_plan.ipynb #b7e1a005
+def batch_lines(cfg: PipelineConfig, trainers: dict, source: str = "the config") -> tuple[list[str], list[str]]:
+    """Each trainer's effective batch as it will train (per device x accumulation x processes, from the TRL config it builds) beside the
+    config's own before the layout: a problem where they differ."""
+    import tempfile
+    from mascot.pipeline.run import stage_launch
+    from mascot.training.common import effective_batch
+
+    lines, problems = ["effective batches (per device x accumulation x processes = examples per optimiser step):"], []
+    for k, scfg in trainers.items():
+        launch = stage_launch(cfg, k)
+        with tempfile.TemporaryDirectory() as d:
+            got = effective_batch(scfg.trl_config(d), launch["world_size"] if launch else 1)
+        want = cfg._config_batches.get(k, got)  # a stage the layout leaves trains as the config says
+        f = lambda b: f"{b['per_device']} x {b['accumulation']} x {b['world_size']} = {b['total']}"
+        lines.append(f"  {k + ':':<20} {f(got):<18} {source}: {f(want)}")
+        if got["total"] != want["total"]:
+            problems.append(f"stage {k}: the effective batch {f(got)} is not {source}'s {want['total']}")
+    return lines, problems
+
 # %% ../../nbs/pipeline/02_plan.ipynb #a4c10063
 def plan_report(
     cfg: PipelineConfig,
@@ -225,14 +327,15 @@ def plan_report(
     keys, todo = stages_to_run(cfg, from_stage, only)
     if run_dir.exists() and (why := existing_run_problem(run_dir, keys, resume, from_stage, only)):
         problems.append(why)
-    gpus, answers, users = gpus_here(), {}, {}
+    (gpus, lines), answers, users, trainers = plan_gpus(cfg), {}, {}, {}
     if (
         cfg.serve
     ):  # the managed server answers once the run starts it: it will serve the base (the adapters come as trained)
-        line, found = serve_plan(cfg.serve, cfg.stages, gpus)
-        lines.append(line)
+        line, found = serve_plan(cfg.serve, cfg.stages, gpus, here=not lines)
+        lines.insert(0, line)
         problems += found
         answers[cfg.endpoints["vllm_server_url"]] = [cfg.serve.model]
+    head = len(lines)  # the layout's table goes here, once every stage is read
     outputs = completed_outputs(run_dir, keys, todo)
     for k in todo:
         st = STAGE_BY_KEY[k]
@@ -273,11 +376,18 @@ def plan_report(
         if gpu_env(cfg, k):
             parts.append(f"CUDA_VISIBLE_DEVICES={gpu_env(cfg, k)['CUDA_VISIBLE_DEVICES']}")
         if isinstance(scfg, TrainingConfig):
+            trainers[k] = scfg
             part, found = training_gpu_plan(cfg, k, scfg, gpus)
             parts.append(part)
             problems += found
         lines.append(f"{k:<19} " + "; ".join(p for p in parts if p))
         lines += warnings
+    if (
+        cfg.serve or cfg.gpus or cfg.launch or cfg.machine
+    ):  # a layout: which process holds which GPU, each trainer's batch
+        (table, found), (batches, off) = process_table(cfg, trainers, gpus), batch_lines(cfg, trainers, source)
+        lines[head:head] = table + batches
+        problems += found + off
     problems += [
         f"{why}: needed by {', '.join(dict.fromkeys(users[u]))}" for u, why in answers.items() if isinstance(why, str)
     ]

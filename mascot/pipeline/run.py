@@ -67,6 +67,9 @@ class PipelineConfig(DatasetConfig):
         description="the machine a layout is written for: `--plan` checks against it where nvidia-smi does not answer",
     )
     _from_env: dict[str, str] = PrivateAttr(default_factory=dict)  # ${VAR}s the file used -> their values
+    _config_batches: dict[str, dict] = PrivateAttr(
+        default_factory=dict
+    )  # a trainer the layout resizes -> the config's effective batch
 
     def model_post_init(self, _):
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", self.run_name) or self.run_name in (".", ".."):
@@ -368,6 +371,7 @@ def keep_effective_batches(cfg: PipelineConfig, base_stages: dict, layout: dict,
         if world == 1 and "per_device_train_batch_size" not in laid:
             continue  # the layout leaves its batch as the config has it
         target = trainer_batch(st, {f: v for f, v in (base_stages.get(k) or {}).items() if f != "rollout_server_url"})
+        cfg._config_batches[k] = target  # what `--plan` prints beside the batch it will train with
         per_device = laid.get("per_device_train_batch_size", target["per_device"])
         acc = accumulation_for(target["total"], per_device, world, f"{source}: stages.{k}")
         if "gradient_accumulation_steps" in config_class(st).model_fields:
