@@ -66,6 +66,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "run": ("mascot.pipeline.run", "run the pipeline's stage notebooks through papermill into runs/<run>/"),
     "site": ("mascot.site.build", "build the static results site from runs/ (no Quarto needed)"),
+    "diff-runs": (
+        "mascot.pipeline.diff_runs",
+        "compare two run folders stage by stage: identical and differing artefacts, each one's first difference",
+    ),
 }
 
 # %% ../nbs/cli.ipynb #f23618c6

@@ -86,6 +86,7 @@ CONFIG_COMMANDS = {  # each command built from a Config, with the flags its conf
     "compare": ["--input-dir", "judged"],
     "run": [str(Path(__file__).resolve().parents[1] / "configs" / "smoke.yaml")],
     "site": [],
+    "diff-runs": ["runs/a", "runs/b"],
 }
 
 

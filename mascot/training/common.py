@@ -16,12 +16,13 @@ from typing import Any
 from typing import ClassVar
 
 # %% auto #0
-__all__ = ['DEFAULT_LORA_TARGETS', 'CURVE_PANELS', 'RUN_SUMMARY_KEYS', 'recorded_model', 'trained_group_reward_model',
-           'lora_target_modules', 'report_to', 'trl_config', 'TrainingConfig', 'EpochTrainingConfig',
-           'GRPOTrainingConfig', 'grpo_config', 'split_by_context', 'package_versions', 'data_hash', 'lora_config',
-           'parameter_counts', 'plot_training_curves', 'training_dtype', 'process_rank', 'rank_run_dir',
-           'effective_batch', 'write_metadata', 'save_trained', 'adapter_lora', 'record_training', 'trainable_snapshot',
-           'weights_changed', 'paired_summary', 'load_tokenizer', 'load_causal_lm', 'training_run']
+__all__ = ['DEFAULT_LORA_TARGETS', 'CURVE_PANELS', 'SET_VALUED', 'RUN_SUMMARY_KEYS', 'recorded_model',
+           'trained_group_reward_model', 'lora_target_modules', 'report_to', 'trl_config', 'TrainingConfig',
+           'EpochTrainingConfig', 'GRPOTrainingConfig', 'grpo_config', 'split_by_context', 'package_versions',
+           'data_hash', 'lora_config', 'parameter_counts', 'plot_training_curves', 'training_dtype', 'process_rank',
+           'rank_run_dir', 'effective_batch', 'sort_adapter_config', 'write_metadata', 'save_trained', 'adapter_lora',
+           'record_training', 'trainable_snapshot', 'weights_changed', 'paired_summary', 'load_tokenizer',
+           'load_causal_lm', 'training_run']
 
 # %% ../../nbs/training/00_common.ipynb #b5cf1cb7
 def recorded_model(folder: str | Path, role: str = "speaker") -> str | None:
@@ -420,6 +421,21 @@ def effective_batch(args, world_size: int = 1) -> dict:
     pd, acc = int(args.per_device_train_batch_size), int(args.gradient_accumulation_steps)
     return {"per_device": pd, "accumulation": acc, "world_size": world_size, "total": pd * acc * world_size}
 
+# %% ../../nbs/training/00_common.ipynb #sortadp0
+SET_VALUED = ("target_modules", "modules_to_save", "exclude_modules")  # fields PEFT keeps as sets
+
+
+def sort_adapter_config(folder: Path) -> None:
+    """`adapter_config.json` in `folder` with its set-valued fields sorted: PEFT writes a set (`target_modules`) in the order of the
+    process's string hashes, which `PYTHONHASHSEED` draws afresh in every process, so two runs of one config would write different files."""
+    p = Path(folder) / "adapter_config.json"
+    if not p.exists():
+        return
+    cfg = json.loads(p.read_text())
+    fixed = {k: sorted(v) if k in SET_VALUED and isinstance(v, list) else v for k, v in cfg.items()}
+    if fixed != cfg:
+        p.write_text(json.dumps(fixed, indent=2, sort_keys=True) + "\n")
+
 # %% ../../nbs/training/00_common.ipynb #874c1b5c
 def write_metadata(out: Path, meta: dict) -> None:
     "`mascot_metadata.json` beside the adapter, written once (by rank 0) however many processes trained it."
@@ -436,6 +452,7 @@ def save_trained(trainer, tokenizer, out: Path) -> dict:
     counts = parameter_counts(trainer.model)
     panels = []
     if trainer.is_world_process_zero():
+        sort_adapter_config(out)
         tokenizer.save_pretrained(out)
         (out / "log_history.json").write_text(json.dumps(history, indent=1))
         panels = plot_training_curves(history, out / "training_curves.png")
