@@ -2,8 +2,8 @@
 
 Every section checks that a trainer learns a signal whose answer is known (known-label reward-model pairs, reply length and format, the
 turn-taking reward, a programmatic group reward). None of them is evidence about MASCOT: a passing check says the plumbing and the optimiser
-can move the model toward a known target, not that the trained system is better. `bench/director_content.py` is the director check whose
-target depends on what the user said.
+can move the model toward a known target, not that the trained system is better. `bench/director_strategy.py` is the director check whose
+target is what human supporters chose next (ESConv strategies).
 
 reward_model: a persona reward model on known-label pairs (each context's real reply vs its degraded copies: the context parroted, the
     persona's name alone, the reply cut off, another conversation's reply), held-out accuracy on unseen contexts with its binomial 95% CI.
