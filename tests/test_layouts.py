@@ -106,3 +106,63 @@ def test_plan_of_the_8_gpu_layout(tmp_path, monkeypatch, capsys):
         want = trainer_batch(STAGE_BY_KEY[k], {f: v for f, v in paper[k].items() if f != "rollout_server_url"})["total"]
         got = next(l for l in batches if l.split()[0] == f"{k}:").split()
         assert got[4:7] == ["x", "4", "="] and int(got[7]) == want, (k, got, want)
+
+
+def test_emit_slurm_writes_a_two_node_script_bash_accepts(tmp_path, monkeypatch, capsys):
+    """`mascot run configs/paper-ed.yaml --layout configs/gpu/2x8xh100.yaml --emit-slurm FILE`: an sbatch script for two nodes, vLLM on
+    the last (eight replicas, bound to its address), `mascot run` on the first with the server's URLs, that `bash -n` accepts; with a third
+    node a trainer spans two machines. A one-node layout has no script."""
+    from mascot.pipeline.run import main
+
+    for var in ("VLLM_SERVER_URL", "JUDGE_SERVER_URL", "JUDGE_MODEL", "MASCOT_SERVE_URLS"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.chdir(ROOT)
+
+    def emit(layout, name):
+        with pytest.raises(SystemExit) as exit_:
+            main(
+                ["configs/paper-ed.yaml", "--layout", str(layout), "--emit-slurm", str(tmp_path / name)]
+                + ["--runs-dir", str(tmp_path / "runs")]
+            )
+        return exit_.value.code, capsys.readouterr()
+
+    code, out = emit("configs/gpu/2x8xh100.yaml", "two.sbatch")
+    assert code == 0 and out.out.startswith(f"wrote {tmp_path / 'two.sbatch'}"), out
+    script = (tmp_path / "two.sbatch").read_text()
+    r = subprocess.run(["bash", "-n", str(tmp_path / "two.sbatch")], capture_output=True, text=True)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    lines = script.splitlines()
+    assert "#SBATCH --nodes=2" in lines and "#SBATCH --gpus-per-node=8" in lines
+    assert (
+        'SERVER_NODE="${NODES[1]}"' in lines
+        and 'export MASCOT_TRAINER_NODES="$(IFS=,; echo "${NODES[*]:0:1}")"' in lines
+    )
+    serve = next(l for l in lines if "-m mascot.pipeline.serve " in l)
+    assert (
+        "--gpus 0,1,2,3,4,5,6,7" in serve
+        and "--replicas 8" in serve
+        and "--host 0.0.0.0" in serve
+        and "--runtime-lora" in serve
+    )
+    assert 'export MASCOT_SERVE_URLS="$URLS"' in lines and any("http://$SERVER_NODE:$port/v1" in l for l in lines)
+    run = lines[-1].split()
+    assert run[1:3] == ["-m", "mascot.pipeline.run"] and run[run.index("--layout") + 1] == str(
+        ROOT / "configs/gpu/2x8xh100.yaml"
+    )
+    assert run[run.index("--runs-dir") + 1] == str(tmp_path / "runs") and run[-1] == '"$@"'
+    assert not (tmp_path / "runs").exists()  # written, nothing run
+    # a third node: the reward model's trainer across the first two (launch.machines 2, world size 16)
+    lay = yaml.safe_load((ROOT / "configs/gpu/2x8xh100.yaml").read_text())
+    lay["machine"]["nodes"] = 3
+    lay["launch"]["reward_model"] = {"machines": 2}
+    lay["stages"]["reward_model"]["per_device_train_batch_size"] = 1
+    (tmp_path / "3x8.yaml").write_text(yaml.safe_dump(lay))
+    code, out = emit(tmp_path / "3x8.yaml", "three.sbatch")
+    assert code == 0, out
+    three = (tmp_path / "three.sbatch").read_text()
+    assert "#SBATCH --nodes=3" in three and 'SERVER_NODE="${NODES[2]}"' in three and '"${NODES[*]:0:2}"' in three
+    assert subprocess.run(["bash", "-n", str(tmp_path / "three.sbatch")]).returncode == 0
+    code, out = emit("configs/gpu/8xh100.yaml", "one.sbatch")
+    assert (
+        code == 2 and "gives the vLLM server no node of its own" in out.err and not (tmp_path / "one.sbatch").exists()
+    )

@@ -249,6 +249,10 @@ def process_table(cfg: PipelineConfig, trainers: dict, gpus: list) -> tuple[list
     ]
     problems, held = [], set() if apart(cfg) else server_gpus(cfg.serve, gpus)
     lines += server_rows(cfg, gpus) if cfg.serve else []
+    if apart(cfg):
+        lines.append(
+            "  (the server node's servers: started by the script `mascot run --emit-slurm FILE` writes, not by the run)"
+        )
     for k, scfg in trainers.items():
         launch = stage_launch(cfg, k) or {"processes": 1, "machines": 1, "world_size": 1, "device": "cuda"}
         visible = gpu_env(cfg, k).get("CUDA_VISIBLE_DEVICES")

@@ -13,6 +13,7 @@ from ..stages import *
 from .serve import ServerFailed
 from .managed_vllm import *
 from .plan import plan_report
+from .slurm import attach_server_node, attached_server, emit_slurm, forwarded_flags, server_apart
 from ..training.launch import LAUNCH_ENV, LAUNCH_FILE, LaunchSection, MachineSection, launch_spec, accumulation_for
 from ..training.common import effective_batch
 import json, os, re, subprocess, sys, time
@@ -134,6 +135,7 @@ def load_pipeline_config(path: str | Path, layout: str | Path | None = None, **o
     cfg = PipelineConfig.from_dict({**raw, **{k: v for k, v in overrides.items() if v is not None}}, source=source)
     if cfg.serve:
         use_managed_server(cfg, raw, source)
+        attach_server_node(cfg)  # a two-node layout inside its sbatch script: the server node's URLs
     cfg.endpoints = expand_env(cfg.endpoints, f"{path}: endpoints", cfg._from_env)
     cfg.stages = expand_env(cfg.stages, f"{path}: stages", cfg._from_env)
     bad = [k for k in cfg.endpoints if k not in EndpointConfig.model_fields]
@@ -495,7 +497,9 @@ def run_pipeline(
         mark_stale_runs(run_dir)  # stages a killed invocation left saying "running"
     (run_dir / "pipeline_config.json").write_text(json.dumps(redact(cfg.model_dump(mode="json")), indent=2))
     t_run = time.time()
-    server = ManagedServer(cfg.serve, run_dir, log) if cfg.serve else None
+    server = None  # the server node's (a layout that gives the server a node of its own), else one this run starts, else none
+    if cfg.serve:
+        server = attached_server(cfg, run_dir, log) if server_apart(cfg) else ManagedServer(cfg.serve, run_dir, log)
     if server:  # stages completed before this invocation (--from, --only): their adapters are served again
         for k, out in outputs.items():
             server.want_trained(k, out)
@@ -564,6 +568,11 @@ class RunFlags(Config):
         False,
         description="check endpoints, data, adapters and GPUs, print the stages and every problem, run nothing (exit 2 on a problem)",
     )
+    emit_slurm: str | None = Field(
+        None,
+        description="write an sbatch script to this file for a layout with a node of its own for the vLLM server (machine.nodes 2+, "
+        "configs/gpu/2x8xh100.yaml) and exit: the server node serves, the others run the stages and trainers",
+    )
     print_config: bool = Field(
         False,
         description="print the resolved pipeline configuration (YAML, secrets redacted) and exit without running anything",
@@ -597,6 +606,17 @@ def main(argv: list[str] | None = None):
             print(f"mascot run: {' '.join(str(e).split())}", file=sys.stderr)
             raise SystemExit(2)
         print(yaml.safe_dump(cfg.resolved(), sort_keys=False, allow_unicode=True), end="")
+        raise SystemExit(0)
+    if a.emit_slurm:
+        try:
+            cfg = load_pipeline_config(a.config, a.layout, **overrides)
+            found = plan_report(cfg, a.config, a.from_stage, a.only)[1]
+            fwd = forwarded_flags(a.from_stage, a.only, a.resume, overrides)
+            path = emit_slurm(cfg, a.config, a.layout, a.emit_slurm, found, fwd)
+        except ConfigError as e:
+            print(f"mascot run: {' '.join(str(e).split())}", file=sys.stderr)
+            raise SystemExit(2)
+        print(f"wrote {path}: submit it with sbatch {path}")
         raise SystemExit(0)
     if a.plan:
         try:
