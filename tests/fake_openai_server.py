@@ -21,7 +21,8 @@ Every server records what it was sent: `srv.requests` (each chat request body wi
 `judge_favour={text: points}`: a biased judge: every score of an item whose last message contains `text` is raised by `points` (at most
 10); `num_chat` counts the chat requests (a cached judge stage makes none).
 
-Run by hand: `python tests/fake_openai_server.py --port 8011 --fault error_500=0.2`.
+Run by hand: `python tests/fake_openai_server.py --port 8011 --fault error_500=0.2`; as the python of a vLLM environment
+(`MASCOT_VLLM_PYTHON`, a script that passes vLLM's argv on) it serves `--model` on `--port` and ignores vLLM's other flags.
 """
 
 from __future__ import annotations
@@ -117,7 +118,8 @@ class FakeOpenAIServer:
         bad = [f for f in (faults or {}) if f not in FAULTS]
         if bad:
             raise ValueError(f"unknown faults {bad}; known: {FAULTS}")
-        self.faults, self.seed, self.model, self.roles = dict(faults or {}), seed, model, roles
+        self.faults, self.seed, self.model = dict(faults or {}), seed, model
+        self.fault_roles = roles  # faults only for these roles (None: every role)
         self.fault_if = fault_if  # faults only for requests whose body holds this text (e.g. one rubric's wording)
         self.listed = listed or [
             {"id": model}
@@ -154,7 +156,7 @@ class FakeOpenAIServer:
         with self._lock:
             self._seen[body] += 1
             nth = self._seen[body]
-        if self.roles is not None and role not in self.roles:
+        if self.fault_roles is not None and role not in self.fault_roles:
             return None
         if self.fault_if is not None and self.fault_if.encode() not in body:
             return None
@@ -311,12 +313,12 @@ class FakeOpenAIServer:
 
 
 if __name__ == "__main__":
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     p.add_argument("--port", type=int, default=8011)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--model", default="fake-model")
     p.add_argument("--fault", action="append", default=[], help="name=probability, e.g. error_500=0.2 (repeatable)")
-    a = p.parse_args()
+    a, _ = p.parse_known_args()  # started as vLLM would be (MASCOT_VLLM_PYTHON): its other flags are ignored
     srv = FakeOpenAIServer({k: float(v) for k, v in (f.split("=") for f in a.fault)}, seed=a.seed, model=a.model).start(
         a.port
     )

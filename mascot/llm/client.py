@@ -81,6 +81,7 @@ class LLMClient:
                     timeout=self.cfg.request_timeout,
                     max_retries=self.cfg.max_retries,
                     key_env=route.key_env,
+                    reconnect_s=getattr(self.cfg, "reconnect_wait", 0.0),
                 )
             return self._backends[key]
         if self._embedded is None:

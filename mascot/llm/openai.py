@@ -6,12 +6,13 @@
 from __future__ import annotations
 from ..core.config import *
 from .types import *
-import asyncio, json, os, time
+import asyncio, functools, json, os, time
 from urllib.parse import urlsplit
+from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['OPENAI_API_HOST', 'KEY_FLAGS', 'key_variable', 'api_key', 'served_base', 'served_model', 'OpenAIBackend',
-           'BalancedBackend', 'openai_backend']
+__all__ = ['OPENAI_API_HOST', 'KEY_FLAGS', 'key_variable', 'api_key', 'HTTPStatus', 'served_base', 'served_model', 'ServerDown',
+           'OpenAIBackend', 'BalancedBackend', 'openai_backend']
 
 # %% ../../nbs/llm/01_openai.ipynb #50942593
 OPENAI_API_HOST = "api.openai.com"
@@ -59,26 +60,36 @@ def api_key(url: str, key_env: str | None = None) -> tuple[str, str | None]:
     register_secret(key)  # whatever its variable is called, the key is never recorded
     return key or "EMPTY", var
 
+# %% ../../nbs/llm/01_openai.ipynb #472835ec
+class HTTPStatus(LLMError):
+    "A reply with an HTTP status other than 2xx, and the server's message (never its whole body)."
 
-def _status_line(e) -> str:
-    "An HTTP error as one line: its code and the server's message, without URL credentials or secrets from the environment."
-    body = getattr(e, "body", None)
-    msg = body.get("message") if isinstance(body, dict) else None
-    msg = " ".join(str(msg or getattr(e, "message", "") or "").split())
-    return f"HTTP {e.status_code}" + (f": {redact_text(strip_credentials(msg))[:200]}" if msg else "")
+    def __init__(self, status_code: int, message: str = ""):
+        super().__init__(f"HTTP {status_code}")
+        self.status_code, self.message = status_code, message
 
-# %% ../../nbs/llm/01_openai.ipynb #ce177974
+
+def _error_message(raw: bytes) -> str:
+    "The message of an error body: OpenAI's `{'error': {'message': ...}}`, vLLM's `{'message': ...}`, else its text."
+    try:
+        d = json.loads(raw)
+    except ValueError:
+        return raw.decode(errors="replace")[:300]
+    e = d.get("error", d) if isinstance(d, dict) else d
+    return str(e.get("message") or "") if isinstance(e, dict) else str(e)
+
+
 def _completion(r):
     "The chat completion itself, or `MalformedResponse` when the body is not one (not JSON, no choices, a choice without a message)."
-    choices = getattr(r, "choices", None)
+    choices = r.get("choices") if isinstance(r, dict) else None
     if not isinstance(choices, list) or not choices:
         raise MalformedResponse(f"no choices in the reply ({str(r)[:80]!r})")
     for c in choices:
-        msg = getattr(c, "message", None)
-        if msg is None or not hasattr(msg, "content"):
+        msg = c.get("message") if isinstance(c, dict) else None
+        if not isinstance(msg, dict):
             raise MalformedResponse("a choice without a message")
-        if not isinstance(msg.content, (str, type(None))):
-            raise MalformedResponse(f"a choice's content is {type(msg.content).__name__}")
+        if not isinstance(msg.get("content"), (str, type(None))):
+            raise MalformedResponse(f"a choice's content is {type(msg['content']).__name__}")
     return r
 
 
@@ -95,7 +106,7 @@ def served_base(url: str, entries: list[dict]) -> str:
         f"server {public_url(url)} serves {len(bases)} base models ({listed or 'nothing'}): name one with --model-name (or the role's model flag)"
     )
 
-
+# %% ../../nbs/llm/01_openai.ipynb #7555461e
 def served_model(url: str, timeout: float = 10.0, key_env: str | None = None) -> str | None:
     """The model a server at `url` (the first of a comma-separated list) serves when no --model-name is given (see `served_base`); None
     when it cannot be reached or refuses now (the run's check says so, in one line)."""
@@ -123,13 +134,17 @@ def served_model(url: str, timeout: float = 10.0, key_env: str | None = None) ->
 
 
 def _model_page(r):
-    if not isinstance(getattr(r, "data", None), list):
+    if not isinstance(r, dict) or not isinstance(r.get("data"), list):
         raise MalformedResponse(f"no model list in the reply ({str(r)[:80]!r})")
     return r
 
-# %% ../../nbs/llm/01_openai.ipynb #583d4171
+# %% ../../nbs/llm/01_openai.ipynb #9ceefe28
+class ServerDown(BackendUnavailable):
+    "A server that cannot be reached at all (refused or dropped connections, no reply in time); a pool of replicas sends the request elsewhere."
+
+
 class OpenAIBackend(ChatBackend):
-    "Any OpenAI-compatible server (vLLM, `transformers serve`, llama.cpp, OpenAI) through the official client."
+    "Any OpenAI-compatible server (vLLM, `transformers serve`, llama.cpp, OpenAI) over HTTP with `aiohttp`."
 
     kind = "openai"
 
@@ -141,211 +156,311 @@ class OpenAIBackend(ChatBackend):
         max_retries: int = 3,
         backoff_s: float = 0.5,
         key_env: str | None = None,
+        reconnect_s: float = 0.0,
     ):
-        import openai
-
         if max_concurrency < 1:
             raise ValueError(f"max_concurrency must be >= 1 (got {max_concurrency})")
         if not timeout > 0:
             raise ValueError(f"timeout must be > 0 seconds (got {timeout})")
-        self.base_url, self.max_retries, self.timeout, self.backoff_s = (
-            base_url.rstrip("/"),
-            max_retries,
-            float(timeout),
-            backoff_s,
-        )
+        self.base_url, self.max_retries, self.timeout = base_url.rstrip("/"), max_retries, float(timeout)
+        self.backoff_s, self.reconnect_s, self.pooled = backoff_s, float(reconnect_s), False
         key, self.key_var = api_key(base_url, key_env)
         self.name = public_url(self.base_url)  # what messages and records say: no credentials
-        self.template_kwargs = (
-            urlsplit(self.base_url).hostname != OPENAI_API_HOST
-        )  # the OpenAI API refuses parameters it does not know
-        # Retries and the deadline are ours: the openai client's timeout bounds each socket read, so a server dripping its body
-        # one byte at a time would hold a call for ever; `asyncio.wait_for` bounds connect + the whole body.
-        self.client = openai.AsyncOpenAI(base_url=self.base_url, api_key=key, timeout=timeout, max_retries=0)
+        u = urlsplit(self.base_url)
+        self.template_kwargs = u.hostname != OPENAI_API_HOST  # the OpenAI API refuses parameters it does not know
+        self.headers = {"Content-Type": "application/json"}
+        if (
+            u.username or u.password
+        ):  # credentials in the URL go as basic auth (as httpx sends them), the rest of it without them
+            self._auth = (u.username or "", u.password or "")
+            self.base_url = u._replace(netloc=u.netloc.rsplit("@", 1)[1]).geturl().rstrip("/")
+        else:
+            self._auth, self.headers["Authorization"] = None, f"Bearer {key}"
         self.sem = asyncio.Semaphore(max_concurrency)
-        self._models: list[str] | None = None
+        self._session, self._models, self._entries = None, None, None
         self.constraints_refused = (
             False  # the server answered 400 to a request carrying a constraint: sent without from then on
         )
 
-    async def _call(self, fn, *a, check=None, **kw):
-        "One request with one deadline per attempt; connection errors, time-outs, 5xx/429 and malformed bodies are retried with backoff."
-        import openai, random
+# %% ../../nbs/llm/01_openai.ipynb #d965c5a1
+@functools.cache
+def _session_classes():
+    """aiohttp's session and connector, quiet when collected unclosed: a session is closed by `aclose` or when its loop ends (`asyncio.run`),
+    and one dropped with its loop (a notebook's, a killed job's) holds nothing a message would help with."""
+    import aiohttp, warnings
 
-        last = ("unreachable", "no attempt made")
-        for attempt in range(self.max_retries + 1):
-            if attempt:
-                await asyncio.sleep(min(self.backoff_s * 2 ** (attempt - 1), 8.0) * random.uniform(0.75, 1.25))
-            try:
-                r = await asyncio.wait_for(fn(*a, **kw), self.timeout)
-                return check(r) if check else r
-            except openai.NotFoundError as e:
-                raise ModelNotFound(f"server {self.name}: {_status_line(e)}") from None
-            except (openai.AuthenticationError, openai.PermissionDeniedError) as e:
-                raise EndpointRefused(
-                    self._refused(e.status_code)
-                ) from None  # never the body: a server may echo the key
-            except (asyncio.TimeoutError, openai.APITimeoutError):
-                last = ("unreachable", f"no complete reply within --request-timeout {self.timeout:g} s")
-            except openai.APIConnectionError as e:
-                last = ("unreachable", f"{e.__class__.__name__}: {strip_credentials(str(e))}")
-            except openai.APIStatusError as e:
-                if e.status_code < 500 and e.status_code not in (408, 409, 429):  # a refused request is not retried
-                    cls = BadRequestError if e.status_code == 400 else LLMError
-                    raise cls(f"server {self.name} refused the request: {_status_line(e)}") from None
-                last = ("kept failing", _status_line(e))
-            except (
-                MalformedResponse,
-                openai.APIResponseValidationError,
-                ValueError,
-                AttributeError,
-                TypeError,
-            ) as e:  # a body that is not a completion
-                last = ("kept failing", f"malformed reply: {e.__class__.__name__}: {redact_text(str(e))[:200]}")
-        raise BackendUnavailable(f"server {self.name} {last[0]} after {self.max_retries} retries: {last[1]}")
+    class Connector(aiohttp.TCPConnector):
+        def __del__(self, *_):
+            if not self._closed and not self._loop.is_closed():
+                self._close()
 
-    def _refused(self, status: int) -> str:
-        "Why a server refused us, naming the key variable consulted (never the key, never the server's body)."
-        var = self.key_var
-        sent = (
-            f"the key in {var}"
-            if var and os.environ.get(var)
-            else f"no key ({var} is not set)"
-            if var
-            else "no key (none is sent over plain HTTP to another host unless a variable is named)"
-        )
-        return (
-            f"server {self.name} refused {sent}: HTTP {status}, not retried; name the key's variable with {KEY_FLAGS}"
-        )
+    with warnings.catch_warnings():
+        warnings.simplefilter(
+            "ignore", DeprecationWarning
+        )  # aiohttp discourages subclassing its session; only __del__ differs
 
-    async def served_models(self) -> list[str]:
-        if self._models is None:
-            page = await self._call(self.client.models.list, check=_model_page)
-            self._models = [m.id for m in page.data]
-        return self._models
+        class Session(aiohttp.ClientSession):
+            def __del__(self, *_):
+                pass
 
-    async def check_model(self, model: str | None) -> str:
-        served = await self.served_models()
-        if model is None:
-            return served_base(
-                self.name,
-                [m.model_dump() for m in (await self._call(self.client.models.list, check=_model_page)).data],
-            )
-        if model not in served:
-            raise ModelNotFound(
-                f"model {model!r} is not served at {self.name} (it serves: {', '.join(served) or 'nothing'})"
-            )
-        return model
+    return Session, Connector
 
-    def constraint_fields(self, constraint: OutputConstraint | None) -> dict:
-        """The request fields that carry `constraint`: vLLM's `structured_outputs` (JSON schema or regex); the OpenAI API's strict JSON
-        schema mode, without the length bounds it does not take (the client still checks them), and nothing for a regex it cannot take."""
-        if constraint is None or self.constraints_refused:
-            return {}
-        if self.template_kwargs:
-            return {"extra_body": {"structured_outputs": constraint.vllm_form()}}
-        if constraint.schema is None:
-            return {}
-        schema = json.loads(
-            constraint.schema, object_hook=lambda o: {k: v for k, v in o.items() if k not in ("minLength", "maxLength")}
-        )
-        return {
-            "response_format": {
-                "type": "json_schema",
-                "json_schema": {"name": constraint.name, "schema": schema, "strict": True},
-            }
-        }
 
-    async def _one(self, req: ChatRequest, model: str, n: int):
-        constrained = self.constraint_fields(req.constraint)
+async def _session_life(self: OpenAIBackend):
+    "The HTTP session of the running event loop, closed when the loop shuts its async generators down (as `asyncio.run` does) or by `aclose`."
+    import aiohttp
+
+    Session, Connector = _session_classes()
+    auth = aiohttp.BasicAuth(*self._auth) if self._auth else None
+    # the deadline covers connect and the whole body (a server dripping its body byte by byte is cut off); no pool limit: `sem` bounds it
+    s = Session(
+        headers=self.headers,
+        auth=auth,
+        timeout=aiohttp.ClientTimeout(total=self.timeout),
+        connector=Connector(limit=0),
+    )
+    try:
+        yield s
+    finally:
+        await s.close()
+
+
+async def _http(self: OpenAIBackend):
+    loop = asyncio.get_running_loop()
+    if self._session is None or self._session[0] is not loop or self._session[2].closed:
+        life = _session_life(self)
+        self._session = (loop, life, await life.__anext__())
+    return self._session[2]
+
+
+@patch
+async def _request(self: OpenAIBackend, method: str, path: str, body: bytes | None = None, check=None):
+    "One HTTP exchange: the reply's JSON (checked by `check`), or `HTTPStatus` with the server's message."
+    session = await _http(self)
+    async with session.request(method, self.base_url + path, data=body) as r:
+        raw, status = await r.read(), r.status
+    if not 200 <= status < 300:
+        raise HTTPStatus(status, _error_message(raw))
+    d = json.loads(raw)
+    return check(d) if check else d
+
+
+def _status_line(e: HTTPStatus) -> str:
+    "An HTTP error as one line: its code and the server's message, without URL credentials or secrets from the environment."
+    msg = " ".join(str(e.message or "").split())
+    return f"HTTP {e.status_code}" + (f": {redact_text(strip_credentials(msg))[:200]}" if msg else "")
+
+# %% ../../nbs/llm/01_openai.ipynb #a5494b70
+@patch
+async def _call(self: OpenAIBackend, method: str, path: str, body: bytes | None = None, check=None):
+    """One request with one deadline per attempt; connection errors, time-outs, 5xx/429 and malformed bodies are retried with backoff
+    (`max_retries` times, and for `reconnect_s` seconds while the server cannot be reached at all)."""
+    import aiohttp, random
+
+    last, attempt, down_since = ("unreachable", "no attempt made"), 0, None
+    while True:
         try:
-            return await self._one_try(req, model, n, constrained), bool(constrained)
-        except BadRequestError:
-            if not constrained:
-                raise
-        # a server that refuses the constraint's fields (400) answers without them; the client still checks every reply
-        r = await self._one_try(req, model, n, {})
-        self.constraints_refused = True
-        return r, False
+            return await self._request(method, path, body, check)
+        except HTTPStatus as e:
+            if e.status_code == 404:
+                raise ModelNotFound(f"server {self.name}: {_status_line(e)}") from None
+            if e.status_code in (401, 403):  # never the body: a server may echo the key
+                raise EndpointRefused(self._refused(e.status_code)) from None
+            if e.status_code < 500 and e.status_code not in (408, 409, 429):  # a refused request is not retried
+                cls = BadRequestError if e.status_code == 400 else LLMError
+                raise cls(f"server {self.name} refused the request: {_status_line(e)}") from None
+            last = ("kept failing", _status_line(e))
+        except asyncio.TimeoutError:
+            last = ("unreachable", f"no complete reply within --request-timeout {self.timeout:g} s")
+        except aiohttp.ClientError as e:
+            last = ("unreachable", f"{e.__class__.__name__}: {strip_credentials(str(e))}")
+        except (
+            MalformedResponse,
+            ValueError,
+            AttributeError,
+            TypeError,
+            KeyError,
+        ) as e:  # a body that is not a completion
+            last = ("kept failing", f"malformed reply: {e.__class__.__name__}: {redact_text(str(e))[:200]}")
+        down = last[0] == "unreachable"
+        down_since = (down_since or time.monotonic()) if down else None
+        if down and self.pooled:  # another replica takes it
+            raise ServerDown(f"server {self.name} unreachable: {last[1]}")
+        waiting = down and time.monotonic() - down_since < self.reconnect_s
+        if attempt >= self.max_retries and not waiting:
+            raise (ServerDown if down else BackendUnavailable)(
+                f"server {self.name} {last[0]} after {self.max_retries} retries"
+                + (f" and {self.reconnect_s:g} s" if down and self.reconnect_s else "")
+                + f": {last[1]}"
+            )
+        attempt += 1
+        await asyncio.sleep(min(self.backoff_s * 2 ** (attempt - 1), 8.0) * random.uniform(0.75, 1.25))
 
-    async def _one_try(self, req: ChatRequest, model: str, n: int, constrained: dict):
-        kw = dict(
-            model=model,
-            messages=req.messages,
-            temperature=req.temperature,
-            top_p=req.top_p,
-            max_tokens=req.max_tokens,
-            n=n,
+# %% ../../nbs/llm/01_openai.ipynb #66e411be
+@patch
+def _refused(self: OpenAIBackend, status: int) -> str:
+    "Why a server refused us, naming the key variable consulted (never the key, never the server's body)."
+    var = self.key_var
+    sent = (
+        f"the key in {var}"
+        if var and os.environ.get(var)
+        else f"no key ({var} is not set)"
+        if var
+        else "no key (none is sent over plain HTTP to another host unless a variable is named)"
+    )
+    return f"server {self.name} refused {sent}: HTTP {status}, not retried; name the key's variable with {KEY_FLAGS}"
+
+
+@patch
+async def _model_entries(self: OpenAIBackend) -> list[dict]:
+    "The server's /v1/models entries (fetched once)."
+    if self._entries is None:
+        self._entries = (await self._call("GET", "/models", check=_model_page))["data"]
+    return self._entries
+
+
+@patch
+async def served_models(self: OpenAIBackend) -> list[str]:
+    return [m["id"] for m in await self._model_entries()]
+
+
+@patch
+async def check_model(self: OpenAIBackend, model: str | None) -> str:
+    if model is None:
+        self._entries = None  # what it serves now
+        return served_base(self.name, await self._model_entries())
+    served = await self.served_models()
+    if model not in served:
+        raise ModelNotFound(
+            f"model {model!r} is not served at {self.name} (it serves: {', '.join(served) or 'nothing'})"
         )
-        if req.seed is not None:
-            kw["seed"] = req.seed
-        if req.stop:
-            kw["stop"] = req.stop
-        if req.logprobs:
-            kw.update(logprobs=True, top_logprobs=req.top_logprobs or None)
-        if (
-            self.template_kwargs
-        ):  # vLLM and `transformers serve` pass these to the chat template (Qwen3 reasons unless told not to)
-            kw["extra_body"] = {"chat_template_kwargs": {"enable_thinking": req.enable_thinking}}
-        for k, v in constrained.items():
-            kw[k] = {**kw.get(k, {}), **v}
-        async with self.sem:
-            return await self._call(self.client.chat.completions.create, check=_completion, **kw)
+    return model
 
-    async def chat(self, req: ChatRequest) -> ChatResponse:
-        t0 = time.perf_counter()
-        model = await self.check_model(req.model)
-        # greedy samples are identical, and vLLM refuses n > 1 under greedy decoding (400 "n must be 1 when using greedy sampling"): ask once
-        greedy = req.temperature == 0
-        first, constrained = await self._one(req, model, 1 if greedy else req.n)
-        resps = [first]
-        got = len(resps[0].choices)
-        if (
-            got < req.n and not greedy
-        ):  # server ignored n: ask for the rest concurrently, with distinct seeds so samples differ
-            extra = [
-                r
-                for r, _ in await asyncio.gather(
-                    *[
-                        self._one(
-                            ChatRequest(**{**req.__dict__, "seed": None if req.seed is None else req.seed + i, "n": 1}),
-                            model,
-                            1,
-                        )
-                        for i in range(1, req.n - got + 1)
-                    ]
-                )
-            ]
-            resps += list(extra)
-        choices = [c for r in resps for c in r.choices]
-        choices = (choices * req.n if greedy else choices)[: req.n]
-        lps = None
-        if req.logprobs and all(c.logprobs and c.logprobs.content for c in choices):
-            lps = [
-                [
-                    TokenLogprob(t.token, t.logprob, {x.token: x.logprob for x in (t.top_logprobs or [])})
-                    for t in c.logprobs.content
-                ]
-                for c in choices
-            ]
-        usage = [r.usage for r in resps if getattr(r, "usage", None)]
-        tokens = lambda u, k: getattr(u, k, 0) if isinstance(getattr(u, k, 0), int) else 0
-        return ChatResponse(
-            texts=[c.message.content or "" for c in choices],
-            finish_reasons=[getattr(c, "finish_reason", None) or "stop" for c in choices],
-            prompt_tokens=tokens(usage[0], "prompt_tokens") if usage else 0,
-            completion_tokens=sum(tokens(u, "completion_tokens") for u in usage),
-            model=getattr(resps[0], "model", None) or model,
-            backend=f"openai:{self.name}",
-            latency_s=time.perf_counter() - t0,
-            logprobs=lps,
-            constrained=constrained,
-        )
 
-    async def aclose(self):
-        await self.client.close()
+@patch
+def constraint_fields(self: OpenAIBackend, constraint: OutputConstraint | None) -> dict:
+    """The request fields that carry `constraint`: vLLM's `structured_outputs` (JSON schema or regex); the OpenAI API's strict JSON
+    schema mode, without the length bounds it does not take (the client still checks them), and nothing for a regex it cannot take."""
+    if constraint is None or self.constraints_refused:
+        return {}
+    if self.template_kwargs:
+        return {"extra_body": {"structured_outputs": constraint.vllm_form()}}
+    if constraint.schema is None:
+        return {}
+    schema = json.loads(
+        constraint.schema, object_hook=lambda o: {k: v for k, v in o.items() if k not in ("minLength", "maxLength")}
+    )
+    return {
+        "response_format": {
+            "type": "json_schema",
+            "json_schema": {"name": constraint.name, "schema": schema, "strict": True},
+        }
+    }
 
-# %% ../../nbs/llm/01_openai.ipynb #b1d3e7a1
+# %% ../../nbs/llm/01_openai.ipynb #df105460
+@patch
+def _body(self: OpenAIBackend, req: ChatRequest, model: str, n: int, constrained: dict) -> bytes:
+    "The JSON body of one chat request."
+    kw = {
+        "model": model,
+        "messages": req.messages,
+        "temperature": req.temperature,
+        "top_p": req.top_p,
+        "max_tokens": req.max_tokens,
+        "n": n,
+    }
+    if req.seed is not None:
+        kw["seed"] = req.seed
+    if req.stop:
+        kw["stop"] = req.stop
+    if req.logprobs:
+        kw["logprobs"] = True
+        if req.top_logprobs:
+            kw["top_logprobs"] = req.top_logprobs
+    if (
+        self.template_kwargs
+    ):  # vLLM and `transformers serve` pass these to the chat template (Qwen3 reasons unless told not to)
+        kw["chat_template_kwargs"] = {"enable_thinking": req.enable_thinking}
+    for k, v in constrained.items():  # `extra_body` fields go at the top level, as the openai client sends them
+        kw.update(v) if k == "extra_body" else kw.__setitem__(k, v)
+    return json.dumps(kw).encode()
+
+
+@patch
+async def _one(self: OpenAIBackend, req: ChatRequest, model: str, n: int):
+    constrained = self.constraint_fields(req.constraint)
+    try:
+        return await self._one_try(req, model, n, constrained), bool(constrained)
+    except BadRequestError:
+        if not constrained:
+            raise
+    # a server that refuses the constraint's fields (400) answers without them; the client still checks every reply
+    r = await self._one_try(req, model, n, {})
+    self.constraints_refused = True
+    return r, False
+
+
+@patch
+async def _one_try(self: OpenAIBackend, req: ChatRequest, model: str, n: int, constrained: dict):
+    body = self._body(req, model, n, constrained)
+    async with self.sem:
+        return await self._call("POST", "/chat/completions", body, check=_completion)
+
+
+@patch
+async def aclose(self: OpenAIBackend):
+    if self._session is not None:
+        await self._session[2].close()
+        self._session = None
+
+# %% ../../nbs/llm/01_openai.ipynb #c59d55f5
+def _token_logprobs(c: dict) -> list[TokenLogprob] | None:
+    "A choice's tokens with their logprobs and top alternatives, or None when it has none."
+    content = (c.get("logprobs") or {}).get("content")
+    if not content:
+        return None
+    return [
+        TokenLogprob(t["token"], t["logprob"], {x["token"]: x["logprob"] for x in (t.get("top_logprobs") or [])})
+        for t in content
+    ]
+
+
+@patch
+async def chat(self: OpenAIBackend, req: ChatRequest) -> ChatResponse:
+    t0 = time.perf_counter()
+    model = await self.check_model(req.model)
+    # greedy samples are identical, and vLLM refuses n > 1 under greedy decoding (400 "n must be 1 when using greedy sampling"): ask once
+    greedy = req.temperature == 0
+    first, constrained = await self._one(req, model, 1 if greedy else req.n)
+    resps = [first]
+    got = len(first["choices"])
+    if (
+        got < req.n and not greedy
+    ):  # server ignored n: ask for the rest concurrently, with distinct seeds so samples differ
+        more = [
+            ChatRequest(**{**req.__dict__, "seed": None if req.seed is None else req.seed + i, "n": 1})
+            for i in range(1, req.n - got + 1)
+        ]
+        resps += [r for r, _ in await asyncio.gather(*[self._one(m, model, 1) for m in more])]
+    choices = [c for r in resps for c in r["choices"]]
+    choices = (choices * req.n if greedy else choices)[: req.n]
+    lps = [_token_logprobs(c) for c in choices] if req.logprobs else None
+    lps = lps if lps and all(lps) else None
+    usage = [r["usage"] for r in resps if isinstance(r.get("usage"), dict)]
+    tokens = lambda u, k: u.get(k, 0) if isinstance(u.get(k, 0), int) else 0
+    return ChatResponse(
+        texts=[c["message"].get("content") or "" for c in choices],
+        finish_reasons=[c.get("finish_reason") or "stop" for c in choices],
+        prompt_tokens=tokens(usage[0], "prompt_tokens") if usage else 0,
+        completion_tokens=sum(tokens(u, "completion_tokens") for u in usage),
+        model=resps[0].get("model") or model,
+        backend=f"openai:{self.name}",
+        latency_s=time.perf_counter() - t0,
+        logprobs=lps,
+        constrained=constrained,
+    )
+
+# %% ../../nbs/llm/01_openai.ipynb #ebdcaf0e
 def _identity(model: str, base: str | None = None, adapter_path: str | None = None) -> dict:
     "The identity of one served id: base model, adapter alias (None: the base itself) and the adapter's folder."
     is_adapter = bool(base) and base != model
@@ -364,63 +479,90 @@ async def _base_describe(self: ChatBackend, model: str) -> dict:
 ChatBackend.describe_model = _base_describe
 
 
-async def _openai_describe(self: OpenAIBackend, model: str) -> dict:
+@patch
+async def describe_model(self: OpenAIBackend, model: str) -> dict:
     "Base and adapter of `model` from the server's /v1/models entry (fetched once)."
-    if getattr(self, "_entries", None) is None:
-        page = await self._call(self.client.models.list)
-        self._entries = {m.id: m.model_dump() for m in page.data}
-    e = self._entries.get(model, {})
+    e = next((m for m in await self._model_entries() if m.get("id") == model), {})
     return _identity(model, e.get("parent"), e.get("root"))
 
-
-OpenAIBackend.describe_model = _openai_describe
-
-# %% ../../nbs/llm/01_openai.ipynb #f2503f59
+# %% ../../nbs/llm/01_openai.ipynb #d799d5d1
 class BalancedBackend(ChatBackend):
-    "Several servers of one model as one backend: each request goes to the server with the fewest requests in flight."
+    "Several servers of one model as one backend: each request goes to the reachable server with the fewest requests in flight."
 
     kind = "openai"
 
-    def __init__(self, backends: list[ChatBackend]):
+    def __init__(self, backends: list[ChatBackend], revive_s: float = 10.0):
         if not backends:
             raise ValueError("BalancedBackend needs at least one backend")
         self.backends, self.inflight, self._next = list(backends), [0] * len(backends), 0
+        self.down_until = [0.0] * len(backends)  # a replica that failed to answer sits out until then
+        self.revive_s, self.num_failovers = revive_s, 0
         self.name = ",".join(getattr(b, "name", b.kind) for b in backends)
         self.key_var = getattr(backends[0], "key_var", None)
+        self.max_retries = max((getattr(b, "max_retries", 0) for b in backends), default=0)
+        self.reconnect_s = max((getattr(b, "reconnect_s", 0.0) for b in backends), default=0.0)
+        for b in backends:
+            b.pooled = True  # an unreachable replica raises at once: the pool sends the request elsewhere
 
     def _pick(self) -> int:
-        n = len(self.backends)
-        i = min(((self._next + k) % n for k in range(n)), key=lambda j: self.inflight[j])  # ties go round the list
+        n, now = len(self.backends), time.monotonic()
+        up = [j for j in range(n) if self.down_until[j] <= now] or [min(range(n), key=lambda j: self.down_until[j])]
+        order = sorted(up, key=lambda j: (j - self._next) % n)  # ties go round the list
+        i = min(order, key=lambda j: self.inflight[j])
         self._next = (i + 1) % n
         return i
 
-    async def chat(self, req: ChatRequest) -> ChatResponse:
+# %% ../../nbs/llm/01_openai.ipynb #d19ef2e7
+@patch
+async def chat(self: BalancedBackend, req: ChatRequest) -> ChatResponse:
+    "`req` on a reachable replica; one that cannot be reached leaves the rotation and the request goes to another."
+    import random
+
+    tries, down_since = 0, None
+    while True:
         i = self._pick()
         self.inflight[i] += 1
         try:
             return await self.backends[i].chat(req)
+        except ServerDown as e:
+            self.down_until[i] = time.monotonic() + self.revive_s
+            self.num_failovers += 1
+            if any(t <= time.monotonic() for t in self.down_until):
+                continue  # another replica is in the rotation: it takes the request now
+            down_since, tries = down_since or time.monotonic(), tries + 1
+            if tries > self.max_retries and time.monotonic() - down_since >= self.reconnect_s:
+                raise ServerDown(f"servers {self.name}: none answers ({e})") from None
         finally:
             self.inflight[i] -= 1
+        await asyncio.sleep(min(0.5 * 2 ** (tries - 1), 8.0) * random.uniform(0.75, 1.25))
 
-    async def served_models(self) -> list[str]:
-        lists = [await b.served_models() for b in self.backends]
-        return [m for m in lists[0] if all(m in other for other in lists[1:])]
 
-    async def check_model(self, model: str | None) -> str:
-        "The model every server serves (each is checked: a replica without it would fail a share of the run's requests)."
-        ids = [await b.check_model(model) for b in self.backends]
-        if len(set(ids)) > 1:
-            raise ModelNotFound(
-                f"servers {self.name} serve different models ({', '.join(ids)}): name one with --model-name (or the role's model flag)"
-            )
-        return ids[0]
+@patch
+async def served_models(self: BalancedBackend) -> list[str]:
+    lists = [await b.served_models() for b in self.backends]
+    return [m for m in lists[0] if all(m in other for other in lists[1:])]
 
-    async def describe_model(self, model: str) -> dict:
-        return await self.backends[0].describe_model(model)
 
-    async def aclose(self):
-        for b in self.backends:
-            await b.aclose()
+@patch
+async def check_model(self: BalancedBackend, model: str | None) -> str:
+    "The model every server serves (each is checked: a replica without it would fail a share of the run's requests)."
+    ids = [await b.check_model(model) for b in self.backends]
+    if len(set(ids)) > 1:
+        raise ModelNotFound(
+            f"servers {self.name} serve different models ({', '.join(ids)}): name one with --model-name (or the role's model flag)"
+        )
+    return ids[0]
+
+
+@patch
+async def describe_model(self: BalancedBackend, model: str) -> dict:
+    return await self.backends[0].describe_model(model)
+
+
+@patch
+async def aclose(self: BalancedBackend):
+    for b in self.backends:
+        await b.aclose()
 
 
 def openai_backend(url: str, **kw) -> ChatBackend:

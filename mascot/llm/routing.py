@@ -77,6 +77,11 @@ class EndpointConfig(Config):
         120.0, description="seconds before one request to a server is abandoned (then retried)"
     )
     max_retries: int = Field(3, description="retries of a failed or empty request before it counts as a failure")
+    reconnect_wait: float = Field(
+        0.0,
+        description="seconds a request keeps being retried, beyond --max-retries, while its server cannot be reached at all (refused or "
+        "dropped connections): the time a restarted server needs to come back; mascot run sets it for the server it manages",
+    )
     enable_thinking: bool = Field(
         False,
         description="let reasoning models (Qwen3) think before answering: every generating role and the judge (chat_template_kwargs); "

@@ -15,8 +15,9 @@ from mascot.pipeline.serve import (
     stop_group,
     load_lora_adapter,
     log_tail,
+    Replica,
 )
-import json, os, re, subprocess, sys, time
+import json, os, re, signal, subprocess, sys, threading, time
 from pathlib import Path
 from pydantic import Field
 from typing import Any, Literal
@@ -56,6 +57,18 @@ class ServeSection(Config):
     env: dict[str, str] = Field({}, description="environment of the server only (e.g. OMP_NUM_THREADS on a CPU)")
     ready_timeout: float = Field(900.0, description="seconds to wait for /v1/models before the run stops")
     stop_grace: float = Field(30.0, description="seconds between SIGTERM and SIGKILL of the server's process group")
+    max_restarts: int = Field(
+        3, description="times a server that exits or stops answering during the run is restarted before the stage fails"
+    )
+    restart_backoff: float = Field(
+        10.0, description="seconds before a server's first restart; each later one waits twice as long"
+    )
+    health_interval: float = Field(
+        5.0, description="seconds between checks that each server is alive and answers /v1/models"
+    )
+    hang_timeout: float = Field(
+        120.0, description="seconds a running server may leave /v1/models unanswered before it is killed and restarted"
+    )
 
 
 def merge_layout(base: dict, layout: dict) -> dict:
@@ -105,6 +118,11 @@ def use_managed_server(cfg, raw: dict, source: str) -> None:
             st.pop("rollout_server_url", None)
     url = ",".join(managed_urls(s))
     cfg.endpoints["vllm_server_url"] = url
+    # a request keeps trying while its server is being restarted: the longest wait to notice it, back off and start it again
+    cfg.endpoints.setdefault(
+        "reconnect_wait",
+        s.hang_timeout + s.health_interval + s.restart_backoff * 2 ** max(0, s.max_restarts - 1) + s.ready_timeout,
+    )
     if s.judge:
         cfg.endpoints.update(judge_server_url=url, judge=s.model)
 
@@ -147,20 +165,47 @@ def serve_config(s: ServeSection) -> ServeConfig:
         runtime_lora=True,
         replicas=max(1, len(ids) // s.tensor_parallel),
         ready_timeout=s.ready_timeout,
+        max_restarts=s.max_restarts,
+        restart_backoff=s.restart_backoff,
+        health_interval=s.health_interval,
+        hang_timeout=s.hang_timeout,
     )
 
 # %% ../../nbs/pipeline/01_managed_vllm.ipynb #971d4fa4
+def _interrupt_main() -> None:
+    "A KeyboardInterrupt in the main thread (a real SIGINT, so a blocking wait there returns): how the watcher stops a run."
+    signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+
+
 class ManagedServer:
-    "The vLLM server(s) of a config's `serve:`: started on first use, adapters loaded by alias, stopped by PID (its process group)."
+    """The vLLM server(s) of a config's `serve:`: started on first use, adapters loaded by alias, watched (one that exits or stops answering
+    is restarted with the adapters loaded so far), stopped by PID (its process group)."""
 
     def __init__(self, serve: ServeSection, run_dir: Path, log=print):
         self.serve, self.scfg, self.log = serve, serve_config(serve), log
         self.urls = managed_urls(serve)
         self.log_path, self.record_path = run_dir / "vllm_serve.log", run_dir / "serve.json"
-        self.procs: list[subprocess.Popen] = []
+        self.replicas: list[Replica] = []
         self.wanted: dict[str, tuple[str, str]] = {}  # alias -> (adapter folder, stage)
         self.loaded: dict[str, str] = {}  # alias -> the folder the server has under it
-        self.record: dict[str, Any] = {"model": self.scfg.model, "urls": self.urls, "pids": [], "adapters": []}
+        self.record: dict[str, Any] = {
+            "model": self.scfg.model,
+            "urls": self.urls,
+            "pids": [],
+            "adapters": [],
+            "restarts": [],
+        }
+        self.num_restarts, self.failure = (
+            0,
+            None,
+        )  # failure: why the run stops (a server past serve.max_restarts), one line
+        self.current_run = None  # the RunDir of the stage running now: its summary counts the restarts during it
+        self._lock, self._halt, self._watcher = threading.RLock(), threading.Event(), None
+        self.on_failure = _interrupt_main  # called by the watcher once `failure` is set
+
+    @property
+    def procs(self) -> list[subprocess.Popen]:
+        return [r.proc for r in self.replicas]
 
     def _write(self):
         self.record_path.write_text(json.dumps(self.record, indent=2))
@@ -189,6 +234,12 @@ def want_trained(self: ManagedServer, stage: str, outputs: dict) -> None:
 
 @patch
 def _load(self: ManagedServer, alias: str) -> None:
+    with self._lock:  # not while a replica restarts: it comes back with every adapter loaded so far
+        self._load_now(alias)
+
+
+@patch
+def _load_now(self: ManagedServer, alias: str) -> None:
     path, stage = self.wanted[alias]
     if self.loaded.get(alias) == path:
         return
@@ -209,63 +260,123 @@ def _load(self: ManagedServer, alias: str) -> None:
 
 # %% ../../nbs/pipeline/01_managed_vllm.ipynb #d9930fa9
 @patch
+def _commands(self: ManagedServer, adapters: dict[str, str] | None = None) -> list[tuple[list[str], dict[str, str]]]:
+    "Each replica's argv and environment; `adapters` (alias -> folder) are served from the start (`--lora-modules`)."
+    scfg = self.scfg.model_copy(update={"lora_modules": [f"{a}={p}" for a, p in (adapters or {}).items()]})
+    one_gpu = self.serve.gpus if self.serve.gpus and len(self.serve.gpus) == 1 else None
+    out = []
+    for i in range(scfg.replicas):
+        cmd, env = vllm_command(scfg, self.device, self.python, i)
+        out.append((cmd, {**({"CUDA_VISIBLE_DEVICES": str(one_gpu[0])} if one_gpu else {}), **env, **self.serve.env}))
+    return out
+
+
+@patch
 def start(self: ManagedServer) -> None:
-    "Start the server(s) unless running, wait until each answers `/v1/models`, then load every adapter asked for so far."
-    if self.procs:
-        dead = [p for p in self.procs if p.poll() is not None]
-        if dead:  # before the next stage calls it: one line, with the log's last lines
-            raise ServerFailed(
-                f"the vLLM server (pid {dead[0].pid}) exited with status {dead[0].returncode} during the run; "
-                f"last lines of {self.log_path}: {log_tail(self.log_path)}"
-            )
+    "Start the server(s) unless running, wait until each answers `/v1/models`, load every adapter asked for so far, then watch them."
+    if self.replicas:
+        if self.failure:  # before the next stage calls it: the one line of why
+            raise ServerFailed(self.failure)
         return
-    device, python = serve_device(self.scfg), vllm_python(self.scfg)
-    if python is None:
+    self.device, self.python = serve_device(self.scfg), vllm_python(self.scfg)
+    if self.python is None:
         raise ConfigError(
             "serve: vLLM is not installed (make vllm builds .venv-vllm; make setup-gpu on a GPU machine), or set MASCOT_VLLM_PYTHON"
         )
-    commands = [vllm_command(self.scfg, device, python, i) for i in range(self.scfg.replicas)]
-    one_gpu = self.serve.gpus if self.serve.gpus and len(self.serve.gpus) == 1 else None
     self.log_path.parent.mkdir(parents=True, exist_ok=True)
-    out = open(self.log_path, "ab")
-    for cmd, env in commands:
-        env = {**({"CUDA_VISIBLE_DEVICES": str(one_gpu[0])} if one_gpu else {}), **env, **self.serve.env}
-        # its own process group: one signal reaches the API server and the engine processes it starts
-        self.procs.append(
-            subprocess.Popen(
-                cmd,
-                env={**os.environ, **env},
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-        )
-        self.record.setdefault("commands", []).append({"argv": cmd, "env": env})
-    out.close()
-    self.record.update(pids=[p.pid for p in self.procs], device=device, started=_utc_now())
+    with open(self.log_path, "ab") as out:
+        for (cmd, env), url in zip(self._commands(), self.urls):
+            self.replicas.append(Replica(cmd, env, url))
+            self.replicas[-1].launch(out)
+            self.record.setdefault("commands", []).append({"argv": cmd, "env": env})
+    self.record.update(pids=[p.pid for p in self.procs], device=self.device, started=_utc_now())
     self._write()
-    self.log(f"[serve] starting vLLM ({device}) for {self.scfg.model}: pid {', '.join(str(p.pid) for p in self.procs)}")
+    self.log(
+        f"[serve] starting vLLM ({self.device}) for {self.scfg.model}: pid {', '.join(str(p.pid) for p in self.procs)}"
+    )
     t0 = time.time()
-    for proc, url in zip(self.procs, self.urls):
-        ids = wait_ready(proc, url, self.scfg.ready_timeout, self.log_path)
-        self.log(f"[serve] {url} serves {', '.join(ids)} ({time.time() - t0:.0f}s)")
+    for r in self.replicas:
+        ids = wait_ready(r.proc, r.url, self.scfg.ready_timeout, self.log_path)
+        self.log(f"[serve] {r.url} serves {', '.join(ids)} ({time.time() - t0:.0f}s)")
     self.record["ready"] = _utc_now()
     self._write()
     for alias in list(self.wanted):
         self._load(alias)
+    self._halt.clear()
+    self._watcher = threading.Thread(target=self._watch, name="vllm-watch", daemon=True)
+    self._watcher.start()
 
 # %% ../../nbs/pipeline/01_managed_vllm.ipynb #5d9ca770
 @patch
 def stop(self: ManagedServer) -> None:
-    "SIGTERM each server's process group, SIGKILL after the grace period; records the exit statuses."
+    "Stop watching, then SIGTERM each server's process group, SIGKILL after the grace period; records the exit statuses."
+    self._halt.set()
     for proc in self.procs:
         stop_group(proc, self.serve.stop_grace)
-    if self.procs:
+    if self._watcher is not None:
+        self._watcher.join(60)  # a restart under way sees its server gone and gives up
+        for proc in self.procs:  # one it launched meanwhile
+            stop_group(proc, self.serve.stop_grace)
+        self._watcher = None
+    if self.replicas:
         self.record.update(stopped=_utc_now(), returncodes=[p.returncode for p in self.procs])
         self._write()
         self.log(f"[serve] stopped pid {', '.join(str(p.pid) for p in self.procs)}")
-    self.procs = []
+    self.replicas = []
+
+# %% ../../nbs/pipeline/01_managed_vllm.ipynb #21616645
+@patch
+def _watch(self: ManagedServer) -> None:
+    """Every `serve.health_interval` seconds: a replica that exited or left `/v1/models` unanswered for `serve.hang_timeout` is restarted;
+    past `serve.max_restarts` the run's main thread is interrupted and `failure` says why in one line."""
+    while not self._halt.wait(self.serve.health_interval):
+        for i, r in enumerate(self.replicas):
+            why = r.trouble(self.serve.hang_timeout)
+            if why is None or self._halt.is_set():
+                continue
+            try:
+                self._restart(i, why)
+            except ServerFailed as e:
+                if self._halt.is_set():
+                    return  # stopped meanwhile: nothing failed
+                self.failure = " ".join(str(e).split())
+                self.record["failed"] = self.failure
+                self._write()
+                self.log(f"[serve] {self.failure}")
+                self.on_failure()  # the stage stops; run_pipeline says why
+                return
+
+
+@patch
+def _restart(self: ManagedServer, i: int, why: str) -> None:
+    "Restart replica `i` after its backoff, serving every adapter loaded so far from the start; count it in the run and the current stage."
+    r, old = self.replicas[i], self.replicas[i].proc.pid
+    if r.restarts >= self.serve.max_restarts:
+        raise ServerFailed(
+            f"the vLLM server at {r.url} (pid {old}) {why} during the run, after {r.restarts} restart(s) (serve.max_restarts "
+            f"{self.serve.max_restarts}); last lines of {self.log_path}: {log_tail(self.log_path)}"
+        )
+    wait = r.backoff(self.serve)
+    self.log(f"[serve] {r.url} (pid {old}) {why}: restart {r.restarts + 1} of {self.serve.max_restarts} in {wait:g}s")
+    stop_group(r.proc, 5.0)
+    if self._halt.wait(wait):
+        return
+    with self._lock:  # no adapter load meanwhile: the restarted server gets every one loaded so far
+        adapters = dict(self.loaded)
+        r.cmd, r.env = self._commands(adapters)[i]
+        r.restarts += 1
+        with open(self.log_path, "ab") as out:
+            r.launch(out)
+        ids = wait_ready(r.proc, r.url, self.scfg.ready_timeout, self.log_path)
+        self.num_restarts += 1
+        self.record["restarts"].append(
+            {"url": r.url, "pid": old, "why": why, "new_pid": r.proc.pid, "adapters": adapters, "ready": _utc_now()}
+        )
+        self.record["pids"] = [p.pid for p in self.procs]
+        self._write()
+    if self.current_run is not None:
+        self.current_run.extra["server_restarts"] = self.current_run.extra.get("server_restarts", 0) + 1
+    self.log(f"[serve] {r.url} serves {', '.join(ids)} again (pid {r.proc.pid}, restart {r.restarts})")
 
 # %% ../../nbs/pipeline/01_managed_vllm.ipynb #1d8d43d1
 def model_billions(name: str | None) -> float | None:

@@ -532,13 +532,31 @@ def run_pipeline(
             }
             write_meta(sdir, meta)
             t0 = time.time()
-            execute_stage(cfg, st, sdir, params, run, meta, log)
+            if server:
+                server.current_run = run  # restarts of the server during the stage are counted in its summary
+                run.extra["server_restarts"] = 0
+            try:
+                execute_stage(cfg, st, sdir, params, run, meta, log)
+            except KeyboardInterrupt:
+                # the watcher stopped the stage: its server is gone past serve.max_restarts
+                if server and server.failure:
+                    run.finish("failed", server.failure)
+                    write_meta(sdir, {**meta, "end": run.ended})
+                    raise ServerFailed(f"stage {k} failed: {server.failure}") from None
+                raise
             outputs[k] = finish_stage(sdir, run, meta, t0)
             if server:
+                server.current_run = None
                 server.want_trained(k, outputs[k])  # served from now on, under its alias
+            restarts = run.extra.get("server_restarts")
             log(
                 f"[{k}] done in {time.time() - t0:.0f}s, peak memory {meta['peak_rss_mb']} MB (run elapsed {time.time() - t_run:.0f}s)"
+                + (f", {restarts} server restart(s)" if restarts else "")
             )
+    except KeyboardInterrupt:
+        if server and server.failure:  # between stages
+            raise ServerFailed(server.failure) from None
+        raise
     finally:
         if server:
             server.stop()  # at the end, on a failed stage, on Ctrl-C or SIGTERM

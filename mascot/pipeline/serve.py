@@ -14,8 +14,8 @@ from pydantic import Field
 
 # %% auto #0
 __all__ = ['VLLM_LORA_RANKS', 'ServeConfig', 'parse_gpus', 'adapter_rank', 'serve_device', 'vllm_python', 'vllm_command',
-           'ServerFailed', 'log_tail', 'wait_ready', 'load_lora_adapter', 'stop_group', 'serve', 'main', 'MergeConfig',
-           'adapter_base', 'merge_lora', 'merge_main']
+           'ServerFailed', 'log_tail', 'wait_ready', 'load_lora_adapter', 'stop_group', 'answers', 'Replica', 'serve',
+           'main', 'MergeConfig', 'adapter_base', 'merge_lora', 'merge_main']
 
 # %% ../../nbs/pipeline/00_serve.ipynb #d3f9e78d
 VLLM_LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
@@ -67,6 +67,20 @@ class ServeConfig(Config):
         False,
         description="let adapters be loaded into the running server by POST /v1/load_lora_adapter "
         "(VLLM_ALLOW_RUNTIME_LORA_UPDATING=True; needs --max-loras or --lora-modules)",
+    )
+    max_restarts: int = Field(
+        3,
+        description="times a server that exits or stops answering is restarted (each after restart_backoff, doubling) before it "
+        "counts as failed",
+    )
+    restart_backoff: float = Field(
+        5.0, description="seconds before a server's first restart; each later one waits twice as long"
+    )
+    health_interval: float = Field(
+        5.0, description="seconds between checks that each server is alive and answers /v1/models"
+    )
+    hang_timeout: float = Field(
+        120.0, description="seconds a running server may leave /v1/models unanswered before it is killed and restarted"
     )
 
 # %% ../../nbs/pipeline/00_serve.ipynb #d3e72b89
@@ -254,7 +268,81 @@ def stop_group(proc: subprocess.Popen, grace: float = 30.0) -> None:
 def _interrupt(signum, frame):
     raise KeyboardInterrupt  # SIGTERM stops the server as Ctrl-C does
 
+# %% ../../nbs/pipeline/00_serve.ipynb #ff6f8ec1
+def answers(url: str, timeout: float = 10.0) -> bool:
+    "Whether the server at `url` (…/v1) answers `/models` now."
+    try:
+        with urllib.request.urlopen(url + "/models", timeout=timeout) as r:
+            return r.status == 200
+    except (OSError, ValueError):
+        return False
+
+
+class Replica:
+    "One vLLM server process (of `mascot serve`, or a run's managed server): its command, URL, restarts, and when it last answered."
+
+    def __init__(self, cmd: list[str], env: dict[str, str], url: str):
+        self.cmd, self.env, self.url = cmd, env, url
+        self.proc: subprocess.Popen | None = None
+        self.restarts, self.last_answer = 0, time.monotonic()
+
+    def launch(self, out=None) -> subprocess.Popen:
+        "Start it in its own process group (one signal reaches the API server and the engine processes it starts)."
+        kw = dict(stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL) if out is not None else {}
+        self.proc = subprocess.Popen(self.cmd, env={**os.environ, **self.env}, start_new_session=True, **kw)
+        self.last_answer = time.monotonic()
+        return self.proc
+
+    def trouble(self, hang_timeout: float) -> str | None:
+        "Why it needs a restart now (it exited, or left /v1/models unanswered for `hang_timeout` s), or None."
+        if self.proc.poll() is not None:
+            return f"exited with status {self.proc.returncode}"
+        if answers(self.url, min(10.0, hang_timeout)):
+            self.last_answer = time.monotonic()
+        elif time.monotonic() - self.last_answer > hang_timeout:
+            return f"left {self.url}/models unanswered for {hang_timeout:g} s"
+        return None
+
+    def backoff(self, cfg) -> float:
+        "Seconds before its next restart (`cfg`: a `ServeConfig` or a run's `serve:`)."
+        return cfg.restart_backoff * 2**self.restarts
+
 # %% ../../nbs/pipeline/00_serve.ipynb #dc307a24
+def _supervise(cfg: ServeConfig, replicas: list[Replica], device: str) -> int:
+    """Watch the replicas until one fails past `max_restarts` (its status) or a signal stops `mascot serve`: one that exits or stops
+    answering is restarted after its backoff while the others keep serving (clients take it out of their rotation meanwhile)."""
+    while True:
+        time.sleep(cfg.health_interval)
+        for r in replicas:
+            why = r.trouble(cfg.hang_timeout)
+            if why is None:
+                continue
+            if r.restarts >= cfg.max_restarts:
+                print(
+                    f"vLLM server {r.url} (pid {r.proc.pid}) {why}; restarted {r.restarts} times (--max-restarts): stopping",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                return r.proc.returncode or 1
+            wait = r.backoff(cfg)
+            print(
+                f"vLLM server {r.url} (pid {r.proc.pid}) {why}: restart {r.restarts + 1} of {cfg.max_restarts} in {wait:g} s",
+                flush=True,
+            )
+            stop_group(r.proc, 5.0)
+            time.sleep(wait)
+            r.restarts += 1
+            r.launch()
+            try:
+                ids = wait_ready(r.proc, r.url, cfg.ready_timeout)
+            except ServerFailed as e:
+                raise SystemExit(str(e)) from None
+            print(
+                f"vLLM ({device}) pid {r.proc.pid} serves {', '.join(ids)} at {r.url} (restart {r.restarts})",
+                flush=True,
+            )
+
+
 def serve(cfg: ServeConfig) -> int:
     device = serve_device(cfg)
     if cfg.dry_run and cfg.device == "auto" and parse_gpus(cfg.gpus) != (1, None):
@@ -274,28 +362,28 @@ def serve(cfg: ServeConfig) -> int:
             "vLLM is not installed: run `make vllm` (it builds .venv-vllm), or pass --vllm-python / set MASCOT_VLLM_PYTHON (or use --dry-run)"
         )
     print("\n".join(lines), file=sys.stderr, flush=True)
-    # each in its own process group, so one signal stops its API server and the engine processes it starts
-    procs = [subprocess.Popen(cmd, env={**os.environ, **env}, start_new_session=True) for cmd, env in commands]
+    urls = [f"http://{cfg.host}:{cfg.port + i}/v1" for i in range(cfg.replicas)]
+    replicas = [Replica(cmd, env, url) for (cmd, env), url in zip(commands, urls)]
     old = signal.signal(signal.SIGTERM, _interrupt)
     try:
-        urls = [f"http://{cfg.host}:{cfg.port + i}/v1" for i in range(cfg.replicas)]
-        for proc, url in zip(procs, urls):
+        for r in replicas:
+            r.launch()
+        for r in replicas:
             try:
-                ids = wait_ready(proc, url, cfg.ready_timeout)
+                ids = wait_ready(r.proc, r.url, cfg.ready_timeout)
             except ServerFailed as e:
                 raise SystemExit(str(e)) from None
-            print(f"vLLM ({device}) pid {proc.pid} serves {', '.join(ids)} at {url}", flush=True)
+            print(f"vLLM ({device}) pid {r.proc.pid} serves {', '.join(ids)} at {r.url}", flush=True)
         if cfg.replicas > 1:
             print(f"role URL for all replicas: {','.join(urls)}", flush=True)
-        while all(p.poll() is None for p in procs):
-            time.sleep(1)
-        return next(p.returncode for p in procs if p.returncode is not None)
+        return _supervise(cfg, replicas, device)
     except KeyboardInterrupt:
         return 0
     finally:
         signal.signal(signal.SIGTERM, old)
-        for proc in procs:
-            stop_group(proc)
+        for r in replicas:
+            if r.proc is not None:
+                stop_group(r.proc)
 
 
 def main(argv: list[str] | None = None):
