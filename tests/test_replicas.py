@@ -93,3 +93,65 @@ def test_a_killed_replica_loses_no_request(tmp_path):
     for pid in pids.values():
         with pytest.raises(ProcessLookupError):
             os.killpg(pid, 0)  # no process of either replica's group is left
+
+
+def test_a_server_down_past_its_restarts_fails_the_stage_in_one_line_and_resume_continues(tmp_path):
+    "`mascot run` with `serve:` (serve.max_restarts 0): the server killed during evaluate fails the stage with one line, --resume finishes it."
+    import json, yaml
+
+    python = (
+        tmp_path / "fake-vllm-python"
+    )  # FAKE_VLLM_FAULT: the fake server's fault for every request (slow: 5 s each)
+    python.write_text(
+        f"#!/bin/sh\nexec {sys.executable} {ROOT / 'tests' / 'fake_openai_server.py'} "
+        '${FAKE_VLLM_FAULT:+--fault $FAKE_VLLM_FAULT} "$@"\n'
+    )
+    python.chmod(0o755)
+    cfg = {
+        "run_name": "restart",
+        "dataset": "ED",
+        "data_path": "demo:empathetic_dialogues",
+        "model_name": "fake-model",
+        "endpoints": {"trace_role_calls": True},
+        "serve": {"port": 0, "max_restarts": 0, "health_interval": 0.5},
+        "stages": {"evaluate": {"split": "test", "num_samples": 1, "num_turns": 2, "systems": ["zero-shot"]}},
+    }
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
+    argv = [sys.executable, "-m", "mascot.pipeline.run", str(tmp_path / "c.yaml"), "--runs-dir", str(tmp_path / "runs")]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MASCOT_VLLM_PYTHON": str(python), "HF_HUB_OFFLINE": "1"}
+    run = tmp_path / "runs" / "restart"
+    proc = subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**env, "FAKE_VLLM_FAULT": "slow=1.0"},
+        cwd=ROOT,
+    )
+    deadline = time.time() + 300
+    while not any(t.stat().st_size for t in run.glob("30_generate/**/role_call_trace.jsonl")):
+        assert proc.poll() is None and time.time() < deadline, proc.communicate()
+        time.sleep(0.2)
+    pid = json.loads((run / "serve.json").read_text())["pids"][0]
+    os.killpg(pid, signal.SIGKILL)
+    out, err = proc.communicate(timeout=300)
+    lines = err.strip().splitlines()
+    assert proc.returncode == 1 and len(lines) == 1, (out[-2000:], err[-3000:])
+    assert (
+        lines[0].startswith(f"mascot run: stage evaluate failed: the vLLM server at ")
+        and f"(pid {pid}) exited with status -9" in lines[0]
+    )
+    assert (
+        "after 0 restart(s) (serve.max_restarts 0); last lines of " in lines[0]
+        and "/v1" in lines[0].split("last lines of")[1]
+    )
+    summary = json.loads((run / "30_generate" / "run_summary.json").read_text())
+    assert summary["status"] == "failed" and summary["error"] in lines[0]
+    with pytest.raises(ProcessLookupError):
+        os.killpg(pid, 0)
+    # --resume continues the stage against a fresh server, and completes it
+    r = subprocess.run([*argv, "--resume"], capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    assert json.loads((run / "30_generate" / "run_summary.json").read_text())["status"] == "completed"
+    recs = [l for f in (run / "30_generate").rglob("zero-shot_*.jsonl") for l in open(f) if l.strip()]
+    assert len(recs) == 1
