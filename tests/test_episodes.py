@@ -1,4 +1,4 @@
-"`mascot episode` end to end on the shared samples with the embedded model, and kill/resume."
+"`mascot episode` end to end on the demo contexts with the embedded model, and kill/resume."
 
 import json, os, signal, subprocess, sys, time
 from pathlib import Path
@@ -27,12 +27,14 @@ def summary_of(out: Path) -> dict:
 
 
 @pytest.mark.integration
-def test_esconv_four_conversations_big_five(shared_data_dir, tmp_path):
+def test_esconv_four_conversations_big_five(data_dir, tmp_path):
     r = run_cli(
         "--dataset",
         "ESConv",
         "--data-path",
-        str(shared_data_dir / "esconv"),
+        str(data_dir / "esconv"),
+        "--split",
+        "train",
         "--num-samples",
         "4",
         "--num-turns",
@@ -81,12 +83,12 @@ def test_esconv_four_conversations_big_five(shared_data_dir, tmp_path):
 
 
 @pytest.mark.integration
-def test_ed_and_qmsum_records(shared_data_dir, tmp_path):
+def test_ed_and_qmsum_records(data_dir, tmp_path):
     r = run_cli(
         "--dataset",
         "ED",
         "--data-path",
-        str(shared_data_dir / "empathetic_dialogues"),
+        str(data_dir / "empathetic_dialogues"),
         "--split",
         "train",
         "--num-samples",
@@ -104,7 +106,7 @@ def test_ed_and_qmsum_records(shared_data_dir, tmp_path):
         "--dataset",
         "QMSum",
         "--data-path",
-        str(shared_data_dir / "qmsum"),
+        str(data_dir / "qmsum"),
         "--num-samples",
         "2",
         "--num-turns",
@@ -126,12 +128,12 @@ def test_ed_and_qmsum_records(shared_data_dir, tmp_path):
 
 
 @pytest.mark.integration
-def test_sigkill_then_resume_writes_each_conversation_once(shared_data_dir, tmp_path):
+def test_sigkill_then_resume_writes_each_conversation_once(data_dir, tmp_path):
     args = [
         "--dataset",
         "ESConv",
         "--data-path",
-        str(shared_data_dir / "esconv"),
+        str(data_dir / "esconv"),
         "--split",
         "train",
         "--num-samples",
@@ -170,14 +172,14 @@ def test_sigkill_then_resume_writes_each_conversation_once(shared_data_dir, tmp_
 
 
 @pytest.mark.integration
-def test_remaining_baselines_run_on_real_contexts(shared_data_dir, tmp_path):
+def test_remaining_baselines_run_on_real_contexts(data_dir, tmp_path):
     "few-shot-cot, self-consistency and multiagent-esc (the systems the smoke pipeline leaves out) end to end on ESConv."
     for system in ("few-shot-cot", "self-consistency", "multiagent-esc"):
         r = run_cli(
             "--dataset",
             "ESConv",
             "--data-path",
-            str(shared_data_dir / "esconv"),
+            str(data_dir / "esconv"),
             "--split",
             "test",
             "--num-samples",
@@ -224,11 +226,11 @@ def _fake_episodes(url, data, out, *extra, n=3, turns=3):
 
 
 @pytest.mark.served
-def test_garbage_directives_are_recorded_as_fallbacks(shared_data_dir, tmp_path):
+def test_garbage_directives_are_recorded_as_fallbacks(data_dir, tmp_path):
     from fake_openai_server import FakeOpenAIServer
 
     with FakeOpenAIServer({"garbage_directive": 0.5}, seed=3) as srv:
-        recs = _fake_episodes(srv.url, shared_data_dir, tmp_path)
+        recs = _fake_episodes(srv.url, data_dir, tmp_path)
     agent = [t for r in recs for t in r["turns"] if t.get("turn_type") != "user"]
     fallbacks = [t for t in agent if t["directive_output"].startswith("banana")]
     assert 0 < len(fallbacks) < len(agent)
@@ -241,16 +243,14 @@ def test_garbage_directives_are_recorded_as_fallbacks(shared_data_dir, tmp_path)
 
 
 @pytest.mark.served
-def test_rounds_big_five_and_untrained_without_user_simulation(shared_data_dir, tmp_path):
+def test_rounds_big_five_and_untrained_without_user_simulation(data_dir, tmp_path):
     from fake_openai_server import FakeOpenAIServer
 
     with FakeOpenAIServer() as srv:
-        quiet = _fake_episodes(
-            srv.url, shared_data_dir, tmp_path / "q", ("enable_big_five", True), ("share_model", True)
-        )
+        quiet = _fake_episodes(srv.url, data_dir, tmp_path / "q", ("enable_big_five", True), ("share_model", True))
         spoke = _fake_episodes(
             srv.url,
-            shared_data_dir,
+            data_dir,
             tmp_path / "s",
             ("enable_big_five", True),
             ("enable_user_simulation", True),
@@ -267,7 +267,7 @@ def test_rounds_big_five_and_untrained_without_user_simulation(shared_data_dir, 
 
 
 @pytest.mark.served
-def test_qmsum_big_five_is_recorded_when_the_participant_spoke(shared_data_dir, tmp_path):
+def test_qmsum_big_five_is_recorded_when_the_participant_spoke(data_dir, tmp_path):
     from fake_openai_server import FakeOpenAIServer
     from mascot.domain.episodes import EpisodeConfig, run_episodes
 
@@ -276,7 +276,7 @@ def test_qmsum_big_five_is_recorded_when_the_participant_spoke(shared_data_dir, 
             vllm_server_url=srv.url,
             model_name="fake-model",
             dataset="QMSum",
-            data_path=str(shared_data_dir / "qmsum"),
+            data_path=str(data_dir / "qmsum"),
             num_samples=1,
             num_turns=2,
             max_transcript_tokens=300,
@@ -315,11 +315,11 @@ def _rollouts(runner, state_dict, texts, seed="g0", horizon=2):
     return asyncio.run(all_())
 
 
-def _state(shared_data_dir):
+def _state(data_dir):
     from mascot.core.records import Turn
     from mascot.domain.datasets import load_contexts
 
-    ctx = load_contexts("ESConv", split="train", data_path=str(shared_data_dir / "esconv"), num_samples=1)[0]
+    ctx = load_contexts("ESConv", split="train", data_path=str(data_dir / "esconv"), num_samples=1)[0]
     opening = [
         Turn(0, 0, SUPPORT_ROSTER.user_label, "I lost my job and I do not know what to do.", turn_type="user").to_dict()
     ]
@@ -333,7 +333,7 @@ def _runner(cfg):
     return EpisodeRunner(cfg, LLMClient(cfg))
 
 
-def test_same_choice_same_rollout_embedded(shared_data_dir):
+def test_same_choice_same_rollout_embedded(data_dir):
     "Two directors that pick the same speaker at a state get byte-identical rollouts: batched together, alone, and on another batch mate."
     from mascot.domain.episodes import EpisodeConfig
 
@@ -348,7 +348,7 @@ def test_same_choice_same_rollout_embedded(shared_data_dir):
         director_max_tokens=16,
         progress=False,
     )
-    runner, st = _runner(cfg), _state(shared_data_dir)
+    runner, st = _runner(cfg), _state(data_dir)
     together = _rollouts(runner, st, TWO_SPELLINGS)
     assert together[0] == together[1]
     alone = _rollouts(runner, st, TWO_SPELLINGS[:1])
@@ -358,7 +358,7 @@ def test_same_choice_same_rollout_embedded(shared_data_dir):
 
 
 @pytest.mark.served
-def test_same_choice_same_rollout_served(shared_data_dir):
+def test_same_choice_same_rollout_served(data_dir):
     "The same against an OpenAI-compatible server: the requests of the two rollouts carry equal seeds, and every request carries one."
     from fake_openai_server import FakeOpenAIServer
     from mascot.domain.episodes import EpisodeConfig
@@ -373,7 +373,7 @@ def test_same_choice_same_rollout_served(shared_data_dir):
             max_retries=0,
             progress=False,
         )
-        st = _state(shared_data_dir)
+        st = _state(data_dir)
         a = _rollouts(_runner(cfg), st, TWO_SPELLINGS[:1])  # a client per event loop
         first = list(srv.requests)
         b = _rollouts(_runner(cfg), st, TWO_SPELLINGS[1:])

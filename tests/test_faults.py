@@ -42,10 +42,10 @@ def mascot(*args, timeout=BOUND_S, env=None):
 
 
 @pytest.fixture(scope="module")
-def esconv(shared_data_dir, tmp_path_factory):
-    "A private copy of the ESConv sample (the tests never write beside the shared data)."
+def esconv(data_dir, tmp_path_factory):
+    "A private copy of the demo ESConv file (the tests never write inside the package)."
     d = tmp_path_factory.mktemp("data") / "esconv"
-    shutil.copytree(shared_data_dir / "esconv", d)
+    shutil.copytree(data_dir / "esconv", d)
     return d
 
 

@@ -7,15 +7,15 @@ import pytest
 pytestmark = pytest.mark.integration  # each test trains a model on real data (minutes)
 
 
-def test_reward_model_learns_known_label_pairs(shared_data_dir, tmp_path):
+def test_reward_model_learns_known_label_pairs(data_dir, tmp_path):
     "A real reply beats its degraded copies (parroted context, name only, cut off, another conversation's reply) more often on held-out contexts."
     from mascot.domain.datasets import load_contexts
     from mascot.training.pairs import save_pairs
     from mascot.stage1.reward_model import RewardModelConfig, known_label_pairs, train_reward_model
 
-    ctxs = load_contexts("ESConv", split="train", data_path=str(shared_data_dir / "esconv")) + load_contexts(
-        "ESConv", split="valid", data_path=str(shared_data_dir / "esconv")
-    )
+    # the demo's 16 ESConv conversations and ED's 12 training ones: 28 contexts, about 100 pairs
+    ctxs = [c for split in ("train", "valid", "test") for c in load_contexts("ESConv", split, data_dir / "esconv")]
+    ctxs += load_contexts("ED", "train", data_dir / "empathetic_dialogues")
     rows = known_label_pairs(ctxs)
     (tmp_path / "pairs").mkdir()
     save_pairs(rows, tmp_path / "pairs")

@@ -106,7 +106,7 @@ def test_persona_names_in_any_script(tmp_path):
     assert parse_directive("Анна should speak next.", roster).agent_name == "Анна"
 
 
-def test_roster_errors_are_one_line_from_the_cli(tmp_path, shared_data_dir):
+def test_roster_errors_are_one_line_from_the_cli(tmp_path, data_dir):
     "A roster whose names clash (here in Cyrillic, which used to normalise to nothing) stops the command with one line and exit code 2."
     import subprocess, sys
 
@@ -124,7 +124,7 @@ def test_roster_errors_are_one_line_from_the_cli(tmp_path, shared_data_dir):
             "--output-dir",
             str(tmp_path / "o"),
         ]
-        + ["--num-samples", "1", "--data-path", str(shared_data_dir / "esconv")],
+        + ["--num-samples", "1", "--data-path", str(data_dir / "esconv")],
         capture_output=True,
         text=True,
         timeout=120,

@@ -146,10 +146,10 @@ def test_plan_checks_everything_and_runs_nothing(tmp_path):
     a machine without a GPU each training stage named with the GPU memory it needs; exit 2, no folder created (it loads no model; its wall
     time is not asserted)."""
     from fake_openai_server import FakeOpenAIServer
-    from conftest import shared_data
+    from mascot.domain.datasets import demo_data_dir
 
     cfg = yaml.safe_load((ROOT / "configs/paper-ed.yaml").read_text())
-    cfg["data_path"] = str(shared_data() / "empathetic_dialogues")
+    cfg["data_path"] = str(demo_data_dir() / "empathetic_dialogues")
     with FakeOpenAIServer(model="Qwen/Qwen3-8B") as srv:
         env = {**os.environ, "VLLM_SERVER_URL": srv.url, "JUDGE_SERVER_URL": srv.url, "JUDGE_MODEL": "Qwen/Qwen3-8B"}
         r = mascot(str(write_cfg(tmp_path, cfg)), "--plan", "--runs-dir", str(tmp_path / "runs"), env=env, timeout=300)

@@ -11,12 +11,12 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]  # two trainer processe
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_reward_model_trains_on_two_ranks_and_saves_one_adapter(shared_data_dir, tmp_path):
+def test_reward_model_trains_on_two_ranks_and_saves_one_adapter(data_dir, tmp_path):
     from mascot.domain.datasets import load_contexts
     from mascot.training.pairs import save_pairs
     from mascot.stage1.reward_model import known_label_pairs
 
-    rows = known_label_pairs(load_contexts("ESConv", split="train", data_path=str(shared_data_dir / "esconv"))[:8])
+    rows = known_label_pairs(load_contexts("ESConv", split="train", data_path=str(data_dir / "esconv"))[:8])
     (tmp_path / "pairs").mkdir()
     save_pairs(rows, tmp_path / "pairs")
     torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))

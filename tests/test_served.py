@@ -6,7 +6,8 @@ runs against the server's base model as judge endpoint; SIGTERM stops the server
 import json, os, re, signal, subprocess, sys, time, urllib.request
 from pathlib import Path
 import pytest
-from conftest import ROOT, ARTIFACTS, _free_port, shared_data
+from conftest import ROOT, ARTIFACTS, _free_port
+from mascot.domain.datasets import demo_data_dir
 from mascot.pipeline.serve import vllm_python
 
 BASE = "smollm2-135m-instruct"
@@ -182,7 +183,7 @@ def served_eval(server, tmp_path_factory):
         "--dataset",
         "ED",
         "--data-path",
-        str(shared_data() / "empathetic_dialogues"),
+        str(demo_data_dir() / "empathetic_dialogues"),
         "--split",
         "train",
         "--num-samples",

@@ -1,4 +1,4 @@
-"Stage 1 from the command line on the shared samples: candidates -> pairs -> reward model; serve's vLLM command."
+"Stage 1 from the command line on the demo ESConv contexts: candidates -> pairs -> reward model; serve's vLLM command."
 
 import json, subprocess, sys
 from pathlib import Path
@@ -10,7 +10,7 @@ def cli(*args, timeout=900):
 
 
 @pytest.fixture(scope="module")
-def stage1(shared_data_dir, tmp_path_factory):
+def stage1(data_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("rl")
     r = cli(
         "generate",
@@ -19,7 +19,7 @@ def stage1(shared_data_dir, tmp_path_factory):
         "--dataset",
         "ESConv",
         "--data-path",
-        str(shared_data_dir / "esconv"),
+        str(data_dir / "esconv"),
         "--split",
         "train",
         "--num-samples",

@@ -27,13 +27,13 @@ def test_dotenv_key_reaches_the_environment_and_no_run_file(tmp_path, monkeypatc
         assert SECRET not in (tmp_path / "run" / f).read_text(), f
 
 
-def test_reward_model_logs_to_wandb_offline_without_the_key(shared_data_dir, tmp_path):
+def test_reward_model_logs_to_wandb_offline_without_the_key(data_dir, tmp_path):
     pytest.importorskip("wandb")
     from mascot.domain.datasets import load_contexts
     from mascot.stage1.candidates import save_pairs
     from mascot.stage1.reward_model import known_label_pairs
 
-    rows = known_label_pairs(load_contexts("ESConv", split="train", data_path=str(shared_data_dir / "esconv"))[:6])
+    rows = known_label_pairs(load_contexts("ESConv", split="train", data_path=str(data_dir / "esconv"))[:6])
     (tmp_path / "pairs").mkdir()
     save_pairs(rows, tmp_path / "pairs")
     (tmp_path / ".env").write_text(

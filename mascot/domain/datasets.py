@@ -13,16 +13,23 @@ from ..core.records import MEETING_DATASETS
 
 # %% auto #0
 __all__ = ['DATASET_ALIASES', 'SPLIT_ALIASES', 'ED_VALENCE', 'ED_COLUMNS', 'ED_FILES', 'ESCONV_SPLIT_SEED', 'QMSUM_DOMAINS',
-           'QMSUM_FILES', 'DATASET2HF', 'shared_data_dir', 'DataFormatError', 'NoContextsError',
+           'QMSUM_FILES', 'DATASET2HF', 'demo_data_dir', 'shared_data_dir', 'DataFormatError', 'NoContextsError',
            'DatasetUnavailableError', 'Context', 'canonical_dataset', 'canonical_split', 'ed_text', 'read_ed_csv',
            'ed_contexts_from_rows', 'esconv_splits', 'is_substantive', 'esconv_context', 'read_esconv_json',
            'esconv_contexts_from_file', 'esconv_record_from_hf_row', 'esconv_contexts_from_hf_rows', 'infer_domain',
            'approx_tokens', 'transcript_window', 'qmsum_contexts', 'qmsum_contexts_from_folder',
            'qmsum_contexts_from_jsonl', 'qmsum_record_from_scrolls_row', 'qmsum_contexts_from_scrolls_rows', 'HFSource',
-           'load_hub_rows', 'hub_contexts', 'sample_contexts', 'demo_data_dir', 'resolve_data_path', 'load_contexts',
+           'load_hub_rows', 'hub_contexts', 'sample_contexts', 'resolve_data_path', 'load_contexts',
            'few_shot_examples']
 
 # %% ../../nbs/domain/00_datasets.ipynb #c6c1849f
+def demo_data_dir() -> Path:
+    "Demo contexts the package ships, written by the project in the original ED/ESConv/QMSum formats (see mascot/assets/demo/README.md)."
+    import mascot
+
+    return Path(mascot.__file__).resolve().parent / "assets" / "demo"
+
+
 def shared_data_dir(start: str | Path | None = None) -> Path:
     "The folder of dataset samples: `$MASCOT_SHARED_DATA`, else the first `shared/data` found walking up from `start` (default: the cwd)."
     env = os.environ.get("MASCOT_SHARED_DATA")
@@ -633,7 +640,7 @@ def load_hub_rows(source: HFSource, split: str, dataset: str) -> Iterable[dict]:
     except Exception as e:
         raise DatasetUnavailableError(
             f"could not load {dataset} from the Hugging Face hub ({source.repo_id}, split {source.splits[split]!r}): {type(e).__name__}: "
-            f"{str(e)[:300]}. Without network, pass --data-path with the original files (layouts in shared/data/README.md)."
+            f"{str(e)[:300]}. Without network, pass --data-path with the original files (the layouts are described in mascot/assets/demo/README.md)."
         ) from e
 
 
@@ -704,13 +711,6 @@ def sample_contexts(contexts: list[Context], num_samples: int | None, seed: int 
         raise ConfigError(f"num_samples must be >= 0, got {num_samples}")
     keep = sorted(random.Random(seed).sample(range(len(contexts)), num_samples))
     return [contexts[i] for i in keep]
-
-
-def demo_data_dir() -> Path:
-    "Demo contexts the package ships, written by the project in the original ED/ESConv/QMSum formats (see mascot/assets/demo/README.md)."
-    import mascot
-
-    return Path(mascot.__file__).resolve().parent / "assets" / "demo"
 
 
 def resolve_data_path(data_path: str | Path) -> Path:
