@@ -41,6 +41,11 @@ def test_trainer_stage_runs_under_accelerate_launch_on_two_processes(tmp_path):
     assert launch["accelerate_config"].endswith("configs/accelerate/cpu_gloo.yaml") and launch["returncode"] == 0
     assert launch["command"][1:3] == ["-m", "accelerate.commands.launch"]
     assert json.loads((sdir / "run_summary.json").read_text())["launch"]["world_size"] == 2
+    # the stage's notebook, run by papermill, shows what ran: the launcher, the world size and the accelerate config
+    assert (
+        "accelerate launch: 2 processes (cpu_gloo.yaml): mascot.training.reward_models:train_reward_model"
+        in (sdir / "executed.ipynb").read_text()
+    )
     out = Path(json.loads((sdir / "outputs.json").read_text())["path"])
     assert launch["rank0"] == {"path": str(out), "world_size": 2}
     meta = json.loads((out / "mascot_metadata.json").read_text())
@@ -65,7 +70,8 @@ def test_plan_of_the_8_gpu_layout(tmp_path, monkeypatch, capsys):
     """`mascot run configs/paper-ed.yaml --layout configs/gpu/8xh100.yaml --plan`: checked against the layout's eight H100s where nvidia-smi
     does not answer, no problem, a process/GPU table (four vLLM replicas on GPUs 0-3, each trainer as 4 processes on GPUs 4-7) and every
     trainer's effective batch equal to the paper config's."""
-    from mascot.pipeline.run import main, is_trainer, trainer_batch
+    from mascot.pipeline.run import main, trainer_batch
+    from mascot.pipeline.plan import is_trainer
     from mascot.pipeline.plan import gpus_here
     from mascot.stages import STAGE_BY_KEY
 

@@ -7,13 +7,15 @@ from __future__ import annotations
 from ..core.config import *
 from ..stages import *
 from .managed_vllm import *
+from ..training.launch import launch_spec
 import functools, importlib, json, re
 from pathlib import Path
 
 # %% auto #0
 __all__ = ['MODEL_FIELDS', 'URL_FIELDS', 'SIZE_FIELDS', 'ADAPTER_FIELDS', 'STRUCTURED_OUTPUTS_SINCE', 'served_models',
            'redact_url', 'endpoint_problems', 'training_gpu_plan', 'server_version', 'unconstrained_warnings',
-           'plan_gpus', 'apart', 'server_rows', 'process_table', 'batch_lines', 'plan_report']
+           'is_trainer', 'stage_launch', 'plan_gpus', 'apart', 'server_rows', 'process_table', 'batch_lines',
+           'plan_report']
 
 # %% ../../nbs/pipeline/02_plan.ipynb #89acd147
 def served_models(url: str, timeout: float = 5.0) -> list[str]:
@@ -198,6 +200,21 @@ def unconstrained_warnings(k: str, scfg, answers: dict, managed: set[str]) -> li
             )
     return out
 
+# %% ../../nbs/pipeline/02_plan.ipynb #b7e1a010
+def is_trainer(stage: Stage) -> bool:
+    "Whether a stage trains (its config is a `TrainingConfig`): what a layout's `launch:` can spread over processes."
+    from mascot.training.common import TrainingConfig
+
+    return issubclass(config_class(stage), TrainingConfig)
+
+
+def stage_launch(cfg: PipelineConfig, key: str) -> dict | None:
+    "The launch of stage `key`'s trainer (`launch:` of the config, over the stage's GPUs); None: one process, in its kernel."
+    if not cfg.launch or not is_trainer(STAGE_BY_KEY[key]):
+        return None
+    entries = [cfg.launch[k] for k in ("stages", key) if k in cfg.launch]
+    return launch_spec(entries, gpu_env(cfg, key).get("CUDA_VISIBLE_DEVICES")) if entries else None
+
 # %% ../../nbs/pipeline/02_plan.ipynb #b7e1a001
 def plan_gpus(cfg: PipelineConfig) -> tuple[list[tuple[str, float]], list[str]]:
     """The GPUs a plan checks a run against: this machine's (nvidia-smi), else one node's of the layout's `machine:`, with the line that
@@ -241,8 +258,6 @@ def process_table(cfg: PipelineConfig, trainers: dict, gpus: list) -> tuple[list
     """Which process holds which GPU: the vLLM server's replicas, each training stage's trainer (its ranks under `accelerate launch`, one
     GPU each) and the other stages' kernels; each trainer's memory (estimated) checked on every GPU it takes, beside the server's share.
     `trainers`: stage key -> its typed config."""
-    from mascot.pipeline.run import stage_launch  # the runner builds on this module
-
     lines = [
         "processes and GPUs (GiB per GPU, estimated from the models' sizes):",
         _row("process", "node", "GPUs", "memory"),
@@ -300,7 +315,6 @@ def batch_lines(cfg: PipelineConfig, trainers: dict, source: str = "the config")
     """Each trainer's effective batch as it will train (per device x accumulation x processes, from the TRL config it builds) beside the
     config's own before the layout: a problem where they differ."""
     import tempfile
-    from mascot.pipeline.run import stage_launch
     from mascot.training.common import effective_batch
 
     lines, problems = ["effective batches (per device x accumulation x processes = examples per optimiser step):"], []

@@ -12,9 +12,9 @@ from ..llm.embedded_model import EMBEDDED_DEFAULT
 from ..stages import *
 from .serve import ServerFailed
 from .managed_vllm import *
-from .plan import plan_report
+from .plan import plan_report, is_trainer, stage_launch
 from .slurm import attach_server_node, attached_server, emit_slurm, forwarded_flags, server_apart
-from ..training.launch import LAUNCH_ENV, LAUNCH_FILE, LaunchSection, MachineSection, launch_spec, accumulation_for
+from ..training.launch import LAUNCH_ENV, LAUNCH_FILE, LaunchSection, MachineSection, accumulation_for
 from ..training.common import effective_batch
 import json, os, re, subprocess, sys, time
 from pydantic import Field, PrivateAttr
@@ -24,9 +24,9 @@ from typing import Any
 # %% auto #0
 __all__ = ['JOB_HEADING', 'PEAK_FILE', 'KERNEL_START_CELL', 'ENV_CELL', 'IMPORT_CELL', 'PEAK_CELL', 'PipelineConfig',
            'expand_env', 'load_pipeline_config', 'nbs_dir', 'job_notebook', 'kernel_parameters', 'StageFailed',
-           'job_runs', 'summed_counters', 'plan_pipeline', 'is_trainer', 'stage_launch', 'trainer_batch',
-           'keep_effective_batches', 'stage_config', 'serve_stage_inputs', 'write_meta', 'execute_stage',
-           'finish_stage', 'run_pipeline', 'RunFlags', 'run_parser', 'main']
+           'job_runs', 'summed_counters', 'plan_pipeline', 'trainer_batch', 'keep_effective_batches', 'stage_config',
+           'serve_stage_inputs', 'write_meta', 'execute_stage', 'finish_stage', 'run_pipeline', 'RunFlags',
+           'run_parser', 'main']
 
 # %% ../../nbs/pipeline/03_run.ipynb #50539d95
 class PipelineConfig(DatasetConfig):
@@ -332,21 +332,6 @@ def plan_pipeline(
     return todo, outputs
 
 # %% ../../nbs/pipeline/03_run.ipynb #ad8f424f
-def is_trainer(stage: Stage) -> bool:
-    "Whether a stage trains (its config is a `TrainingConfig`): what a layout's `launch:` can spread over processes."
-    from mascot.training.common import TrainingConfig
-
-    return issubclass(config_class(stage), TrainingConfig)
-
-
-def stage_launch(cfg: PipelineConfig, key: str) -> dict | None:
-    "The launch of stage `key`'s trainer (`launch:` of the config, over the stage's GPUs); None: one process, in its kernel."
-    if not cfg.launch or not is_trainer(STAGE_BY_KEY[key]):
-        return None
-    entries = [cfg.launch[k] for k in ("stages", key) if k in cfg.launch]
-    return launch_spec(entries, gpu_env(cfg, key).get("CUDA_VISIBLE_DEVICES")) if entries else None
-
-
 def trainer_batch(stage: Stage, params: dict) -> dict:
     "The per-device batch and accumulation a training stage's parameters give TRL (world size 1), built by the stage's own TRL config."
     import tempfile

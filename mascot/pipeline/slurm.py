@@ -155,7 +155,7 @@ def emit_slurm(
             f"--emit-slurm: {layout} gives the vLLM server no node of its own (it needs serve: and machine.nodes 2 or more, "
             "as configs/gpu/2x8xh100.yaml)"
         )
-    from mascot.pipeline.run import stage_launch
+    from mascot.pipeline.plan import stage_launch
 
     machines = max([(stage_launch(cfg, k) or {"machines": 1})["machines"] for k in cfg.stages] + [1])
     if machines > cfg.machine.nodes - 1:
