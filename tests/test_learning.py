@@ -1,7 +1,7 @@
 """Training that learns, TRL-style, at tiny sizes: each test trains on a signal whose right answer is known and asserts the learnt behaviour
 on held-out data (not "it ran"). These are checks of the trainers and their wiring, not evidence about MASCOT's judges (see bench/learning.py)."""
 
-import json, statistics
+import json, re, statistics
 import pytest
 
 pytestmark = pytest.mark.integration  # each test trains a model on real data (minutes)
@@ -199,50 +199,59 @@ def _p_target(model, tok, prompts: list[str], targets: list[str]) -> list[float]
     return [float(three[i, list(NEEDS).index(t)]) for i, t in enumerate(targets)]
 
 
-@pytest.mark.slow  # about 6 minutes on 2 shared cores
 @pytest.mark.xfail(
     strict=True,
     raises=AssertionError,
-    reason="a measured negative result: with the package's GRPO defaults at this size the director collapses onto one name "
-    "(held-out P(right persona) 0.300 -> 0.333, +0.033 +- 0.036 s.e., 18 states), which a name-only policy also reaches; "
+    reason="a measured negative result: at this size the constrained director's GRPO leaves the held-out probability of the persona "
+    "the user's words call for where it was (0.334 -> 0.333, -0.001 +- 0.005 s.e., 18 states), which a name-only policy also reaches; "
     "strict, so a director that learns the content-dependent choice turns this into a failure to be removed",
 )
-def test_director_grpo_learns_a_choice_that_needs_the_conversation(smol_path, tmp_path):
-    """The director's GRPO config (TRL's GRPOTrainer, the package's LoRA) on states whose right speaker depends on what the user asked for
-    (distress -> The Anchor, a plan -> The Catalyst, growth -> The Beacon), all with the same history: no policy that looks only at names
-    and turn order can beat 1/3 on the held-out topics, so rising above it means the trainer learnt from the content of the conversation.
-    A check that the trainer learns such a signal, not evidence about MASCOT."""
+def test_constrained_director_grpo_learns_a_choice_that_needs_the_conversation(tmp_path):
+    """The director's GRPO as the package runs it (TRL's GRPOTrainer, the package's LoRA, every sample decoded under the directive's output
+    constraint) on states whose right speaker depends on what the user asked for (distress -> The Anchor, a plan -> The Catalyst, growth ->
+    The Beacon), all with the same history, at tiny size: every sampled directive names a roster member (asserted), and the held-out
+    probability of the right persona rises above what a policy blind to the user's words reaches (the expected failure)."""
     import datasets, torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
     from trl import GRPOTrainer
-    from mascot.domain.personas import SUPPORT_ROSTER
-    from mascot.stage2.director_grpo import DirectorGRPOConfig
+    from mascot.domain.personas import SUPPORT_ROSTER, directive_constraint
+    from mascot.llm.embedded_model import tiny_model
+    from mascot.stage2.director_grpo import DirectorGRPOConfig, constrain_generation
     from mascot.training.common import grpo_config, lora_config, paired_summary
 
     set_seed(0)
-    tok = AutoTokenizer.from_pretrained(smol_path)
+    path = tiny_model()
+    tok = AutoTokenizer.from_pretrained(path)
     tok.padding_side = "left"
     states = [(topic, need, who) for topic in TOPICS for who, needs in NEEDS.items() for need in needs]
     train = [s for s in states if s[0] in TOPICS[:7]]
     held = [s for s in states if s[0] in TOPICS[7:]]
-    rows = [{"prompt": _director_state(t, n, tok, SUPPORT_ROSTER), "target": w} for t, n, w in train]
+    opened = '{"agent_name": "The'
+    rows = [
+        {"prompt": _director_state(t, n, tok, SUPPORT_ROSTER).removesuffix(opened), "target": w} for t, n, w in train
+    ]
+    named = []
 
     def right_speaker(completions, target, **kw):
-        return [1.0 if _named(c) == t else 0.0 for c, t in zip(completions, target)]
+        # the name where the sample got to it (the cap may cut the JSON after it, or before it: None)
+        found = [re.match(r'\s*\{\s*"agent_name"\s*:\s*"(The \w+)"', c) for c in completions]
+        names = [m.group(1) if m else None for m in found]
+        named.extend(names)
+        return [1.0 if n == t else 0.0 for n, t in zip(names, target)]
 
     cfg = DirectorGRPOConfig(
-        max_steps=15,
-        learning_rate=1e-3,
-        num_generations=8,
-        per_device_train_batch_size=16,
+        max_steps=12,
+        learning_rate=1e-2,
+        num_generations=6,
+        per_device_train_batch_size=12,
         gradient_accumulation_steps=1,
-        max_completion_length=3,
+        max_completion_length=16,  # the directive's JSON up to and past the name
         temperature=1.0,
         beta=0.0,
         lora_r=8,
         trl={"reward_weights": [1.0]},
     )
-    model = AutoModelForCausalLM.from_pretrained(smol_path, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     trainer = GRPOTrainer(
         model=model,
         reward_funcs=[right_speaker],
@@ -251,10 +260,17 @@ def test_director_grpo_learns_a_choice_that_needs_the_conversation(smol_path, tm
         processing_class=tok,
         peft_config=lora_config(cfg, "CAUSAL_LM"),
     )
+    constrain_generation(trainer.model, tok, directive_constraint(SUPPORT_ROSTER))
     held_prompts = [_director_state(t, n, tok, SUPPORT_ROSTER) for t, n, _ in held]
     targets = [w for *_, w in held]
     before = _p_target(trainer.model, tok, held_prompts, targets)  # LoRA B starts at zero: the base director
     trainer.train()
+    # the constraint (not the expected failure): a random 2-layer model's samples name only roster members, most within the cap
+    wrong = [n for n in named if n is not None and n not in SUPPORT_ROSTER.names]
+    if len(named) != 12 * 12 or wrong or sum(n is not None for n in named) < len(named) / 2:
+        pytest.fail(
+            f"constrained samples: {sum(n is not None for n in named)} of {len(named)} reached a name; off the roster: {wrong[:5]}"
+        )
     trainer.model.eval()
     after = _p_target(trainer.model, tok, held_prompts, targets)
     s = paired_summary(before, after)
