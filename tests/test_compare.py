@@ -1,6 +1,6 @@
 "`mascot compare` and the judge cache end to end: three systems on the same contexts, two served judges (one biased), a second run from the cache."
 
-import json, sys
+import json, math, sys
 from pathlib import Path
 import pandas as pd
 import pytest
@@ -160,7 +160,11 @@ def test_biased_judge_shows_in_compare_and_the_cache_answers_a_rerun(convs, tmp_
     } <= set(t.columns)
     assert (tmp_path / "cmp" / "comparison.png").stat().st_size > 1000 and (tmp_path / "cmp" / "comparison.md").exists()
     row = lambda j, s, m: t[(t.judge == j) & (t.system == s) & (t.metric == m)].iloc[0]
-    for m in ("Persona Consistency", "Social Contribution", "Collective Overall"):
+    for m in ("Persona Consistency", "Social Contribution"):  # mascot's personas vs the baselines' generic card: no Δ
+        assert not row("judge-b", "mascot", m).comparable and math.isnan(row("judge-b", "mascot", m).delta), m
+        fs = row("judge-b", "few-shot", m)  # two baselines on the same generic card: compared
+        assert fs.comparable and fs.delta_lo <= 0 <= fs.delta_hi, m
+    for m in ("Empathy", "Persona Overall", "Collective Overall"):
         assert row("judge-b", "mascot", m).delta_lo > 0, m  # the biased judge's favour: an interval excluding 0
         for j, s in (("judge-a", "mascot"), ("judge-a", "few-shot"), ("judge-b", "few-shot")):
             r = row(j, s, m)
@@ -220,3 +224,128 @@ def test_compare_refuses_an_unknown_reference(tmp_path, capsys):
     assert cli(["compare", "--input-dir", str(tmp_path), "--reference", "nope"]) == 2
     assert "--reference 'nope'" in capsys.readouterr().err
     assert cli(["compare", "--input-dir", str(tmp_path / "missing")]) == 2
+
+
+# ---- intervals and the table's bookkeeping (no server) ----
+import math  # noqa: E402
+import numpy as np  # noqa: E402
+from mascot.evaluation.compare import ITEM_COLUMNS, compare_table, comparison_markdown, coverage, run_compare, CompareConfig  # noqa: E402
+
+
+@pytest.mark.parametrize("n", [5, 10, 30, 100])
+def test_default_interval_covers_at_every_printed_size(n):
+    "Coverage of the default 95% interval ≥ 93% for means and paired deltas, normal and skewed scores (1,500 repetitions a cell up to n = 10, 500 above)."
+    reps, resamples = (1500, 2000) if n <= 10 else (500, 499)
+    for data in ("normal", "skewed"):
+        for delta in (False, True):
+            cov = coverage("studentized", n, data, delta, reps=reps, n_resamples=resamples)
+            assert cov >= 0.93, (n, data, delta, cov)
+
+
+def test_the_coverage_check_can_fail():
+    "The percentile bootstrap, the former default, falls short of 93% at n = 5: the check above discriminates."
+    assert coverage("percentile", 5, "skewed", reps=600, n_resamples=999) < 0.9
+
+
+def items_of(rows: list[tuple]) -> pd.DataFrame:
+    "Items from (system, context, score[, dataset, failed, criterion]) tuples: one judge, one persona criterion (Persona Overall)."
+    out = []
+    for r in rows:
+        system, context, score, dataset, failed = (*r, "ED", False)[:5] if len(r) < 5 else r
+        out.append(dict(judge="j", system=system, dataset=dataset, group="", kind="persona", context=context, turn_idx=1,
+                        agent="The Anchor", criterion="Overall", score=score, failed=failed))
+    return pd.DataFrame(out, columns=ITEM_COLUMNS)
+
+
+def test_means_and_deltas_are_on_the_same_contexts():
+    "Reference on c0–c4, the other on c3–c7: both means and the Δ over c3, c4; the table says 3 contexts were dropped each."
+    items = items_of([("mascot", f"c{c}", 50.0 + c) for c in range(5)] + [("other", f"c{c}", 40.0 + c) for c in range(3, 8)])
+    t = compare_table(items, "mascot").set_index("system")
+    assert (t["n_contexts"] == 2).all() and (t["n_dropped"] == 3).all()
+    assert t.loc["mascot", "mean"] == 53.5 and t.loc["other", "mean"] == 43.5 and t.loc["other", "delta"] == -10.0
+
+
+def test_a_nan_score_is_dropped_and_counted():
+    items = items_of([("mascot", f"c{c}", 50.0) for c in range(6)] + [("mascot", "c6", math.nan)])
+    r = compare_table(items).iloc[0]
+    assert r["mean"] == 50.0 and r["n_contexts"] == 6 and (r["failures"], r["items"]) == (1, 7)
+
+
+def test_qmsum_queries_cluster_by_meeting():
+    "Eight queries of four meetings: four clusters, fewer than 5, so no interval however many queries."
+    rows = [(s, f"Bed00{m}_{10 * q}_q{q}", 50.0 + m + q + (5 if s == "a" else 0), "QMSum", False) for s in "ab" for m in range(4) for q in range(2)]
+    t = compare_table(items_of(rows), "a").set_index("system")
+    assert t.loc["b", "n_contexts"] == 8 and t.loc["b", "n_clusters"] == 4 and math.isnan(t.loc["b", "delta_lo"])
+    assert "n too small" in comparison_markdown(compare_table(items_of(rows), "a"), "a")
+
+
+def test_favoured_system_excludes_zero_and_holm_is_applied():
+    "12 contexts × 3 systems, a judge favouring one by 8 points (noise sd 5): its Δ excludes 0, the other's includes 0; Holm p ≥ p."
+    rng = np.random.default_rng(3)
+    base = rng.normal(60, 8, 12)
+    rows = [(s, f"c{c}", base[c] + rng.normal(0, 5) + (8 if s == "fav" else 0)) for s in ("ref", "fav", "plain") for c in range(12)]
+    t = compare_table(items_of(rows), "ref").set_index("system")
+    assert t.loc["fav", "delta_lo"] > 0 and t.loc["plain", "delta_lo"] <= 0 <= t.loc["plain", "delta_hi"]
+    assert (t["p_holm"].dropna() >= t["p"].dropna()).all() and t["p_holm"].notna().sum() == 2
+
+
+def score_line(system, conv_id, judge="j", failed=False, dataset="ED"):
+    item = {"turn_idx": 1, "agent_name": "The Anchor"} | ({"failed": True} if failed else {"scores": {"Overall": 50.0 + int(conv_id[1:])}})
+    return json.dumps({"conv_id": conv_id, "kind": "persona", "system": system, "dataset": dataset, "judge": judge, "items": [item]}) + "\n"
+
+
+def test_reference_is_named_from_what_was_resolved(tmp_path):
+    "A block where only zero-shot has rows comes first; the Markdown still names the reference asked for."
+    (tmp_path / "scores_persona_a.jsonl").write_text("".join(score_line("zero-shot", f"c{c}", dataset="ESConv") for c in range(6)))
+    (tmp_path / "scores_persona_b.jsonl").write_text("".join(score_line("mascot", f"c{c}") for c in range(6)))
+    paths = run_compare(CompareConfig(input_dir=str(tmp_path), reference="mascot", n_resamples=200))
+    assert paths["md"].read_text().startswith("# Comparison against `mascot`")
+    assert "never pooled" not in paths["md"].read_text()
+
+
+def test_every_failure_of_an_unwritten_conversation_counts(tmp_path):
+    "A conversation whose 5 judgements all failed (recorded as unwritten) counts 5 failures, not 1 of 1."
+    (tmp_path / "scores_persona_m.jsonl").write_text("".join(score_line("mascot", f"c{c}") for c in range(6)))
+    unwritten = [{"conv_id": "c9", "system": "mascot", "dataset": "ED", "by_judge": {"j": 5}}]
+    (tmp_path / "metrics_persona_m.json").write_text(json.dumps({"unwritten": unwritten}))
+    paths = run_compare(CompareConfig(input_dir=str(tmp_path), n_resamples=200))
+    r = pd.read_csv(paths["csv"]).iloc[0]
+    assert (r["failures"], r["items"], r["n_contexts"]) == (5, 11, 6)
+
+
+def test_an_empty_folder_is_one_clear_line(tmp_path, capsys):
+    assert cli(["compare", "--input-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no judged conversations" in err[0] and "Traceback" not in err[0]
+
+
+def test_ppi_recovers_what_people_say_from_a_biased_judge():
+    "A judge 8 points too generous (r ≈ 0.9 with people), 60 of 300 contexts rated by people, 800 repetitions: the PPI++ interval holds the people's mean ≥ 93% of the time and is narrower than the 60 ratings alone."
+    from mascot.evaluation.compare import ppi_mean
+
+    rng, hits, narrower = np.random.default_rng(0), 0, 0
+    for _ in range(800):
+        truth = rng.normal(60, 10, 300)
+        judge = truth + 8 + rng.normal(0, 4, 300)
+        r = ppi_mean(truth[:60], judge[:60], judge[60:])
+        hits += r["lo"] <= 60 <= r["hi"]
+        narrower += (r["hi"] - r["lo"]) < (r["human_hi"] - r["human_lo"])
+    assert hits / 800 >= 0.93 and narrower == 800
+
+
+def test_compare_human_writes_the_corrected_columns(tmp_path, capsys):
+    "mascot compare --human on a small rating file: PPI++ columns in comparison.csv, a calibrated section and the contexts --power asks for."
+    for s in ("mascot", "other"):
+        (tmp_path / f"scores_persona_{s}.jsonl").write_text("".join(score_line(s, f"c{c}") for c in range(12)))
+    rows = [dict(system=s, context=f"c{c}", metric="Persona Overall", score=40.0 + c + (2 if s == "other" else 0), rater=k)
+            for s in ("mascot", "other") for c in range(6) for k in range(2)]
+    pd.DataFrame(rows).to_csv(tmp_path / "human.csv", index=False)
+    args = ["compare", "--input-dir", str(tmp_path), "--human", str(tmp_path / "human.csv"), "--power", "3"]
+    assert cli(args) == 0
+    t = pd.read_csv(tmp_path / "comparison.csv").set_index("system")
+    assert t.loc["mascot", "human_n"] == 6 and t.loc["other", "ppi_delta"] == pytest.approx(2.0)
+    assert "Calibrated against people" in capsys.readouterr().out or "Calibrated" in (tmp_path / "comparison.md").read_text()
+    assert "n_for_delta" in t.columns
+    pd.DataFrame(rows).drop(columns="score").to_csv(tmp_path / "bad.csv", index=False)
+    assert cli(["compare", "--input-dir", str(tmp_path), "--human", str(tmp_path / "bad.csv")]) == 2
+    assert "missing column(s) score" in capsys.readouterr().err

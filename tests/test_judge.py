@@ -390,3 +390,53 @@ def test_openai_compatible_judge_without_logprobs(openai_server, tmp_path):
     assert m["judge"] == openai_server["model"] and m["num_scored"] + m["num_annotation_failures"] == 1
     for l in read_jsonl(tmp_path / "scores_collective_srv_ED.jsonl"):
         assert l["items"][0]["weighted"] is False
+
+
+def test_the_cache_misses_when_what_answers_changes(tmp_path, monkeypatch):
+    "Thinking on/off, the embedded dtype, new weights under one name, an adapter retrained in place, the server's root, a revision, and the tiny test model vs the real embedded one: each a different cache key."
+    import asyncio
+    from mascot.judging.rubrics import JudgeCache, judge_identity, judge_sampling
+    from mascot.llm.client import LLMClient
+    from mascot.llm.embedded import EmbeddedBackend
+    from mascot.llm.routing import EndpointConfig
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from fake_openai_server import FakeOpenAIServer
+
+    def key(client, url=None):
+        asyncio.run(client.check())
+        sampling = judge_sampling(client, {"temperature": 0.0, "max_tokens": 8}, 20, None)
+        ident = judge_identity(client) | ({"url": url} if url else {})  # url: as if both servers had been at one address
+        return JudgeCache.key(ident, "v1", [{"role": "user", "content": "x"}], sampling)
+
+    model, adapter = tmp_path / "judge-model", tmp_path / "judge-lora"
+    for d, f in ((model, "model.safetensors"), (adapter, "adapter_model.safetensors")):
+        d.mkdir()
+        (d / f).write_bytes(b"v1")
+        (d / "config.json").write_text("{}")
+
+    def embedded(dtype="float32", thinking=False, **kw):
+        cfg = EndpointConfig(model_name=str(model), judge="lora", judge_provider="embedded", enable_thinking=thinking, **kw)
+        return LLMClient(cfg, embedded=EmbeddedBackend(str(model), adapters={"lora": str(adapter)}, dtype=dtype))
+
+    base = key(embedded())
+    assert key(embedded()) == base  # same judge, same request: a hit
+    keys = {base, key(embedded(thinking=True)), key(embedded(dtype="bfloat16")), key(embedded(judge_revision="r2"))}
+    (adapter / "adapter_model.safetensors").write_bytes(b"v2-retrained")
+    keys.add(key(embedded()))
+    (model / "model.safetensors").write_bytes(b"v2-new-weights")
+    keys.add(key(embedded()))
+    assert len(keys) == 6
+
+    served = []
+    for root in ("/models/judge-a", "/models/judge-b"):
+        with FakeOpenAIServer(model="j", listed=[{"id": "j", "root": root}]) as s:
+            served.append(key(LLMClient(EndpointConfig(judge="j", judge_server_url=s.url)), url="http://judge:8000/v1"))
+    assert served[0] != served[1]  # same name and URL, other weights behind it
+
+    from mascot.core.runtime import cache_dir
+
+    if (cache_dir() / "models/SmolLM2-135M-Instruct/model.safetensors").exists() and (cache_dir() / "models/tiny-random-llama/model.safetensors").exists():
+        real = key(LLMClient(EndpointConfig(judge_provider="embedded"), embedded=EmbeddedBackend(dtype="float32")))
+        monkeypatch.setenv("MASCOT_TINY_MODEL", "1")
+        assert key(LLMClient(EndpointConfig(judge_provider="embedded"), embedded=EmbeddedBackend(dtype="float32"))) != real

@@ -494,7 +494,7 @@ def compare_runs(infos: list[dict]) -> str:
             return "<td>–</td>"
         return (
             f"<td class='num' data-v='{r['mean']}' title='{r['n_contexts']} contexts, {r['failures']} failed judgements'>"
-            f"{fmt_ci(r['mean'], r['mean_lo'], r['mean_hi'])}</td>"
+            f"{fmt_ci(r['mean'], r['mean_lo'], r['mean_hi'], n=r.get('n_clusters'))}</td>"
         )
 
     body = "".join(
