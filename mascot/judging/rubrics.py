@@ -17,10 +17,11 @@ from typing import Literal
 
 # %% auto #0
 __all__ = ['RUBRICS', 'JUDGE_LINE', 'SCORE_RANGE', 'JUDGE_REASON_MAX_CHARS', 'CONTEXT_LABEL', 'JUDGE_EXAMPLES', 'SCORE_VALUES',
-           'Criterion', 'Rubric', 'get_rubric', 'line_regexes', 'judge_line', 'judgement_constraint',
+           'WEIGHT_SUFFIXES', 'Criterion', 'Rubric', 'get_rubric', 'line_regexes', 'judge_line', 'judgement_constraint',
            'format_instruction', 'describe_persona', 'JudgeExample', 'judge_messages', 'JudgeParseError', 'to_100',
-           'Judgement', 'parse_judgement', 'score_distribution', 'weighted_scores', 'default_judge_cache', 'JudgeCache',
-           'judge_identity', 'judge_call', 'judge_reply', 'judge_conversation', 'record_situation']
+           'Judgement', 'parse_judgement', 'score_distribution', 'weighted_scores', 'weights_fingerprint',
+           'default_judge_cache', 'JudgeCache', 'judge_identity', 'judge_sampling', 'judge_call', 'judge_reply',
+           'judge_conversation', 'record_situation']
 
 # %% ../../nbs/judging/00_rubrics.ipynb #d21658e8
 @dataclass(frozen=True)
@@ -478,6 +479,39 @@ def weighted_scores(tokens: list[TokenLogprob], rubric: Rubric, parsed: dict[str
         out[name] = sum(s * p for s, p in dist.items())
     return out
 
+# %% ../../nbs/judging/00_rubrics.ipynb #51c604af
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".json", ".model")  # weights, adapters, their configs and tokenizers
+_FINGERPRINTS: dict[tuple, str] = {}
+
+
+def _file_digest(f: Path, whole_below: int = 64 << 20, chunk: int = 4 << 20) -> str:
+    "sha256 of a file: all of it below `whole_below` bytes (adapters, configs), else its size and first, middle and last `chunk` bytes."
+    h, size = hashlib.sha256(), f.stat().st_size
+    with open(f, "rb") as fh:
+        if size < whole_below:
+            h.update(fh.read())
+        else:
+            for at in (0, size // 2, max(0, size - chunk)):
+                fh.seek(at)
+                h.update(fh.read(chunk))
+            h.update(str(size).encode())
+    return h.hexdigest()
+
+
+def weights_fingerprint(path: str | Path | None) -> str | None:
+    "A hash of the weight, adapter, config and tokenizer files in a local model or adapter folder (or one file); None when not local."
+    p = Path(path).expanduser() if path else None
+    if p is None or not p.exists():
+        return None
+    files = sorted(f for f in ([p] if p.is_file() else p.rglob("*")) if f.is_file() and f.suffix in WEIGHT_SUFFIXES)
+    stamp = tuple((str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files)
+    if stamp not in _FINGERPRINTS:  # hashed once per process and file state
+        h = hashlib.sha256()
+        for f in files:
+            h.update(f"{f.relative_to(p) if p.is_dir() else f.name}:{_file_digest(f)}\n".encode())
+        _FINGERPRINTS[stamp] = h.hexdigest()[:16]
+    return _FINGERPRINTS[stamp]
+
 # %% ../../nbs/judging/00_rubrics.ipynb #c93e2840
 def default_judge_cache() -> Path:
     "Where judgements are cached: `$MASCOT_JUDGE_CACHE`, else `$XDG_CACHE_HOME/mascot/judgements.sqlite` (default `~/.cache`)."
@@ -548,24 +582,49 @@ class JudgeCache:
 
 
 def judge_identity(client: LLMClient) -> dict | None:
-    "What answers the client's judge role, for the cache key; None when the backend is not one of the package's (not cached)."
+    """What answers the client's judge role, for the cache key: provider, model, URL, adapter folder and its files' hash, the weights'
+    hash and dtype (embedded), what the server lists for the model (served: root, parent, context; the root's hash when it is a local
+    folder), and `--judge-revision`; None when the backend is not one of the package's (not cached)."""
     from mascot.llm.openai import OpenAIBackend
     from mascot.llm.embedded import EmbeddedBackend
+    from mascot.llm.embedded_model import embedded_dtype, resolve_model_path
     from mascot.llm.api_backends import AnthropicBackend, GeminiBackend
 
     backend = client.backend("judge")
     if not isinstance(backend, (OpenAIBackend, EmbeddedBackend, AnthropicBackend, GeminiBackend)):
         return None
     route, ident = client.routes["judge"], client.identities.get("judge") or {}
-    return {
+    model = client._checked.get("judge", route.model)
+    out = {
         "provider": getattr(backend, "kind", route.backend),
-        "model": client._checked.get("judge", route.model),
+        "model": model,
         "url": route.url,
         "adapter_path": ident.get("adapter_path"),
+        "adapter_files": weights_fingerprint(ident.get("adapter_path")),
+        "revision": getattr(client.cfg, "judge_revision", None),
     }
+    if isinstance(backend, EmbeddedBackend):
+        dtype = backend.dtype if backend.dtype != "auto" else embedded_dtype(backend.device)
+        out |= {"weights": weights_fingerprint(resolve_model_path(backend.model_id)), "dtype": dtype}
+    elif isinstance(backend, OpenAIBackend):
+        e = (getattr(backend, "_entries", None) or {}).get(model) or {}
+        out |= {"served": {k: e.get(k) for k in ("root", "parent", "max_model_len")}}
+        out |= {"weights": weights_fingerprint(e.get("root")) if str(e.get("root") or "").startswith("/") else None}
+    return out
 
 # %% ../../nbs/judging/00_rubrics.ipynb #9d6ff9ec
 _NO_LOGPROBS: weakref.WeakSet = weakref.WeakSet()  # clients whose judge server refused logprobs
+
+
+def judge_sampling(client: LLMClient, kw: dict, top_logprobs: int, constraint: OutputConstraint | None) -> dict:
+    "Every parameter of a judge request but the messages and the model, as the cache keys it: sampling, thinking, seed, constraint."
+    return {
+        **kw,
+        "top_logprobs": top_logprobs,
+        "enable_thinking": bool(getattr(client.cfg, "enable_thinking", False)),
+        "seed": kw.get("seed"),
+        "constraint": constraint.regex if constraint else None,
+    }
 
 
 async def judge_call(
@@ -584,8 +643,7 @@ async def judge_call(
     if ident is None:
         text, lps = await _judge_reply_text(client, messages, kw, top_logprobs, constraint)
         return parse_judgement(text, rubric, lps)
-    sampling = {**kw, "top_logprobs": top_logprobs, **({"constraint": constraint.regex} if constraint else {})}
-    key = JudgeCache.key(ident, rubric.version, messages, sampling)
+    key = JudgeCache.key(ident, rubric.version, messages, judge_sampling(client, kw, top_logprobs, constraint))
     if (hit := cache.get(key)) is not None:
         return parse_judgement(hit[0], rubric, hit[1])
     loop = asyncio.get_running_loop()

@@ -102,6 +102,11 @@ class EndpointConfig(Config):
         None,
         description="the environment variable holding the key for --judge-server-url (defaults as --api-key-env's)",
     )
+    judge_revision: str | None = Field(
+        None,
+        description="a name for the judge's weights, part of the judgement cache's key: set a new one when a served judge's weights "
+        "change under the same name and its server reports nothing that changes with them (local weights are hashed anyway)",
+    )
     uses_judge: ClassVar[bool] = False  # set by `judging_config` on the configs of stages that judge
 
     @model_validator(mode="after")
