@@ -349,3 +349,15 @@ def test_compare_human_writes_the_corrected_columns(tmp_path, capsys):
     pd.DataFrame(rows).drop(columns="score").to_csv(tmp_path / "bad.csv", index=False)
     assert cli(["compare", "--input-dir", str(tmp_path), "--human", str(tmp_path / "bad.csv")]) == 2
     assert "missing column(s) score" in capsys.readouterr().err
+
+
+def test_compare_human_takes_arena_votes(tmp_path):
+    "Arena votes on 6 of 12 contexts: the share preferring `other` over mascot, votes alone and PPI++ corrected, in comparison.csv."
+    for s in ("mascot", "other"):
+        (tmp_path / f"scores_persona_{s}.jsonl").write_text("".join(score_line(s, f"c{c}") for c in range(12)))
+    votes = [{"pair_id": f"c{c}", "systems": ["mascot", "other"], "winner": "other" if c < 4 else "tie", "annotator": "x"} for c in range(6)]
+    (tmp_path / "votes.jsonl").write_text("".join(json.dumps(v) + "\n" for v in votes))
+    assert cli(["compare", "--input-dir", str(tmp_path), "--human", str(tmp_path / "votes.jsonl")]) == 0
+    r = pd.read_csv(tmp_path / "comparison.csv").set_index("system").loc["other"]
+    assert (r["vote_n"], r["vote_win"]) == (6, pytest.approx(5 / 6)) and r["ppi_win_lo"] <= r["ppi_win"] <= r["ppi_win_hi"]
+    assert "Calibrated against people's votes" in (tmp_path / "comparison.md").read_text()

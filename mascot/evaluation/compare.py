@@ -16,12 +16,13 @@ import pandas as pd
 
 # %% auto #0
 __all__ = ['PAPER_METRICS', 'HEADLINE_METRICS', 'JUDGE_MEAN', 'COMPARISON_COLUMNS', 'ITEM_COLUMNS', 'MIN_CLUSTERS', 'CI_METHODS',
-           'CARD_METRICS', 'HUMAN_COLUMNS', 'PPI_COLUMNS', 'EMBEDDED_NOTE', 'TOO_SMALL', 'metric_of',
+           'CARD_METRICS', 'HUMAN_COLUMNS', 'PPI_COLUMNS', 'EMBEDDED_NOTE', 'TOO_SMALL', 'VOTE_COLUMNS', 'metric_of',
            'is_embedded_small', 'score_files', 'tidy_items', 'load_judged', 'conversation_scores', 'failure_counts',
            'cluster_of', 'cluster_ci', 'mean_ci', 'coverage', 'paired_cell', 'failure_cell', 'holm', 'generic_speakers',
            'comparable', 'pick_reference', 'compare_table', 'agreement_table', 'read_human', 'ppi_mean',
            'human_calibrated', 'contexts_needed', 'power_markdown', 'fmt_ci', 'comparison_markdown', 'comparison_png',
-           'with_extras', 'human_markdown', 'CompareConfig', 'comparison_table', 'run_compare', 'main']
+           'with_extras', 'human_markdown', 'read_votes', 'votes_calibrated', 'votes_markdown', 'CompareConfig',
+           'comparison_table', 'run_compare', 'main']
 
 # %% ../../nbs/evaluation/33_compare.ipynb #c10d2978
 PAPER_METRICS: dict[str, tuple[str, str]] = {
@@ -442,11 +443,13 @@ PPI_COLUMNS += ["ppi_delta", "ppi_delta_lo", "ppi_delta_hi"]
 
 
 def read_human(path: str | Path) -> pd.DataFrame:
-    "Human ratings (CSV or JSONL): one row per rating, `system`, `context` (the conv_id), `metric` (a paper metric), `score` (0–100)."
+    "Human ratings (CSV or JSONL): one row per rating, `system`, `context` (the conv_id), `metric` (a paper metric), `score` (0–100); or arena votes (`read_votes`)."
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"--human {p}: no such file of human ratings")
     h = pd.read_json(p, lines=True) if p.suffix == ".jsonl" else pd.read_csv(p)
+    if "winner" in h.columns:
+        return read_votes(p)  # arena votes
     missing = [c for c in HUMAN_COLUMNS if c not in h.columns]
     if missing:
         raise ConfigError(f"--human {p}: missing column(s) {', '.join(missing)} (need {', '.join(HUMAN_COLUMNS)})")
@@ -645,7 +648,7 @@ def with_extras(
     out = table
     if human is not None:
         keys = ["judge", "dataset", "group", "metric", "system"]
-        cal = human_calibrated(items, human, reference)
+        cal = (votes_calibrated if "winner" in human.columns else human_calibrated)(items, human, reference)
         out = table.merge(cal, on=keys, how="left") if not table["group"].astype(bool).any() else table
     if power:
         out = out.assign(n_for_delta=[contexts_needed(sd, power) for sd in out["delta_sd"]])
@@ -666,6 +669,58 @@ def human_markdown(table: pd.DataFrame) -> str:
             f"{fmt_ci(r.human_mean, r.human_lo, r.human_hi)}{w(r.human_lo, r.human_hi)} | {fmt_ci(r.ppi_mean, r.ppi_lo, r.ppi_hi)}"
             f"{w(r.ppi_lo, r.ppi_hi)} | {fmt_ci(r.ppi_delta, r.ppi_delta_lo, r.ppi_delta_hi)} |"
         )
+    return "\n".join(out) + "\n"
+
+# %% ../../nbs/evaluation/33_compare.ipynb #1e2d5510
+VOTE_COLUMNS = ["vote_n", "judge_vote_r", "vote_win", "vote_win_lo", "vote_win_hi", "ppi_win", "ppi_win_lo", "ppi_win_hi"]
+
+
+def read_votes(path: str | Path) -> pd.DataFrame:
+    "Arena votes (`mascot arena`'s JSONL, or a CSV with `systems` as 'a|b'): one row per vote, `context` (its pair_id), `systems`, `winner`."
+    p = Path(path)
+    v = pd.read_json(p, lines=True) if p.suffix == ".jsonl" else pd.read_csv(p)
+    v = v.rename(columns={"pair_id": "context"})
+    missing = [c for c in ("context", "systems", "winner") if c not in v.columns]
+    if missing:
+        raise ConfigError(f"--human {p}: arena votes need {', '.join(missing)} (pair_id, systems, winner)")
+    v["systems"] = [tuple(sorted(s.split("|") if isinstance(s, str) else s)) for s in v["systems"]]
+    return v.assign(context=v["context"].astype(str))
+
+
+def votes_calibrated(items: pd.DataFrame, votes: pd.DataFrame, reference: str) -> pd.DataFrame:
+    """Per judge × dataset × metric × system against `reference`: the share of people preferring the system (a tie counts half), PPI++
+    corrected with the judge's preference on that metric (higher score wins) on every shared context; beside it, votes alone."""
+    conv = conversation_scores(items).assign(group="")
+    rows = []
+    for (judge, dataset, metric), g in conv.groupby(["judge", "dataset", "metric"], sort=False):
+        shared = g.pivot_table(index="context", columns="system", values="score").dropna()
+        for system in [s for s in shared.columns if s != reference and reference in shared.columns]:
+            mine = votes[votes["systems"] == tuple(sorted((system, reference)))]
+            y = (mine["winner"].eq(system) + 0.5 * mine["winner"].eq("tie")).groupby(mine["context"]).mean()
+            lab = shared.index.intersection(y.index)
+            if not len(lab):
+                continue
+            pref = np.sign(shared[system] - shared[reference]) / 2 + 0.5  # 1: the judge prefers the system, 0.5: a tie
+            m = ppi_mean(y[lab], pref[lab], pref[shared.index.difference(lab)])
+            rows.append(
+                dict(judge=judge, dataset=dataset, group="", metric=metric, system=system, vote_n=m["n"], judge_vote_r=m["r"])
+                | dict(vote_win=float(y[lab].mean()) if len(lab) else math.nan, vote_win_lo=m["human_lo"], vote_win_hi=m["human_hi"])
+                | dict(ppi_win=m["mean"], ppi_win_lo=m["lo"], ppi_win_hi=m["hi"])
+            )
+    return pd.DataFrame(rows, columns=["judge", "dataset", "group", "metric", "system"] + VOTE_COLUMNS)
+
+
+def votes_markdown(table: pd.DataFrame) -> str:
+    "The arena-calibrated section: per judge, metric and system, votes, judge–vote r, people's preference share alone and PPI++ corrected."
+    t = table[table["vote_n"].fillna(0) > 0] if "vote_n" in table.columns else table.iloc[:0]
+    out = ["", "## Calibrated against people's votes (PPI++, `ppi-python`): share preferring the system over the reference", ""]
+    out += ["| judge | dataset | metric | system | contexts voted | judge–vote r | votes alone [95% CI] | PPI++ [95% CI] |"]
+    out += ["|---|---|---|---|---|---|---|---|"]
+    out += [
+        f"| {r.judge} | {r.dataset} | {r.metric} | {r.system} | {int(r.vote_n)} | {r.judge_vote_r:.2f} | "
+        f"{fmt_ci(r.vote_win, r.vote_win_lo, r.vote_win_hi, 2)} | {fmt_ci(r.ppi_win, r.ppi_win_lo, r.ppi_win_hi, 2)} |"
+        for r in t.itertuples()
+    ]
     return "\n".join(out) + "\n"
 
 # %% ../../nbs/evaluation/33_compare.ipynb #2a77b8ff
@@ -692,8 +747,9 @@ class CompareConfig(Config):
     human: str | None = Field(
         None,
         description="human ratings of a random subset of the judged conversations (CSV or JSONL: system, context, metric, score 0-100; "
-        "optional dataset, rater): adds each judge's PPI++ corrected mean and Δ with intervals, the human-only interval and the "
-        "judge-human correlation to comparison.csv and the Markdown",
+        "optional dataset, rater), or mascot arena's votes on some of the contexts (pair_id, systems, winner): adds each judge's PPI++ "
+        "corrected mean and Δ (votes: share preferring each system over the reference) with intervals, the human-only interval and "
+        "the judge-human correlation to comparison.csv and the Markdown",
     )
     power: float | None = Field(
         None,
@@ -734,7 +790,7 @@ def run_compare(cfg: CompareConfig) -> dict[str, Path]:
     table.to_csv(paths["csv"], index=False)
     paths["md"].write_text(
         comparison_markdown(table, reference)
-        + (human_markdown(table) if human is not None else "")
+        + ("" if human is None else votes_markdown(table) if "winner" in human.columns else human_markdown(table))
         + (power_markdown(table, cfg.power) if cfg.power else "")
     )
     comparison_png(
