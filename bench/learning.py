@@ -15,7 +15,7 @@ speaker: speaker GRPO (the package's train_speaker, gated reward) against that r
     degenerate-reply rate of each. The held-out split and seeds follow --stage1-seed. `ungated` scores the held-out replies again with the
     reward model alone beside the gated score (the gate moves every degenerate reply below the clean ones, so the gated difference counts a
     drop in degenerate replies twice).
-group_reward_model, director, dpo_director: the stage-2 checks against a programmatic group reward (`mascot.evaluation.auto_metrics.ProgrammaticGroupReward`:
+group_reward_model, director, dpo_director: the stage-2 checks against a programmatic group reward (`mascot.testing.ProgrammaticGroupReward`:
     distinct speakers, 1 - Self-BLEU, MiniLM relevance to the situation, clean replies), a reference judge whose preferences are known and
     learnable. Director states are ESConv and ED contexts (68) after one random-speaker round (so who speaks next can add a new voice); held-out states
     come from unseen contexts. group_reward_model: a group RM trained on conversation pairs that reward labels, held-out accuracy + Wilson CI and the smallest exact McNemar
@@ -57,7 +57,8 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 from pathlib import Path
 from mascot.domain.datasets import load_contexts, shared_data_dir
 from mascot.training.pairs import save_pairs
-from mascot.stage1.reward_model import RewardModelConfig, known_label_pairs, train_reward_model
+from mascot.stage1.reward_model import RewardModelConfig, train_reward_model
+from mascot.testing import known_label_pairs
 from mascot.stage1.speaker_grpo import SpeakerGRPOConfig, train_speaker
 
 
@@ -932,7 +933,7 @@ def main():
     stage2 = ("group_reward_model", "director", "dpo_director", "director_turn_taking", "dpo_director_turn_taking")
     if any(s in a.sections and todo(s) for s in stage2):
         from mascot.llm.embedded import EmbeddedBackend
-        from mascot.evaluation.auto_metrics import ProgrammaticGroupReward
+        from mascot.testing import ProgrammaticGroupReward
 
         embedded, reward = EmbeddedBackend(), ProgrammaticGroupReward()
         run("director_states", lambda: section_director_states(a, work, embedded), needed=True)

@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 from mascot.core.records import Directive, Episode, EpisodeMetadata, Turn
 from mascot.evaluation.auto_metrics import *
+from mascot.testing import tiny_nli_model
 
 
 def episode(conv_id, lines, system="mascot", **meta) -> dict:

@@ -16,8 +16,7 @@ def test_trainer_stage_runs_under_accelerate_launch_on_two_processes(tmp_path):
     (per device x accumulation x processes) is the smoke config's."""
     from mascot.domain.datasets import load_contexts
     from mascot.training.pairs import save_pairs
-    from mascot.stage1.reward_model import known_label_pairs
-    from mascot.testing import stage
+    from mascot.testing import known_label_pairs, stage
 
     # the candidates stage's output, made here: pairs with known labels from the package's demo contexts
     rows = known_label_pairs(load_contexts("ED", split="train", data_path="demo:empathetic_dialogues")[:6])

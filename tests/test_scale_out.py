@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_reward_model_trains_on_two_ranks_and_saves_one_adapter(data_dir, tmp_path):
     from mascot.domain.datasets import load_contexts
     from mascot.training.pairs import save_pairs
-    from mascot.stage1.reward_model import known_label_pairs
+    from mascot.testing import known_label_pairs
 
     rows = known_label_pairs(load_contexts("ESConv", split="train", data_path=str(data_dir / "esconv"))[:8])
     (tmp_path / "pairs").mkdir()

@@ -31,7 +31,7 @@ def test_reward_model_logs_to_wandb_offline_without_the_key(data_dir, tmp_path):
     pytest.importorskip("wandb")
     from mascot.domain.datasets import load_contexts
     from mascot.stage1.candidates import save_pairs
-    from mascot.stage1.reward_model import known_label_pairs
+    from mascot.testing import known_label_pairs
 
     rows = known_label_pairs(load_contexts("ESConv", split="train", data_path=str(data_dir / "esconv"))[:6])
     (tmp_path / "pairs").mkdir()

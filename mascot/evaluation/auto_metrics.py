@@ -15,12 +15,11 @@ from pathlib import Path
 from typing import Callable, Literal, Sequence
 
 # %% auto #0
-__all__ = ['DEFAULT_NLI_MODEL', 'PAIRING_MODES', 'NLI_DIRECTIONS', 'Pair', 'Scorer', 'GROUP_REWARD_PARTS', 'minilm_path',
-           'MetricsOptions', 'MetricsConfig', 'AgentTurn', 'Conversation', 'RoundIdError', 'conversation_from_record',
+__all__ = ['DEFAULT_NLI_MODEL', 'PAIRING_MODES', 'NLI_DIRECTIONS', 'Pair', 'Scorer', 'minilm_path', 'MetricsOptions',
+           'MetricsConfig', 'AgentTurn', 'Conversation', 'RoundIdError', 'conversation_from_record',
            'load_conversations', 'turn_pairs', 'pair_contradiction_probs', 'resolve_device', 'contradiction_index',
-           'NliScorer', 'tiny_nli_model', 'self_bleu_scores', 'SentenceEmbedder', 'echo_similarities',
-           'degenerate_reasons', 'conversation_row', 'pool', 'ProgrammaticGroupReward', 'evaluate', 'main',
-           'MetricsStageConfig', 'metrics_folder']
+           'NliScorer', 'self_bleu_scores', 'SentenceEmbedder', 'echo_similarities', 'degenerate_reasons',
+           'conversation_row', 'pool', 'evaluate', 'main', 'MetricsStageConfig', 'metrics_folder']
 
 # %% ../../nbs/evaluation/32_auto_metrics.ipynb #c0bc50c5
 DEFAULT_NLI_MODEL = "FacebookAI/roberta-large-mnli"  # the authors' code's NLI model
@@ -264,35 +263,6 @@ class NliScorer:
                 probs[i] = v
         return probs
 
-# %% ../../nbs/evaluation/32_auto_metrics.ipynb #3802bab1
-def tiny_nli_model(
-    dest: str | Path, labels: Sequence[str] = ("CONTRADICTION", "NEUTRAL", "ENTAILMENT"), favour: str | None = None
-) -> Path:
-    "A tiny random BERT NLI classifier saved to `dest`, for offline tests of the NLI code path; `favour` makes one label always win."
-    import torch
-    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
-
-    tok = AutoTokenizer.from_pretrained(minilm_path(), local_files_only=True)
-    config = BertConfig(
-        vocab_size=len(tok),
-        hidden_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=64,
-        id2label=dict(enumerate(labels)),
-        label2id={l: i for i, l in enumerate(labels)},
-    )
-    torch.manual_seed(0)
-    model = BertForSequenceClassification(config)
-    if favour is not None:
-        with torch.no_grad():
-            model.classifier.weight.zero_()
-            model.classifier.bias.zero_()
-            model.classifier.bias[list(labels).index(favour)] = 10.0
-    model.save_pretrained(dest)
-    tok.save_pretrained(dest)
-    return Path(dest)
-
 # %% ../../nbs/evaluation/32_auto_metrics.ipynb #60873e70
 def self_bleu_scores(replies: Sequence[str]) -> list[float]:
     "BLEU of each reply against all the other replies as references."
@@ -434,49 +404,6 @@ def pool(rows: list[dict]) -> dict:
         "num_agent_turns": turns,
         "degenerate_reasons": dict(sorted(reasons.items())),
     }
-
-# %% ../../nbs/evaluation/32_auto_metrics.ipynb #6c4ae0ac
-GROUP_REWARD_PARTS = ("distinct_speakers", "diversity", "relevance", "clean")
-
-
-class ProgrammaticGroupReward:
-    "Distinct speakers, low Self-BLEU, relevance to the situation (MiniLM) and clean replies, averaged: a learnable stand-in for the group RM."
-
-    def __init__(self, embed: Callable | None = None, use: Sequence[str] = GROUP_REWARD_PARTS):
-        "`use`: the parts the reward averages (all four by default; one part alone is a signal whose optimum is known)."
-        unknown = [u for u in use if u not in GROUP_REWARD_PARTS]
-        if unknown or not use:
-            raise ValueError(f"ProgrammaticGroupReward use={list(use)!r}: choose from {', '.join(GROUP_REWARD_PARTS)}")
-        self._embed, self.use = embed, tuple(use)
-
-    @property
-    def embed(self) -> Callable:
-        if self._embed is None:
-            self._embed = SentenceEmbedder()
-        return self._embed
-
-    def parts(self, situation: str, turns, roster) -> dict[str, float]:
-        "The four parts for one conversation (`turns`: `mascot.core.records.Turn`s, user turns included)."
-        import torch
-        from mascot.training.rewards import degenerate_reason
-
-        agent = [(i, t) for i, t in enumerate(turns) if t.turn_type != "user" and str(t.response).strip()]
-        if not agent:
-            return dict.fromkeys(GROUP_REWARD_PARTS, 0.0)
-        replies = [t.response for _, t in agent]
-        bleus = self_bleu_scores(replies)
-        vecs = torch.nn.functional.normalize(torch.as_tensor(self.embed([situation, *replies])).float(), dim=-1)
-        shown = lambda i: situation + "\n" + "\n".join(t.response for t in turns[:i])
-        return {
-            "distinct_speakers": len({t.agent_name for _, t in agent}) / min(len(agent), len(roster.personas)),
-            "diversity": 1 - _mean(bleus) / 100 if bleus else 1.0,
-            "relevance": _mean([max(0.0, float(vecs[0] @ v)) for v in vecs[1:]]),
-            "clean": 1 - _mean([float(degenerate_reason(t.response, shown(i)) is not None) for i, t in agent]),
-        }
-
-    def score_states(self, situations: list[str], turns: list[list], roster) -> list[float]:
-        "One reward in [0, 1] per conversation: the mean of the parts it uses."
-        return [_mean([self.parts(s, t, roster)[k] for k in self.use]) for s, t in zip(situations, turns)]
 
 # %% ../../nbs/evaluation/32_auto_metrics.ipynb #a5a85f9e
 def evaluate(cfg: MetricsConfig, scorer: Scorer | None = None, embed: Callable | None = None) -> dict:

@@ -11,7 +11,7 @@ import json, sys
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['DEGRADATIONS', 'main', 'known_label_pairs']
+__all__ = ['main']
 
 # %% ../../nbs/stage1/11_reward_model.ipynb #5306d086
 def main(argv: list[str] | None = None):
@@ -29,41 +29,3 @@ def main(argv: list[str] | None = None):
 
 if __name__ == "__main__" and "IPython" not in sys.modules:
     main()
-
-# %% ../../nbs/stage1/11_reward_model.ipynb #b3a92729
-DEGRADATIONS = ("parroted_context", "name_only", "cut_off", "other_conversation")
-
-
-def known_label_pairs(
-    contexts, persona: str = "The Anchor", role: str = "an emotional validator", kinds=DEGRADATIONS
-) -> list[dict]:
-    "For each context with a reference reply: (real reply > degraded copy) for every degradation in `kinds`; a plumbing-free learnable signal."
-    ctxs = [c for c in contexts if c.reference and len(c.reference.split()) >= 6]
-    rows = []
-    for i, c in enumerate(ctxs):
-        prompt = [
-            {"role": "system", "content": f"You are {persona}, {role}."},
-            {"role": "user", "content": c.prompt_text()},
-        ]
-        words = c.reference.split()
-        bad = {
-            "parroted_context": " ".join(c.prompt_text().split()[: len(words)]),
-            "name_only": f"{persona}\n\n{persona}",
-            "cut_off": " ".join(words[:3]),
-            "other_conversation": ctxs[(i + len(ctxs) // 2) % len(ctxs)].reference,
-        }
-        for k in kinds:
-            rows.append(
-                {
-                    "prompt": prompt,
-                    "chosen": [{"role": "assistant", "content": c.reference}],
-                    "rejected": [{"role": "assistant", "content": bad[k]}],
-                    "score_chosen": 1.0,
-                    "score_rejected": 0.0,
-                    "persona": persona,
-                    "context_id": c.context_id,
-                    "query_id": f"{c.context_id}:{k}",
-                    "degradation": k,
-                }
-            )
-    return rows
