@@ -156,7 +156,11 @@ def test_plan_checks_everything_and_runs_nothing(tmp_path):
     out = r.stdout
     assert not (tmp_path / "runs").exists(), out
     stages = [s for s in cfg["stages"]]
-    listed = [l.split()[0] for l in out.splitlines()[1:] if l and not l.startswith((" ", "-")) and "problem" not in l]
+    listed = [
+        l.split()[0]
+        for l in out.splitlines()[1:]
+        if l and not l.startswith((" ", "-", "reproducibility:")) and "problem" not in l
+    ]
     assert listed == stages, out
     assert all(
         "Qwen/Qwen3-8B" in l

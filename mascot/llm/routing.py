@@ -13,8 +13,8 @@ from typing import ClassVar, Literal
 from pydantic import Field, model_validator
 
 # %% auto #0
-__all__ = ['GEN_ROLES', 'ROLES', 'API_PROVIDERS', 'NO_JUDGE', 'EndpointConfig', 'judging_config', 'RoleRoute', 'route_roles',
-           'require_judge', 'judge_record', 'parse_lora_modules']
+__all__ = ['GEN_ROLES', 'ROLES', 'API_PROVIDERS', 'NO_JUDGE', 'LOOPBACK_HOSTS', 'EndpointConfig', 'judging_config', 'RoleRoute',
+           'route_roles', 'require_judge', 'judge_record', 'parse_lora_modules', 'judge_repeatability']
 
 # %% ../../nbs/llm/05_routing.ipynb #d87b6cd0
 GEN_ROLES = ("director", "speaker", "user")
@@ -199,8 +199,8 @@ def require_judge(cfg: EndpointConfig) -> RoleRoute:
     return route
 
 # %% ../../nbs/llm/05_routing.ipynb #aabf207b
-def judge_record(cfg: EndpointConfig) -> dict:
-    "Which judge runs where: provider, model, URL (without secrets), in this process or served."
+def judge_record(cfg: EndpointConfig, ask_server: bool = True) -> dict:
+    "Which judge runs where: provider, model, URL (without secrets), in this process or served (`ask_server`: a served judge named by no model is asked for it)."
     route, named = route_roles(cfg)["judge"], getattr(cfg, "provider", None)
     if named in API_PROVIDERS:
         return {"provider": named, "model": route.model, "url": None, "where": f"{named} API"}
@@ -209,7 +209,7 @@ def judge_record(cfg: EndpointConfig) -> dict:
         named or {"openai": "vllm", "embedded": "embedded", "unset": None}[route.backend]
     )  # served: any OpenAI-compatible server
     model = route.model or (
-        served_model(route.url, cfg.request_timeout, cfg.judge_api_key_env) if route.url else None
+        served_model(route.url, cfg.request_timeout, cfg.judge_api_key_env) if route.url and ask_server else None
     )  # None: the server could not say now
     return {"provider": provider, "model": model, "url": public_url(route.url), "where": where}
 
@@ -223,3 +223,21 @@ def parse_lora_modules(specs: list[str]) -> dict[str, str]:
             raise ConfigError(f"--lora-modules: expected alias=path, got {s!r}")
         out[alias] = path
     return out
+
+# %% ../../nbs/llm/05_routing.ipynb #judgerep0
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
+
+
+def judge_repeatability(route: dict | None) -> str | None:
+    """Why the judge of a recorded `judge_route` (as `judge_record` gives it) cannot score the same way twice, or None when it can: a
+    hosted API's model and batching are not ours to fix, and a server elsewhere may be another build or batch differently."""
+    if not route or route.get("where") == "in-process":
+        return None
+    if str(route.get("where", "")).endswith(" API"):
+        return f"the judge is a hosted API ({route.get('provider')}: {route.get('model')}): its answers can change from call to call"
+    from urllib.parse import urlparse
+
+    host = urlparse(route.get("url") or "").hostname or ""
+    if route.get("where") == "served" and host not in LOOPBACK_HOSTS and not host.startswith("127."):
+        return f"the judge is served at {host} ({route.get('model')}): repeatable only if that server is, with batch-invariant kernels"
+    return None

@@ -6,7 +6,7 @@
 from __future__ import annotations
 from ..core.config import *
 from ..stages import STAGES
-import csv, json, re, sys
+import csv, json, math, re, sys
 from collections import Counter
 from pathlib import Path
 from pydantic import Field
@@ -65,6 +65,8 @@ def first_difference(a, b, path: str = "") -> tuple[str, str, str] | None:
         if len(a) != len(b):
             return f"{path}[{min(len(a), len(b))}]", f"{len(a)} items", f"{len(b)} items"
         return None
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return None  # an undefined statistic (a standard error of one value) is the same in both runs
     return None if (a == b and type(a) is type(b)) else (path or "(value)", _short(a), _short(b))
 
 # %% ../../nbs/pipeline/04_diff_runs.ipynb #5ab72c9a

@@ -55,6 +55,11 @@ class ServeSection(Config):
     )
     cpu_kvcache_space: int = Field(2, description="GiB of KV cache on a CPU")
     env: dict[str, str] = Field({}, description="environment of the server only (e.g. OMP_NUM_THREADS on a CPU)")
+    batch_invariant: bool = Field(
+        False,
+        description="vLLM's batch-invariant mode (VLLM_BATCH_INVARIANT=1, in the vLLM this project installs; NVIDIA GPUs): a request's "
+        "reply no longer depends on the requests batched with it, so a served run repeats exactly; its kernels are slower",
+    )
     ready_timeout: float = Field(900.0, description="seconds to wait for /v1/models before the run stops")
     stop_grace: float = Field(30.0, description="seconds between SIGTERM and SIGKILL of the server's process group")
     max_restarts: int = Field(
@@ -267,7 +272,9 @@ def _commands(self: ManagedServer, adapters: dict[str, str] | None = None) -> li
     out = []
     for i in range(scfg.replicas):
         cmd, env = vllm_command(scfg, self.device, self.python, i)
-        out.append((cmd, {**({"CUDA_VISIBLE_DEVICES": str(one_gpu[0])} if one_gpu else {}), **env, **self.serve.env}))
+        gpu = {"CUDA_VISIBLE_DEVICES": str(one_gpu[0])} if one_gpu else {}
+        invariant = {"VLLM_BATCH_INVARIANT": "1"} if self.serve.batch_invariant else {}
+        out.append((cmd, {**gpu, **invariant, **env, **self.serve.env}))
     return out
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 __all__ = ['MODEL_FIELDS', 'URL_FIELDS', 'SIZE_FIELDS', 'ADAPTER_FIELDS', 'STRUCTURED_OUTPUTS_SINCE', 'served_models',
            'redact_url', 'endpoint_problems', 'training_gpu_plan', 'server_version', 'unconstrained_warnings',
            'is_trainer', 'stage_launch', 'plan_gpus', 'apart', 'server_rows', 'process_table', 'batch_lines',
-           'plan_report']
+           'stage_reproducibility', 'reproducibility_lines', 'plan_report']
 
 # %% ../../nbs/pipeline/02_plan.ipynb #89acd147
 def served_models(url: str, timeout: float = 5.0) -> list[str]:
@@ -329,6 +329,54 @@ def batch_lines(cfg: PipelineConfig, trainers: dict, source: str = "the config")
             problems.append(f"stage {k}: the effective batch {f(got)} is not {source}'s {want['total']}")
     return lines, problems
 
+# %% ../../nbs/pipeline/02_plan.ipynb #repro1
+def stage_reproducibility(cfg: PipelineConfig, st: Stage, scfg: Config, on_gpu: bool) -> dict:
+    """The settings that decide whether stage `st` (its typed config `scfg`) repeats exactly on one machine, and why it may not (`why_not`):
+    a GPU trainer without deterministic kernels, a served model without batch-invariant kernels, a judge that cannot repeat itself."""
+    from mascot.training.common import TrainingConfig
+    from mascot.llm.routing import judge_record, judge_repeatability
+
+    out, why = {"seed": getattr(scfg, "seed", cfg.seed)}, []
+    if isinstance(scfg, TrainingConfig):
+        out["deterministic_algorithms"] = scfg.deterministic
+        if on_gpu and not scfg.deterministic:
+            why.append(
+                f"GPU training without deterministic kernels (stages.{st.key}.deterministic: true turns them on)"
+            )
+    served = [getattr(scfg, f) for f in URL_FIELDS if f != "judge_server_url" and getattr(scfg, f, None)]
+    if served or (cfg.serve and calls_server(st)):
+        managed = cfg.serve is not None and (not served or set(served) <= {cfg.endpoints.get("vllm_server_url")})
+        out["vllm_batch_invariant"] = bool(managed and cfg.serve.batch_invariant)
+        if not out["vllm_batch_invariant"]:
+            why.append(
+                "a served model batches requests as they arrive "
+                + (
+                    "(serve.batch_invariant: true)"
+                    if managed
+                    else "(its server repeats only under VLLM_BATCH_INVARIANT=1)"
+                )
+            )
+    if getattr(scfg, "uses_judge", False):
+        route = judge_record(
+            scfg, ask_server=False
+        )  # where it runs, not which model: the endpoint check asks the server
+        out["judge"] = route.get("where")
+        if reason := judge_repeatability(route):
+            why.append(reason)
+    return {**out, "exact": not why, "why_not": why}
+
+
+def reproducibility_lines(cfg: PipelineConfig, found: dict[str, dict]) -> list[str]:
+    "`--plan`'s account of reproducibility: the seed, then each stage that will not repeat exactly and why."
+    lines = [
+        f"reproducibility: seed {cfg.seed}, in every stage and every sampled request; exact repeats on one machine:"
+    ]
+    exact = [k for k, d in found.items() if d["exact"]]
+    if exact:
+        lines.append(f"  exact: {', '.join(exact)}")
+    lines += [f"  not exact: {k}: {'; '.join(d['why_not'])}" for k, d in found.items() if not d["exact"]]
+    return lines
+
 # %% ../../nbs/pipeline/02_plan.ipynb #a4c10063
 def plan_report(
     cfg: PipelineConfig,
@@ -345,7 +393,7 @@ def plan_report(
     keys, todo = stages_to_run(cfg, from_stage, only)
     if run_dir.exists() and (why := existing_run_problem(run_dir, keys, resume, from_stage, only)):
         problems.append(why)
-    (gpus, lines), answers, users, trainers = plan_gpus(cfg), {}, {}, {}
+    (gpus, lines), answers, users, trainers, repro = plan_gpus(cfg), {}, {}, {}, {}
     if (
         cfg.serve
     ):  # the managed server answers once the run starts it: it will serve the base (the adapters come as trained)
@@ -398,6 +446,7 @@ def plan_report(
             part, found = training_gpu_plan(cfg, k, scfg, gpus)
             parts.append(part)
             problems += found
+        repro[k] = stage_reproducibility(cfg, st, scfg, on_gpu=bool(gpus))
         lines.append(f"{k:<19} " + "; ".join(p for p in parts if p))
         lines += warnings
     if (
@@ -406,6 +455,7 @@ def plan_report(
         (table, found), (batches, off) = process_table(cfg, trainers, gpus), batch_lines(cfg, trainers, source)
         lines[head:head] = table + batches
         problems += found + off
+    lines += reproducibility_lines(cfg, repro) if repro else []
     problems += [
         f"{why}: needed by {', '.join(dict.fromkeys(users[u]))}" for u, why in answers.items() if isinstance(why, str)
     ]

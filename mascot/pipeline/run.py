@@ -12,7 +12,7 @@ from ..llm.embedded_model import EMBEDDED_DEFAULT
 from ..stages import *
 from .serve import ServerFailed
 from .managed_vllm import *
-from .plan import plan_report, is_trainer, stage_launch
+from .plan import plan_report, stage_reproducibility, is_trainer, stage_launch
 from .slurm import attach_server_node, attached_server, emit_slurm, forwarded_flags, server_apart
 from ..training.launch import LAUNCH_ENV, LAUNCH_FILE, LaunchSection, MachineSection, accumulation_for
 from ..training.common import effective_batch
@@ -481,7 +481,7 @@ def run_pipeline(
     if resume:
         mark_stale_runs(run_dir)  # stages a killed invocation left saying "running"
     (run_dir / "pipeline_config.json").write_text(json.dumps(redact(cfg.model_dump(mode="json")), indent=2))
-    t_run = time.time()
+    t_run, on_gpu = time.time(), bool(gpus_here())
     server = None  # the server node's (a layout that gives the server a node of its own), else one this run starts, else none
     if cfg.serve:
         server = attached_server(cfg, run_dir, log) if server_apart(cfg) else ManagedServer(cfg.serve, run_dir, log)
@@ -511,6 +511,8 @@ def run_pipeline(
                 "git_commit": _git_commit(),
                 "versions": package_versions(),
                 "seed": cfg.seed,
+                # what decides whether this stage repeats exactly (seeds, deterministic kernels, batch invariance, the judge)
+                "reproducibility": stage_reproducibility(cfg, st, stage_cfg, on_gpu),
                 "start": run.started,
                 "end": None,
                 **judge,

@@ -14,9 +14,10 @@ from pathlib import Path
 
 # %% auto #0
 __all__ = ['CSS', 'ERROR_TRAP', 'LOAD_CHECK', 'RUN_JS', 'SECTIONS', 'page', 'offline_html', 'notebook_html', 'render_notebooks',
-           'csv_table', 'degenerate_counts', 'degenerate_table', 'table_html', 'tables_section', 'role_models',
-           'provenance_section', 'overview_section', 'build_run_page', 'headline', 'compare_runs',
-           'notebook_source_hash', 'executed_copy', 'build_docs', 'build_site', 'SiteConfig', 'main']
+           'csv_table', 'degenerate_counts', 'degenerate_table', 'table_html', 'tables_section',
+           'judge_repeat_warnings', 'reproducibility_table', 'role_models', 'provenance_section', 'overview_section',
+           'build_run_page', 'headline', 'compare_runs', 'notebook_source_hash', 'executed_copy', 'build_docs',
+           'build_site', 'SiteConfig', 'main']
 
 # %% ../../nbs/site/02_build.ipynb #f8edc8cd
 CSS = """body{font-family:system-ui,sans-serif;max-width:1200px;margin:1.5em auto;padding:0 1em;color:#222;line-height:1.4}
@@ -319,6 +320,35 @@ def tables_section(info: dict, out: Path, jobs: list) -> str:
         "hover for n (and failed judgements); click a header to sort.</p>" + "".join(blocks)
     )
 
+# %% ../../nbs/site/02_build.ipynb #reprosite0
+def judge_repeat_warnings(info: dict) -> str:
+    "A warning for each stage whose judge cannot score the same way twice (a hosted API, a server elsewhere), from meta.json's judge route."
+    from mascot.llm.routing import judge_repeatability
+
+    why = {s["stage"]: w for s in info["stages"] if (w := judge_repeatability((s["meta"] or {}).get("judge_route")))}
+    return "".join(
+        f"<p class='warn'>Exact reproducibility is impossible in {esc(k)}: {esc(w)}.</p>" for k, w in why.items()
+    )
+
+
+def reproducibility_table(info: dict) -> str:
+    "Per stage, whether it repeats exactly on one machine, the settings that decide it (meta.json's `reproducibility`) and why not."
+    rows = []
+    for s in info["stages"]:
+        r = (s["meta"] or {}).get("reproducibility")
+        if r:
+            settings = ", ".join(f"{k} {v}" for k, v in r.items() if k not in ("exact", "why_not"))
+            rows.append(
+                f"<tr><td>{esc(s['stage'])}</td><td>{'yes' if r.get('exact') else 'no'}</td><td>{esc(settings)}</td>"
+                f"<td>{esc('; '.join(r.get('why_not') or []))}</td></tr>"
+            )
+    table = (
+        "<table id='reproducibility'><tr><th>stage</th><th>repeats exactly</th><th>settings</th><th>why not</th></tr>"
+    )
+    return judge_repeat_warnings(info) + (
+        table + "".join(rows) + "</table>" if rows else "<p>Not recorded for this run.</p>"
+    )
+
 # %% ../../nbs/site/02_build.ipynb #841ee585
 def role_models(info: dict) -> list[tuple[str, str, str]]:
     "(system, role, model or adapter) from the first record of each evaluated system, and the judge."
@@ -368,6 +398,7 @@ def provenance_section(info: dict) -> str:
         )
         + "</table>"
     )
+    b.append("<h3>Reproducibility</h3>" + reproducibility_table(info))
     b.append(f"<h3>Resolved configuration</h3><pre>{esc(json.dumps(info['config'], indent=2))}</pre>")
     for s in info["stages"]:
         cfg = read_json(info["path"] / s["stage"] / "run_config.json")
@@ -399,7 +430,8 @@ def overview_section(info: dict, out: Path, jobs: list) -> str:
         "<table id='stages'><tr><th>stage</th><th>status</th><th>wall time</th><th>peak memory</th><th>notebook</th><th>error</th></tr>"
         + "".join(rows)
         + "</table>"
-        "<h3>Headline metrics</h3>"
+        + judge_repeat_warnings(info)
+        + "<h3>Headline metrics</h3>"
         + (
             f"<p class='warn'>Judged by the embedded 135M model: plumbing only (see <a href='#judge'>Judge reliability</a>).</p>"
             if small

@@ -22,7 +22,7 @@ __all__ = ['DEFAULT_LORA_TARGETS', 'CURVE_PANELS', 'SET_VALUED', 'RUN_SUMMARY_KE
            'data_hash', 'lora_config', 'parameter_counts', 'plot_training_curves', 'training_dtype', 'process_rank',
            'rank_run_dir', 'effective_batch', 'sort_adapter_config', 'write_metadata', 'save_trained', 'adapter_lora',
            'record_training', 'trainable_snapshot', 'weights_changed', 'paired_summary', 'load_tokenizer',
-           'load_causal_lm', 'training_run']
+           'load_causal_lm', 'deterministic_algorithms', 'training_run']
 
 # %% ../../nbs/training/00_common.ipynb #b5cf1cb7
 def recorded_model(folder: str | Path, role: str = "speaker") -> str | None:
@@ -137,6 +137,11 @@ class TrainingConfig(Config):
     enable_thinking: bool = Field(
         False,
         description="render prompts with the chat template's thinking on (Qwen3's enable_thinking); off: the roles' turns are short",
+    )
+    deterministic: bool = Field(
+        False,
+        description="torch.use_deterministic_algorithms and cuBLAS's fixed workspace (CUBLAS_WORKSPACE_CONFIG=:4096:8) for the trainer: "
+        "repeatable GPU training, at the cost of slower deterministic kernels (an op with none warns); a CPU trains repeatably without it",
     )
     # input folders left out are named as the authors' code names them, from --dataset and --model-name (not fixed to one dataset and model)
     PATH_DEFAULTS: ClassVar[dict[str, str]] = {}
@@ -568,10 +573,23 @@ def load_causal_lm(model_name: str, padding_side: str | None = None, pad_from_eo
     return AutoModelForCausalLM.from_pretrained(path, dtype=training_dtype()), tok
 
 
+def deterministic_algorithms() -> dict:
+    """Deterministic kernels for this process's training: cuBLAS's fixed workspace (before its first GPU matmul) and
+    `torch.use_deterministic_algorithms` (an op without a deterministic kernel warns); what was set, for the run record."""
+    import torch
+
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.backends.cudnn.benchmark = False
+    return {"use_deterministic_algorithms": True, "CUBLAS_WORKSPACE_CONFIG": os.environ["CUBLAS_WORKSPACE_CONFIG"]}
+
+
 @contextlib.contextmanager
 def training_run(out: Path, cfg):
     "This rank's run record for a trainer writing `out`: finished `completed` or `failed` (with the error, re-raised); `out/trainer` removed after success."
     run = rank_run_dir(out, cfg)
+    if getattr(cfg, "deterministic", False):
+        run.extra["deterministic_algorithms"] = deterministic_algorithms()
     try:
         yield run
         run.finish("completed")
