@@ -17,7 +17,7 @@ from ..llm.client import *
 from .datasets import Context, load_contexts, few_shot_examples
 from .personas import *
 from .systems import System, SYSTEM_REGISTRY, UNTRAINED_SYSTEM, get_system, check_episode_models
-from .jobs import Job
+from ..core.jobs import Job
 import copy, hashlib, json, random, re, sys
 from dataclasses import dataclass, field
 from pathlib import Path

@@ -16,7 +16,7 @@ from .rubrics import *
 from .pairwise import krippendorff_alpha, alpha_ci
 from ..llm.api_backends import AnthropicBackend, GeminiBackend
 from ..domain.personas import ROSTERS, Roster, roster_for_dataset, render_history
-from ..domain.jobs import Job
+from ..core.jobs import Job
 from ..domain.datasets import canonical_dataset
 import asyncio, json, logging, math, re, statistics, sys
 from pydantic import Field, model_validator

@@ -5,6 +5,7 @@
 # %% ../../nbs/llm/00_types.ipynb #d707e56a
 from __future__ import annotations
 from ..core.runtime import *
+from ..core.jobs import FatalError
 import functools, json, re
 from dataclasses import dataclass, field
 
@@ -124,8 +125,8 @@ class BackendUnavailable(LLMError):
     "A server could not be reached (after retries)."
 
 
-class ModelNotFound(LLMError):
-    "A model id is neither served by the backend nor loadable locally."
+class ModelNotFound(LLMError, FatalError):
+    "A model id is neither served by the backend nor loadable locally: a `FatalError`, so a job stops on it instead of failing item after item."
 
 
 class EndpointRefused(ModelNotFound):

@@ -18,7 +18,7 @@ from ..llm.client import *
 from ..domain.datasets import Context, load_contexts
 from ..domain.personas import *
 from ..judging.rubrics import get_rubric, judge_reply, JudgeParseError
-from ..domain.jobs import Job
+from ..core.jobs import Job
 from ..training.pairs import model_slug, candidate_pairs, save_pairs, load_pairs
 import asyncio, json, sys
 from pathlib import Path

@@ -27,7 +27,7 @@ from mascot.domain.episodes import (
 )
 from ..judging.rubrics import get_rubric, judge_conversation, JudgeParseError
 from ..training.pairs import preference_pairs, candidate_pairs, save_pairs, model_slug
-from ..domain.jobs import Job
+from ..core.jobs import Job
 from ..training.reward_models import trajectory_messages
 from ..domain.rollouts import state_to_dict, state_from_dict, roll_forward
 import asyncio, json, sys
