@@ -16,12 +16,9 @@ from ..domain.personas import baseline_messages
 from mascot.training.common import (
     EpochTrainingConfig,
     lora_config,
-    save_trained,
-    record_training,
+    fit_and_record,
     training_run,
     load_causal_lm,
-    trainable_snapshot,
-    weights_changed,
 )
 import json, sys
 from pathlib import Path
@@ -97,22 +94,7 @@ def train_sft_on_rows(cfg: SFTStageConfig, rows: list[dict], out: Path, kind: st
         trainer = SFTTrainer(
             model=model, args=sargs, train_dataset=ds, processing_class=tok, peft_config=lora_config(cfg, "CAUSAL_LM")
         )
-        before = trainable_snapshot(trainer.model)
-        result = trainer.train()
-        change = weights_changed(before, trainer.model)
-        saved = save_trained(trainer, tok, out)
-        record_training(
-            out,
-            run,
-            cfg,
-            result,
-            saved,
-            kind=kind,
-            algorithm="sft",
-            change=change,
-            **meta_extra,
-            num_examples=len(rows),
-        )
+        fit_and_record(trainer, tok, out, run, cfg, kind=kind, algorithm="sft", **meta_extra, num_examples=len(rows))
     return out
 
 

@@ -15,12 +15,9 @@ from mascot.training.common import (
     data_hash,
     EpochTrainingConfig,
     lora_config,
-    save_trained,
-    record_training,
+    fit_and_record,
     training_run,
     load_causal_lm,
-    trainable_snapshot,
-    weights_changed,
 )
 from ..domain.personas import roster_for_dataset, parse_directive
 import json, sys
@@ -95,19 +92,14 @@ def train_director_dpo(cfg: DirectorDPOConfig) -> Path:
             processing_class=tok,
             peft_config=lora_config(cfg, "CAUSAL_LM"),
         )
-        before = trainable_snapshot(trainer.model)
-        result = trainer.train()
-        change = weights_changed(before, trainer.model)
-        saved = save_trained(trainer, tok, out)
-        record_training(
+        fit_and_record(
+            trainer,
+            tok,
             out,
             run,
             cfg,
-            result,
-            saved,
             kind="director",
             algorithm="dpo",
-            change=change,
             episode_dataset_path=cfg.episode_dataset_path,
             data_sha256=data_hash(cfg.episode_dataset_path),
             num_train_pairs=len(train),

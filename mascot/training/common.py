@@ -12,7 +12,7 @@ from ..llm.embedded_model import resolve_model_path, EMBEDDED_DEFAULT
 from .pairs import model_slug
 import contextlib, hashlib, json, os, random, shutil, statistics, platform
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Sequence
 from typing import ClassVar
 
 # %% auto #0
@@ -22,7 +22,7 @@ __all__ = ['DEFAULT_LORA_TARGETS', 'CURVE_PANELS', 'SET_VALUED', 'RUN_SUMMARY_KE
            'data_hash', 'lora_config', 'parameter_counts', 'plot_training_curves', 'training_dtype', 'process_rank',
            'rank_run_dir', 'effective_batch', 'sort_adapter_config', 'write_metadata', 'save_trained', 'adapter_lora',
            'record_training', 'trainable_snapshot', 'weights_changed', 'paired_summary', 'load_tokenizer',
-           'load_causal_lm', 'deterministic_algorithms', 'training_run']
+           'load_causal_lm', 'deterministic_algorithms', 'training_run', 'fit_and_record']
 
 # %% ../../nbs/training/00_common.ipynb #b5cf1cb7
 def recorded_model(folder: str | Path, role: str = "speaker") -> str | None:
@@ -597,3 +597,30 @@ def training_run(out: Path, cfg):
         run.finish("failed", f"{e.__class__.__name__}: {e}")
         raise
     shutil.rmtree(out / "trainer", ignore_errors=True)
+
+# %% ../../nbs/training/00_common.ipynb #69ae8d4d
+def fit_and_record(
+    trainer,
+    tokenizer,
+    out: Path,
+    run: RunDir,
+    cfg,
+    *,
+    kind: str,
+    weight_change: bool = True,
+    check: Callable[[], dict] | None = None,
+    summary: Sequence[str] = (),
+    **fields,
+) -> dict:
+    """Train `trainer` and record it: the trainable weights snapshotted (unless `weight_change` is off), `trainer.train()`, the largest
+    change of any of them, `save_trained` into `out` and `record_training` with `fields`, then `check()`'s. `summary` names metadata keys
+    the run record's summary adds. Returns the metadata."""
+    before = trainable_snapshot(trainer.model) if weight_change else None
+    result = trainer.train()
+    change = weights_changed(before, trainer.model) if weight_change else None
+    saved = save_trained(trainer, tokenizer, out)
+    meta = record_training(
+        out, run, cfg, result, saved, kind=kind, change=change, **fields, **(check() if check else {})
+    )
+    run.extra.update({k: meta.get(k) for k in summary})
+    return meta

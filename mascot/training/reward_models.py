@@ -15,8 +15,7 @@ from mascot.training.common import (
     split_by_context,
     data_hash,
     lora_config,
-    save_trained,
-    record_training,
+    fit_and_record,
     training_run,
     training_dtype,
     load_tokenizer,
@@ -215,34 +214,37 @@ def train_reward_model(cfg: RewardModelConfig, pairs=None, out_name: str | None 
             processing_class=tok,
             peft_config=peft_config,
         )
-        before = RewardModel(trainer.model, tok, max_length=cfg.max_length, chat_template_kwargs=kw).pairwise_wins(held)
-        result = trainer.train()
-        after = RewardModel(trainer.model, tok, max_length=cfg.max_length, chat_template_kwargs=kw).pairwise_wins(held)
-        saved = save_trained(trainer, tok, out)
-        record_training(
+        wins = lambda: RewardModel(
+            trainer.model, tok, max_length=cfg.max_length, chat_template_kwargs=kw
+        ).pairwise_wins(held)
+        before = wins()
+
+        def heldout() -> dict:
+            after = wins()
+            return {
+                "heldout_accuracy_before": before["accuracy"],
+                "heldout_accuracy_after": after["accuracy"],
+                "heldout_accuracy_before_ci95": before["ci95"],
+                "heldout_accuracy_after_ci95": after["ci95"],
+            }
+
+        fit_and_record(
+            trainer,
+            tok,
             out,
             run,
             cfg,
-            result,
-            saved,
             kind="reward_model",
+            weight_change=False,
+            check=heldout,
+            summary=("heldout_accuracy_before", "heldout_accuracy_after", "num_train_pairs", "num_heldout_pairs"),
             task_type="SEQ_CLS",
-            summary={
-                "heldout_accuracy_before": before["accuracy"],
-                "heldout_accuracy_after": after["accuracy"],
-                "num_train_pairs": len(train),
-                "num_heldout_pairs": len(held),
-            },
             data_path=str(cfg.data_path),
             data_sha256=data_hash(cfg.data_path) if Path(cfg.data_path, "pairs").exists() else None,
             num_pairs=len(pairs),
             num_train_pairs=len(train),
             num_heldout_pairs=len(held),
             heldout_contexts=held_ids,
-            heldout_accuracy_before=before["accuracy"],
-            heldout_accuracy_after=after["accuracy"],
-            heldout_accuracy_before_ci95=before["ci95"],
-            heldout_accuracy_after_ci95=after["ci95"],
         )
     return out
 
