@@ -31,7 +31,7 @@ def main():
     from mascot.stage2.director_grpo import DirectorGRPOConfig
     from mascot.stage2.group_data import state_from_dict
     from mascot.domain.personas import director_messages, roster_for_dataset
-    from mascot.training.common import load_causal_lm
+    from mascot.training.models import load_causal_lm
 
     train, held, _ = held_split(a.states, SimpleNamespace(holdout_fraction=a.holdout_fraction, director_seed=a.seed))
     roster = roster_for_dataset("ESConv")

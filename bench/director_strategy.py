@@ -211,7 +211,7 @@ class Chooser:
 
     def __init__(self, adapter: str | None = None):
         import torch
-        from mascot.training.common import load_causal_lm
+        from mascot.training.models import load_causal_lm
         from mascot.core.defaults import CPU_MODEL
 
         self.torch = torch

@@ -133,7 +133,7 @@ def main(argv=None):
             Path(a.out).write_text(json.dumps(results))
             return 1
         results["gpu"] = torch.cuda.get_device_name(0)
-    from mascot.training.common import training_dtype
+    from mascot.training.models import training_dtype
 
     dtype = torch.bfloat16 if a.device == "cuda" else training_dtype()
     tmp = Path(tempfile.mkdtemp(prefix="gpu_check-"))
@@ -177,7 +177,7 @@ def main(argv=None):
     def placement():
         "The trainers' policy loads in training_dtype (bf16 on CUDA); the in-process backend generates on the device."
         import asyncio
-        from mascot.training.common import load_causal_lm
+        from mascot.training.models import load_causal_lm
         from mascot.llm.embedded import EmbeddedBackend
         from mascot.llm.types import ChatRequest
 

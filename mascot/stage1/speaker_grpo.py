@@ -22,11 +22,9 @@ from mascot.training.common import (
     record_training,
     training_run,
     process_rank,
-    load_causal_lm,
-    trainable_snapshot,
-    weights_changed,
     paired_summary,
 )
+from ..training.models import load_causal_lm, trainable_snapshot, weights_changed
 from ..training.rewards import degenerate_reason, format_reward, make_conciseness_reward, _text
 import asyncio, json, statistics, sys
 from pathlib import Path

@@ -17,8 +17,8 @@ from mascot.training.common import (
     lora_config,
     fit_and_record,
     training_run,
-    load_causal_lm,
 )
+from ..training.models import load_causal_lm
 from ..domain.personas import roster_for_dataset, parse_directive
 import json, sys
 from pathlib import Path

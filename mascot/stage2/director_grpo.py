@@ -27,13 +27,11 @@ from mascot.training.common import (
     record_training,
     training_run,
     process_rank,
-    load_causal_lm,
-    trainable_snapshot,
-    weights_changed,
     grpo_config,
     GRPOTrainingConfig,
     paired_summary,
 )
+from ..training.models import load_causal_lm, trainable_snapshot, weights_changed
 import asyncio, json, statistics, sys
 from pydantic import Field
 from pathlib import Path

@@ -17,9 +17,8 @@ from mascot.training.common import (
     lora_config,
     fit_and_record,
     training_run,
-    training_dtype,
-    load_tokenizer,
 )
+from .models import training_dtype, load_tokenizer
 import json
 from pathlib import Path
 from typing import ClassVar
