@@ -12,6 +12,7 @@ import yaml
 from ..core.records import Directive, Persona, Turn
 from ..core.config import ConfigError
 from ..llm.types import OutputConstraint
+from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['DOMAINS', 'SUPPORT_ROSTER', 'MEETING_ROSTER', 'ROSTERS', 'PERSONA_SETS', 'BIG_FIVE_TRAITS', 'BIG_FIVE_PROFILES',
@@ -39,7 +40,7 @@ def _norm_name(s: str) -> str:
         words = words[1:]
     return " ".join(words)
 
-
+# %% ../../nbs/domain/01_personas.ipynb #e122e8ba
 @dataclass
 class Roster:
     "The speakers of one domain, and how the human in the conversation is labelled."
@@ -65,35 +66,40 @@ class Roster:
                 )
             seen[key] = i
 
-    @property
-    def names(self) -> list[str]:
-        return [p.name for p in self.personas]
+# %% ../../nbs/domain/01_personas.ipynb #b487c0ed
+@patch(as_prop=True)
+def names(self: Roster) -> list[str]:
+    return [p.name for p in self.personas]
 
-    def find(self, name: str) -> Persona | None:
-        "The persona called `name`, matched exactly, then loosely, then by a unique mention; None if no single persona fits."
-        for p in self.personas:
-            if p.name == name:
-                return p
-        q = _norm_name(name or "")
-        if not q:
-            return None
-        for p in self.personas:
-            if _norm_name(p.name) == q:
-                return p
-        # Loose: the text mentions exactly one full name ("The Anchor (validator)"), else is part of exactly one name ("captain").
-        for hit in (lambda n: f" {n} " in f" {q} ", lambda n: f" {q} " in f" {n} "):
-            found = [p for p in self.personas if hit(_norm_name(p.name))]
-            if found:
-                return found[0] if len(found) == 1 else None
+
+@patch
+def find(self: Roster, name: str) -> Persona | None:
+    "The persona called `name`, matched exactly, then loosely, then by a unique mention; None if no single persona fits."
+    for p in self.personas:
+        if p.name == name:
+            return p
+    q = _norm_name(name or "")
+    if not q:
         return None
+    for p in self.personas:
+        if _norm_name(p.name) == q:
+            return p
+    # Loose: the text mentions exactly one full name ("The Anchor (validator)"), else is part of exactly one name ("captain").
+    for hit in (lambda n: f" {n} " in f" {q} ", lambda n: f" {q} " in f" {n} "):
+        found = [p for p in self.personas if hit(_norm_name(p.name))]
+        if found:
+            return found[0] if len(found) == 1 else None
+    return None
 
-    def to_dict(self) -> dict:
-        return {
-            "name": self.name,
-            "domain": self.domain,
-            "user_label": self.user_label,
-            "personas": [p.to_dict() for p in self.personas],
-        }
+# %% ../../nbs/domain/01_personas.ipynb #cd84902f
+@patch
+def to_dict(self: Roster) -> dict:
+    return {
+        "name": self.name,
+        "domain": self.domain,
+        "user_label": self.user_label,
+        "personas": [p.to_dict() for p in self.personas],
+    }
 
 # %% ../../nbs/domain/01_personas.ipynb #e7483f3d
 SUPPORT_ROSTER = Roster(
@@ -502,7 +508,7 @@ def _json_objects(text: str) -> list[dict]:
                 break
     return found
 
-
+# %% ../../nbs/domain/01_personas.ipynb #b892a38d
 _QUOTED_PAIR = re.compile(r"""(["'])([A-Za-z][\w -]*)\1\s*:\s*(["'])(.*?)\3""")
 _FIELD_LINE = re.compile(
     r"""^[ \t>*_#"'-]*([A-Za-z][A-Za-z _-]*?)[ \t*_"']*[:=][ \t]*["'*_]*(.*?)["'*_, \t]*$""", re.M
@@ -589,18 +595,6 @@ def parse_user_reply(text: str) -> tuple[str, str | None]:
     return text, emotion
 
 # %% ../../nbs/domain/01_personas.ipynb #135c5d2f
-ESC_STRATEGIES = (
-    "Question",
-    "Restatement or Paraphrasing",
-    "Reflection of feelings",
-    "Self-disclosure",
-    "Affirmation and Reassurance",
-    "Providing Suggestions",
-    "Information",
-    "Others",
-)
-
-
 def baseline_name(roster: Roster) -> str:
     return "Supporter" if roster.domain == "support" else "Assistant"
 
@@ -637,6 +631,18 @@ def extract_response(text: str) -> str:
     m = re.search(r"response\s*:\s*(.*)", text, re.I | re.S)
     return (m.group(1) if m else text).strip()
 
+# %% ../../nbs/domain/01_personas.ipynb #2b847e19
+ESC_STRATEGIES = (
+    "Question",
+    "Restatement or Paraphrasing",
+    "Reflection of feelings",
+    "Self-disclosure",
+    "Affirmation and Reassurance",
+    "Providing Suggestions",
+    "Information",
+    "Others",
+)
+
 
 def esc_analysis_messages(situation: str, history_text: str) -> list[dict]:
     "MultiAgentESC, step 1: analyse the person (emotion, cause, need)."
@@ -668,7 +674,7 @@ def esc_reply_messages(situation: str, history: list[Turn], roster: Roster, stra
     msgs[0]["content"] += f" Use the strategy '{strategy}'. Analysis of the person: {analysis}"
     return msgs
 
-
+# %% ../../nbs/domain/01_personas.ipynb #a0e66070
 # the group reward model's instruction, worded per domain: what a good team contribution is differs between support and meetings
 GROUP_RM_INSTRUCTIONS = {
     "support": (
