@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 # %% auto #0
-__all__ = ['GEN', 'STAGES', 'STAGE_BY_KEY', 'STAGE_DOCS', 'Stage', 'config_class', 'calls_server', 'stage_table', 'stage_params',
-           'absolute_paths', 'run_dir_of', 'check_stage', 'stages_to_run', 'existing_run_problem', 'completed_outputs',
-           'checked_stage_params']
+__all__ = ['GEN', 'STAGES', 'STAGE_BY_KEY', 'STAGE_DOCS', 'Stage', 'config_class', 'calls_server', 'stage_table',
+           'absolute_paths', 'run_dir_of', 'stage_params', 'check_stage', 'stages_to_run', 'existing_run_problem',
+           'completed_outputs', 'checked_stage_params']
 
 # %% ../nbs/stages.ipynb #4aea4c38
 @dataclass
@@ -58,6 +58,10 @@ STAGES: list[Stage] = [
         ("dataset", "seed", "model_name"),
         {"data_path": ("candidates", "data_path")},
     ),
+]
+
+# %% ../nbs/stages.ipynb #e592e4d9
+STAGES += [
     Stage(
         "group_data",
         "20_group_data",
@@ -98,6 +102,10 @@ STAGES: list[Stage] = [
         ("dataset", "seed", "model_name"),
         {"episode_dataset_path": ("branching", "data_path")},
     ),
+]
+
+# %% ../nbs/stages.ipynb #57b5dee1
+STAGES += [
     Stage(
         "evaluate",
         "30_generate",
@@ -197,7 +205,7 @@ STAGE_DOCS: dict[
     "figures": (None, "a PNG and a CSV per paper table or figure (`nbs/figures/`)"),
 }
 
-
+# %% ../nbs/stages.ipynb #b76bfd41
 def stage_table() -> str:
     "The README's table of the pipeline's stages: stage, notebook, command, artefacts (from `STAGES` and `STAGE_DOCS`)."
     rows = ["| stage | notebook | command | artefacts |", "|---|---|---|---|"]
@@ -209,6 +217,25 @@ def stage_table() -> str:
     return "\n".join(rows)
 
 # %% ../nbs/stages.ipynb #2664730a
+def absolute_paths(params: dict) -> dict:
+    "Paths that exist relative to where `mascot run` was started, made absolute: each stage's kernel runs in its own stage folder."
+    for k, v in params.items():
+        if (
+            k.endswith(("_path", "_dir", "_adapter"))
+            and isinstance(v, str)
+            and v
+            and not Path(v).is_absolute()
+            and Path(v).exists()
+        ):
+            params[k] = str(Path(v).resolve())
+    return params
+
+
+def run_dir_of(cfg: PipelineConfig) -> Path:
+    "The run's folder, absolute (stages run with their own folder as working directory)."
+    return (Path(cfg.runs_dir) / cfg.run_name).resolve()
+
+# %% ../nbs/stages.ipynb #204304ad
 def stage_params(cfg: PipelineConfig, stage: Stage, run_dir: Path, outputs: dict[str, dict]) -> dict:
     cls = config_class(stage)
     p: dict[str, Any] = {}
@@ -237,26 +264,7 @@ def stage_params(cfg: PipelineConfig, stage: Stage, run_dir: Path, outputs: dict
         p.setdefault("progress", True)
     return absolute_paths(p)
 
-
-def absolute_paths(params: dict) -> dict:
-    "Paths that exist relative to where `mascot run` was started, made absolute: each stage's kernel runs in its own stage folder."
-    for k, v in params.items():
-        if (
-            k.endswith(("_path", "_dir", "_adapter"))
-            and isinstance(v, str)
-            and v
-            and not Path(v).is_absolute()
-            and Path(v).exists()
-        ):
-            params[k] = str(Path(v).resolve())
-    return params
-
-
-def run_dir_of(cfg: PipelineConfig) -> Path:
-    "The run's folder, absolute (stages run with their own folder as working directory)."
-    return (Path(cfg.runs_dir) / cfg.run_name).resolve()
-
-
+# %% ../nbs/stages.ipynb #c889f520
 def check_stage(cfg: PipelineConfig, stage: Stage, params: dict, source: str, pending: set[str] = frozenset()) -> None:
     "Validate with the stage's config class and check every input path exists (`pending`: produced earlier in this run)."
     stage_cfg = config_class(stage).from_params(params, source=f"{source}: stages.{stage.key}")

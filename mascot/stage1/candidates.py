@@ -73,7 +73,7 @@ def query_messages(persona: Persona, ctx: Context, roster: Roster) -> list[dict]
         persona, Directive(persona.name, DEFAULT_ACTION, persona.tone), ctx.prompt_text(), opening, roster
     )
 
-
+# %% ../../nbs/stage1/10_candidates.ipynb #a54a4b8d
 async def judge_candidate(
     client: LLMClient,
     cfg: CandidatesConfig,
@@ -114,7 +114,7 @@ async def judge_candidate(
             ) from None
         return None
 
-
+# %% ../../nbs/stage1/10_candidates.ipynb #e31758fa
 async def score_query(
     client: LLMClient, cfg: CandidatesConfig, ctx: Context, persona: Persona, roster: Roster, counters: dict
 ) -> dict:
@@ -214,7 +214,7 @@ async def generate_individual_async(
         )
     return folder
 
-
+# %% ../../nbs/stage1/10_candidates.ipynb #52eeb8bb
 def generate_individual(cfg: CandidatesConfig, **kw) -> Path:
     return run_sync(generate_individual_async(cfg, **kw))
 
