@@ -145,7 +145,7 @@ def interval_alpha(data: list[list[float]]) -> float:
         return math.nan
     return float(krippendorff.alpha(reliability_data=arr, level_of_measurement="interval"))
 
-
+# %% ../../nbs/studies/02_arena_stats.ipynb #a4161367
 def annotator_agreement(votes: list[dict]) -> dict:
     "Cohen's kappa per two annotators, its mean, and Krippendorff's alpha; a unit is one pair of one study."
     by, sides = collections.defaultdict(dict), {}
@@ -179,7 +179,7 @@ def annotator_agreement(votes: list[dict]) -> dict:
         "krippendorff_alpha": interval_alpha(data) if len(names) >= 2 else math.nan,
     }
 
-
+# %% ../../nbs/studies/02_arena_stats.ipynb #34d0284b
 def judge_agreement(votes: list[dict], judge: dict[str, str]) -> dict:
     "The LLM judge against the people, on the pairs both judged."
     by_pair = collections.defaultdict(list)
@@ -229,7 +229,7 @@ def _rates(votes: list[dict], s: str, n_boot: int, seed: int) -> dict:
         "decisive_win_rate": wins / (n - ties) if n - ties else math.nan,
     }
 
-
+# %% ../../nbs/studies/02_arena_stats.ipynb #e2cd70e9
 def arena_report(votes: list[dict], judge: dict[str, str] | None = None, n_boot: int = 2000, seed: int = 0) -> dict:
     """Win rates with pair-clustered Wilson (plain Wilson, pair-bootstrap) 95% intervals, tie rate, inter-annotator agreement, Bradley-Terry ratings with three or more
     systems, and (given `judge`: pair -> winner, one study) the judge's agreement."""

@@ -20,7 +20,7 @@ def is_loopback(host: str) -> bool:
     except ValueError:
         return False
 
-
+# %% ../../nbs/studies/00_web_guard.ipynb #f0be4474
 class BodyLimit:
     "ASGI middleware: a request body over `max_bytes` is 413 (by Content-Length before reading, else while it streams in)."
 
@@ -49,7 +49,7 @@ class BodyLimit:
 
         await self.app(scope, limited, send)
 
-
+# %% ../../nbs/studies/00_web_guard.ipynb #c5950324
 def guard_web_app(app, host: str, max_body: int):
     "Size limits (413), one-line validation errors that echo nothing, and loopback-only Host names when bound to loopback (400)."
     from fastapi.exceptions import RequestValidationError
