@@ -345,7 +345,8 @@ def train_grpo(states, out: Path, recipe: dict, seed: int) -> Path:
         make_directive_format_reward,
         constrain_generation,
     )
-    from mascot.training.common import grpo_config, lora_config, save_trained, training_run, record_training
+    from mascot.training.configs import grpo_config, lora_config
+    from mascot.training.provenance import save_trained, training_run, record_training
 
     cfg = DirectorGRPOConfig(
         dataset="ESConv",

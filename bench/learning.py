@@ -94,7 +94,7 @@ def hard_negative_pairs(rows: list[dict], k: int, holdout_fraction: float, seed:
     context tells them apart). The held-out contexts, and so the held-out pairs, are the ones `train_reward_model` holds out anyway:
     the same split function, fraction and seed on the same context ids."""
     from datasets import Dataset
-    from mascot.training.common import split_by_context
+    from mascot.training.heldout import split_by_context
 
     _, _, held = split_by_context(
         Dataset.from_dict({"context_id": [r["context_id"] for r in rows]}), holdout_fraction, seed
@@ -208,7 +208,7 @@ def speaker_ungated(a, folder: Path, adapter: Path, rm_path: str, meta: dict) ->
     from mascot.llm.embedded import EmbeddedBackend
     from mascot.llm.types import ChatRequest
     from mascot.stage1.speaker_grpo import PersonaRMReward, speaker_prompts
-    from mascot.training.common import paired_summary, split_by_context
+    from mascot.training.heldout import paired_summary, split_by_context
     from mascot.training.reward_models import RewardModel
 
     _, held, _ = split_by_context(speaker_prompts(folder), a.stage1_holdout, a.stage1_seed)
@@ -329,7 +329,7 @@ def section_director_states(a, work: Path, embedded) -> dict:
 def held_split(states_path: str, a):
     "The held-out contexts train_director_grpo will use (split_by_context with the same fraction and --director-seed)."
     from mascot.stage2.director_grpo import director_prompts
-    from mascot.training.common import split_by_context
+    from mascot.training.heldout import split_by_context
 
     train, held, held_ids = split_by_context(director_prompts(states_path), a.holdout_fraction, a.director_seed)
     return [json.loads(s) for s in train["state"]], [json.loads(s) for s in held["state"]], held_ids
@@ -455,7 +455,7 @@ def director_format_sft(a, work: Path, states_path: str, embedded, name: str, ba
     from mascot.llm.types import ChatRequest
     from mascot.domain.personas import director_messages, parse_directive
     from mascot.stage1.sft import SFTStageConfig, train_sft_on_rows
-    from mascot.training.common import data_hash
+    from mascot.training.provenance import data_hash
 
     out = work / f"{name}_sft{'_balanced' if balanced else ''}_start"
     states_sha = data_hash(Path(states_path) / "states.jsonl")
@@ -619,7 +619,7 @@ def section_dpo_director(a, work: Path, states_path: str, embedded, reward, name
     from mascot.stage2.group_data import state_from_dict
     from mascot.llm.types import ChatRequest
     from mascot.domain.personas import director_messages, parse_directive
-    from mascot.training.common import paired_summary
+    from mascot.training.heldout import paired_summary
 
     runner = director_runner(embedded)
     train_states, held_states, held_ids = held_split(states_path, a)

@@ -18,7 +18,7 @@ from mascot.stage2.group_reward_model import GroupRewardModelConfig, train_group
 from mascot.training.reward_models import GroupRewardModel
 from mascot.stage2.director_grpo import DirectorGRPOConfig, train_director_grpo, director_group_reward, director_prompts
 from mascot.stage2.director_dpo import DirectorDPOConfig, train_director_dpo
-from mascot.training.common import split_by_context
+from mascot.training.heldout import split_by_context
 from mascot.domain.episodes import EpisodeRunner
 from mascot.llm.client import LLMClient
 

@@ -277,7 +277,7 @@ def check_stage(cfg: PipelineConfig, stage: Stage, params: dict, source: str, pe
             raise ConfigError(
                 f"{source}: stages.{stage.key}: {e} (in a config: endpoints.judge_server_url, or endpoints.judge_provider: embedded)"
             ) from None
-    from mascot.training.common import TrainingConfig
+    from mascot.training.configs import TrainingConfig
 
     if isinstance(stage_cfg, TrainingConfig):  # TRL's own checks of the `trl` keys now, not when the stage starts
         import tempfile

@@ -93,7 +93,9 @@ def test_grpo_raises_a_learnable_reward_and_trains_only_lora(smol_path, tmp_path
     import datasets, torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
     from trl import GRPOTrainer
-    from mascot.training.common import lora_config, save_trained, grpo_config, paired_summary
+    from mascot.training.configs import lora_config, grpo_config
+    from mascot.training.provenance import save_trained
+    from mascot.training.heldout import paired_summary
     from mascot.stage1.speaker_grpo import SpeakerGRPOConfig
 
     set_seed(0)
@@ -218,7 +220,8 @@ def test_constrained_director_grpo_learns_a_choice_that_needs_the_conversation(t
     from mascot.domain.personas import SUPPORT_ROSTER, directive_constraint
     from mascot.llm.embedded_model import tiny_model
     from mascot.stage2.director_grpo import DirectorGRPOConfig, constrain_generation
-    from mascot.training.common import grpo_config, lora_config, paired_summary
+    from mascot.training.configs import grpo_config, lora_config
+    from mascot.training.heldout import paired_summary
 
     set_seed(0)
     path = tiny_model()

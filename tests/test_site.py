@@ -55,7 +55,7 @@ def test_smoke_run_trained_and_served_the_adapters(smoke_run):
         meta = json.loads((path / "mascot_metadata.json").read_text())
         assert meta["max_weight_change"] > 0 and meta["steps"] >= 1, stage
         assert (path / "adapter_model.safetensors").exists(), stage
-    from mascot.training.common import data_hash
+    from mascot.training.provenance import data_hash
 
     grpo = json.loads((smoke_run / "22_director_grpo" / "outputs.json").read_text())["path"]
     meta = json.loads(Path(grpo, "mascot_metadata.json").read_text())

@@ -92,7 +92,7 @@ def test_reward_trainer_accepts_the_pairs(stage1, tmp_path):
     meta = json.loads((out / "mascot_metadata.json").read_text())
     assert meta["steps"] >= 1 and meta["num_heldout_pairs"] > 0
     from mascot.training.reward_models import RewardModel
-    from mascot.training.common import split_by_context
+    from mascot.training.heldout import split_by_context
 
     rm = RewardModel.load(out)
     # the 135M judge's labels are noise, so the accuracy's level is not asserted here (tests/test_learning.py asserts learning on known labels);

@@ -203,7 +203,7 @@ def unconstrained_warnings(k: str, scfg, answers: dict, managed: set[str]) -> li
 # %% ../../nbs/pipeline/02_plan.ipynb #b7e1a010
 def is_trainer(stage: Stage) -> bool:
     "Whether a stage trains (its config is a `TrainingConfig`): what a layout's `launch:` can spread over processes."
-    from mascot.training.common import TrainingConfig
+    from mascot.training.configs import TrainingConfig
 
     return issubclass(config_class(stage), TrainingConfig)
 
@@ -315,7 +315,7 @@ def batch_lines(cfg: PipelineConfig, trainers: dict, source: str = "the config")
     """Each trainer's effective batch as it will train (per device x accumulation x processes, from the TRL config it builds) beside the
     config's own before the layout: a problem where they differ."""
     import tempfile
-    from mascot.training.common import effective_batch
+    from mascot.training.configs import effective_batch
 
     lines, problems = ["effective batches (per device x accumulation x processes = examples per optimiser step):"], []
     for k, scfg in trainers.items():
@@ -333,7 +333,7 @@ def batch_lines(cfg: PipelineConfig, trainers: dict, source: str = "the config")
 def stage_reproducibility(cfg: PipelineConfig, st: Stage, scfg: Config, on_gpu: bool) -> dict:
     """The settings that decide whether stage `st` (its typed config `scfg`) repeats exactly on one machine, and why it may not (`why_not`):
     a GPU trainer without deterministic kernels, a served model without batch-invariant kernels, a judge that cannot repeat itself."""
-    from mascot.training.common import TrainingConfig
+    from mascot.training.configs import TrainingConfig
     from mascot.llm.routing import judge_record, judge_repeatability
 
     out, why = {"seed": getattr(scfg, "seed", cfg.seed)}, []
@@ -387,7 +387,7 @@ def plan_report(
 ) -> tuple[list[str], list[str]]:
     """`mascot run --plan`: each stage to run with its models, adapters, endpoint, data and sizes, and every problem found (endpoints, data,
     adapters, GPUs against the memory each training stage needs), one line each. Runs no stage and creates no folder."""
-    from mascot.training.common import TrainingConfig
+    from mascot.training.configs import TrainingConfig
 
     run_dir, lines, problems = run_dir_of(cfg), [], []
     keys, todo = stages_to_run(cfg, from_stage, only)

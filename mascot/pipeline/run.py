@@ -15,7 +15,7 @@ from .managed_vllm import *
 from .plan import plan_report, stage_reproducibility, is_trainer, stage_launch
 from .slurm import attach_server_node, attached_server, emit_slurm, forwarded_flags, server_apart
 from ..training.launch import LAUNCH_ENV, LAUNCH_FILE, LaunchSection, MachineSection, accumulation_for
-from ..training.common import effective_batch
+from ..training.configs import effective_batch
 import json, os, re, subprocess, sys, time
 from pydantic import Field, PrivateAttr
 from pathlib import Path
@@ -473,7 +473,7 @@ def run_pipeline(
     log=print,
 ) -> Path:
     "Run the planned stages in order, each as a papermill job in its folder of the run, with the managed vLLM server when `serve:` asks for one."
-    from mascot.training.common import package_versions
+    from mascot.training.provenance import package_versions
 
     run_dir = run_dir_of(cfg)
     todo, outputs = plan_pipeline(cfg, source, from_stage, only, resume)

@@ -5,7 +5,7 @@
 # %% ../../nbs/stage1/11_reward_model.ipynb #96823522
 from __future__ import annotations
 from ..core.runtime import *
-from ..training.common import process_rank
+from ..training.provenance import process_rank
 from ..training.reward_models import RewardModel, RewardModelConfig, train_reward_model
 import json, sys
 from pathlib import Path

@@ -13,7 +13,8 @@ from ..llm.embedded_model import resolve_model_path
 from ..training.pairs import model_slug
 from ..domain.personas import roster_for_dataset
 from ..domain.personas import baseline_messages
-from ..training.common import EpochTrainingConfig, lora_config, fit_and_record, training_run
+from ..training.configs import EpochTrainingConfig, lora_config
+from ..training.provenance import fit_and_record, training_run
 from ..training.models import load_causal_lm
 import json, sys
 from pathlib import Path

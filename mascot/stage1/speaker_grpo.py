@@ -12,18 +12,9 @@ from ..llm.embedded import EmbeddedBackend
 from ..llm.types import ChatRequest
 from ..training.pairs import model_slug
 from ..training.reward_models import RewardModel
-from mascot.training.common import (
-    GRPOTrainingConfig,
-    grpo_config,
-    split_by_context,
-    data_hash,
-    lora_config,
-    save_trained,
-    record_training,
-    training_run,
-    process_rank,
-    paired_summary,
-)
+from ..training.configs import GRPOTrainingConfig, grpo_config, lora_config
+from ..training.heldout import split_by_context, paired_summary
+from ..training.provenance import data_hash, save_trained, record_training, training_run, process_rank
 from ..training.models import load_causal_lm, trainable_snapshot, weights_changed
 from ..training.rewards import degenerate_reason, format_reward, make_conciseness_reward, _text
 import asyncio, json, statistics, sys

@@ -10,14 +10,9 @@ from ..core.config import *
 from ..core.runtime import *
 from ..llm.embedded_model import resolve_model_path
 from ..training.pairs import load_pairs, model_slug
-from mascot.training.common import (
-    split_by_context,
-    data_hash,
-    EpochTrainingConfig,
-    lora_config,
-    fit_and_record,
-    training_run,
-)
+from ..training.heldout import split_by_context
+from ..training.provenance import data_hash, fit_and_record, training_run
+from ..training.configs import EpochTrainingConfig, lora_config
 from ..training.models import load_causal_lm
 from ..domain.personas import roster_for_dataset, parse_directive
 import json, sys

@@ -19,18 +19,9 @@ from ..domain.episodes import EpisodeConfig, EpisodeRunner, EpisodeState
 from ..domain.rollouts import state_from_dict, roll_forward
 from ..training.reward_models import GroupRewardModel
 from ..training.pairs import model_slug
-from mascot.training.common import (
-    split_by_context,
-    data_hash,
-    lora_config,
-    save_trained,
-    record_training,
-    training_run,
-    process_rank,
-    grpo_config,
-    GRPOTrainingConfig,
-    paired_summary,
-)
+from ..training.heldout import split_by_context, paired_summary
+from ..training.provenance import data_hash, save_trained, record_training, training_run, process_rank
+from ..training.configs import lora_config, grpo_config, GRPOTrainingConfig
 from ..training.models import load_causal_lm, trainable_snapshot, weights_changed
 import asyncio, json, statistics, sys
 from pydantic import Field

@@ -5,7 +5,8 @@
 # %% ../../nbs/training/04_launch.ipynb #c6be1bc2
 from __future__ import annotations
 from ..core.config import *
-from .common import effective_batch, process_rank
+from .configs import effective_batch
+from .provenance import process_rank
 from pydantic import Field
 import importlib, json, os, shlex, socket, subprocess, sys, time
 from pathlib import Path

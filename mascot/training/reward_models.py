@@ -10,14 +10,9 @@ from ..core.config import *
 from ..llm.embedded_model import resolve_model_path, EMBEDDED_DEFAULT
 from ..domain.personas import Roster, render_history, group_rm_instruction
 from .pairs import load_pairs, model_slug
-from mascot.training.common import (
-    EpochTrainingConfig,
-    split_by_context,
-    data_hash,
-    lora_config,
-    fit_and_record,
-    training_run,
-)
+from .configs import EpochTrainingConfig, lora_config
+from .heldout import split_by_context
+from .provenance import data_hash, fit_and_record, training_run
 from .models import training_dtype, load_tokenizer
 import json
 from pathlib import Path
