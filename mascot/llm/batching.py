@@ -5,12 +5,12 @@
 # %% ../../nbs/llm/02a_batching.ipynb #064cbde7
 from __future__ import annotations
 from .types import *
-import asyncio, os, time
+import asyncio, json, os, time
 from dataclasses import dataclass
 from typing import Callable
 
 # %% auto #0
-__all__ = ['PREFIX_CACHE_MIN_TOKENS', 'MAX_SKIPS', 'shared_prefix_len', 'prefix_groups', 'BatchScheduler']
+__all__ = ['PREFIX_CACHE_MIN_TOKENS', 'MAX_SKIPS', 'shared_prefix_len', 'prefix_groups', 'canonical_key', 'BatchScheduler']
 
 # %% ../../nbs/llm/02a_batching.ipynb #4cd3558b
 PREFIX_CACHE_MIN_TOKENS = 64  # shorter shared prefixes (the chat template's header) are not worth a separate forward
@@ -54,6 +54,7 @@ class _Pending:
     t0: float
     skipped: int = 0  # batches formed while this request waited (bounded: see `MAX_SKIPS`)
     ids: list[int] | None = None  # the prompt's tokens, once a batch choice needed them
+    key: str | None = None  # its `canonical_key`, once computed
 
 
 def _group_key(p: _Pending, mixed_adapters: bool = False):
@@ -62,6 +63,18 @@ def _group_key(p: _Pending, mixed_adapters: bool = False):
 
 
 MAX_SKIPS = 2  # a request passed over this many times goes into the next batch, whatever its prefix
+
+
+def canonical_key(p: _Pending) -> str:
+    """What a request asks (its adapter, messages, sampling, seed, constraint) as one string: the order requests take in the queue and rows
+    in a batch, whatever order they arrived in. A row's numbers depend on its place in the batch (float32: up to 1e-5 in a log-probability,
+    bench/results/batch_invariance-fp32.json), so arrival order must not decide it."""
+    if p.key is None:
+        r = p.req
+        fields = [p.adapter or "", r.messages, r.model, r.temperature, r.top_p, r.max_tokens, r.n, r.seed, r.stop]
+        fields += [r.logprobs, r.top_logprobs, r.enable_thinking, repr(r.constraint)]
+        p.key = json.dumps(fields, sort_keys=True, default=str)
+    return p.key
 
 # %% ../../nbs/llm/02a_batching.ipynb #53a45f02
 class BatchScheduler:
@@ -75,9 +88,16 @@ class BatchScheduler:
         tokenize: Callable[[ChatRequest], list[int]],
         max_batch_size: int = 16,
         mixed_adapters: bool = False,
+        canonical_order: bool | None = None,
     ):
         self.run_batch, self.tokenize = run_batch, tokenize
         self.max_batch_size, self.mixed_adapters = max_batch_size, mixed_adapters
+        # None: on unless MASCOT_EMBEDDED_CANONICAL_ORDER=0 (arrival order, the switch a benchmark compares with)
+        self.canonical_order = (
+            os.environ.get("MASCOT_EMBEDDED_CANONICAL_ORDER", "1") != "0"
+            if canonical_order is None
+            else canonical_order
+        )
         self.queue: list[_Pending] = []
         self._worker: asyncio.Task | None = None
 
@@ -97,6 +117,8 @@ class BatchScheduler:
         # let requests issued in the same tick, and those their callers are about to issue, join the first batch
         await self.settle()
         while self.queue:
+            if self.canonical_order:
+                self.queue.sort(key=canonical_key)
             key = _group_key(self.queue[0], self.mixed_adapters)
             batch = self.pick_batch([p for p in self.queue if _group_key(p, self.mixed_adapters) == key])
             for p in batch:
