@@ -607,7 +607,8 @@ def judge_identity(client: LLMClient) -> dict | None:
         dtype = backend.dtype if backend.dtype != "auto" else embedded_dtype(backend.device)
         out |= {"weights": weights_fingerprint(resolve_model_path(backend.model_id)), "dtype": dtype}
     elif isinstance(backend, OpenAIBackend):
-        e = (getattr(backend, "_entries", None) or {}).get(model) or {}
+        # the /v1/models entries the backend fetched (a list, one per served model and adapter)
+        e = next((m for m in getattr(backend, "_entries", None) or [] if m.get("id") == model), {})
         out |= {"served": {k: e.get(k) for k in ("root", "parent", "max_model_len")}}
         out |= {"weights": weights_fingerprint(e.get("root")) if str(e.get("root") or "").startswith("/") else None}
     return out
