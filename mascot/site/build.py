@@ -15,8 +15,8 @@ from pathlib import Path
 # %% auto #0
 __all__ = ['CSS', 'ERROR_TRAP', 'LOAD_CHECK', 'RUN_JS', 'SECTIONS', 'page', 'offline_html', 'notebook_html', 'render_notebooks',
            'csv_table', 'degenerate_counts', 'degenerate_table', 'table_html', 'tables_section',
-           'judge_repeat_warnings', 'reproducibility_table', 'role_models', 'provenance_section', 'overview_section',
-           'build_run_page', 'headline', 'compare_runs', 'notebook_source_hash', 'executed_copy', 'build_docs',
+           'judge_repeat_warnings', 'reproducibility_table', 'role_models', 'provenance_section', 'headline',
+           'compare_runs', 'overview_section', 'build_run_page', 'notebook_source_hash', 'executed_copy', 'build_docs',
            'build_site', 'SiteConfig', 'main']
 
 # %% ../../nbs/site/02_build.ipynb #f8edc8cd
@@ -408,76 +408,6 @@ def provenance_section(info: dict) -> str:
             )
     return "".join(b)
 
-# %% ../../nbs/site/02_build.ipynb #7093843a
-def overview_section(info: dict, out: Path, jobs: list) -> str:
-    "Status, and per stage: status, wall time, peak memory, a link to its executed notebook (rendered by `jobs`), its error."
-    rows = []
-    for s in info["stages"]:
-        link = ""
-        if s["executed"]:
-            jobs.append((info["path"] / s["stage"] / "executed.ipynb", out / "notebooks" / f"{s['stage']}.html"))
-            link = f"<a href='notebooks/{esc(s['stage'])}.html'>executed notebook</a>"
-        secs = s["seconds"] if s["seconds"] is not None else s["elapsed_s"]
-        rows.append(
-            f"<tr><td>{esc(s['stage'])}</td><td class='{esc(s['status'])}'>{esc(s['status'])}</td><td class='num'>{secs or 0:.0f} s</td>"
-            f"<td class='num'>{fmt(s['peak_rss_mb'], 0)} MB</td><td>{link}</td><td>{esc(s['error'] or '')}</td></tr>"
-        )
-    peak = max((s["peak_rss_mb"] or 0 for s in info["stages"]), default=0)
-    metrics, _, _ = judge_files(stage_output(info, "31_judge_all", "output_dir"))
-    small = any(is_embedded_small(j) for m in metrics for j in m.get("judges", []))
-    return (
-        f"<p>Status: <b class='{esc(info['status'])}'>{esc(info['status'])}</b>; stage time {info['duration_s']:.0f} s; highest peak memory {peak:.0f} MB.</p>"
-        "<table id='stages'><tr><th>stage</th><th>status</th><th>wall time</th><th>peak memory</th><th>notebook</th><th>error</th></tr>"
-        + "".join(rows)
-        + "</table>"
-        + judge_repeat_warnings(info)
-        + "<h3>Headline metrics</h3>"
-        + (
-            f"<p class='warn'>Judged by the embedded 135M model: plumbing only (see <a href='#judge'>Judge reliability</a>).</p>"
-            if small
-            else ""
-        )
-        + "<p>Overall per system and judge (0-100): mean over contexts [95% bootstrap CI], as <code>mascot compare</code> gives it.</p>"
-        + compare_runs([info]).replace("id='compare'", "id='headline'")
-        + "<h3>The director's directives</h3><p>A fallback turn's speaker and directive were drawn at random because the director's "
-        "output did not parse; single-agent baselines have no director (not recorded).</p>"
-        + directive_rates_table(info)
-        + "<h3>Degenerate replies</h3><p>Agent replies that parrot the prompt, give only a name, or write other speakers' or the user's lines.</p>"
-        + degenerate_table(info)
-    )
-
-
-SECTIONS = (
-    ("overview", "Overview"),
-    ("conversations", "Conversations"),
-    ("training", "Training"),
-    ("judge", "Judge reliability"),
-    ("tables", "Tables and figures"),
-    ("provenance", "Provenance"),
-)
-
-
-def build_run_page(info: dict, site: Path, jobs: list | None = None) -> Path:
-    "`runs/<run>/index.html`: one section per entry of `SECTIONS`, its copied figures, and its notebooks (rendered now, or added to `jobs`)."
-    out = site / "runs" / info["name"]
-    out.mkdir(parents=True, exist_ok=True)
-    todo = [] if jobs is None else jobs
-    content = {
-        "overview": overview_section(info, out, todo),
-        "conversations": conversations_section(info),
-        "training": training_section(info, out),
-        "judge": judge_section(info),
-        "tables": tables_section(info, out, todo),
-        "provenance": provenance_section(info),
-    }
-    tabs = "<nav class='tabs'>" + "".join(f"<a href='#{k}'>{t}</a>" for k, t in SECTIONS) + "</nav>"
-    body = tabs + "".join(f"<section class='tab' id='{k}'><h2>{t}</h2>{content[k]}</section>" for k, t in SECTIONS)
-    p = out / "index.html"
-    p.write_text(page(f"Run {info['name']}", body, depth=2, script=RUN_JS))
-    if jobs is None:
-        render_notebooks(todo)
-    return p
-
 # %% ../../nbs/site/02_build.ipynb #960ed3cf
 def headline(info: dict):
     """Persona and collective Overall per system and judge, from `mascot compare`'s table of the run's judge folder: the mean over
@@ -534,6 +464,76 @@ def compare_runs(infos: list[dict]) -> str:
     )
     return f"<table class='sortable data' id='compare'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
+# %% ../../nbs/site/02_build.ipynb #7093843a
+def overview_section(info: dict, out: Path, jobs: list) -> str:
+    "Status, and per stage: status, wall time, peak memory, a link to its executed notebook (rendered by `jobs`), its error."
+    rows = []
+    for s in info["stages"]:
+        link = ""
+        if s["executed"]:
+            jobs.append((info["path"] / s["stage"] / "executed.ipynb", out / "notebooks" / f"{s['stage']}.html"))
+            link = f"<a href='notebooks/{esc(s['stage'])}.html'>executed notebook</a>"
+        secs = s["seconds"] if s["seconds"] is not None else s["elapsed_s"]
+        rows.append(
+            f"<tr><td>{esc(s['stage'])}</td><td class='{esc(s['status'])}'>{esc(s['status'])}</td><td class='num'>{secs or 0:.0f} s</td>"
+            f"<td class='num'>{fmt(s['peak_rss_mb'], 0)} MB</td><td>{link}</td><td>{esc(s['error'] or '')}</td></tr>"
+        )
+    peak = max((s["peak_rss_mb"] or 0 for s in info["stages"]), default=0)
+    metrics, _, _ = judge_files(stage_output(info, "31_judge_all", "output_dir"))
+    small = any(is_embedded_small(j) for m in metrics for j in m.get("judges", []))
+    return (
+        f"<p>Status: <b class='{esc(info['status'])}'>{esc(info['status'])}</b>; stage time {info['duration_s']:.0f} s; highest peak memory {peak:.0f} MB.</p>"
+        "<table id='stages'><tr><th>stage</th><th>status</th><th>wall time</th><th>peak memory</th><th>notebook</th><th>error</th></tr>"
+        + "".join(rows)
+        + "</table>"
+        + judge_repeat_warnings(info)
+        + "<h3>Headline metrics</h3>"
+        + (
+            f"<p class='warn'>Judged by the embedded 135M model: plumbing only (see <a href='#judge'>Judge reliability</a>).</p>"
+            if small
+            else ""
+        )
+        + "<p>Overall per system and judge (0-100): mean over contexts [95% bootstrap CI], as <code>mascot compare</code> gives it.</p>"
+        + compare_runs([info]).replace("id='compare'", "id='headline'")
+        + "<h3>The director's directives</h3><p>A fallback turn's speaker and directive were drawn at random because the director's "
+        "output did not parse; single-agent baselines have no director (not recorded).</p>"
+        + directive_rates_table(info)
+        + "<h3>Degenerate replies</h3><p>Agent replies that parrot the prompt, give only a name, or write other speakers' or the user's lines.</p>"
+        + degenerate_table(info)
+    )
+
+# %% ../../nbs/site/02_build.ipynb #6b234064
+SECTIONS = (
+    ("overview", "Overview"),
+    ("conversations", "Conversations"),
+    ("training", "Training"),
+    ("judge", "Judge reliability"),
+    ("tables", "Tables and figures"),
+    ("provenance", "Provenance"),
+)
+
+
+def build_run_page(info: dict, site: Path, jobs: list | None = None) -> Path:
+    "`runs/<run>/index.html`: one section per entry of `SECTIONS`, its copied figures, and its notebooks (rendered now, or added to `jobs`)."
+    out = site / "runs" / info["name"]
+    out.mkdir(parents=True, exist_ok=True)
+    todo = [] if jobs is None else jobs
+    content = {
+        "overview": overview_section(info, out, todo),
+        "conversations": conversations_section(info),
+        "training": training_section(info, out),
+        "judge": judge_section(info),
+        "tables": tables_section(info, out, todo),
+        "provenance": provenance_section(info),
+    }
+    tabs = "<nav class='tabs'>" + "".join(f"<a href='#{k}'>{t}</a>" for k, t in SECTIONS) + "</nav>"
+    body = tabs + "".join(f"<section class='tab' id='{k}'><h2>{t}</h2>{content[k]}</section>" for k, t in SECTIONS)
+    p = out / "index.html"
+    p.write_text(page(f"Run {info['name']}", body, depth=2, script=RUN_JS))
+    if jobs is None:
+        render_notebooks(todo)
+    return p
+
 # %% ../../nbs/site/02_build.ipynb #245f9dca
 def notebook_source_hash(path: Path) -> str:
     "sha256 of a notebook's cells (type and source; outputs and metadata aside): what an executed copy must match to stand for it."
@@ -581,7 +581,7 @@ def build_docs(nbs: Path, site: Path, jobs: list, executed: dict[str, str] | Non
     )
     return pages
 
-
+# %% ../../nbs/site/02_build.ipynb #6f0284ee
 def build_site(
     run_dirs: list[str | Path] | None = None,
     runs_root: str | Path = "runs",
@@ -641,7 +641,7 @@ def build_site(
     idx.write_text(page("mascot results", body, script=RUN_JS))
     return idx
 
-
+# %% ../../nbs/site/02_build.ipynb #7f76d14e
 class SiteConfig(Config):
     "Flags of `mascot site`: the runs the site shows, and where it is written."
 
