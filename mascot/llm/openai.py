@@ -267,7 +267,8 @@ async def _call(self: OpenAIBackend, method: str, path: str, body: bytes | None 
             if e.status_code in (401, 403):  # never the body: a server may echo the key
                 raise EndpointRefused(self._refused(e.status_code)) from None
             if e.status_code < 500 and e.status_code not in (408, 409, 429):  # a refused request is not retried
-                cls = BadRequestError if e.status_code == 400 else LLMError
+                # 422: a body the server could not process (`transformers serve` refuses structured_outputs so)
+                cls = BadRequestError if e.status_code in (400, 422) else LLMError
                 raise cls(f"server {self.name} refused the request: {_status_line(e)}") from None
             last = ("kept failing", _status_line(e))
         except asyncio.TimeoutError:
@@ -394,7 +395,7 @@ async def _one(self: OpenAIBackend, req: ChatRequest, model: str, n: int):
     except BadRequestError:
         if not constrained:
             raise
-    # a server that refuses the constraint's fields (400) answers without them; the client still checks every reply
+    # a server that refuses the constraint's fields (400 or 422) answers without them; the client still checks every reply
     r = await self._one_try(req, model, n, {})
     self.constraints_refused = True
     return r, False
