@@ -9,7 +9,7 @@ Writes bench/results/interval_coverage.json and prints the Markdown table the co
 
 import argparse, datetime, json, platform, subprocess, time
 from pathlib import Path
-from mascot.evaluation.compare import coverage
+from mascot.evaluation.intervals import coverage
 
 SIZES = (2, 5, 10, 20, 30, 100)
 METHODS = ("percentile", "t", "studentized")
@@ -29,10 +29,12 @@ def main():
         for delta in (False, True):
             for method in METHODS:
                 cov = {n: coverage(method, n, data, delta, a.reps, a.resamples, seed=1) for n in SIZES}
-                rows.append({"data": data, "statistic": "paired Δ" if delta else "mean", "method": method, "coverage": cov})
+                rows.append(
+                    {"data": data, "statistic": "paired Δ" if delta else "mean", "method": method, "coverage": cov}
+                )
                 print(rows[-1], flush=True)
     out = {
-        "what": "empirical coverage of nominal 95% intervals (mascot.evaluation.compare.coverage)",
+        "what": "empirical coverage of nominal 95% intervals (mascot.evaluation.intervals.coverage)",
         "reps": a.reps,
         "resamples": a.resamples,
         "sizes": SIZES,

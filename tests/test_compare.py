@@ -229,7 +229,14 @@ def test_compare_refuses_an_unknown_reference(tmp_path, capsys):
 # ---- intervals and the table's bookkeeping (no server) ----
 import math  # noqa: E402
 import numpy as np  # noqa: E402
-from mascot.evaluation.compare import ITEM_COLUMNS, compare_table, comparison_markdown, coverage, run_compare, CompareConfig  # noqa: E402
+from mascot.evaluation.compare import (
+    ITEM_COLUMNS,
+    compare_table,
+    comparison_markdown,
+    run_compare,
+    CompareConfig,
+)  # noqa: E402
+from mascot.evaluation.intervals import coverage  # noqa: E402
 
 
 @pytest.mark.parametrize("n", [5, 10, 30, 100])
@@ -252,14 +259,29 @@ def items_of(rows: list[tuple]) -> pd.DataFrame:
     out = []
     for r in rows:
         system, context, score, dataset, failed = (*r, "ED", False)[:5] if len(r) < 5 else r
-        out.append(dict(judge="j", system=system, dataset=dataset, group="", kind="persona", context=context, turn_idx=1,
-                        agent="The Anchor", criterion="Overall", score=score, failed=failed))
+        out.append(
+            dict(
+                judge="j",
+                system=system,
+                dataset=dataset,
+                group="",
+                kind="persona",
+                context=context,
+                turn_idx=1,
+                agent="The Anchor",
+                criterion="Overall",
+                score=score,
+                failed=failed,
+            )
+        )
     return pd.DataFrame(out, columns=ITEM_COLUMNS)
 
 
 def test_means_and_deltas_are_on_the_same_contexts():
     "Reference on c0–c4, the other on c3–c7: both means and the Δ over c3, c4; the table says 3 contexts were dropped each."
-    items = items_of([("mascot", f"c{c}", 50.0 + c) for c in range(5)] + [("other", f"c{c}", 40.0 + c) for c in range(3, 8)])
+    items = items_of(
+        [("mascot", f"c{c}", 50.0 + c) for c in range(5)] + [("other", f"c{c}", 40.0 + c) for c in range(3, 8)]
+    )
     t = compare_table(items, "mascot").set_index("system")
     assert (t["n_contexts"] == 2).all() and (t["n_dropped"] == 3).all()
     assert t.loc["mascot", "mean"] == 53.5 and t.loc["other", "mean"] == 43.5 and t.loc["other", "delta"] == -10.0
@@ -273,7 +295,12 @@ def test_a_nan_score_is_dropped_and_counted():
 
 def test_qmsum_queries_cluster_by_meeting():
     "Eight queries of four meetings: four clusters, fewer than 5, so no interval however many queries."
-    rows = [(s, f"Bed00{m}_{10 * q}_q{q}", 50.0 + m + q + (5 if s == "a" else 0), "QMSum", False) for s in "ab" for m in range(4) for q in range(2)]
+    rows = [
+        (s, f"Bed00{m}_{10 * q}_q{q}", 50.0 + m + q + (5 if s == "a" else 0), "QMSum", False)
+        for s in "ab"
+        for m in range(4)
+        for q in range(2)
+    ]
     t = compare_table(items_of(rows), "a").set_index("system")
     assert t.loc["b", "n_contexts"] == 8 and t.loc["b", "n_clusters"] == 4 and math.isnan(t.loc["b", "delta_lo"])
     assert "n too small" in comparison_markdown(compare_table(items_of(rows), "a"), "a")
@@ -283,20 +310,40 @@ def test_favoured_system_excludes_zero_and_holm_is_applied():
     "12 contexts × 3 systems, a judge favouring one by 8 points (noise sd 5): its Δ excludes 0, the other's includes 0; Holm p ≥ p."
     rng = np.random.default_rng(3)
     base = rng.normal(60, 8, 12)
-    rows = [(s, f"c{c}", base[c] + rng.normal(0, 5) + (8 if s == "fav" else 0)) for s in ("ref", "fav", "plain") for c in range(12)]
+    rows = [
+        (s, f"c{c}", base[c] + rng.normal(0, 5) + (8 if s == "fav" else 0))
+        for s in ("ref", "fav", "plain")
+        for c in range(12)
+    ]
     t = compare_table(items_of(rows), "ref").set_index("system")
     assert t.loc["fav", "delta_lo"] > 0 and t.loc["plain", "delta_lo"] <= 0 <= t.loc["plain", "delta_hi"]
     assert (t["p_holm"].dropna() >= t["p"].dropna()).all() and t["p_holm"].notna().sum() == 2
 
 
 def score_line(system, conv_id, judge="j", failed=False, dataset="ED"):
-    item = {"turn_idx": 1, "agent_name": "The Anchor"} | ({"failed": True} if failed else {"scores": {"Overall": 50.0 + int(conv_id[1:])}})
-    return json.dumps({"conv_id": conv_id, "kind": "persona", "system": system, "dataset": dataset, "judge": judge, "items": [item]}) + "\n"
+    item = {"turn_idx": 1, "agent_name": "The Anchor"} | (
+        {"failed": True} if failed else {"scores": {"Overall": 50.0 + int(conv_id[1:])}}
+    )
+    return (
+        json.dumps(
+            {
+                "conv_id": conv_id,
+                "kind": "persona",
+                "system": system,
+                "dataset": dataset,
+                "judge": judge,
+                "items": [item],
+            }
+        )
+        + "\n"
+    )
 
 
 def test_reference_is_named_from_what_was_resolved(tmp_path):
     "A block where only zero-shot has rows comes first; the Markdown still names the reference asked for."
-    (tmp_path / "scores_persona_a.jsonl").write_text("".join(score_line("zero-shot", f"c{c}", dataset="ESConv") for c in range(6)))
+    (tmp_path / "scores_persona_a.jsonl").write_text(
+        "".join(score_line("zero-shot", f"c{c}", dataset="ESConv") for c in range(6))
+    )
     (tmp_path / "scores_persona_b.jsonl").write_text("".join(score_line("mascot", f"c{c}") for c in range(6)))
     paths = run_compare(CompareConfig(input_dir=str(tmp_path), reference="mascot", n_resamples=200))
     assert paths["md"].read_text().startswith("# Comparison against `mascot`")
@@ -337,14 +384,21 @@ def test_compare_human_writes_the_corrected_columns(tmp_path, capsys):
     "mascot compare --human on a small rating file: PPI++ columns in comparison.csv, a calibrated section and the contexts --power asks for."
     for s in ("mascot", "other"):
         (tmp_path / f"scores_persona_{s}.jsonl").write_text("".join(score_line(s, f"c{c}") for c in range(12)))
-    rows = [dict(system=s, context=f"c{c}", metric="Persona Overall", score=40.0 + c + (2 if s == "other" else 0), rater=k)
-            for s in ("mascot", "other") for c in range(6) for k in range(2)]
+    rows = [
+        dict(system=s, context=f"c{c}", metric="Persona Overall", score=40.0 + c + (2 if s == "other" else 0), rater=k)
+        for s in ("mascot", "other")
+        for c in range(6)
+        for k in range(2)
+    ]
     pd.DataFrame(rows).to_csv(tmp_path / "human.csv", index=False)
     args = ["compare", "--input-dir", str(tmp_path), "--human", str(tmp_path / "human.csv"), "--power", "3"]
     assert cli(args) == 0
     t = pd.read_csv(tmp_path / "comparison.csv").set_index("system")
     assert t.loc["mascot", "human_n"] == 6 and t.loc["other", "ppi_delta"] == pytest.approx(2.0)
-    assert "Calibrated against people" in capsys.readouterr().out or "Calibrated" in (tmp_path / "comparison.md").read_text()
+    assert (
+        "Calibrated against people" in capsys.readouterr().out
+        or "Calibrated" in (tmp_path / "comparison.md").read_text()
+    )
     assert "n_for_delta" in t.columns
     pd.DataFrame(rows).drop(columns="score").to_csv(tmp_path / "bad.csv", index=False)
     assert cli(["compare", "--input-dir", str(tmp_path), "--human", str(tmp_path / "bad.csv")]) == 2
@@ -355,9 +409,14 @@ def test_compare_human_takes_arena_votes(tmp_path):
     "Arena votes on 6 of 12 contexts: the share preferring `other` over mascot, votes alone and PPI++ corrected, in comparison.csv."
     for s in ("mascot", "other"):
         (tmp_path / f"scores_persona_{s}.jsonl").write_text("".join(score_line(s, f"c{c}") for c in range(12)))
-    votes = [{"pair_id": f"c{c}", "systems": ["mascot", "other"], "winner": "other" if c < 4 else "tie", "annotator": "x"} for c in range(6)]
+    votes = [
+        {"pair_id": f"c{c}", "systems": ["mascot", "other"], "winner": "other" if c < 4 else "tie", "annotator": "x"}
+        for c in range(6)
+    ]
     (tmp_path / "votes.jsonl").write_text("".join(json.dumps(v) + "\n" for v in votes))
     assert cli(["compare", "--input-dir", str(tmp_path), "--human", str(tmp_path / "votes.jsonl")]) == 0
     r = pd.read_csv(tmp_path / "comparison.csv").set_index("system").loc["other"]
-    assert (r["vote_n"], r["vote_win"]) == (6, pytest.approx(5 / 6)) and r["ppi_win_lo"] <= r["ppi_win"] <= r["ppi_win_hi"]
+    assert (r["vote_n"], r["vote_win"]) == (6, pytest.approx(5 / 6)) and r["ppi_win_lo"] <= r["ppi_win"] <= r[
+        "ppi_win_hi"
+    ]
     assert "Calibrated against people's votes" in (tmp_path / "comparison.md").read_text()

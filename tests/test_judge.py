@@ -406,7 +406,9 @@ def test_the_cache_misses_when_what_answers_changes(tmp_path, monkeypatch):
     def key(client, url=None):
         asyncio.run(client.check())
         sampling = judge_sampling(client, {"temperature": 0.0, "max_tokens": 8}, 20, None)
-        ident = judge_identity(client) | ({"url": url} if url else {})  # url: as if both servers had been at one address
+        ident = judge_identity(client) | (
+            {"url": url} if url else {}
+        )  # url: as if both servers had been at one address
         return JudgeCache.key(ident, "v1", [{"role": "user", "content": "x"}], sampling)
 
     model, adapter = tmp_path / "judge-model", tmp_path / "judge-lora"
@@ -416,7 +418,9 @@ def test_the_cache_misses_when_what_answers_changes(tmp_path, monkeypatch):
         (d / "config.json").write_text("{}")
 
     def embedded(dtype="float32", thinking=False, **kw):
-        cfg = EndpointConfig(model_name=str(model), judge="lora", judge_provider="embedded", enable_thinking=thinking, **kw)
+        cfg = EndpointConfig(
+            model_name=str(model), judge="lora", judge_provider="embedded", enable_thinking=thinking, **kw
+        )
         return LLMClient(cfg, embedded=EmbeddedBackend(str(model), adapters={"lora": str(adapter)}, dtype=dtype))
 
     base = key(embedded())
@@ -436,7 +440,11 @@ def test_the_cache_misses_when_what_answers_changes(tmp_path, monkeypatch):
 
     from mascot.core.runtime import cache_dir
 
-    if (cache_dir() / "models/SmolLM2-135M-Instruct/model.safetensors").exists() and (cache_dir() / "models/tiny-random-llama/model.safetensors").exists():
+    if (cache_dir() / "models/SmolLM2-135M-Instruct/model.safetensors").exists() and (
+        cache_dir() / "models/tiny-random-llama/model.safetensors"
+    ).exists():
         real = key(LLMClient(EndpointConfig(judge_provider="embedded"), embedded=EmbeddedBackend(dtype="float32")))
         monkeypatch.setenv("MASCOT_TINY_MODEL", "1")
-        assert key(LLMClient(EndpointConfig(judge_provider="embedded"), embedded=EmbeddedBackend(dtype="float32"))) != real
+        assert (
+            key(LLMClient(EndpointConfig(judge_provider="embedded"), embedded=EmbeddedBackend(dtype="float32"))) != real
+        )

@@ -7,7 +7,8 @@ from __future__ import annotations
 from ..core.config import *
 from ..core.store import read_jsonl
 from ..judging.pairwise import alpha_ci
-import json, math, re, sys, warnings
+from .intervals import *
+import json, math, sys, warnings
 from pathlib import Path
 from typing import Literal
 from pydantic import Field
@@ -15,14 +16,13 @@ import numpy as np
 import pandas as pd
 
 # %% auto #0
-__all__ = ['PAPER_METRICS', 'HEADLINE_METRICS', 'JUDGE_MEAN', 'COMPARISON_COLUMNS', 'ITEM_COLUMNS', 'MIN_CLUSTERS', 'CI_METHODS',
-           'CARD_METRICS', 'HUMAN_COLUMNS', 'PPI_COLUMNS', 'EMBEDDED_NOTE', 'TOO_SMALL', 'VOTE_COLUMNS', 'metric_of',
+__all__ = ['PAPER_METRICS', 'HEADLINE_METRICS', 'JUDGE_MEAN', 'COMPARISON_COLUMNS', 'ITEM_COLUMNS', 'CARD_METRICS',
+           'HUMAN_COLUMNS', 'PPI_COLUMNS', 'EMBEDDED_NOTE', 'TOO_SMALL', 'VOTE_COLUMNS', 'metric_of',
            'is_embedded_small', 'score_files', 'tidy_items', 'load_judged', 'conversation_scores', 'failure_counts',
-           'cluster_of', 'cluster_ci', 'mean_ci', 'coverage', 'paired_cell', 'failure_cell', 'holm', 'generic_speakers',
-           'comparable', 'pick_reference', 'compare_table', 'agreement_table', 'read_human', 'ppi_mean',
-           'human_calibrated', 'contexts_needed', 'power_markdown', 'fmt_ci', 'comparison_markdown', 'comparison_png',
-           'with_extras', 'human_markdown', 'read_votes', 'votes_calibrated', 'votes_markdown', 'CompareConfig',
-           'comparison_table', 'run_compare', 'main']
+           'paired_cell', 'failure_cell', 'holm', 'generic_speakers', 'comparable', 'pick_reference', 'compare_table',
+           'agreement_table', 'read_human', 'ppi_mean', 'human_calibrated', 'contexts_needed', 'power_markdown',
+           'fmt_ci', 'comparison_markdown', 'comparison_png', 'with_extras', 'human_markdown', 'read_votes',
+           'votes_calibrated', 'votes_markdown', 'CompareConfig', 'comparison_table', 'run_compare', 'main']
 
 # %% ../../nbs/evaluation/33_compare.ipynb #c10d2978
 PAPER_METRICS: dict[str, tuple[str, str]] = {
@@ -139,7 +139,9 @@ def _unwritten_rows(u: dict, kind: str) -> list[dict]:
     "A conversation none of whose judgements parsed: one failed row per failed item, each its own item (turn -1, -2, …)."
     base = {"system": u.get("system") or "unknown", "dataset": u.get("dataset") or "", "group": "", "kind": kind}
     base |= {"context": str(u["conv_id"]), "agent": None, "criterion": None, "score": math.nan, "failed": True}
-    return [{**base, "judge": j, "turn_idx": -1 - k} for j, n in (u.get("by_judge") or {}).items() for k in range(int(n))]
+    return [
+        {**base, "judge": j, "turn_idx": -1 - k} for j, n in (u.get("by_judge") or {}).items() for k in range(int(n))
+    ]
 
 
 def load_judged(path: str | Path) -> pd.DataFrame:
@@ -197,86 +199,6 @@ def failure_counts(items: pd.DataFrame) -> pd.DataFrame:
         .astype({"failures": int, "items": int})
     )
 
-# %% ../../nbs/evaluation/33_compare.ipynb #4e937dfc
-MIN_CLUSTERS = 5  # fewer clusters: no interval ("n too small"); the coverage table below supports 5
-CI_METHODS = ("studentized", "t", "percentile")
-_QMSUM_QUERY = re.compile(r"^(?P<meeting>.+)_\d+_[gq]\d+$")
-
-
-def cluster_of(dataset: str, context: str) -> str:
-    "The independent unit of a context: its meeting for a QMSum query (`<meeting>_<start>_<g|q><k>`), else the context itself."
-    m = _QMSUM_QUERY.match(str(context)) if str(dataset).lower() == "qmsum" else None
-    return m["meeting"] if m else str(context)
-
-
-def _cluster_mean_se(s: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    "Mean over values and its cluster-robust (CR1) standard error, from per-cluster sums `s` and counts `c` (last axis: clusters)."
-    g, n = s.shape[-1], c.sum(-1)
-    m = s.sum(-1) / n
-    return m, np.sqrt(g / (g - 1) * ((s - m[..., None] * c) ** 2).sum(-1)) / n
-
-
-def cluster_ci(
-    x,
-    clusters=None,
-    method: Literal["studentized", "t", "percentile"] = "studentized",
-    n_resamples: int = 2000,
-    seed: int = 0,
-    min_clusters: int = MIN_CLUSTERS,
-) -> tuple[float, float, float, float]:
-    """(mean, lo, hi, p): the mean of `x` (nan dropped), its 95% interval over clusters (default: each value its own) and the two-sided
-    p-value of mean = 0 (cluster-robust t, G−1 df). `studentized`: the cluster bootstrap-t interval widened to hold Student's t;
-    `t`: Student's t alone; `percentile`: the percentile cluster bootstrap. Fewer than `min_clusters` clusters: nan bounds and p."""
-    from scipy.special import stdtr, stdtrit
-
-    x = np.asarray(x, dtype=float)
-    keep = ~np.isnan(x)
-    if not keep.any():
-        return (math.nan,) * 4
-    cl = np.arange(len(x)) if clusters is None else pd.factorize(np.asarray(clusters, dtype=object))[0]
-    cl = np.unique(cl[keep], return_inverse=True)[1]
-    x = x[keep]
-    s, c = np.bincount(cl, weights=x), np.bincount(cl).astype(float)
-    m, g = float(x.mean()), len(s)
-    if g < max(2, min_clusters):
-        return m, math.nan, math.nan, math.nan
-    se = float(_cluster_mean_se(s, c)[1])
-    if se == 0:
-        return m, m, m, float(m == 0)
-    q, p = float(stdtrit(g - 1, 0.975)), float(2 * stdtr(g - 1, -abs(m) / se))
-    lo, hi = m - q * se, m + q * se
-    if method == "t":
-        return m, lo, hi, p
-    idx = np.random.default_rng(seed).integers(0, g, (n_resamples, g))
-    mb, seb = _cluster_mean_se(s[idx], c[idx])
-    if method == "percentile":
-        return m, float(np.quantile(mb, 0.025)), float(np.quantile(mb, 0.975)), p
-    with np.errstate(divide="ignore", invalid="ignore"):
-        tb = np.nan_to_num((mb - m) / seb, nan=0.0)  # a resample without spread: ±inf (or 0 at the mean)
-    t_lo, t_hi = np.quantile(tb, [0.025, 0.975])
-    return m, float(min(lo, m - t_hi * se)), float(max(hi, m - t_lo * se)), p
-
-
-def mean_ci(x, ci: str = "studentized", n_resamples: int = 2000, seed: int = 0) -> tuple[float, float, float]:
-    "Mean and 95% interval of independent values (`cluster_ci` without clusters or p-value)."
-    return cluster_ci(x, None, ci, n_resamples, seed)[:3]
-
-# %% ../../nbs/evaluation/33_compare.ipynb #536ea31c
-def coverage(
-    method: str, n: int, data: str = "normal", delta: bool = False, reps: int = 1000, n_resamples: int = 999, seed: int = 0
-) -> float:
-    """Share of `reps` simulated samples of `n` contexts whose 95% interval (`cluster_ci`, every n ≥ 2 given one) holds the truth:
-    `normal` (N(0,1)) or `skewed` (exponential, mean 1) scores; `delta`: the paired difference of two such systems, true difference 0."""
-    rng = np.random.default_rng(seed)
-    draw = (lambda: rng.normal(0, 1, n)) if data == "normal" else (lambda: rng.exponential(1, n))
-    truth = 0.0 if delta or data == "normal" else 1.0
-    hits = 0
-    for r in range(reps):
-        x = draw() - draw() if delta else draw()
-        _, lo, hi, _ = cluster_ci(x, None, method, n_resamples, seed + r, min_clusters=2)
-        hits += bool(lo <= truth <= hi)
-    return hits / reps
-
 # %% ../../nbs/evaluation/33_compare.ipynb #6d391ab6
 def paired_cell(
     x: pd.Series, ref: pd.Series | None, clusters: list, is_reference: bool, ci: str, n_resamples: int, seed: int
@@ -332,7 +254,9 @@ def holm(table: pd.DataFrame) -> pd.Series:
     return out
 
 # %% ../../nbs/evaluation/33_compare.ipynb #96dd86a3
-CARD_METRICS = HEADLINE_METRICS  # judged against the speaker's persona card: a team's personas, or a baseline's generic card
+CARD_METRICS = (
+    HEADLINE_METRICS  # judged against the speaker's persona card: a team's personas, or a baseline's generic card
+)
 
 
 def generic_speakers(items: pd.DataFrame) -> set[tuple[str, str]]:
@@ -398,7 +322,9 @@ def compare_table(
             judges = real_judges if judge == JUDGE_MEAN else [judge]
             for system in [s for s in dict.fromkeys([reference] + systems) if s in wide.columns]:
                 ok = comparable(metric, system, reference, dataset, generic)
-                cell = paired_cell(shared[system], ref if ok else None, clusters, system == reference, ci, n_resamples, seed)
+                cell = paired_cell(
+                    shared[system], ref if ok else None, clusters, system == reference, ci, n_resamples, seed
+                )
                 rows.append(
                     dict(judge=judge, dataset=dataset, group=group, metric=metric, system=system, **cell)
                     | dict(n_dropped=int(wide[system].notna().sum()) - len(shared), comparable=ok)
@@ -437,7 +363,12 @@ def agreement_table(items: pd.DataFrame, n_resamples: int = 1000, seed: int = 0)
     return pd.DataFrame(rows, columns=cols)
 
 # %% ../../nbs/evaluation/33_compare.ipynb #b91a7c84
-HUMAN_COLUMNS = ("system", "context", "metric", "score")  # and optionally dataset, rater; several raters of one cell are averaged
+HUMAN_COLUMNS = (
+    "system",
+    "context",
+    "metric",
+    "score",
+)  # and optionally dataset, rater; several raters of one cell are averaged
 PPI_COLUMNS = ["human_n", "judge_human_r", "human_mean", "human_lo", "human_hi", "ppi_mean", "ppi_lo", "ppi_hi"]
 PPI_COLUMNS += ["ppi_delta", "ppi_delta_lo", "ppi_delta_hi"]
 
@@ -504,9 +435,19 @@ def human_calibrated(items: pd.DataFrame, human: pd.DataFrame, reference: str) -
             if system != reference and reference in shared and reference in hw:
                 both = lab.intersection(hw.index[hw[reference].notna()])
                 jd = shared[system] - shared[reference]
-                d = ppi_mean(hw.loc[both, system] - hw.loc[both, reference], jd[both], jd[shared.index.difference(both)])
+                d = ppi_mean(
+                    hw.loc[both, system] - hw.loc[both, reference], jd[both], jd[shared.index.difference(both)]
+                )
             rows.append(
-                dict(judge=judge, dataset=dataset, group="", metric=metric, system=system, human_n=m["n"], judge_human_r=m["r"])
+                dict(
+                    judge=judge,
+                    dataset=dataset,
+                    group="",
+                    metric=metric,
+                    system=system,
+                    human_n=m["n"],
+                    judge_human_r=m["r"],
+                )
                 | dict(human_mean=float(hw.loc[lab, system].mean()) if len(lab) else math.nan, human_lo=m["human_lo"])
                 | dict(human_hi=m["human_hi"], ppi_mean=m["mean"], ppi_lo=m["lo"], ppi_hi=m["hi"])
                 | dict(ppi_delta=d["mean"], ppi_delta_lo=d["lo"], ppi_delta_hi=d["hi"])
@@ -525,14 +466,23 @@ def contexts_needed(sd: float, delta: float, power: float = 0.8, alpha: float = 
         warnings.simplefilter("ignore")
         n = TTestPower().solve_power(effect_size=abs(delta) / sd, alpha=alpha, power=power, alternative="two-sided")
     n = float(np.ravel(n)[0])
-    return float(max(MIN_CLUSTERS, math.ceil(n))) if math.isfinite(n) else float(MIN_CLUSTERS)  # nan: fewer than 2 would do
+    return (
+        float(max(MIN_CLUSTERS, math.ceil(n))) if math.isfinite(n) else float(MIN_CLUSTERS)
+    )  # nan: fewer than 2 would do
 
 
 def power_markdown(table: pd.DataFrame, delta: float) -> str:
     "A section listing, per judge, dataset, metric and system, the contexts needed to detect Δ = `delta` (80% power, α = 0.05)."
     t = table[table["n_for_delta"].notna()]
-    out = ["", f"## Contexts needed to detect Δ = {delta:g} (80% power, two-sided α = 0.05, observed sd of the differences)", ""]
-    out += ["| judge | dataset | metric | system | sd of Δ | contexts needed | contexts here |", "|---|---|---|---|---|---|---|"]
+    out = [
+        "",
+        f"## Contexts needed to detect Δ = {delta:g} (80% power, two-sided α = 0.05, observed sd of the differences)",
+        "",
+    ]
+    out += [
+        "| judge | dataset | metric | system | sd of Δ | contexts needed | contexts here |",
+        "|---|---|---|---|---|---|---|",
+    ]
     out += [
         f"| {r.judge} | {r.dataset} | {r.metric} | {r.system} | {r.delta_sd:.1f} | {int(r.n_for_delta)} | {r.n_contexts} |"
         for r in t.itertuples()
@@ -632,7 +582,9 @@ def comparison_png(table: pd.DataFrame, path: str | Path, reference: str, metric
     if table["embedded_small"].any():
         fig.text(0.01, -0.02, f"Note: a {EMBEDDED_NOTE}.", fontsize=8, color="#b00", ha="left", va="top")
     fig.suptitle(
-        f"Paired differences vs {reference}: mean over contexts, studentized cluster bootstrap 95% CI", fontsize=10, y=1.06
+        f"Paired differences vs {reference}: mean over contexts, studentized cluster bootstrap 95% CI",
+        fontsize=10,
+        y=1.06,
     )
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -642,7 +594,11 @@ def comparison_png(table: pd.DataFrame, path: str | Path, reference: str, metric
 
 # %% ../../nbs/evaluation/33_compare.ipynb #a9cc3b96
 def with_extras(
-    table: pd.DataFrame, items: pd.DataFrame, reference: str, human: pd.DataFrame | None = None, power: float | None = None
+    table: pd.DataFrame,
+    items: pd.DataFrame,
+    reference: str,
+    human: pd.DataFrame | None = None,
+    power: float | None = None,
 ) -> pd.DataFrame:
     "`table` with the PPI++ columns (`human` given: `human_calibrated`) and `n_for_delta` (`power` given: `contexts_needed`)."
     out = table
@@ -660,7 +616,9 @@ def human_markdown(table: pd.DataFrame) -> str:
     "The human-calibrated section: per judge, metric and system, people's n, judge–human r, human-only and PPI++ mean [95% CI], PPI++ Δ."
     t = table[table["human_n"].fillna(0) > 0] if "human_n" in table.columns else table.iloc[:0]
     out = ["", "## Calibrated against people (PPI++, `ppi-python`)", ""]
-    out += ["| judge | dataset | metric | system | rated | judge–human r | human only [95% CI] | PPI++ [95% CI] | PPI++ Δ [95% CI] |"]
+    out += [
+        "| judge | dataset | metric | system | rated | judge–human r | human only [95% CI] | PPI++ [95% CI] | PPI++ Δ [95% CI] |"
+    ]
     out += ["|---|---|---|---|---|---|---|---|---|"]
     for r in t.itertuples():
         w = lambda lo, hi: f" (width {hi - lo:.1f})" if pd.notna(lo) else ""
@@ -672,7 +630,16 @@ def human_markdown(table: pd.DataFrame) -> str:
     return "\n".join(out) + "\n"
 
 # %% ../../nbs/evaluation/33_compare.ipynb #1e2d5510
-VOTE_COLUMNS = ["vote_n", "judge_vote_r", "vote_win", "vote_win_lo", "vote_win_hi", "ppi_win", "ppi_win_lo", "ppi_win_hi"]
+VOTE_COLUMNS = [
+    "vote_n",
+    "judge_vote_r",
+    "vote_win",
+    "vote_win_lo",
+    "vote_win_hi",
+    "ppi_win",
+    "ppi_win_lo",
+    "ppi_win_hi",
+]
 
 
 def read_votes(path: str | Path) -> pd.DataFrame:
@@ -703,8 +670,20 @@ def votes_calibrated(items: pd.DataFrame, votes: pd.DataFrame, reference: str) -
             pref = np.sign(shared[system] - shared[reference]) / 2 + 0.5  # 1: the judge prefers the system, 0.5: a tie
             m = ppi_mean(y[lab], pref[lab], pref[shared.index.difference(lab)])
             rows.append(
-                dict(judge=judge, dataset=dataset, group="", metric=metric, system=system, vote_n=m["n"], judge_vote_r=m["r"])
-                | dict(vote_win=float(y[lab].mean()) if len(lab) else math.nan, vote_win_lo=m["human_lo"], vote_win_hi=m["human_hi"])
+                dict(
+                    judge=judge,
+                    dataset=dataset,
+                    group="",
+                    metric=metric,
+                    system=system,
+                    vote_n=m["n"],
+                    judge_vote_r=m["r"],
+                )
+                | dict(
+                    vote_win=float(y[lab].mean()) if len(lab) else math.nan,
+                    vote_win_lo=m["human_lo"],
+                    vote_win_hi=m["human_hi"],
+                )
                 | dict(ppi_win=m["mean"], ppi_win_lo=m["lo"], ppi_win_hi=m["hi"])
             )
     return pd.DataFrame(rows, columns=["judge", "dataset", "group", "metric", "system"] + VOTE_COLUMNS)
@@ -713,8 +692,14 @@ def votes_calibrated(items: pd.DataFrame, votes: pd.DataFrame, reference: str) -
 def votes_markdown(table: pd.DataFrame) -> str:
     "The arena-calibrated section: per judge, metric and system, votes, judge–vote r, people's preference share alone and PPI++ corrected."
     t = table[table["vote_n"].fillna(0) > 0] if "vote_n" in table.columns else table.iloc[:0]
-    out = ["", "## Calibrated against people's votes (PPI++, `ppi-python`): share preferring the system over the reference", ""]
-    out += ["| judge | dataset | metric | system | contexts voted | judge–vote r | votes alone [95% CI] | PPI++ [95% CI] |"]
+    out = [
+        "",
+        "## Calibrated against people's votes (PPI++, `ppi-python`): share preferring the system over the reference",
+        "",
+    ]
+    out += [
+        "| judge | dataset | metric | system | contexts voted | judge–vote r | votes alone [95% CI] | PPI++ [95% CI] |"
+    ]
     out += ["|---|---|---|---|---|---|---|---|"]
     out += [
         f"| {r.judge} | {r.dataset} | {r.metric} | {r.system} | {int(r.vote_n)} | {r.judge_vote_r:.2f} | "

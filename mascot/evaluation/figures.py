@@ -285,7 +285,9 @@ def ci_table(comp: pd.DataFrame, by: str | None = "group") -> tuple[pd.DataFrame
     long = comp.assign(_s=comp["system"].map(systems.index), _m=comp["metric"].map(metrics.index))
     long = long.sort_values(["judge"] + ([by] if by else []) + ["_s", "_m"], kind="stable")
     ns = long["n_clusters"] if "n_clusters" in long.columns else [None] * len(long)
-    cells = long.assign(cell=[fmt_ci(m, lo, hi, n=n) for m, lo, hi, n in zip(long["mean"], long["mean_lo"], long["mean_hi"], ns)])
+    cells = long.assign(
+        cell=[fmt_ci(m, lo, hi, n=n) for m, lo, hi, n in zip(long["mean"], long["mean_lo"], long["mean_hi"], ns)]
+    )
     table = cells.pivot_table(index=keys, columns="metric", values="cell", aggfunc="first", sort=False)
     table = table.reindex(columns=metrics).fillna("–")
     table.columns.name = None

@@ -480,7 +480,15 @@ def weighted_scores(tokens: list[TokenLogprob], rubric: Rubric, parsed: dict[str
     return out
 
 # %% ../../nbs/judging/00_rubrics.ipynb #51c604af
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".json", ".model")  # weights, adapters, their configs and tokenizers
+WEIGHT_SUFFIXES = (
+    ".safetensors",
+    ".bin",
+    ".pt",
+    ".pth",
+    ".gguf",
+    ".json",
+    ".model",
+)  # weights, adapters, their configs and tokenizers
 _FINGERPRINTS: dict[tuple, str] = {}
 
 

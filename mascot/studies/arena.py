@@ -547,7 +547,9 @@ def summary_lines(rep: dict) -> list[str]:
             f"(wins {r['wins']}, losses {r['losses']}, ties {r['ties']} of {r['n']}; without ties {f(r['decisive_win_rate'])})"
         )
     t, a = rep["tie_rate"], rep["annotators"]
-    lines.append(f"  tie rate {f(t['rate'])} [95% CI {f(t['ci95'][0])}, {f(t['ci95'][1])}]  (intervals: Wilson, pair-clustered)")
+    lines.append(
+        f"  tie rate {f(t['rate'])} [95% CI {f(t['ci95'][0])}, {f(t['ci95'][1])}]  (intervals: Wilson, pair-clustered)"
+    )
     if "bradley_terry" in rep:
         lines.append("  Bradley-Terry ratings (Elo scale, 95% bootstrap CI):")
         for s, r in sorted(rep["bradley_terry"]["ratings"].items(), key=lambda x: -x[1]["rating"]):
