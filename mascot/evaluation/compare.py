@@ -8,7 +8,7 @@ from ..core.config import *
 from ..core.store import read_jsonl
 from ..judging.pairwise import alpha_ci
 from .intervals import *
-import json, math, sys, warnings
+import json, math, sys
 from pathlib import Path
 from typing import Literal
 from pydantic import Field
@@ -20,9 +20,9 @@ __all__ = ['PAPER_METRICS', 'HEADLINE_METRICS', 'JUDGE_MEAN', 'COMPARISON_COLUMN
            'HUMAN_COLUMNS', 'PPI_COLUMNS', 'EMBEDDED_NOTE', 'TOO_SMALL', 'VOTE_COLUMNS', 'metric_of',
            'is_embedded_small', 'score_files', 'tidy_items', 'load_judged', 'conversation_scores', 'failure_counts',
            'paired_cell', 'failure_cell', 'holm', 'generic_speakers', 'comparable', 'pick_reference', 'compare_table',
-           'agreement_table', 'read_human', 'ppi_mean', 'human_calibrated', 'contexts_needed', 'power_markdown',
-           'fmt_ci', 'comparison_markdown', 'comparison_png', 'with_extras', 'human_markdown', 'read_votes',
-           'votes_calibrated', 'votes_markdown', 'CompareConfig', 'comparison_table', 'run_compare', 'main']
+           'agreement_table', 'read_human', 'ppi_mean', 'human_calibrated', 'power_markdown', 'fmt_ci',
+           'comparison_markdown', 'comparison_png', 'with_extras', 'human_markdown', 'read_votes', 'votes_calibrated',
+           'votes_markdown', 'CompareConfig', 'comparison_table', 'run_compare', 'main']
 
 # %% ../../nbs/evaluation/33_compare.ipynb #c10d2978
 PAPER_METRICS: dict[str, tuple[str, str]] = {
@@ -370,7 +370,7 @@ HUMAN_COLUMNS = (
     "score",
 )  # and optionally dataset, rater; several raters of one cell are averaged
 PPI_COLUMNS = ["human_n", "judge_human_r", "human_mean", "human_lo", "human_hi", "ppi_mean", "ppi_lo", "ppi_hi"]
-PPI_COLUMNS += ["ppi_delta", "ppi_delta_lo", "ppi_delta_hi"]
+PPI_COLUMNS += ["ppi_delta", "ppi_delta_lo", "ppi_delta_hi", "human_delta", "human_delta_lo", "human_delta_hi"]
 
 
 def read_human(path: str | Path) -> pd.DataFrame:
@@ -431,13 +431,13 @@ def human_calibrated(items: pd.DataFrame, human: pd.DataFrame, reference: str) -
         for system in shared.columns:
             lab = shared.index.intersection(hw.index[hw[system].notna()] if system in hw else [])
             m = ppi_mean(hw.loc[lab, system], shared.loc[lab, system], shared.loc[shared.index.difference(lab), system])
-            d = dict.fromkeys(["mean", "lo", "hi"], 0.0 if system == reference else math.nan)
+            d = dict.fromkeys(["mean", "lo", "hi", "human_lo", "human_hi"], 0.0 if system == reference else math.nan)
+            hd = 0.0 if system == reference else math.nan  # people's own Δ, beside the PPI++ one
             if system != reference and reference in shared and reference in hw:
                 both = lab.intersection(hw.index[hw[reference].notna()])
-                jd = shared[system] - shared[reference]
-                d = ppi_mean(
-                    hw.loc[both, system] - hw.loc[both, reference], jd[both], jd[shared.index.difference(both)]
-                )
+                jd, people = shared[system] - shared[reference], hw.loc[both, system] - hw.loc[both, reference]
+                d = ppi_mean(people, jd[both], jd[shared.index.difference(both)])
+                hd = float(people.mean()) if len(both) else math.nan
             rows.append(
                 dict(
                     judge=judge,
@@ -451,26 +451,11 @@ def human_calibrated(items: pd.DataFrame, human: pd.DataFrame, reference: str) -
                 | dict(human_mean=float(hw.loc[lab, system].mean()) if len(lab) else math.nan, human_lo=m["human_lo"])
                 | dict(human_hi=m["human_hi"], ppi_mean=m["mean"], ppi_lo=m["lo"], ppi_hi=m["hi"])
                 | dict(ppi_delta=d["mean"], ppi_delta_lo=d["lo"], ppi_delta_hi=d["hi"])
+                | dict(human_delta=hd, human_delta_lo=d["human_lo"], human_delta_hi=d["human_hi"])
             )
     return pd.DataFrame(rows, columns=["judge", "dataset", "group", "metric", "system"] + PPI_COLUMNS)
 
 # %% ../../nbs/evaluation/33_compare.ipynb #45a22e8e
-def contexts_needed(sd: float, delta: float, power: float = 0.8, alpha: float = 0.05) -> float:
-    """Contexts a paired comparison needs to detect a true difference `delta` with probability `power` at two-sided level `alpha`, given
-    the per-context standard deviation of the differences (`statsmodels` `TTestPower`); at least `MIN_CLUSTERS`, nan without a spread."""
-    from statsmodels.stats.power import TTestPower
-
-    if not sd > 0 or not delta:
-        return math.nan
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        n = TTestPower().solve_power(effect_size=abs(delta) / sd, alpha=alpha, power=power, alternative="two-sided")
-    n = float(np.ravel(n)[0])
-    return (
-        float(max(MIN_CLUSTERS, math.ceil(n))) if math.isfinite(n) else float(MIN_CLUSTERS)
-    )  # nan: fewer than 2 would do
-
-
 def power_markdown(table: pd.DataFrame, delta: float) -> str:
     "A section listing, per judge, dataset, metric and system, the contexts needed to detect Δ = `delta` (80% power, α = 0.05)."
     t = table[table["n_for_delta"].notna()]
@@ -617,15 +602,16 @@ def human_markdown(table: pd.DataFrame) -> str:
     t = table[table["human_n"].fillna(0) > 0] if "human_n" in table.columns else table.iloc[:0]
     out = ["", "## Calibrated against people (PPI++, `ppi-python`)", ""]
     out += [
-        "| judge | dataset | metric | system | rated | judge–human r | human only [95% CI] | PPI++ [95% CI] | PPI++ Δ [95% CI] |"
+        "| judge | dataset | metric | system | rated | judge–human r | human only [95% CI] | PPI++ [95% CI] | human-only Δ [95% CI] | PPI++ Δ [95% CI] |"
     ]
-    out += ["|---|---|---|---|---|---|---|---|---|"]
+    out += ["|---|---|---|---|---|---|---|---|---|---|"]
     for r in t.itertuples():
         w = lambda lo, hi: f" (width {hi - lo:.1f})" if pd.notna(lo) else ""
         out.append(
             f"| {r.judge} | {r.dataset} | {r.metric} | {r.system} | {int(r.human_n)} | {r.judge_human_r:.2f} | "
             f"{fmt_ci(r.human_mean, r.human_lo, r.human_hi)}{w(r.human_lo, r.human_hi)} | {fmt_ci(r.ppi_mean, r.ppi_lo, r.ppi_hi)}"
-            f"{w(r.ppi_lo, r.ppi_hi)} | {fmt_ci(r.ppi_delta, r.ppi_delta_lo, r.ppi_delta_hi)} |"
+            f"{w(r.ppi_lo, r.ppi_hi)} | {fmt_ci(r.human_delta, r.human_delta_lo, r.human_delta_hi)}{w(r.human_delta_lo, r.human_delta_hi)} | "
+            f"{fmt_ci(r.ppi_delta, r.ppi_delta_lo, r.ppi_delta_hi)}{w(r.ppi_delta_lo, r.ppi_delta_hi)} |"
         )
     return "\n".join(out) + "\n"
 

@@ -4,13 +4,13 @@
 
 # %% ../../nbs/evaluation/34_intervals.ipynb #2c9d1666
 from __future__ import annotations
-import math, re
+import math, re, warnings
 from typing import Literal
 import numpy as np
 import pandas as pd
 
 # %% auto #0
-__all__ = ['MIN_CLUSTERS', 'CI_METHODS', 'cluster_of', 'cluster_ci', 'mean_ci', 'coverage']
+__all__ = ['MIN_CLUSTERS', 'CI_METHODS', 'cluster_of', 'cluster_ci', 'mean_ci', 'coverage', 'contexts_needed']
 
 # %% ../../nbs/evaluation/34_intervals.ipynb #26c5294e
 MIN_CLUSTERS = 5  # fewer clusters: no interval ("n too small"); the coverage table below supports 5
@@ -97,3 +97,19 @@ def coverage(
         _, lo, hi, _ = cluster_ci(x, None, method, n_resamples, seed + r, min_clusters=2)
         hits += bool(lo <= truth <= hi)
     return hits / reps
+
+# %% ../../nbs/evaluation/34_intervals.ipynb #fbfc4119
+def contexts_needed(sd: float, delta: float, power: float = 0.8, alpha: float = 0.05) -> float:
+    """Contexts a paired comparison needs to detect a true difference `delta` with probability `power` at two-sided level `alpha`, given
+    the per-context standard deviation of the differences (`statsmodels` `TTestPower`); at least `MIN_CLUSTERS`, nan without a spread."""
+    from statsmodels.stats.power import TTestPower
+
+    if not sd > 0 or not delta:
+        return math.nan
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        n = TTestPower().solve_power(effect_size=abs(delta) / sd, alpha=alpha, power=power, alternative="two-sided")
+    n = float(np.ravel(n)[0])
+    return (
+        float(max(MIN_CLUSTERS, math.ceil(n))) if math.isfinite(n) else float(MIN_CLUSTERS)
+    )  # nan: fewer than 2 would do
