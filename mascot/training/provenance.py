@@ -146,6 +146,9 @@ def save_trained(trainer, tokenizer, out: Path) -> dict:
     panels = []
     if trainer.is_world_process_zero():
         sort_adapter_config(out)
+        # how the tokenizer was loaded (HF_HUB_OFFLINE sets local_files_only) is no property of the model: without this, two runs of
+        # one config write different tokenizer_config.json files when only their environment differs
+        tokenizer.init_kwargs.pop("local_files_only", None)
         tokenizer.save_pretrained(out)
         (out / "log_history.json").write_text(json.dumps(history, indent=1))
         panels = plot_training_curves(history, out / "training_curves.png")
