@@ -8,6 +8,18 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 
 # the tiny random model; every stage-2 stage at its smallest: 2 contexts (one held out), 1 turn, 3 candidate directives per state
+# both episode stages: two training contexts, one turn, short replies
+EPISODES = {
+    "split": "train",
+    "num_samples": 2,
+    "score_margin": 0.0,
+    "judge_examples": 1,
+    "judge_max_tokens": 100,
+    "num_turns": 1,
+    "director_max_tokens": 40,
+    "speaker_max_tokens": 12,
+    "user_max_tokens": 8,
+}
 TRIMMED = {
     "run_name": "same",
     "dataset": "ED",
@@ -15,30 +27,8 @@ TRIMMED = {
     "seed": 0,
     "endpoints": {"judge_provider": "embedded", "max_concurrency": 48},
     "stages": {
-        "group_data": {
-            "split": "train",
-            "num_samples": 2,
-            "num_episodes": 2,
-            "score_margin": 0.0,
-            "judge_examples": 1,
-            "judge_max_tokens": 100,
-            "num_turns": 1,
-            "director_max_tokens": 40,
-            "speaker_max_tokens": 12,
-            "user_max_tokens": 8,
-        },
-        "branching": {
-            "split": "train",
-            "num_samples": 2,
-            "num_candidates": 3,
-            "score_margin": 0.0,
-            "judge_examples": 1,
-            "judge_max_tokens": 100,
-            "num_turns": 1,
-            "director_max_tokens": 40,
-            "speaker_max_tokens": 12,
-            "user_max_tokens": 8,
-        },
+        "group_data": {**EPISODES, "num_episodes": 2},
+        "branching": {**EPISODES, "num_candidates": 3},
         "group_reward_model": {"num_train_epochs": 1, "lora_r": 4, "holdout_fraction": 0.34},
         "director_grpo": {
             "max_steps": 1,
