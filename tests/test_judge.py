@@ -443,6 +443,7 @@ def test_the_cache_misses_when_what_answers_changes(tmp_path, monkeypatch):
     if (cache_dir() / "models/SmolLM2-135M-Instruct/model.safetensors").exists() and (
         cache_dir() / "models/tiny-random-llama/model.safetensors"
     ).exists():
+        monkeypatch.delenv("MASCOT_TINY_MODEL", raising=False)  # make test-fast sets it for the whole session
         real = key(LLMClient(EndpointConfig(judge_provider="embedded"), embedded=EmbeddedBackend(dtype="float32")))
         monkeypatch.setenv("MASCOT_TINY_MODEL", "1")
         assert (
