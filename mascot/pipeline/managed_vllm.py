@@ -7,7 +7,6 @@ from __future__ import annotations
 from ..core.config import *
 from mascot.pipeline.serve import (
     ServeConfig,
-    ServerWatch,
     ServerFailed,
     vllm_command,
     vllm_python,
@@ -30,7 +29,7 @@ __all__ = ['MANAGED_KEYS', 'STAGE_ALIASES', 'ALIAS_FIELDS', 'ServeSection', 'mer
            'serve_plan']
 
 # %% ../../nbs/pipeline/01_managed_vllm.ipynb #578b8d06
-class ServeSection(ServerWatch):
+class ServeSection(Config):
     "`serve:` of a pipeline config: the vLLM server `mascot run` starts (through `mascot serve`), points the roles at, loads adapters into and stops."
 
     model: str | None = Field(None, description="the base model it serves (default: the config's model_name)")
@@ -63,9 +62,18 @@ class ServeSection(ServerWatch):
     )
     ready_timeout: float = Field(900.0, description="seconds to wait for /v1/models before the run stops")
     stop_grace: float = Field(30.0, description="seconds between SIGTERM and SIGKILL of the server's process group")
+    max_restarts: int = Field(
+        3, description="times a server that exits or stops answering during the run is restarted before the stage fails"
+    )
     restart_backoff: float = Field(
         10.0, description="seconds before a server's first restart; each later one waits twice as long"
-    )  # the watch's other fields come from ServerWatch; past max_restarts the stage fails
+    )
+    health_interval: float = Field(
+        5.0, description="seconds between checks that each server is alive and answers /v1/models"
+    )
+    hang_timeout: float = Field(
+        120.0, description="seconds a running server may leave /v1/models unanswered before it is killed and restarted"
+    )
 
 
 def merge_layout(base: dict, layout: dict) -> dict:

@@ -13,34 +13,15 @@ from typing import Literal
 from pydantic import Field
 
 # %% auto #0
-__all__ = ['VLLM_LORA_RANKS', 'ServerWatch', 'ServeConfig', 'parse_gpus', 'adapter_rank', 'serve_device', 'vllm_python',
-           'vllm_command', 'ServerFailed', 'log_tail', 'wait_ready', 'load_lora_adapter', 'stop_group', 'answers',
-           'Replica', 'serve', 'main', 'MergeConfig', 'adapter_base', 'merge_lora', 'merge_main']
+__all__ = ['VLLM_LORA_RANKS', 'ServeConfig', 'parse_gpus', 'adapter_rank', 'serve_device', 'vllm_python', 'vllm_command',
+           'ServerFailed', 'log_tail', 'wait_ready', 'load_lora_adapter', 'stop_group', 'answers', 'Replica', 'serve',
+           'main', 'MergeConfig', 'adapter_base', 'merge_lora', 'merge_main']
 
 # %% ../../nbs/pipeline/00_serve.ipynb #d3f9e78d
 VLLM_LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
 
 
-class ServerWatch(Config):
-    "How a server that exits or stops answering is watched and restarted: `mascot serve`'s replicas and the server a run manages."
-
-    max_restarts: int = Field(
-        3,
-        description="times a server that exits or stops answering is restarted (each after restart_backoff, doubling) before it "
-        "counts as failed",
-    )
-    restart_backoff: float = Field(
-        5.0, description="seconds before a server's first restart; each later one waits twice as long"
-    )
-    health_interval: float = Field(
-        5.0, description="seconds between checks that each server is alive and answers /v1/models"
-    )
-    hang_timeout: float = Field(
-        120.0, description="seconds a running server may leave /v1/models unanswered before it is killed and restarted"
-    )
-
-
-class ServeConfig(ServerWatch):
+class ServeConfig(Config):
     "Flags of `mascot serve`."
 
     model: str = Field(description="the base model to serve (hub id or local folder)")
@@ -86,6 +67,20 @@ class ServeConfig(ServerWatch):
         False,
         description="let adapters be loaded into the running server by POST /v1/load_lora_adapter "
         "(VLLM_ALLOW_RUNTIME_LORA_UPDATING=True; needs --max-loras or --lora-modules)",
+    )
+    max_restarts: int = Field(
+        3,
+        description="times a server that exits or stops answering is restarted (each after restart_backoff, doubling) before it "
+        "counts as failed",
+    )
+    restart_backoff: float = Field(
+        5.0, description="seconds before a server's first restart; each later one waits twice as long"
+    )
+    health_interval: float = Field(
+        5.0, description="seconds between checks that each server is alive and answers /v1/models"
+    )
+    hang_timeout: float = Field(
+        120.0, description="seconds a running server may leave /v1/models unanswered before it is killed and restarted"
     )
 
 # %% ../../nbs/pipeline/00_serve.ipynb #d3e72b89
