@@ -17,7 +17,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "stage-1 candidates + pairs (--mode individual) or stage-2 group data (--mode group)",
     ),
     "judge": (
-        "mascot.judging.evaluator",
+        "mascot.judging.panel",
         "rubric evaluation of conversations by LLM judges (persona and collective rubrics, 0-100 metrics)",
     ),
     "train-reward-model": (

@@ -81,7 +81,7 @@ def test_piped_lines_become_a_saved_episode(tmp_path, data_dir):
             and f"{t['agent_name']} ({role}){mark}: {t['response']}" in r.stdout
         ), r.stdout
     # mascot judge builds its persona and collective items from it (running the 135M judge takes minutes; that is the judge's test)
-    from mascot.judging.evaluator import record_items, record_domain
+    from mascot.judging.panel import record_items, record_domain
 
     items = {k: record_items(rec, k, record_domain(rec, path)) for k in ("persona", "collective")}
     assert len(items["persona"]) == 2 and len(items["collective"]) == 1

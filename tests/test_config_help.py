@@ -12,7 +12,7 @@ CONFIGS = sorted(
     | {
         "mascot.domain.episodes:EpisodeConfig",
         "mascot.llm.routing:EndpointConfig",
-        "mascot.judging.evaluator:JudgeConfig",
+        "mascot.judging.panel:JudgeConfig",
         "mascot.evaluation.auto_metrics:MetricsConfig",
     }
 )
@@ -38,7 +38,7 @@ COMMANDS = {
     "train-group": "mascot.stage2.director_grpo:DirectorGRPOConfig",
     "episode": "mascot.domain.episodes:EpisodeConfig",
     "eval": "mascot.evaluation.generate:EvalConfig",
-    "judge": "mascot.judging.evaluator:JudgeConfig",
+    "judge": "mascot.judging.panel:JudgeConfig",
     "metrics": "mascot.evaluation.auto_metrics:MetricsConfig",
     "compare": "mascot.evaluation.compare:CompareConfig",
     "chat": "mascot.studies.chat:ChatConfig",

@@ -15,7 +15,7 @@ from mascot.judging.rubrics import (
     to_100,
 )
 from mascot.judging.pairwise import krippendorff_alpha
-from mascot.judging.evaluator import JudgeConfig, judge_file
+from mascot.judging.panel import JudgeConfig, judge_file
 
 NAMES = list(dict.fromkeys(c.name for r in RUBRICS.values() for c in r.criteria))
 
@@ -221,7 +221,7 @@ def test_weighted_scores_follow_the_top_token_probabilities():
     )  # one-token "10"
 
 
-def test_weighted_scores_through_the_evaluator(convs, tmp_path):
+def test_weighted_scores_through_the_panel(convs, tmp_path):
     paths = judge_file(
         JudgeConfig(
             provider="embedded",
@@ -350,7 +350,7 @@ def test_real_embedded_smollm2_judge_through_the_cli(tmp_path):
         [
             sys.executable,
             "-m",
-            "mascot.judging.evaluator",
+            "mascot.judging.panel",
             "--input-file",
             str(path),
             "--provider",

@@ -10,7 +10,7 @@ from mascot.core.defaults import CPU_MODEL
 from mascot.llm.routing import EndpointConfig, route_roles
 from mascot.llm.client import LLMClient
 from mascot.stage1.candidates import CandidatesConfig, generate_individual, individual_dir
-from mascot.judging.evaluator import JudgeConfig
+from mascot.judging.panel import JudgeConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -288,7 +288,7 @@ def test_judge_on_served_base_model(served_eval, server, tmp_path):
     cmd = [
         sys.executable,
         "-m",
-        "mascot.judging.evaluator",
+        "mascot.judging.panel",
         "--input-file",
         served_eval["zero-shot"],
         "--judge-server-url",

@@ -10,7 +10,7 @@ from ..core.runtime import *
 from ..llm.routing import judging_config, require_judge
 from ..llm.embedded import EmbeddedBackend
 from ..llm.client import embedded_backend
-from ..judging.evaluator import JudgeConfig, JudgePanelConfig, judge_file_async
+from ..judging.panel import JudgeConfig, JudgePanelConfig, judge_file_async
 from ..judging.rubrics import JudgeCache
 from .compare import CompareConfig, run_compare
 from pydantic import Field
