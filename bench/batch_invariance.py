@@ -85,7 +85,7 @@ def main():
     )
     a = ap.parse_args()
     sys.path.insert(0, str(ROOT))
-    from mascot.llm.embedded import EmbeddedBackend
+    from mascot.llm.embedded_backend import EmbeddedBackend
 
     backend = EmbeddedBackend(max_batch_size=16, dtype="float32" if a.fp32 else "auto")
     n = len(PROMPTS)

@@ -10,7 +10,7 @@ import argparse, asyncio, json, os, platform, statistics, time
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 from pathlib import Path
-from mascot.llm.embedded import EmbeddedBackend
+from mascot.llm.embedded_backend import EmbeddedBackend
 from mascot.llm.types import ChatRequest
 
 

@@ -113,7 +113,7 @@ MASK_S = [0.0]  # seconds spent in the grammar mask's calls
 
 def time_the_mask():
     "Count the seconds every `_GrammarMask` call takes (the mask's whole per-step work) into `MASK_S`."
-    import mascot.llm.embedded as emb_mod
+    import mascot.llm.embedded_backend as emb_mod
 
     call = emb_mod._GrammarMask.__call__
 
@@ -128,7 +128,7 @@ def time_the_mask():
 
 
 async def measure(emb, reqs, concurrency: int) -> dict:
-    from mascot.llm.embedded import embedded_stats
+    from mascot.llm.embedded_backend import embedded_stats
 
     before, t, mask0 = embedded_stats(), time.perf_counter(), MASK_S[0]
     out = []
@@ -153,7 +153,7 @@ async def measure(emb, reqs, concurrency: int) -> dict:
 
 
 def throughput(a):
-    from mascot.llm.embedded import EmbeddedBackend
+    from mascot.llm.embedded_backend import EmbeddedBackend
 
     time_the_mask()
     emb = EmbeddedBackend(max_batch_size=16)

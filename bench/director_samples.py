@@ -12,7 +12,7 @@ from pathlib import Path
 
 from mascot.core.store import read_jsonl
 from mascot.llm.types import ChatRequest
-from mascot.llm.embedded import EmbeddedBackend
+from mascot.llm.embedded_backend import EmbeddedBackend
 from mascot.domain.personas import ROSTERS, parse_directive
 
 

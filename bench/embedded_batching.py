@@ -13,8 +13,8 @@ import argparse, asyncio, json, os, statistics, time
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 from pathlib import Path
-import mascot.llm.embedded as llm
-from mascot.llm.embedded import EmbeddedBackend, embedded_stats
+import mascot.llm.embedded_backend as llm
+from mascot.llm.embedded_backend import EmbeddedBackend, embedded_stats
 from mascot.llm.types import ChatRequest
 from mascot.judging.rubrics import RUBRICS, judge_messages
 from mascot.domain.personas import SUPPORT_ROSTER

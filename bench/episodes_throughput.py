@@ -16,7 +16,7 @@ import argparse, asyncio, json, os, sys, tempfile, time
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 from pathlib import Path
-from mascot.llm.embedded import EmbeddedBackend
+from mascot.llm.embedded_backend import EmbeddedBackend
 from mascot.domain.episodes import EpisodeConfig, run_episodes_async
 from mascot.domain.datasets import shared_data_dir
 

@@ -15,8 +15,8 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 from pathlib import Path
 from unittest.mock import patch
 import torch
-import mascot.llm.embedded as llm
-from mascot.llm.embedded import EMBEDDED_STAT_KEYS, EmbeddedBackend, embedded_stats
+import mascot.llm.embedded_backend as llm
+from mascot.llm.embedded_backend import EMBEDDED_STAT_KEYS, EmbeddedBackend, embedded_stats
 from mascot.judging.panel import record_items, record_domain
 from mascot.evaluation.judge_all import JudgeStageConfig, judge_folder_async
 from mascot.core.store import read_jsonl

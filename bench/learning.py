@@ -205,7 +205,7 @@ def speaker_ungated(a, folder: Path, adapter: Path, rm_path: str, meta: dict) ->
     again as a higher score. The replies are sampled again with the package's seeds (seed x 100003 + prompt x samples + sample)."""
     import statistics
     from mascot.core.runtime import run_sync
-    from mascot.llm.embedded import EmbeddedBackend
+    from mascot.llm.embedded_backend import EmbeddedBackend
     from mascot.llm.types import ChatRequest
     from mascot.stage1.speaker_grpo import PersonaRMReward, speaker_prompts
     from mascot.training.heldout import paired_summary, split_by_context
@@ -932,7 +932,7 @@ def main():
     run("speaker", lambda: section_speaker(a, work, res["reward_model"]["path"]))
     stage2 = ("group_reward_model", "director", "dpo_director", "director_turn_taking", "dpo_director_turn_taking")
     if any(s in a.sections and todo(s) for s in stage2):
-        from mascot.llm.embedded import EmbeddedBackend
+        from mascot.llm.embedded_backend import EmbeddedBackend
         from mascot.testing import ProgrammaticGroupReward
 
         embedded, reward = EmbeddedBackend(), ProgrammaticGroupReward()

@@ -15,9 +15,9 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 from pathlib import Path
 import torch
 from mascot.llm.types import ChatRequest
-from mascot.llm.embedded import EmbeddedBackend
+from mascot.llm.embedded_backend import EmbeddedBackend
 from mascot.llm.openai import OpenAIBackend
-from mascot.llm.embedded_model import convert_smollm2
+from mascot.llm.embedded_weights import convert_smollm2
 
 PROMPTS = [
     "I moved to a new city and I feel lonely.",
@@ -178,8 +178,8 @@ def start_vllm(adapter, port):
 def vllm_bench(a):
     "Embedded vs vLLM, base and LoRA alias, concurrency 1 and 16, in one run (the same prompts, greedy, fp32)."
     import tempfile
-    from mascot.llm.embedded import make_random_lora
-    from mascot.llm.embedded_model import EMBEDDED_DEFAULT
+    from mascot.llm.embedded_backend import make_random_lora
+    from mascot.llm.embedded_weights import EMBEDDED_DEFAULT
     from mascot.pipeline.serve import vllm_python
 
     if vllm_python() is None:

@@ -14,7 +14,7 @@ import argparse, json, os, re, subprocess, sys, tempfile, time
 from datetime import datetime
 from pathlib import Path
 
-from mascot.llm.embedded import EMBEDDED_STAT_KEYS
+from mascot.llm.embedded_backend import EMBEDDED_STAT_KEYS
 
 # the ISA caps torch (ATen), oneDNN and MKL honour: the same code paths as on a CPU without AVX-512 (and so without bf16 units)
 AVX2_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}

@@ -17,7 +17,7 @@ import yaml
 from mascot.core.store import read_jsonl
 from mascot.domain.datasets import load_contexts
 from mascot.domain.episodes import EpisodeConfig, run_episodes_async
-from mascot.llm.embedded import EmbeddedBackend
+from mascot.llm.embedded_backend import EmbeddedBackend
 from mascot.evaluation.auto_metrics import conversation_from_record, degenerate_reasons
 from mascot.training.reward_models import wilson_interval
 

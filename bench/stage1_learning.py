@@ -13,7 +13,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 from pathlib import Path
 from mascot.core.store import read_jsonl
 from mascot.domain.datasets import shared_data_dir
-from mascot.llm.embedded import EmbeddedBackend
+from mascot.llm.embedded_backend import EmbeddedBackend
 from mascot.stage1.candidates import CandidatesConfig, generate_individual_async
 from mascot.training.reward_models import RewardModelConfig, train_reward_model
 from mascot.stage1.speaker_grpo import SpeakerGRPOConfig, train_speaker

@@ -12,7 +12,7 @@ import argparse, asyncio, json, os, statistics, tempfile, time
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 from pathlib import Path
 from mascot.domain.datasets import shared_data_dir
-from mascot.llm.embedded import EmbeddedBackend
+from mascot.llm.embedded_backend import EmbeddedBackend
 from mascot.stage2.group_data import GroupDataConfig, generate_group_async
 from mascot.stage2.group_reward_model import GroupRewardModelConfig, train_group_reward_model
 from mascot.training.reward_models import GroupRewardModel

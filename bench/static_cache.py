@@ -62,7 +62,7 @@ def speaker_requests(n: int, max_tokens: int = 36):
 
 
 async def measure(emb, reqs):
-    from mascot.llm.embedded import embedded_stats
+    from mascot.llm.embedded_backend import embedded_stats
 
     before = embedded_stats()
     t = time.perf_counter()
@@ -89,7 +89,7 @@ def main():
         os.environ.update(AVX2_ENV)  # before torch is imported
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     from pathlib import Path
-    from mascot.llm.embedded import EmbeddedBackend
+    from mascot.llm.embedded_backend import EmbeddedBackend
     from embedded_batching import judge_requests
 
     emb = EmbeddedBackend(dtype="float32" if (a.fp32 or a.avx2) else "auto").load()

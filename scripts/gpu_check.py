@@ -18,7 +18,7 @@ def build_tiny_qwen3(dest: Path, device: str, dtype) -> dict:
     "A 2-layer Qwen3 with random weights, built on `device` in `dtype`, saved with a tokenizer into `dest`."
     import torch
     from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
-    from mascot.llm.embedded_model import convert_smollm2
+    from mascot.llm.embedded_weights import convert_smollm2
 
     tok = AutoTokenizer.from_pretrained(convert_smollm2())
     # Qwen3's switch, in a ChatML template: with enable_thinking false the assistant turn opens with an empty think block
@@ -178,7 +178,7 @@ def main(argv=None):
         "The trainers' policy loads in training_dtype (bf16 on CUDA); the in-process backend generates on the device."
         import asyncio
         from mascot.training.models import load_causal_lm
-        from mascot.llm.embedded import EmbeddedBackend
+        from mascot.llm.embedded_backend import EmbeddedBackend
         from mascot.llm.types import ChatRequest
 
         m, _ = load_causal_lm(str(model))

@@ -47,7 +47,7 @@ def data_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def smol_path() -> Path:
-    from mascot.llm.embedded_model import convert_smollm2
+    from mascot.llm.embedded_weights import convert_smollm2
 
     return convert_smollm2()
 

@@ -171,8 +171,8 @@ FIRST = "I lost my job today."
 
 def finished_run(root: Path) -> dict[str, Path]:
     "A run folder as `mascot run` leaves it, its speaker and director stages completed with random LoRA adapters of the tiny model."
-    from mascot.llm.embedded import make_random_lora
-    from mascot.llm.embedded_model import EMBEDDED_DEFAULT
+    from mascot.llm.embedded_backend import make_random_lora
+    from mascot.llm.embedded_weights import EMBEDDED_DEFAULT
 
     out = {}
     for stage, role, seed in (("12_speaker_grpo", "speaker", 1), ("22_director_grpo", "director", 2)):

@@ -397,7 +397,7 @@ def test_the_cache_misses_when_what_answers_changes(tmp_path, monkeypatch):
     import asyncio
     from mascot.judging.rubrics import JudgeCache, judge_identity, judge_sampling
     from mascot.llm.client import LLMClient
-    from mascot.llm.embedded import EmbeddedBackend
+    from mascot.llm.embedded_backend import EmbeddedBackend
     from mascot.llm.routing import EndpointConfig
 
     sys.path.insert(0, str(Path(__file__).parent))

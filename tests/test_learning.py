@@ -218,7 +218,7 @@ def test_constrained_director_grpo_learns_a_choice_that_needs_the_conversation(t
     from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
     from trl import GRPOTrainer
     from mascot.domain.personas import SUPPORT_ROSTER, directive_constraint
-    from mascot.llm.embedded_model import tiny_model
+    from mascot.llm.embedded_weights import tiny_model
     from mascot.stage2.director_grpo import DirectorGRPOConfig, constrain_generation
     from mascot.training.configs import grpo_config, lora_config
     from mascot.training.heldout import paired_summary

@@ -5,10 +5,10 @@ import pytest
 from mascot.core.runtime import RunDir
 from mascot.llm.types import ChatRequest, ModelNotFound, BackendUnavailable
 from mascot.llm.openai import OpenAIBackend
-from mascot.llm.embedded import EmbeddedBackend
+from mascot.llm.embedded_backend import EmbeddedBackend
 from mascot.llm.routing import EndpointConfig, route_roles
 from mascot.llm.client import LLMClient
-from mascot.llm.embedded_model import EMBEDDED_DEFAULT
+from mascot.llm.embedded_weights import EMBEDDED_DEFAULT
 
 HELLO = [{"role": "user", "content": "Say hello to a friend in one short sentence."}]
 

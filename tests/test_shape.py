@@ -208,8 +208,10 @@ def missing_names(path: Path) -> list[str]:
 def test_bench_and_scripts_import_what_exists(tmp_path):
     "Benchmarks and scripts run only by hand still name things the package has (a moved function would break them silently)."
     probe = tmp_path / "probe.py"
-    probe.write_text("from mascot.llm import embedded\nfrom mascot.llm.embedded import EmbeddedBackend, no_such_name\n")
-    assert missing_names(probe) == ["mascot.llm.embedded.no_such_name"]  # the check can fail
+    probe.write_text(
+        "from mascot.llm import embedded_backend\nfrom mascot.llm.embedded_backend import EmbeddedBackend, no_such_name\n"
+    )
+    assert missing_names(probe) == ["mascot.llm.embedded_backend.no_such_name"]  # the check can fail
     root = PKG.parent
     scripts = sorted(root.glob("bench/**/*.py")) + sorted(root.glob("scripts/*.py"))
     broken = {str(p.relative_to(root)): m for p in scripts if (m := missing_names(p))}

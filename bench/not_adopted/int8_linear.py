@@ -75,7 +75,7 @@ def shapes() -> list[dict]:
 
 def model_decode() -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from mascot.llm.embedded_model import EMBEDDED_DEFAULT, resolve_model_path
+    from mascot.llm.embedded_weights import EMBEDDED_DEFAULT, resolve_model_path
     from static_cache import speaker_requests
 
     path = resolve_model_path(EMBEDDED_DEFAULT)

@@ -10,8 +10,8 @@ from ..core.records import *
 from ..core.store import *
 from ..core.config import *
 from ..core.runtime import *
-from ..llm.embedded_model import *
-from ..llm.embedded import *
+from ..llm.embedded_weights import *
+from ..llm.embedded_backend import *
 from ..llm.routing import *
 from ..llm.client import *
 from .datasets import Context, load_contexts, few_shot_examples

@@ -78,7 +78,7 @@ def metric_of(kind: str, criterion: str) -> str | None:
 
 def is_embedded_small(judge: str) -> bool:
     "The embedded 135M judge: its scores check the plumbing, they are no verdict on the systems."
-    from mascot.llm.embedded_model import EMBEDDED_DEFAULT
+    from mascot.llm.embedded_weights import EMBEDDED_DEFAULT
 
     return judge == EMBEDDED_DEFAULT or "135m" in str(judge).lower()
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 from ..core.store import *
 from ..core.config import *
 from ..core.runtime import *
-from ..llm.embedded_model import *
-from ..llm.embedded import *
+from ..llm.embedded_weights import *
+from ..llm.embedded_backend import *
 from ..llm.client import *
 from ..domain.episodes import EpisodeConfig, run_episodes_async
 from mascot.domain.systems import (

@@ -8,7 +8,7 @@ from ..core.store import *
 from ..core.config import *
 from ..core.runtime import *
 from ..llm.routing import judging_config, require_judge
-from ..llm.embedded import EmbeddedBackend
+from ..llm.embedded_backend import EmbeddedBackend
 from ..llm.client import embedded_backend
 from ..judging.panel import JudgeConfig, JudgePanelConfig, judge_file_async
 from ..judging.rubrics import JudgeCache

@@ -9,7 +9,7 @@ from ..core.store import *
 from ..core.config import *
 from ..core.runtime import *
 from ..llm.types import *
-from ..llm.embedded_model import *
+from ..llm.embedded_weights import *
 from ..llm.routing import *
 from ..llm.client import *
 from .rubrics import *

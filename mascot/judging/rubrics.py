@@ -6,7 +6,7 @@
 from __future__ import annotations
 from ..core.records import *
 from ..llm.types import *
-from ..llm.embedded import *
+from ..llm.embedded_backend import *
 from ..llm.routing import *
 from ..llm.client import *
 from ..domain.personas import ROSTERS, roster_for_dataset, render_history
@@ -594,8 +594,8 @@ def judge_identity(client: LLMClient) -> dict | None:
     hash and dtype (embedded), what the server lists for the model (served: root, parent, context; the root's hash when it is a local
     folder), and `--judge-revision`; None when the backend is not one of the package's (not cached)."""
     from mascot.llm.openai import OpenAIBackend
-    from mascot.llm.embedded import EmbeddedBackend
-    from mascot.llm.embedded_model import embedded_dtype, resolve_model_path
+    from mascot.llm.embedded_backend import EmbeddedBackend
+    from mascot.llm.embedded_weights import embedded_dtype, resolve_model_path
     from mascot.llm.api_backends import AnthropicBackend, GeminiBackend
 
     backend = client.backend("judge")

@@ -6,7 +6,7 @@
 from __future__ import annotations
 from ..core.runtime import cache_dir
 from .types import *
-from .embedded_model import EMBEDDED_DEFAULT, TINY_MODEL_ENV
+from .embedded_weights import EMBEDDED_DEFAULT, TINY_MODEL_ENV
 import json, os, re
 from pathlib import Path
 

@@ -9,8 +9,8 @@ from ..core.runtime import *
 from .types import *
 from .openai import *
 from .openai import _identity
-from .embedded_model import *
-from .embedded import *
+from .embedded_weights import *
+from .embedded_backend import *
 from .routing import *
 from .adapters import *
 import dataclasses

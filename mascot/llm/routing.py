@@ -7,7 +7,7 @@ from __future__ import annotations
 from ..core.config import *
 from .types import *
 from .openai import *
-from .embedded_model import *
+from .embedded_weights import *
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 from pydantic import Field, model_validator

@@ -8,7 +8,7 @@ from ..core.store import *
 from ..core.config import *
 from ..core.runtime import *
 from ..llm.routing import EndpointConfig, judge_record
-from ..llm.embedded_model import EMBEDDED_DEFAULT
+from ..llm.embedded_weights import EMBEDDED_DEFAULT
 from ..stages import *
 from .serve import ServerFailed
 from .managed_vllm import *
@@ -181,7 +181,7 @@ IMPORT_CELL = (
 PEAK_CELL = (
     "# recorded by mascot run: this kernel's peak resident memory, its import time, and where its embedded model's time went\n"
     "import json as _j, resource as _r, sys as _s\n"
-    "_emb = _s.modules['mascot.llm.embedded'].embedded_stats() if 'mascot.llm.embedded' in _s.modules else None\n"
+    "_emb = _s.modules['mascot.llm.embedded_backend'].embedded_stats() if 'mascot.llm.embedded_backend' in _s.modules else None\n"
     f"_j.dump({{'peak_rss_mb': round(_r.getrusage(_r.RUSAGE_SELF).ru_maxrss / 1024), 'embedded': _emb,\n"
     f"         'import_s': globals().get('_import_s')}}, open('{PEAK_FILE}', 'w'))"
 )

@@ -6,7 +6,7 @@
 from __future__ import annotations
 from ..core.config import *
 from ..llm.routing import parse_lora_modules
-from ..llm.embedded_model import resolve_model_path, EMBEDDED_DEFAULT
+from ..llm.embedded_weights import resolve_model_path, EMBEDDED_DEFAULT
 import json, os, shlex, signal, subprocess, sys, time, urllib.request
 from pathlib import Path
 from typing import Literal

@@ -12,7 +12,7 @@ from ..core.store import *
 from ..core.config import *
 from ..core.runtime import *
 from ..llm.types import *
-from ..llm.embedded import *
+from ..llm.embedded_backend import *
 from ..llm.routing import *
 from ..llm.client import *
 from ..domain.datasets import Context, load_contexts

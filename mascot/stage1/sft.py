@@ -9,7 +9,7 @@ from ..core.records import *
 from ..core.store import *
 from ..core.config import *
 from ..core.runtime import *
-from ..llm.embedded_model import resolve_model_path
+from ..llm.embedded_weights import resolve_model_path
 from ..training.pairs import model_slug
 from ..domain.personas import roster_for_dataset
 from ..domain.personas import baseline_messages

@@ -8,7 +8,7 @@ from pydantic import Field
 from ..core.store import *
 from ..core.config import *
 from ..core.runtime import *
-from ..llm.embedded import EmbeddedBackend
+from ..llm.embedded_backend import EmbeddedBackend
 from ..llm.types import ChatRequest
 from ..training.pairs import model_slug
 from ..training.reward_models import RewardModel

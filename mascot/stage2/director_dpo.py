@@ -8,7 +8,7 @@ from pydantic import Field
 from ..core.store import *
 from ..core.config import *
 from ..core.runtime import *
-from ..llm.embedded_model import resolve_model_path
+from ..llm.embedded_weights import resolve_model_path
 from ..training.pairs import load_pairs, model_slug
 from ..training.heldout import split_by_context
 from ..training.provenance import data_hash, fit_and_record, training_run

@@ -10,7 +10,7 @@ from ..core.config import *
 from ..llm.types import *
 from ..llm.routing import *
 from ..llm.client import *
-from ..llm.embedded_model import EMBEDDED_DEFAULT
+from ..llm.embedded_weights import EMBEDDED_DEFAULT
 from ..domain.datasets import Context, load_contexts, canonical_dataset
 from ..domain.personas import *
 from mascot.domain.episodes import (

@@ -8,7 +8,7 @@ from ..core.defaults import *
 from ..core.config import *
 from pydantic import Field
 from ..core.runtime import *
-from ..llm.embedded_model import EMBEDDED_DEFAULT
+from ..llm.embedded_weights import EMBEDDED_DEFAULT
 from .pairs import model_slug
 import json, os
 from pathlib import Path

@@ -4,7 +4,7 @@
 
 # %% ../../nbs/training/00a_models.ipynb #d15dbedd
 from __future__ import annotations
-from ..llm.embedded_model import resolve_model_path
+from ..llm.embedded_weights import resolve_model_path
 import os
 from pathlib import Path
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pydantic import Field
 from ..core.records import *
 from ..core.config import *
-from ..llm.embedded_model import resolve_model_path, EMBEDDED_DEFAULT
+from ..llm.embedded_weights import resolve_model_path, EMBEDDED_DEFAULT
 from ..domain.personas import Roster, render_history, group_rm_instruction
 from .pairs import load_pairs, model_slug
 from .configs import EpochTrainingConfig, lora_config
