@@ -38,7 +38,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "directed multi-agent conversations (and baselines/ablations) on ED, ESConv or QMSum",
     ),
     "eval": (
-        "mascot.evaluation.generate",
+        "mascot.evaluation.conversations",
         "evaluation generation: trained system, stage ablations, MASCOT-P/-C and baselines",
     ),
     "judge-all": ("mascot.evaluation.judge_all", "judge every conversation file of a folder into one tidy score table"),

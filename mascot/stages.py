@@ -109,8 +109,8 @@ STAGES += [
     Stage(
         "evaluate",
         "30_generate",
-        "evaluation/30_generate.ipynb",
-        "mascot.evaluation.generate:EvalConfig",
+        "evaluation/30_conversations.ipynb",
+        "mascot.evaluation.conversations:EvalConfig",
         GEN,
         {
             "director_adapter": ("director_grpo", "path"),

@@ -37,7 +37,7 @@ COMMANDS = {
     "train-sft": "mascot.stage1.sft:SFTStageConfig",
     "train-group": "mascot.stage2.director_grpo:DirectorGRPOConfig",
     "episode": "mascot.domain.episodes:EpisodeConfig",
-    "eval": "mascot.evaluation.generate:EvalConfig",
+    "eval": "mascot.evaluation.conversations:EvalConfig",
     "judge": "mascot.judging.panel:JudgeConfig",
     "metrics": "mascot.evaluation.auto_metrics:MetricsConfig",
     "compare": "mascot.evaluation.compare:CompareConfig",

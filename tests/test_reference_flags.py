@@ -173,7 +173,7 @@ def test_quick_start_resolves_to_the_papers_models(tmp_path, monkeypatch):
     from mascot.stage2.group_reward_model import GroupRewardModelConfig
     from mascot.stage2.director_grpo import DirectorGRPOConfig
     from mascot.stage2.director_dpo import DirectorDPOConfig
-    from mascot.evaluation.generate import EvalConfig, system_config
+    from mascot.evaluation.conversations import EvalConfig, system_config
     from mascot.evaluation.auto_metrics import MetricsConfig
 
     monkeypatch.chdir(tmp_path)

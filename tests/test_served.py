@@ -179,7 +179,7 @@ def served_eval(server, tmp_path_factory):
     cmd = [
         sys.executable,
         "-m",
-        "mascot.evaluation.generate",
+        "mascot.evaluation.conversations",
         "--dataset",
         "ED",
         "--data-path",
@@ -263,7 +263,7 @@ def test_eval_refuses_unmappable_flags(server):
         [
             sys.executable,
             "-m",
-            "mascot.evaluation.generate",
+            "mascot.evaluation.conversations",
             "--dataset",
             "ED",
             "--systems",

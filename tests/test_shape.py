@@ -31,7 +31,7 @@ STAGES = {
     "stage2.group_reward_model",
     "stage2.director_grpo",
     "stage2.director_dpo",
-    "evaluation.generate",
+    "evaluation.conversations",
     "evaluation.judge_all",
     "evaluation.auto_metrics",
 }

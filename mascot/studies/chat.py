@@ -21,7 +21,7 @@ from mascot.domain.episodes import (
     episode_record,
     MULTI_AGENT,
 )
-from ..evaluation.generate import EvalConfig, system_config
+from ..evaluation.conversations import EvalConfig, system_config
 from ..domain.systems import get_system, SYSTEMS, DIRECTOR_ALIAS, SPEAKER_ALIAS, SFT_ALIAS
 from ..stages import STAGE_BY_KEY
 from .web_guard import guard_web_app
