@@ -5,15 +5,8 @@ from pathlib import Path
 import pytest
 from mascot.core.store import read_jsonl
 from mascot.llm.types import ChatBackend, ChatRequest, ChatResponse, TokenLogprob
-from mascot.judging.rubrics import (
-    RUBRICS,
-    JudgeParseError,
-    get_rubric,
-    judge_line,
-    parse_judgement,
-    score_distribution,
-    to_100,
-)
+from mascot.judging.rubrics import RUBRICS, get_rubric, judge_line
+from mascot.judging.judgements import JudgeParseError, parse_judgement, score_distribution, to_100
 from mascot.judging.pairwise import krippendorff_alpha
 from mascot.judging.panel import JudgeConfig, judge_file
 
@@ -318,7 +311,7 @@ def test_legacy_file_without_metadata_uses_the_file_name(tmp_path, caplog):
     del rec["metadata"]
     path = tmp_path / "old_qmsum_run.jsonl"
     path.write_text(json.dumps(rec) + "\n")
-    with caplog.at_level("WARNING", logger="mascot.judging.rubrics"):
+    with caplog.at_level("WARNING", logger="mascot.judging.panel"):
         paths = judge_file(
             JudgeConfig(provider="embedded", input_file=str(path), rubric="persona", progress=False),
             embedded=ScriptedJudge({"Critic": 6}),
@@ -395,7 +388,8 @@ def test_openai_compatible_judge_without_logprobs(openai_server, tmp_path):
 def test_the_cache_misses_when_what_answers_changes(tmp_path, monkeypatch):
     "Thinking on/off, the embedded dtype, new weights under one name, an adapter retrained in place, the server's root, a revision, and the tiny test model vs the real embedded one: each a different cache key."
     import asyncio
-    from mascot.judging.rubrics import JudgeCache, judge_identity, judge_sampling
+    from mascot.judging.cache import JudgeCache, judge_identity
+    from mascot.judging.calls import judge_sampling
     from mascot.llm.client import LLMClient
     from mascot.llm.embedded_backend import EmbeddedBackend
     from mascot.llm.routing import EndpointConfig

@@ -11,7 +11,7 @@ from ..llm.routing import judging_config, require_judge
 from ..llm.embedded_backend import EmbeddedBackend
 from ..llm.client import embedded_backend
 from ..judging.panel import JudgeConfig, JudgePanelConfig, judge_file_async
-from ..judging.rubrics import JudgeCache
+from ..judging.cache import JudgeCache
 from .compare import CompareConfig, run_compare
 from pydantic import Field
 import asyncio, json, sys

@@ -8,7 +8,8 @@ from ..core.runtime import *
 from ..llm.types import *
 from ..llm.routing import *
 from ..llm.client import *
-from .rubrics import CONTEXT_LABEL, JudgeParseError, Rubric
+from .rubrics import CONTEXT_LABEL, Rubric
+from .judgements import JudgeParseError
 import asyncio, math, re, warnings
 from dataclasses import dataclass
 from typing import Literal

@@ -13,7 +13,13 @@ from ..llm.embedded_weights import *
 from ..llm.routing import *
 from ..llm.client import *
 from .rubrics import *
-from .pairwise import krippendorff_alpha, alpha_ci
+from .cache import *
+from .calls import *
+from .judgements import *
+from .judgements import *
+from .cache import *
+from .calls import *
+from .pairwise import alpha_ci
 from ..llm.api_backends import AnthropicBackend, GeminiBackend
 from ..domain.personas import ROSTERS, Roster, roster_for_dataset, render_history
 from ..core.jobs import Job
@@ -33,7 +39,7 @@ __all__ = ['PROVIDERS', 'GROUP_KEYS', 'JudgeSpec', 'parse_judge_spec', 'JudgePan
 
 # %% ../../nbs/judging/02_panel.ipynb #4ff7982a
 PROVIDERS = ("vllm", "openai", "embedded", "anthropic", "gemini")
-_log = logging.getLogger("mascot.judging.rubrics")
+_log = logging.getLogger("mascot.judging.panel")
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,9 @@ from ..llm.routing import *
 from ..llm.client import *
 from ..domain.datasets import Context, load_contexts
 from ..domain.personas import *
-from ..judging.rubrics import get_rubric, judge_reply, JudgeParseError
+from ..judging.rubrics import get_rubric
+from ..judging.calls import judge_reply
+from ..judging.judgements import JudgeParseError
 from ..core.jobs import Job
 from ..training.pairs import model_slug, candidate_pairs, save_pairs, load_pairs
 import asyncio, json, sys

@@ -25,7 +25,9 @@ from mascot.domain.episodes import (
     call_seed,
     StrictModeError,
 )
-from ..judging.rubrics import get_rubric, judge_conversation, JudgeParseError
+from ..judging.rubrics import get_rubric
+from ..judging.calls import judge_conversation
+from ..judging.judgements import JudgeParseError
 from ..training.pairs import preference_pairs, candidate_pairs, save_pairs, model_slug
 from ..core.jobs import Job
 from ..training.reward_models import trajectory_messages

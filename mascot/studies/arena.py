@@ -13,7 +13,8 @@ from ..llm.routing import *
 from ..llm.client import *
 from ..domain.systems import SYSTEMS
 from ..domain.personas import roster_for_dataset, render_history
-from ..judging.rubrics import get_rubric, record_situation
+from ..judging.rubrics import get_rubric
+from ..judging.calls import record_situation
 from ..judging.pairwise import judge_pair
 from .chat import is_fallback
 from .web_guard import guard_web_app
@@ -410,7 +411,7 @@ async def judge_arena(
     arena: Arena, cfg: EndpointConfig, path: str | Path, embedded: ChatBackend | None = None
 ) -> dict[str, str | None]:
     "Judge every pair (those already in `path` are kept); returns {pair: winner system | 'tie' | None when unparsable}."
-    from mascot.judging.rubrics import JudgeParseError
+    from mascot.judging.judgements import JudgeParseError
 
     require_judge(cfg)  # the pairwise judge is an explicit choice too
     store = JsonlStore(path, resume=True, id_key="pair_id")
