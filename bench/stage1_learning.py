@@ -15,7 +15,7 @@ from mascot.core.store import read_jsonl
 from mascot.domain.datasets import shared_data_dir
 from mascot.llm.embedded_backend import EmbeddedBackend
 from mascot.stage1.candidates import CandidatesConfig, generate_individual_async
-from mascot.training.reward_models import RewardModelConfig, train_reward_model
+from mascot.training.reward_trainer import RewardModelConfig, train_reward_model
 from mascot.stage1.speaker_grpo import SpeakerGRPOConfig, train_speaker
 
 

@@ -21,7 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "rubric evaluation of conversations by LLM judges (persona and collective rubrics, 0-100 metrics)",
     ),
     "train-reward-model": (
-        "mascot.stage1.reward_model",
+        "mascot.stage1.speaker_reward_model",
         "persona reward model (LoRA, score head) with TRL's RewardTrainer",
     ),
     "train-speaker": (

@@ -37,8 +37,8 @@ STAGES: list[Stage] = [
     Stage(
         "reward_model",
         "11_reward_model",
-        "stage1/11_reward_model.ipynb",
-        "mascot.stage1.reward_model:RewardModelConfig",
+        "stage1/11_speaker_reward_model.ipynb",
+        "mascot.stage1.speaker_reward_model:RewardModelConfig",
         ("dataset", "seed", "reward_model_name"),
         {"data_path": ("candidates", "data_path")},
     ),

@@ -32,7 +32,7 @@ def test_every_field_is_described(path):
 
 COMMANDS = {
     "generate": "mascot.stage1.candidates:CandidatesConfig",
-    "train-reward-model": "mascot.training.reward_models:RewardModelConfig",
+    "train-reward-model": "mascot.training.reward_trainer:RewardModelConfig",
     "train-speaker": "mascot.stage1.speaker_grpo:SpeakerGRPOConfig",
     "train-sft": "mascot.stage1.sft:SFTStageConfig",
     "train-group": "mascot.stage2.director_grpo:DirectorGRPOConfig",

@@ -42,7 +42,7 @@ def test_trainer_stage_runs_under_accelerate_launch_on_two_processes(tmp_path):
     assert json.loads((sdir / "run_summary.json").read_text())["launch"]["world_size"] == 2
     # the stage's notebook, run by papermill, shows what ran: the launcher, the world size and the accelerate config
     assert (
-        "accelerate launch: 2 processes (cpu_gloo.yaml): mascot.training.reward_models:train_reward_model"
+        "accelerate launch: 2 processes (cpu_gloo.yaml): mascot.training.reward_trainer:train_reward_model"
         in (sdir / "executed.ipynb").read_text()
     )
     out = Path(json.loads((sdir / "outputs.json").read_text())["path"])

@@ -11,7 +11,7 @@ def test_reward_model_learns_known_label_pairs(data_dir, tmp_path):
     "A real reply beats its degraded copies (parroted context, name only, cut off, another conversation's reply) more often on held-out contexts."
     from mascot.domain.datasets import load_contexts
     from mascot.training.pairs import save_pairs
-    from mascot.stage1.reward_model import RewardModelConfig, train_reward_model
+    from mascot.stage1.speaker_reward_model import RewardModelConfig, train_reward_model
     from mascot.testing import known_label_pairs
 
     # the demo's 16 ESConv conversations and ED's 12 training ones: 28 contexts, about 100 pairs

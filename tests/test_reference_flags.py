@@ -166,7 +166,7 @@ def test_quick_start_resolves_to_the_papers_models(tmp_path, monkeypatch):
     """Each step's flags exactly as the authors' code's quick start gives them resolve to Qwen3-8B (policies) and Qwen3-0.6B (reward models),
     and to the folders the earlier steps wrote: the stages read the models their input data records."""
     from mascot.pipeline.serve import ServeConfig, vllm_command
-    from mascot.stage1.reward_model import RewardModelConfig
+    from mascot.stage1.speaker_reward_model import RewardModelConfig
     from mascot.stage1.speaker_grpo import SpeakerGRPOConfig
     from mascot.stage1.sft import SFTStageConfig
     from mascot.stage2.group_data import GroupDataConfig, group_dir

@@ -37,7 +37,7 @@ def test_reward_model_trains_on_two_ranks_and_saves_one_adapter(data_dir, tmp_pa
             "--master_port",
             str(free_port()),
             "-m",
-            "mascot.stage1.reward_model",
+            "mascot.stage1.speaker_reward_model",
             "--dataset",
             "ESConv",
             "--data-path",

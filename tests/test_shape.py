@@ -24,7 +24,7 @@ LAYERS = {
 }
 STAGES = {
     "stage1.candidates",
-    "stage1.reward_model",
+    "stage1.speaker_reward_model",
     "stage1.speaker_grpo",
     "stage1.sft",
     "stage2.group_data",

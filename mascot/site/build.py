@@ -210,7 +210,7 @@ def degenerate_counts(info: dict) -> dict[str, dict]:
 
 def degenerate_table(info: dict) -> str:
     "Degenerate replies per system: count, rate with its Wilson 95% interval, and the reasons."
-    from mascot.training.reward_models import wilson_interval
+    from mascot.training.reward_trainer import wilson_interval
     from mascot.evaluation.figures import SYSTEMS, ordered
 
     counts = degenerate_counts(info)

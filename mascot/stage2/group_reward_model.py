@@ -9,7 +9,7 @@ from ..core.records import *
 from ..core.store import *
 from ..core.config import *
 from ..core.runtime import *
-from ..training.reward_models import RewardModelConfig, train_reward_model, GroupRewardModel
+from ..training.reward_trainer import RewardModelConfig, train_reward_model, GroupRewardModel
 from ..training.pairs import model_slug
 import json, sys
 from pathlib import Path
