@@ -113,9 +113,9 @@ MASK_S = [0.0]  # seconds spent in the grammar mask's calls
 
 def time_the_mask():
     "Count the seconds every `_GrammarMask` call takes (the mask's whole per-step work) into `MASK_S`."
-    import mascot.llm.embedded_backend as emb_mod
+    import mascot.llm.decoding as decoding
 
-    call = emb_mod._GrammarMask.__call__
+    call = decoding._GrammarMask.__call__
 
     def timed(self, input_ids, scores):
         t = time.perf_counter()
@@ -124,7 +124,7 @@ def time_the_mask():
         finally:
             MASK_S[0] += time.perf_counter() - t
 
-    emb_mod._GrammarMask.__call__ = timed
+    decoding._GrammarMask.__call__ = timed
 
 
 async def measure(emb, reqs, concurrency: int) -> dict:

@@ -16,6 +16,7 @@ from .adapters import *
 import dataclasses
 import asyncio, json
 from pathlib import Path
+from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['embedded_backend', 'LLMClient']
@@ -68,157 +69,99 @@ class LLMClient:
                 if alias not in embedded.adapters and alias not in embedded._pending_adapters:
                     embedded.load_adapter(alias, path)
 
-    def backend(self, role: str) -> ChatBackend:
-        route = self.routes[role]
+# %% ../../nbs/llm/06_client.ipynb #00effd11
+@patch
+def backend(self: LLMClient, role: str) -> ChatBackend:
+    route = self.routes[role]
+    if route.backend == "unset":
+        raise ConfigError(NO_JUDGE)
+    if route.backend == "openai":
+        key = (route.url, route.key_env)  # one HTTP client per server and key
+        if key not in self._backends:
+            self._backends[key] = openai_backend(
+                route.url,
+                max_concurrency=self.cfg.max_concurrency,
+                timeout=self.cfg.request_timeout,
+                max_retries=self.cfg.max_retries,
+                key_env=route.key_env,
+                reconnect_s=getattr(self.cfg, "reconnect_wait", 0.0),
+            )
+        return self._backends[key]
+    if self._embedded is None:
+        self._embedded = embedded_backend(self.cfg, adapters=self.adapters)
+    return self._embedded
+
+
+@patch
+async def aclose(self: LLMClient):
+    for b in self._backends.values():
+        await b.aclose()
+
+# %% ../../nbs/llm/06_client.ipynb #6dd91df7
+@patch
+async def check(self: LLMClient) -> dict[str, str]:
+    "Resolve every role's model now, so a wrong name stops the run before any work; learn the base and adapter behind each."
+    for role, route in self.routes.items():
         if route.backend == "unset":
-            raise ConfigError(NO_JUDGE)
-        if route.backend == "openai":
-            key = (route.url, route.key_env)  # one HTTP client per server and key
-            if key not in self._backends:
-                self._backends[key] = openai_backend(
-                    route.url,
-                    max_concurrency=self.cfg.max_concurrency,
-                    timeout=self.cfg.request_timeout,
-                    max_retries=self.cfg.max_retries,
-                    key_env=route.key_env,
-                    reconnect_s=getattr(self.cfg, "reconnect_wait", 0.0),
-                )
-            return self._backends[key]
-        if self._embedded is None:
-            self._embedded = embedded_backend(self.cfg, adapters=self.adapters)
-        return self._embedded
+            continue  # no judge chosen: only a stage that judges needs one, and `require_judge` stops it first
+        backend = self.backend(role)
+        try:
+            self._checked[role] = await backend.check_model(route.model)
+        except ModelNotFound as e:
+            raise ModelNotFound(f"role {role}: {e}") from None
+        self.identities[role] = self._identity_of(role, await backend.describe_model(self._checked[role]))
+    if self.run:
+        self.run.extra["routes"] = self.describe()
+    return dict(self._checked)
 
-    async def check(self) -> dict[str, str]:
-        "Resolve every role's model now, so a wrong name stops the run before any work; learn the base and adapter behind each."
-        for role, route in self.routes.items():
-            if route.backend == "unset":
-                continue  # no judge chosen: only a stage that judges needs one, and `require_judge` stops it first
-            backend = self.backend(role)
-            try:
-                self._checked[role] = await backend.check_model(route.model)
-            except ModelNotFound as e:
-                raise ModelNotFound(f"role {role}: {e}") from None
-            self.identities[role] = self._identity_of(role, await backend.describe_model(self._checked[role]))
-        if self.run:
-            self.run.extra["routes"] = self.describe()
-        return dict(self._checked)
 
-    def _identity_of(self, role: str, ident: dict) -> dict:
-        "A served alias's identity, checked against the local adapter folder this run was given for it."
-        route, local = self.routes[role], self.adapters.get(ident["model"])
-        if (
-            route.backend == "openai"
-            and local
-            and ident["adapter_path"]
-            and Path(ident["adapter_path"]).is_absolute()
-            and Path(ident["adapter_path"]).resolve() != Path(local).expanduser().resolve()
-        ):
-            raise ModelNotFound(
-                f"role {role}: {public_url(route.url)} serves {ident['model']!r} from {ident['adapter_path']}, but this run was given {local}"
-            )
-        if route.backend == "openai" and local and not ident["adapter"]:
-            ident = {
-                **ident,
-                "adapter": ident["model"],
-                "adapter_path": local,
-            }  # a server that does not list parents (not vLLM)
-        return {**ident, "backend": f"openai:{public_url(route.url)}" if route.backend == "openai" else route.backend}
+@patch
+def _identity_of(self: LLMClient, role: str, ident: dict) -> dict:
+    "A served alias's identity, checked against the local adapter folder this run was given for it."
+    route, local = self.routes[role], self.adapters.get(ident["model"])
+    if (
+        route.backend == "openai"
+        and local
+        and ident["adapter_path"]
+        and Path(ident["adapter_path"]).is_absolute()
+        and Path(ident["adapter_path"]).resolve() != Path(local).expanduser().resolve()
+    ):
+        raise ModelNotFound(
+            f"role {role}: {public_url(route.url)} serves {ident['model']!r} from {ident['adapter_path']}, but this run was given {local}"
+        )
+    if route.backend == "openai" and local and not ident["adapter"]:
+        ident = {
+            **ident,
+            "adapter": ident["model"],
+            "adapter_path": local,
+        }  # a server that does not list parents (not vLLM)
+    return {**ident, "backend": f"openai:{public_url(route.url)}" if route.backend == "openai" else route.backend}
 
-    def identity(self, role: str) -> dict:
-        "Model, base, adapter, adapter folder and backend of `role` (known exactly after `check`; else from the local flags)."
-        if role in self.identities:
-            return self.identities[role]
-        route = self.routes[role]
-        path = self.adapters.get(route.model)
-        return self._identity_of(role, _identity(route.model, self.cfg.model_name if path else None, path))
+# %% ../../nbs/llm/06_client.ipynb #18e09830
+@patch
+def identity(self: LLMClient, role: str) -> dict:
+    "Model, base, adapter, adapter folder and backend of `role` (known exactly after `check`; else from the local flags)."
+    if role in self.identities:
+        return self.identities[role]
+    route = self.routes[role]
+    path = self.adapters.get(route.model)
+    return self._identity_of(role, _identity(route.model, self.cfg.model_name if path else None, path))
 
-    def describe(self) -> dict:
-        "The routing table as recorded in run_config.json and the run summary."
-        return {
-            r: {
-                "backend": x.backend,
-                "url": public_url(x.url),
-                "model": x.model,
-                **{k: v for k, v in self.identity(r).items() if k in ("base", "adapter", "adapter_path") and v},
-            }
-            for r, x in self.routes.items()
+
+@patch
+def describe(self: LLMClient) -> dict:
+    "The routing table as recorded in run_config.json and the run summary."
+    return {
+        r: {
+            "backend": x.backend,
+            "url": public_url(x.url),
+            "model": x.model,
+            **{k: v for k, v in self.identity(r).items() if k in ("base", "adapter", "adapter_path") and v},
         }
+        for r, x in self.routes.items()
+    }
 
-    async def chat(self, role: str, messages: list[dict], **params) -> ChatResponse:
-        if role not in self.routes:
-            raise ValueError(f"unknown role {role!r}; roles are {ROLES}")
-        route = self.routes[role]
-        params.setdefault("enable_thinking", getattr(self.cfg, "enable_thinking", False))
-        if not getattr(self.cfg, "constrained_decoding", True):
-            params.pop("constraint", None)  # --no-constrained-decoding: free text, as the reference asks it
-        req = ChatRequest(messages, model=self._checked.get(role, route.model), **params)
-        resp = await self._chat_once(role, req)
-        empty = [i for i, t in enumerate(resp.texts) if not t.strip()]
-        if empty:  # an empty reply is asked for once more (another seed); one still empty is the caller's to count
-            again = await self._chat_once(
-                role,
-                ChatRequest(**{**req.__dict__, "n": len(empty), "seed": None if req.seed is None else req.seed + 7919}),
-            )
-            resp = _fill_empty(resp, empty, again)
-        return self._checked_constraint(req, resp)
-
-    def _checked_constraint(self, req: ChatRequest, resp: ChatResponse) -> ChatResponse:
-        """`resp` with each text checked against the request's constraint (`violations`): a server may ignore it silently, so a reply
-        that breaks it is counted (`num_constraint_violations`) and left to its caller's parser, which falls back or fails as without one."""
-        if req.constraint is None:
-            return resp
-        resp.violations = [req.constraint.violation(t) for t in resp.texts]
-        bad = sum(v is not None for v in resp.violations)
-        if bad:
-            self.num_constraint_violations += bad
-            if self.run:
-                self.run.count("num_constraint_violations", bad)
-        return resp
-
-    async def _chat_once(self, role: str, req: ChatRequest) -> ChatResponse:
-        resp = self._without_reasoning(await self.backend(role).chat(req))
-        if self.run:
-            self.run.add_usage(role, resp.prompt_tokens, resp.completion_tokens, resp.latency_s)
-        if self.trace_path:
-            ident = self.identity(role)
-            with open(self.trace_path, "a") as f:
-                f.write(
-                    json.dumps(
-                        {
-                            "system": self.system,
-                            "role": role,
-                            "model": resp.model,
-                            "adapter": ident["adapter"],
-                            "base": ident["base"],
-                            "backend": strip_credentials(resp.backend),
-                            "prompt_tokens": resp.prompt_tokens,
-                            "completion_tokens": resp.completion_tokens,
-                            "latency_s": round(resp.latency_s, 4),
-                        }
-                    )
-                    + "\n"
-                )
-        return resp
-
-    def _without_reasoning(self, resp: ChatResponse) -> ChatResponse:
-        "`resp` with every `<think>` block removed from its texts (and its logprobs), each one counted (`num_reasoning_stripped`)."
-        stripped = [strip_reasoning(t) for t in resp.texts]
-        hits = sum(hit for _, hit in stripped)
-        if not hits:
-            return resp
-        self.num_reasoning_stripped += hits
-        if self.run:
-            self.run.count("num_reasoning_stripped", hits)
-        lps = resp.logprobs
-        if lps is not None:
-            lps = [_answer_logprobs(lp) if hit else lp for (_, hit), lp in zip(stripped, lps)]
-        return dataclasses.replace(resp, texts=[t for t, _ in stripped], logprobs=lps)
-
-    async def aclose(self):
-        for b in self._backends.values():
-            await b.aclose()
-
-# %% ../../nbs/llm/06_client.ipynb #4efe8d4a
+# %% ../../nbs/llm/06_client.ipynb #e3aaecc2
 def _answer_logprobs(lps: list[TokenLogprob]) -> list[TokenLogprob]:
     "The logprobs of the reply's answer: the tokens after the reasoning's closing tag (none when it never closed)."
     seen = ""
@@ -229,6 +172,64 @@ def _answer_logprobs(lps: list[TokenLogprob]) -> list[TokenLogprob]:
     return []
 
 
+@patch
+def _without_reasoning(self: LLMClient, resp: ChatResponse) -> ChatResponse:
+    "`resp` with every `<think>` block removed from its texts (and its logprobs), each one counted (`num_reasoning_stripped`)."
+    stripped = [strip_reasoning(t) for t in resp.texts]
+    hits = sum(hit for _, hit in stripped)
+    if not hits:
+        return resp
+    self.num_reasoning_stripped += hits
+    if self.run:
+        self.run.count("num_reasoning_stripped", hits)
+    lps = resp.logprobs
+    if lps is not None:
+        lps = [_answer_logprobs(lp) if hit else lp for (_, hit), lp in zip(stripped, lps)]
+    return dataclasses.replace(resp, texts=[t for t, _ in stripped], logprobs=lps)
+
+# %% ../../nbs/llm/06_client.ipynb #1c43f67c
+@patch
+def _checked_constraint(self: LLMClient, req: ChatRequest, resp: ChatResponse) -> ChatResponse:
+    """`resp` with each text checked against the request's constraint (`violations`): a server may ignore it silently, so a reply
+    that breaks it is counted (`num_constraint_violations`) and left to its caller's parser, which falls back or fails as without one."""
+    if req.constraint is None:
+        return resp
+    resp.violations = [req.constraint.violation(t) for t in resp.texts]
+    bad = sum(v is not None for v in resp.violations)
+    if bad:
+        self.num_constraint_violations += bad
+        if self.run:
+            self.run.count("num_constraint_violations", bad)
+    return resp
+
+# %% ../../nbs/llm/06_client.ipynb #3f95f481
+@patch
+async def _chat_once(self: LLMClient, role: str, req: ChatRequest) -> ChatResponse:
+    resp = self._without_reasoning(await self.backend(role).chat(req))
+    if self.run:
+        self.run.add_usage(role, resp.prompt_tokens, resp.completion_tokens, resp.latency_s)
+    if self.trace_path:
+        ident = self.identity(role)
+        with open(self.trace_path, "a") as f:
+            f.write(
+                json.dumps(
+                    {
+                        "system": self.system,
+                        "role": role,
+                        "model": resp.model,
+                        "adapter": ident["adapter"],
+                        "base": ident["base"],
+                        "backend": strip_credentials(resp.backend),
+                        "prompt_tokens": resp.prompt_tokens,
+                        "completion_tokens": resp.completion_tokens,
+                        "latency_s": round(resp.latency_s, 4),
+                    }
+                )
+                + "\n"
+            )
+    return resp
+
+# %% ../../nbs/llm/06_client.ipynb #4520b0d8
 def _fill_empty(resp: ChatResponse, empty: list[int], again: ChatResponse) -> ChatResponse:
     "`resp` with its empty samples (at `empty`) replaced by those of the retry."
     texts, reasons = list(resp.texts), list(resp.finish_reasons)
@@ -248,3 +249,23 @@ def _fill_empty(resp: ChatResponse, empty: list[int], again: ChatResponse) -> Ch
         lps,
         resp.constrained and again.constrained,
     )
+
+# %% ../../nbs/llm/06_client.ipynb #2bf17cf8
+@patch
+async def chat(self: LLMClient, role: str, messages: list[dict], **params) -> ChatResponse:
+    if role not in self.routes:
+        raise ValueError(f"unknown role {role!r}; roles are {ROLES}")
+    route = self.routes[role]
+    params.setdefault("enable_thinking", getattr(self.cfg, "enable_thinking", False))
+    if not getattr(self.cfg, "constrained_decoding", True):
+        params.pop("constraint", None)  # --no-constrained-decoding: free text, as the reference asks it
+    req = ChatRequest(messages, model=self._checked.get(role, route.model), **params)
+    resp = await self._chat_once(role, req)
+    empty = [i for i, t in enumerate(resp.texts) if not t.strip()]
+    if empty:  # an empty reply is asked for once more (another seed); one still empty is the caller's to count
+        again = await self._chat_once(
+            role,
+            ChatRequest(**{**req.__dict__, "n": len(empty), "seed": None if req.seed is None else req.seed + 7919}),
+        )
+        resp = _fill_empty(resp, empty, again)
+    return self._checked_constraint(req, resp)

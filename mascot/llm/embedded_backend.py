@@ -9,13 +9,15 @@ from .types import *
 from .openai import _identity
 from .embedded_weights import *
 from .batching import *
-import asyncio, contextlib, hashlib, os, time, threading, math
+from .decoding import *
+from .decoding import _logits_processors
+import asyncio, contextlib, os, time, threading
 from pathlib import Path
+from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['EMBEDDED_STAT_KEYS', 'SUFFIX_PAD_SLACK', 'SUFFIX_CHUNK_ROWS', 'CHARS_PER_TOKEN_BOUND', 'embedded_stats',
-           'compiled_grammar', 'suffix_chunks', 'batch_layout', 'bounded_messages', 'EmbeddedBackend',
-           'make_random_lora']
+           'suffix_chunks', 'batch_layout', 'bounded_messages', 'EmbeddedBackend', 'make_random_lora']
 
 # %% ../../nbs/llm/03_embedded_backend.ipynb #6cb2154b
 EMBEDDED_STAT_KEYS = (  # what `embedded_stats` and each backend's `stats` count
@@ -43,87 +45,7 @@ def embedded_stats() -> dict:
     "Where the time of every embedded backend in this process went: model load, prompt processing (prefill), decoding; tokens and batches."
     return {k: round(v, 3) if isinstance(v, float) else v for k, v in _PROCESS_STATS.items()}
 
-# %% ../../nbs/llm/03_embedded_backend.ipynb #17257be9
-def _template_kwargs(tok, req: ChatRequest) -> dict:
-    "The request's thinking choice for the chat template (`chat_template_kwargs`; off unless the request asks)."
-    return chat_template_kwargs(tok, getattr(req, "enable_thinking", False))
-
-
-def _row_seed(seed: int | None, sample: int) -> int:
-    "The generator seed of one sampled row: from its request's seed and the sample's index; a fresh one for a request without a seed."
-    if seed is None:
-        return int.from_bytes(os.urandom(8), "little") >> 1
-    return int.from_bytes(hashlib.sha256(f"{seed}:{sample}".encode()).digest()[:8], "little") >> 1
-
-
-class _RowSampling:
-    """Each row's own temperature and top-p; a greedy row (temperature 0) keeps only its argmax. With `seeds` (one per row; None for a
-    greedy row) each sampled row draws its token from its own generator and keeps only that token, so `generate` runs greedy over the
-    result and a row's sample never depends on the other rows of its batch."""
-
-    def __init__(self, temperatures: list[float], top_ps: list[float], seeds: list[int | None] | None = None):
-        import torch
-
-        self.temperature = torch.tensor([t if t > 0 else 1.0 for t in temperatures]).unsqueeze(1)
-        self.greedy = torch.tensor([t <= 0 for t in temperatures]).unsqueeze(1)
-        self.top_p = torch.tensor([p if t > 0 else 1.0 for t, p in zip(temperatures, top_ps)]).unsqueeze(1)
-        self.seeds = seeds
-        self.generators: list | None = None  # made on the first call, on the device the scores are on
-
-    def __call__(self, input_ids, scores):
-        import torch
-
-        scores = scores / self.temperature.to(scores.device, scores.dtype)
-        # top-p as transformers' TopPLogitsWarper: drop the low tail whose mass is at most 1 - top_p, keeping at least one token
-        ordered, order = torch.sort(scores, descending=False)
-        tail = ordered.softmax(-1).cumsum(-1) <= (1 - self.top_p.to(scores.device, scores.dtype))
-        tail[:, -1] = False
-        scores = scores.masked_fill(tail.scatter(1, order, tail), -float("inf"))
-        best = scores.argmax(-1, keepdim=True)
-        if self.seeds is not None:  # each sampled row's own draw replaces its argmax
-            if self.generators is None:
-                self.generators = [
-                    None if s is None else torch.Generator(device=scores.device).manual_seed(s) for s in self.seeds
-                ]
-            best = best.clone()
-            probs = scores.float().softmax(-1)
-            for i, g in enumerate(self.generators):
-                if g is not None:
-                    best[i, 0] = torch.multinomial(probs[i], 1, generator=g)[0]
-            return torch.full_like(scores, -float("inf")).scatter(1, best, scores.gather(1, best))
-        only_best = torch.full_like(scores, -float("inf")).scatter(1, best, scores.gather(1, best))
-        return torch.where(self.greedy.to(scores.device), only_best, scores)
-
-
-class _PrefillClock:
-    "A logits processor that only notes when it is first called: the prompt has then been processed (prefill), decoding starts."
-
-    def __init__(self, profile: dict):
-        self.profile = profile
-
-    def __call__(self, input_ids, scores):
-        self.profile.setdefault("prefill_end", time.perf_counter())
-        return scores
-
-
-def _logits_processors(reqs: list[ChatRequest], prof: dict, grammars: list | None = None) -> list:
-    """A clock for the end of the prefill (into `prof`); with `grammars` (one compiled grammar or None per row), each constrained row's
-    token mask (`_GrammarMask`); and, when any row samples, each row's own temperature, top-p and seeded generator (`_RowSampling`);
-    `generate` then picks greedily from what they leave."""
-    processors = [_PrefillClock(prof)]
-    if grammars and any(g is not None for g in grammars):
-        processors.append(_GrammarMask(grammars))  # before sampling: a row samples among the tokens its grammar allows
-    if any(r.temperature > 0 for r in reqs):
-        processors.append(
-            _RowSampling(
-                [r.temperature for r in reqs for _ in range(r.n)],
-                [r.top_p for r in reqs for _ in range(r.n)],
-                [_row_seed(r.seed, k) if r.temperature > 0 else None for r in reqs for k in range(r.n)],
-            )
-        )
-    return processors
-
-
+# %% ../../nbs/llm/03_embedded_backend.ipynb #de2af8f6
 @contextlib.contextmanager
 def _quiet_loading():
     """Loading the model or an adapter without transformers' weight-loading bar and the deprecation warnings PEFT triggers in it: a
@@ -140,68 +62,6 @@ def _quiet_loading():
     finally:
         if bar:
             hf_logging.enable_progress_bar()
-
-# %% ../../nbs/llm/03_embedded_backend.ipynb #9a1c0e01
-_GRAMMAR_LOCK = threading.Lock()
-_GRAMMAR_COMPILERS: dict = {}  # (tokenizer folder, vocabulary size) -> xgrammar's compiler for that vocabulary
-_GRAMMARS: dict = {}  # (tokenizer folder, vocabulary size, constraint) -> its compiled grammar
-
-
-def compiled_grammar(tok, vocab_size: int, constraint: OutputConstraint):
-    """`constraint` compiled for the vocabulary of `tok` (xgrammar), once per tokenizer and constraint in the process: the token table is
-    read once per tokenizer and each roster's directive or rubric's lines compiled once, whichever backend or stage asks."""
-    import xgrammar as xgr
-
-    vocab = (tok.name_or_path, vocab_size)
-    with _GRAMMAR_LOCK:
-        if (vocab, constraint) not in _GRAMMARS:
-            if vocab not in _GRAMMAR_COMPILERS:
-                info = xgr.TokenizerInfo.from_huggingface(tok, vocab_size=vocab_size, stop_token_ids=[tok.eos_token_id])
-                _GRAMMAR_COMPILERS[vocab] = xgr.GrammarCompiler(info, max_threads=1)
-            compiler = _GRAMMAR_COMPILERS[vocab]
-            # no free whitespace in JSON: `{"k": "v", ...}` as the prompts show it, and no tokens spent on indentation
-            _GRAMMARS[(vocab, constraint)] = (
-                compiler.compile_json_schema(constraint.schema, any_whitespace=False)
-                if constraint.schema is not None
-                else compiler.compile_regex(constraint.regex)
-            )
-        return _GRAMMARS[(vocab, constraint)]
-
-
-class _GrammarMask:
-    """Each constrained row's grammar matcher (xgrammar; None for a free row): before every step the row may only take a token its grammar
-    allows next (the others get -inf through the matcher's token bitmask), and the token the row took advances its matcher; a row whose
-    grammar is complete may only end. The mask comes before sampling, so temperature, top-p and each row's seeded draw act on what it allows."""
-
-    def __init__(self, grammars: list):
-        import xgrammar as xgr
-
-        self.matchers = [None if g is None else xgr.GrammarMatcher(g) for g in grammars]
-        self.bitmask = None
-        self.steps = 0
-
-    def __call__(self, input_ids, scores):
-        import xgrammar as xgr
-
-        if self.bitmask is None:
-            self.bitmask = xgr.allocate_token_bitmask(len(self.matchers), scores.shape[-1])
-        rows = []
-        for i, m in enumerate(self.matchers):
-            if m is None or m.is_terminated():
-                continue
-            # the previous step's token (none before the first step: the last column is the prompt's)
-            if self.steps and not m.accept_token(int(input_ids[i, -1])):
-                self.matchers[i] = (
-                    None  # a token outside the mask: only a row the mask did not reach; left free, the client counts it
-                )
-                continue
-            if not m.is_terminated():
-                m.fill_next_token_bitmask(self.bitmask, i)
-                rows.append(i)
-        self.steps += 1
-        if rows:
-            xgr.apply_token_bitmask_inplace(scores, self.bitmask.to(scores.device), indices=rows)
-        return scores
 
 # %% ../../nbs/llm/03_embedded_backend.ipynb #b6339a5f
 SUFFIX_PAD_SLACK = 0.15  # a chunk of the unpadded prefill may compute this much padding beyond its rows' own tokens
@@ -313,246 +173,209 @@ class EmbeddedBackend(ChatBackend):
         self.batches: list[int] = []  # sizes of the batches run, for benchmarks and tests
         self.stats = {k: 0.0 if k.endswith("_s") else 0 for k in EMBEDDED_STAT_KEYS}
 
-    def load(self) -> "EmbeddedBackend":
-        with self._load_lock, _quiet_loading():
-            t0 = time.perf_counter()
-            if self.model is None:
-                import torch
-                from transformers import AutoModelForCausalLM, AutoTokenizer
+# %% ../../nbs/llm/03_embedded_backend.ipynb #b15db0b2
+@patch
+def _generate(self: EmbeddedBackend, reqs: list[ChatRequest], adapters: list[str | None]) -> list[ChatResponse]:
+    "One batched `generate`: `adapters` holds each request's adapter (None: the base)."
+    import torch
+    from transformers import LogitsProcessorList
 
-                path = resolve_model_path(self.model_id)
-                try:
-                    self.tokenizer = AutoTokenizer.from_pretrained(path)
-                    kw = {"attn_implementation": self.attn_implementation} if self.attn_implementation else {}
-                    if self.dtype == "auto":
-                        self.dtype = embedded_dtype(self.device)
-                    self.model = (
-                        AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, self.dtype), **kw)
-                        .to(self.device)
-                        .eval()
-                    )
-                except OSError as e:
-                    raise ModelNotFound(
-                        f"model {self.model_id!r} is neither a local folder nor loadable from the hub ({e.__class__.__name__}: {str(e).splitlines()[0]})"
-                    ) from None
-                self.tokenizer.padding_side = "left"  # decoder-only batching pads on the left
-                if self.tokenizer.pad_token is None:
-                    self.tokenizer.pad_token = self.tokenizer.eos_token
-            for alias, path in list(self._pending_adapters.items()):
-                self._load_adapter(alias, path)
-                del self._pending_adapters[alias]
-            _count(self, load_s=time.perf_counter() - t0)
-        return self
-
-    def _load_adapter(self, alias: str, path: str):
-        if not (Path(path) / "adapter_config.json").exists():
-            raise ModelNotFound(f"adapter {alias!r}: {path} has no adapter_config.json (not a PEFT LoRA folder)")
-        # PEFT's own multi-adapter model (transformers' built-in adapter API needs a newer PEFT than PyPI has).
-        from peft import PeftModel
-
-        with _quiet_loading():
-            if isinstance(self.model, PeftModel):
-                self.model.load_adapter(str(path), adapter_name=alias)
-            else:
-                self.model = PeftModel.from_pretrained(self.model, str(path), adapter_name=alias).eval()
-        config = self.model.peft_config[alias]
-        if getattr(config, "peft_type", None) != "LORA" or getattr(config, "use_dora", False):
-            self.mixed_adapters = (
-                False  # PEFT mixes plain LoRA adapters in one batch only (not DoRA, not other methods)
+    tok, r0 = self.tokenizer, reqs[0]
+    b = self._batch_inputs(reqs, adapters)
+    # several adapters: each row's by name (PEFT's mixed batch; "__base__" is the base weights), else the one adapter set as usual
+    mixed = len(set(b["row_adapters"])) > 1
+    lora_rows = {"adapter_names": [a or "__base__" for a in b["row_adapters"]]} if mixed else {}
+    input_ids, attention, max_new = b["input_ids"], b["attention"], b["max_new"]
+    prompt_len = input_ids.shape[1]
+    prof: dict = {}
+    processors = _logits_processors(reqs, prof, b["grammars"])
+    gen = _generation_config(tok, max_new, r0.logprobs)
+    t0 = time.perf_counter()
+    with self._load_lock, torch.inference_mode():
+        with contextlib.nullcontext() if lora_rows else self._adapter_context(adapters[0]):
+            name = self._cache_argument()
+            cache = self._new_cache(prompt_len + max_new)
+            # every prompt token but each row's last into the cache, without computing padding; `generate` then starts
+            # from the last column
+            rows = (b["prompt_ids"], b["row_prefix"], b["row_group"], b["groups"], lora_rows.get("adapter_names"))
+            processed = self._prefill(cache, input_ids, attention, *rows)
+            out = self.model.generate(
+                input_ids=input_ids,
+                attention_mask=attention,
+                generation_config=gen,
+                logits_processor=LogitsProcessorList(processors),
+                **{name: cache},
+                **lora_rows,
             )
-        self.adapters[alias] = str(path)
+    t1 = time.perf_counter()
+    self.batches.append(len(b["prompt_ids"]))
+    prompt_lens = attention.sum(1).tolist()
+    logits = out.logits if r0.logprobs else None
+    models = [a or self.model_id for a in adapters]
+    results = _responses(tok, reqs, out.sequences[:, prompt_len:], logits, prompt_lens, models)
+    for r, resp in zip(reqs, results):
+        resp.constrained = r.constraint is not None  # every constrained row decoded under its grammar's mask
+    self._count_batch(b, results, prompt_lens, processed, prof.get("prefill_end", t1) - t0, t1 - t0)
+    return results
 
-    def load_adapter(self, alias: str, path: str | Path):
-        "Serve the LoRA adapter at `path` as model id `alias`, over the same base weights."
-        if self.model is None:
-            self._pending_adapters[alias] = str(path)
-        else:
-            with self._load_lock:
-                self._load_adapter(alias, str(path))
+# %% ../../nbs/llm/03_embedded_backend.ipynb #05b825ed
+def _template_kwargs(tok, req: ChatRequest) -> dict:
+    "The request's thinking choice for the chat template (`chat_template_kwargs`; off unless the request asks)."
+    return chat_template_kwargs(tok, getattr(req, "enable_thinking", False))
 
-    async def served_models(self) -> list[str]:
-        return [self.model_id, *self.adapters, *self._pending_adapters]
 
-    async def check_model(self, model: str | None) -> str:
-        if model in (None, self.model_id):
-            return self.model_id
-        if model in self.adapters or model in self._pending_adapters:
-            return model
-        raise ModelNotFound(
-            f"model {model!r} is not served by the embedded backend (base {self.model_id!r}; adapters: {', '.join(self.adapters) or 'none'})"
-        )
+@patch
+def _prompt_ids(self: EmbeddedBackend, req: ChatRequest) -> list[int]:
+    "The request's prompt tokens as `generate` will see them: how the scheduler finds rows that share a prefix."
+    tok = self.tokenizer
+    return tok.apply_chat_template(
+        bounded_messages(req.messages, self.max_context * CHARS_PER_TOKEN_BOUND),
+        tokenize=True,
+        add_generation_prompt=True,
+        return_dict=False,
+        **_template_kwargs(tok, req),
+    )
 
-    async def chat(self, req: ChatRequest) -> ChatResponse:
-        model = await self.check_model(req.model)
-        loop = asyncio.get_running_loop()
-        if self.model is None:
-            # one load for all the requests of this loop that arrive before the model is there: they then wake in the same tick
-            # and join one batch (a thread each, they woke one by one and the first batch of a judge stage held 3 rows of 48)
-            if self._loading is None or self._loading.get_loop() is not loop:
-                self._loading = loop.create_task(asyncio.to_thread(self.load))
-            await asyncio.shield(self._loading)
-        return await self.scheduler.submit(req, None if model == self.model_id else model)
+# %% ../../nbs/llm/03_embedded_backend.ipynb #d18ea77a
+def _get_max_batch_size(self: EmbeddedBackend) -> int:
+    "Rows one `generate` holds at most (the scheduler's)."
+    return self.scheduler.max_batch_size
 
-    @property
-    def max_batch_size(self) -> int:
-        "Rows one `generate` holds at most (the scheduler's)."
-        return self.scheduler.max_batch_size
 
-    @max_batch_size.setter
-    def max_batch_size(self, n: int):
-        self.scheduler.max_batch_size = n
+def _set_max_batch_size(self: EmbeddedBackend, n: int):
+    self.scheduler.max_batch_size = n
 
-    @property
-    def mixed_adapters(self) -> bool:
-        "Whether rows on different adapters (and the base) share one `generate` (the scheduler's)."
-        return self.scheduler.mixed_adapters
 
-    @mixed_adapters.setter
-    def mixed_adapters(self, on: bool):
-        self.scheduler.mixed_adapters = on
+def _get_mixed_adapters(self: EmbeddedBackend) -> bool:
+    "Whether rows on different adapters (and the base) share one `generate` (the scheduler's)."
+    return self.scheduler.mixed_adapters
 
-    def _prompt_ids(self, req: ChatRequest) -> list[int]:
-        "The request's prompt tokens as `generate` will see them: how the scheduler finds rows that share a prefix."
-        tok = self.tokenizer
-        return tok.apply_chat_template(
-            bounded_messages(req.messages, self.max_context * CHARS_PER_TOKEN_BOUND),
-            tokenize=True,
-            add_generation_prompt=True,
-            return_dict=False,
-            **_template_kwargs(tok, req),
-        )
 
-    def _cache_argument(self) -> str:
-        "The name under which `forward` and `generate` take a cache: transformers 5.2x says `cache`, earlier 5.x `past_key_values`."
-        if not hasattr(self, "_cache_name"):  # the model's class decides it: looked up once, not on every generate
-            import inspect
+def _set_mixed_adapters(self: EmbeddedBackend, on: bool):
+    self.scheduler.mixed_adapters = on
 
-            base = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
-            params = inspect.signature(type(base).forward).parameters
-            self._cache_name = "cache" if "cache" in params else "past_key_values"
-        return self._cache_name
 
-    def _adapter_context(self, adapter: str | None):
-        "Base weights (adapters disabled) or the named adapter, for one generate."
-        import contextlib
+EmbeddedBackend.max_batch_size = property(_get_max_batch_size, _set_max_batch_size)
+EmbeddedBackend.mixed_adapters = property(_get_mixed_adapters, _set_mixed_adapters)
 
-        if not self.adapters:
-            return contextlib.nullcontext()
-        if adapter is None:
-            return self.model.disable_adapter()
-        self.model.set_adapter(adapter)
-        return contextlib.nullcontext()
-
-    def _new_cache(self, max_len: int):
-        "The key/value cache of one `generate`: preallocated for `max_len` tokens (static), or grown step by step (dynamic)."
-        from transformers import DynamicCache, StaticCache
-
-        # preallocated for the whole generation: a DynamicCache concatenates every layer's cache at every step, a quarter of a decode
-        # step on 16 judge rows on 2 AVX2 cores (bench/results/static_cache-avx2.json)
-        if self.kv_cache == "static":
-            return StaticCache(config=self.model.config, max_cache_len=max_len)
-        return DynamicCache(config=self.model.config)
-
-    def _generate(self, reqs: list[ChatRequest], adapters: list[str | None]) -> list[ChatResponse]:
-        "One batched `generate`: `adapters` holds each request's adapter (None: the base)."
-        import torch
-        from transformers import GenerationConfig, LogitsProcessorList
-
-        tok, r0 = self.tokenizer, reqs[0]
-        max_chars = self.max_context * CHARS_PER_TOKEN_BOUND
-        prompts = [
-            tok.apply_chat_template(
-                bounded_messages(r.messages, max_chars),
-                tokenize=False,
-                add_generation_prompt=True,
-                **_template_kwargs(tok, r),
-            )
-            for r in reqs
-            for _ in range(r.n)
-        ]
-        max_new = max(r.max_tokens for r in reqs)
-        limit = max(16, self.max_context - max_new)  # keep the end of an over-long conversation, where the question is
-        prompt_ids = [x[-limit:] for x in tok(prompts, add_special_tokens=False)["input_ids"]]
-        row_adapters = [a for r, a in zip(reqs, adapters) for _ in range(r.n)]
-        # several adapters: each row's by name (PEFT's mixed batch; "__base__" is the base weights), else the one adapter set as usual
-        lora_rows = {"adapter_names": [a or "__base__" for a in row_adapters]} if len(set(row_adapters)) > 1 else {}
-        layout = batch_layout(prompt_ids, row_adapters, tok.pad_token_id)
-        groups, row_prefix, row_group = layout["groups"], layout["row_prefix"], layout["row_group"]
-        input_ids = torch.tensor(layout["input_ids"], device=self.device)
-        attention = torch.tensor(layout["attention"], device=self.device)
-        enc = {"input_ids": input_ids, "attention_mask": attention}
-        prompt_len = input_ids.shape[1]
-        prof: dict = {}
-        vocab = self.model.config.vocab_size
-        grammars = [
-            compiled_grammar(tok, vocab, r.constraint) if r.constraint else None for r in reqs for _ in range(r.n)
-        ]
-        processors = _logits_processors(reqs, prof, grammars)
-        gen = GenerationConfig(
-            max_new_tokens=max_new,
-            do_sample=False,
-            temperature=None,
-            top_p=None,
-            top_k=None,
-            pad_token_id=tok.pad_token_id,
-            eos_token_id=tok.eos_token_id,
-            return_dict_in_generate=True,
-            output_logits=r0.logprobs,
-        )
+# %% ../../nbs/llm/03_embedded_backend.ipynb #78ede811
+@patch
+def load(self: EmbeddedBackend) -> "EmbeddedBackend":
+    "Load the tokenizer and weights (once), then the adapters asked for before the load."
+    with self._load_lock, _quiet_loading():
         t0 = time.perf_counter()
-        with self._load_lock, torch.inference_mode():
-            with contextlib.nullcontext() if lora_rows else self._adapter_context(adapters[0]):
-                name = self._cache_argument()
-                cache = self._new_cache(prompt_len + max_new)
-                # every prompt token but each row's last into the cache, without computing padding; `generate` then starts
-                # from the last column
-                processed = self._prefill(
-                    cache,
-                    input_ids,
-                    attention,
-                    prompt_ids,
-                    row_prefix,
-                    row_group,
-                    groups,
-                    lora_rows.get("adapter_names"),
+        if self.model is None:
+            import torch
+            from transformers import AutoModelForCausalLM, AutoTokenizer
+
+            path = resolve_model_path(self.model_id)
+            try:
+                self.tokenizer = AutoTokenizer.from_pretrained(path)
+                kw = {"attn_implementation": self.attn_implementation} if self.attn_implementation else {}
+                if self.dtype == "auto":
+                    self.dtype = embedded_dtype(self.device)
+                self.model = (
+                    AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, self.dtype), **kw)
+                    .to(self.device)
+                    .eval()
                 )
-                out = self.model.generate(
-                    **enc,
-                    generation_config=gen,
-                    logits_processor=LogitsProcessorList(processors),
-                    **{name: cache},
-                    **lora_rows,
-                )
-        t1 = time.perf_counter()
-        self.batches.append(len(prompts))
-        prompt_lens = enc["attention_mask"].sum(1).tolist()
-        results = _responses(
-            tok,
-            reqs,
-            out.sequences[:, prompt_len:],
-            out.logits if r0.logprobs else None,
-            prompt_lens,
-            [a or self.model_id for a in adapters],
-        )
-        for r, resp in zip(reqs, results):
-            resp.constrained = r.constraint is not None  # every constrained row decoded under its grammar's mask
-        pre = prof.get("prefill_end", t1) - t0
-        _count(
-            self,
-            generate_calls=1,
-            rows=len(prompts),
-            new_tokens=sum(r.completion_tokens for r in results),
-            prompt_tokens=int(sum(prompt_lens)),
-            prefill_tokens=len(prompt_ids)
-            + processed,  # what the model processed: the last column, and `_prefill`'s tokens
-            prefix_cached_tokens=sum(row_prefix) - sum(p for _, p in groups),
-            prefill_s=pre,
-            decode_s=(t1 - t0) - pre,
-        )
-        return results
+            except OSError as e:
+                raise ModelNotFound(
+                    f"model {self.model_id!r} is neither a local folder nor loadable from the hub ({e.__class__.__name__}: {str(e).splitlines()[0]})"
+                ) from None
+            self.tokenizer.padding_side = "left"  # decoder-only batching pads on the left
+            if self.tokenizer.pad_token is None:
+                self.tokenizer.pad_token = self.tokenizer.eos_token
+        for alias, path in list(self._pending_adapters.items()):
+            self._load_adapter(alias, path)
+            del self._pending_adapters[alias]
+        _count(self, load_s=time.perf_counter() - t0)
+    return self
+
+# %% ../../nbs/llm/03_embedded_backend.ipynb #e19a6387
+@patch
+def _load_adapter(self: EmbeddedBackend, alias: str, path: str):
+    if not (Path(path) / "adapter_config.json").exists():
+        raise ModelNotFound(f"adapter {alias!r}: {path} has no adapter_config.json (not a PEFT LoRA folder)")
+    # PEFT's own multi-adapter model (transformers' built-in adapter API needs a newer PEFT than PyPI has).
+    from peft import PeftModel
+
+    with _quiet_loading():
+        if isinstance(self.model, PeftModel):
+            self.model.load_adapter(str(path), adapter_name=alias)
+        else:
+            self.model = PeftModel.from_pretrained(self.model, str(path), adapter_name=alias).eval()
+    config = self.model.peft_config[alias]
+    if getattr(config, "peft_type", None) != "LORA" or getattr(config, "use_dora", False):
+        self.mixed_adapters = False  # PEFT mixes plain LoRA adapters in one batch only (not DoRA, not other methods)
+    self.adapters[alias] = str(path)
+
+
+@patch
+def load_adapter(self: EmbeddedBackend, alias: str, path: str | Path):
+    "Serve the LoRA adapter at `path` as model id `alias`, over the same base weights."
+    if self.model is None:
+        self._pending_adapters[alias] = str(path)
+    else:
+        with self._load_lock:
+            self._load_adapter(alias, str(path))
+
+# %% ../../nbs/llm/03_embedded_backend.ipynb #33b14eba
+@patch
+async def served_models(self: EmbeddedBackend) -> list[str]:
+    return [self.model_id, *self.adapters, *self._pending_adapters]
+
+
+@patch
+async def check_model(self: EmbeddedBackend, model: str | None) -> str:
+    if model in (None, self.model_id):
+        return self.model_id
+    if model in self.adapters or model in self._pending_adapters:
+        return model
+    raise ModelNotFound(
+        f"model {model!r} is not served by the embedded backend (base {self.model_id!r}; adapters: {', '.join(self.adapters) or 'none'})"
+    )
+
+# %% ../../nbs/llm/03_embedded_backend.ipynb #7c57519d
+@patch
+def _cache_argument(self: EmbeddedBackend) -> str:
+    "The name under which `forward` and `generate` take a cache: transformers 5.2x says `cache`, earlier 5.x `past_key_values`."
+    if not hasattr(self, "_cache_name"):  # the model's class decides it: looked up once, not on every generate
+        import inspect
+
+        base = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
+        params = inspect.signature(type(base).forward).parameters
+        self._cache_name = "cache" if "cache" in params else "past_key_values"
+    return self._cache_name
+
+
+@patch
+def _adapter_context(self: EmbeddedBackend, adapter: str | None):
+    "Base weights (adapters disabled) or the named adapter, for one generate."
+    import contextlib
+
+    if not self.adapters:
+        return contextlib.nullcontext()
+    if adapter is None:
+        return self.model.disable_adapter()
+    self.model.set_adapter(adapter)
+    return contextlib.nullcontext()
+
+
+@patch
+def _new_cache(self: EmbeddedBackend, max_len: int):
+    "The key/value cache of one `generate`: preallocated for `max_len` tokens (static), or grown step by step (dynamic)."
+    from transformers import DynamicCache, StaticCache
+
+    # preallocated for the whole generation: a DynamicCache concatenates every layer's cache at every step, a quarter of a decode
+    # step on 16 judge rows on 2 AVX2 cores (bench/results/static_cache-avx2.json)
+    if self.kv_cache == "static":
+        return StaticCache(config=self.model.config, max_cache_len=max_len)
+    return DynamicCache(config=self.model.config)
 
 # %% ../../nbs/llm/03_embedded_backend.ipynb #23d0407e
-def _embedded_prefill(
+@patch
+def _prefill(
     self: EmbeddedBackend, cache, input_ids, attention, prompt_ids, row_prefix, row_group, groups, adapter_names=None
 ) -> int:
     """Write into `cache` the keys and values of every prompt token but each row's last, laid out as the left-padded batch `input_ids`
@@ -560,9 +383,10 @@ def _embedded_prefill(
     import torch
     from transformers import DynamicCache
 
-    pad, name, prefix = self.tokenizer.pad_token_id, self._cache_argument(), max(row_prefix)
+    name, prefix = self._cache_argument(), max(row_prefix)
     width = input_ids.shape[1] - prefix
     processed = len(groups) * prefix  # each group's shared prefix, once
+    shared = by_row = None
     if prefix:  # each group's prefix keys and values, computed once and copied to the group's rows
         shared = DynamicCache(config=self.model.config)
         heads = [members[0] for members, _ in groups]
@@ -595,78 +419,111 @@ def _embedded_prefill(
             slot.update(blank, blank)
         del blank
         for chunk in chunks:
-            c = max(own[i] for i in chunk)
-            processed += len(chunk) * c
-            ids = torch.tensor(
-                [[pad] * (c - own[i]) + prompt_ids[i][row_prefix[i] : -1] for i in chunk],
-                device=self.device,
+            processed += self._prefill_chunk(
+                cache, chunk, own, prompt_ids, row_prefix, attention, prefix, body, shared, by_row, adapter_names
             )
-            mask = torch.tensor([[0] * (c - own[i]) + [1] * own[i] for i in chunk], device=self.device)
-            step = DynamicCache(config=self.model.config)
-            if prefix:  # the chunk's rows' prefixes as the past
-                rows = torch.tensor(chunk, device=self.device)
-                for slot, layer in zip(step.layers, shared.layers):
-                    slot.update(layer.keys[by_row[rows]], layer.values[by_row[rows]])
-                mask = torch.cat([attention[rows, :prefix], mask], 1)
-            positions = (mask.long().cumsum(-1) - 1).clamp(min=0)[:, -c:]
-            self.model(
-                input_ids=ids,
-                attention_mask=mask,
-                position_ids=positions,
-                use_cache=True,
-                **{name: step},
-                **({"adapter_names": [adapter_names[i] for i in chunk]} if adapter_names else {}),
-            )
-            for slot, layer in zip(cache.layers, step.layers):
-                for j, i in enumerate(chunk):
-                    n = own[i]
-                    slot.keys[i, :, prefix + body - n : prefix + body] = layer.keys[j, :, -n:]
-                    slot.values[i, :, prefix + body - n : prefix + body] = layer.values[j, :, -n:]
-            del step
     if prefix:
         del shared
     return processed
 
+# %% ../../nbs/llm/03_embedded_backend.ipynb #ef765c66
+@patch
+def _prefill_chunk(
+    self: EmbeddedBackend,
+    cache,
+    chunk,
+    own,
+    prompt_ids,
+    row_prefix,
+    attention,
+    prefix,
+    body,
+    shared,
+    by_row,
+    adapter_names,
+) -> int:
+    "The keys and values of the rows in `chunk` (their own tokens but the last) into `cache`; the tokens the model processed."
+    import torch
+    from transformers import DynamicCache
 
-EmbeddedBackend._prefill = _embedded_prefill
+    pad, name = self.tokenizer.pad_token_id, self._cache_argument()
+    c = max(own[i] for i in chunk)
+    ids = torch.tensor(
+        [[pad] * (c - own[i]) + prompt_ids[i][row_prefix[i] : -1] for i in chunk],
+        device=self.device,
+    )
+    mask = torch.tensor([[0] * (c - own[i]) + [1] * own[i] for i in chunk], device=self.device)
+    step = DynamicCache(config=self.model.config)
+    if prefix:  # the chunk's rows' prefixes as the past
+        rows = torch.tensor(chunk, device=self.device)
+        for slot, layer in zip(step.layers, shared.layers):
+            slot.update(layer.keys[by_row[rows]], layer.values[by_row[rows]])
+        mask = torch.cat([attention[rows, :prefix], mask], 1)
+    positions = (mask.long().cumsum(-1) - 1).clamp(min=0)[:, -c:]
+    self.model(
+        input_ids=ids,
+        attention_mask=mask,
+        position_ids=positions,
+        use_cache=True,
+        **{name: step},
+        **({"adapter_names": [adapter_names[i] for i in chunk]} if adapter_names else {}),
+    )
+    for slot, layer in zip(cache.layers, step.layers):
+        for j, i in enumerate(chunk):
+            n = own[i]
+            slot.keys[i, :, prefix + body - n : prefix + body] = layer.keys[j, :, -n:]
+            slot.values[i, :, prefix + body - n : prefix + body] = layer.values[j, :, -n:]
+    del step
+    return len(chunk) * c
 
 # %% ../../nbs/llm/03_embedded_backend.ipynb #121b5341
+def _step_logprobs(logits, new, k_max: int):
+    """From `generate`'s raw logits (one [rows, vocab] tensor per step): each row's log-probability of the token it took at each step,
+    and with `k_max` the `k_max` likeliest tokens' values and ids, as lists ([rows][steps], [rows][steps][k_max])."""
+    import torch
+
+    # one step's log-softmax at a time ([rows, vocab]) and only what is kept of it: stacking every step and taking the log-softmax
+    # of the stack made two more copies of the logits (about 0.75 GB each for the judge stage's 48 rows of 80 tokens)
+    chosen, top_values, top_ids = [], [], []
+    for i, step in enumerate(logits):
+        logp = step.float().log_softmax(-1)
+        chosen.append(logp.gather(1, new[:, i : i + 1])[:, 0])
+        if k_max:
+            top = torch.topk(logp, k_max)
+            top_values.append(top.values)
+            top_ids.append(top.indices)
+    chosen = torch.stack(chosen, 1).tolist()  # [rows][steps]
+    if k_max:
+        top_values, top_ids = (
+            torch.stack(top_values, 1).tolist(),
+            torch.stack(top_ids, 1).tolist(),
+        )  # [rows][steps][k_max]
+    return chosen, top_values, top_ids
+
+# %% ../../nbs/llm/03_embedded_backend.ipynb #15b68b1e
+def _row_reply(tok, ids: list[int], stop: list[str] | None) -> tuple[list[int], str, str]:
+    "One row's kept tokens, text and finish reason: cut at its end-of-sequence (or padding) token, then before its first stop string."
+    end = next((i for i, t in enumerate(ids) if t in (tok.eos_token_id, tok.pad_token_id)), None)
+    reason = "stop" if end is not None else "length"
+    ids = ids[:end] if end is not None else ids
+    text = tok.decode(ids, skip_special_tokens=True)
+    for s in stop or []:
+        if s and s in text:
+            text, reason = text[: text.index(s)], "stop"
+    return ids, text, reason
+
+# %% ../../nbs/llm/03_embedded_backend.ipynb #6fd08e2f
 def _responses(
     tok, reqs: list[ChatRequest], new, logits, prompt_lens: list[int], models: list[str]
 ) -> list[ChatResponse]:
     "Each request's texts, finish reasons, token counts and logprobs, from one batched `generate`'s new tokens (`n` rows per request, in order); `models`: each request's model id."
-    import torch
-
     if logits is not None:
-        # one step's log-softmax at a time ([rows, vocab]) and only what is kept of it: stacking every step and taking the log-softmax
-        # of the stack made two more copies of the logits (about 0.75 GB each for the judge stage's 48 rows of 80 tokens)
-        k_max = max(max(r.top_logprobs, 0) for r in reqs)
-        chosen, top_values, top_ids = [], [], []
-        for i, step in enumerate(logits):
-            logp = step.float().log_softmax(-1)
-            chosen.append(logp.gather(1, new[:, i : i + 1])[:, 0])
-            if k_max:
-                top = torch.topk(logp, k_max)
-                top_values.append(top.values)
-                top_ids.append(top.indices)
-        chosen = torch.stack(chosen, 1).tolist()  # [rows][steps]
-        if k_max:
-            top_values, top_ids = (
-                torch.stack(top_values, 1).tolist(),
-                torch.stack(top_ids, 1).tolist(),
-            )  # [rows][steps][k_max]
+        chosen, top_values, top_ids = _step_logprobs(logits, new, max(max(r.top_logprobs, 0) for r in reqs))
     results, row = [], 0
     for r, model in zip(reqs, models):
         texts, reasons, lps, ntoks = [], [], [], 0
         for _ in range(r.n):
-            ids = new[row].tolist()[: r.max_tokens]
-            end = next((i for i, t in enumerate(ids) if t in (tok.eos_token_id, tok.pad_token_id)), None)
-            reason = "stop" if end is not None else "length"
-            ids = ids[:end] if end is not None else ids
-            text = tok.decode(ids, skip_special_tokens=True)
-            for s in r.stop or []:
-                if s and s in text:
-                    text, reason = text[: text.index(s)], "stop"
+            ids, text, reason = _row_reply(tok, new[row].tolist()[: r.max_tokens], r.stop)
             texts.append(text)
             reasons.append(reason)
             ntoks += len(ids)
@@ -698,6 +555,93 @@ def _responses(
             )
         )
     return results
+
+# %% ../../nbs/llm/03_embedded_backend.ipynb #c81fbd15
+@patch
+def _batch_inputs(self: EmbeddedBackend, reqs: list[ChatRequest], adapters: list[str | None]) -> dict:
+    """One batch's inputs: each row's prompt tokens (`n` rows per request; the end of an over-long prompt), adapter and compiled grammar,
+    the rows' layout (`batch_layout`, its ids and mask as tensors) and the most new tokens a request asks for."""
+    import torch
+
+    tok = self.tokenizer
+    max_chars = self.max_context * CHARS_PER_TOKEN_BOUND
+    prompts = [
+        tok.apply_chat_template(
+            bounded_messages(r.messages, max_chars),
+            tokenize=False,
+            add_generation_prompt=True,
+            **_template_kwargs(tok, r),
+        )
+        for r in reqs
+        for _ in range(r.n)
+    ]
+    max_new = max(r.max_tokens for r in reqs)
+    limit = max(16, self.max_context - max_new)  # keep the end of an over-long conversation, where the question is
+    prompt_ids = [x[-limit:] for x in tok(prompts, add_special_tokens=False)["input_ids"]]
+    row_adapters = [a for r, a in zip(reqs, adapters) for _ in range(r.n)]
+    layout = batch_layout(prompt_ids, row_adapters, tok.pad_token_id)
+    input_ids = torch.tensor(layout["input_ids"], device=self.device)
+    attention = torch.tensor(layout["attention"], device=self.device)
+    vocab = self.model.config.vocab_size
+    grammars = [compiled_grammar(tok, vocab, r.constraint) if r.constraint else None for r in reqs for _ in range(r.n)]
+    return {
+        **layout,
+        "prompt_ids": prompt_ids,
+        "row_adapters": row_adapters,
+        "max_new": max_new,
+        "input_ids": input_ids,
+        "attention": attention,
+        "grammars": grammars,
+    }
+
+# %% ../../nbs/llm/03_embedded_backend.ipynb #a66225c3
+def _generation_config(tok, max_new: int, logprobs: bool):
+    "Greedy `generate` settings (the logits processors do any sampling), keeping the raw logits when the batch asks for logprobs."
+    from transformers import GenerationConfig
+
+    return GenerationConfig(
+        max_new_tokens=max_new,
+        do_sample=False,
+        temperature=None,
+        top_p=None,
+        top_k=None,
+        pad_token_id=tok.pad_token_id,
+        eos_token_id=tok.eos_token_id,
+        return_dict_in_generate=True,
+        output_logits=logprobs,
+    )
+
+
+@patch
+def _count_batch(
+    self: EmbeddedBackend, b: dict, results: list, prompt_lens: list, processed: int, prefill_s: float, total_s: float
+):
+    "One `generate`'s rows, tokens and times, added to the backend's and the process's statistics."
+    _count(
+        self,
+        generate_calls=1,
+        rows=len(b["prompt_ids"]),
+        new_tokens=sum(r.completion_tokens for r in results),
+        prompt_tokens=int(sum(prompt_lens)),
+        prefill_tokens=len(b["prompt_ids"])
+        + processed,  # what the model processed: the last column, and `_prefill`'s tokens
+        prefix_cached_tokens=sum(b["row_prefix"]) - sum(p for _, p in b["groups"]),
+        prefill_s=prefill_s,
+        decode_s=total_s - prefill_s,
+    )
+
+# %% ../../nbs/llm/03_embedded_backend.ipynb #292ef55a
+@patch
+async def chat(self: EmbeddedBackend, req: ChatRequest) -> ChatResponse:
+    model = await self.check_model(req.model)
+    loop = asyncio.get_running_loop()
+    if self.model is None:
+        # one load for all the requests of this loop that arrive before the model is there: they then wake in the same tick
+        # and join one batch (a thread each, they woke one by one and the first batch of a judge stage held 3 rows of 48)
+        if self._loading is None or self._loading.get_loop() is not loop:
+            self._loading = loop.create_task(asyncio.to_thread(self.load))
+        await asyncio.shield(self._loading)
+    return await self.scheduler.submit(req, None if model == self.model_id else model)
 
 # %% ../../nbs/llm/03_embedded_backend.ipynb #bbaffe03
 def make_random_lora(base: str, out: str | Path, r: int = 8, seed: int = 0, scale: float = 0.5) -> Path:

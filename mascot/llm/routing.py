@@ -16,13 +16,13 @@ from pydantic import Field, model_validator
 __all__ = ['GEN_ROLES', 'ROLES', 'API_PROVIDERS', 'NO_JUDGE', 'LOOPBACK_HOSTS', 'EndpointConfig', 'judging_config', 'RoleRoute',
            'route_roles', 'require_judge', 'judge_record', 'parse_lora_modules', 'judge_repeatability']
 
-# %% ../../nbs/llm/05_routing.ipynb #d87b6cd0
+# %% ../../nbs/llm/05_routing.ipynb #37cfef9f
 GEN_ROLES = ("director", "speaker", "user")
 ROLES = GEN_ROLES + ("judge",)
 
-# %% ../../nbs/llm/05_routing.ipynb #37cfef9f
-class EndpointConfig(Config):
-    "Where each role's calls go, and with which model."
+
+class _RoleEndpoints(Config):
+    "Where each role's calls go, and with which model: the servers, the role models, the judge's provider, model sharing."
 
     model_name: str = Field(
         EMBEDDED_DEFAULT,
@@ -63,6 +63,11 @@ class EndpointConfig(Config):
         False,
         description="load one model and reuse it for every generating role (the authors' code's flag); the role flags may name at most one model",
     )
+
+# %% ../../nbs/llm/05_routing.ipynb #441fcaaf
+class _CallSettings(_RoleEndpoints):
+    "How the roles' calls are made: adapters, tracing, concurrency, time-outs and retries."
+
     lora_modules: list[str] = Field(
         [], description="LoRA adapters for the embedded backend as alias=path (the vLLM --lora-modules syntax)"
     )
@@ -82,6 +87,11 @@ class EndpointConfig(Config):
         description="seconds a request keeps being retried, beyond --max-retries, while its server cannot be reached at all (refused or "
         "dropped connections): the time a restarted server needs to come back; mascot run sets it for the server it manages",
     )
+
+# %% ../../nbs/llm/05_routing.ipynb #a03db822
+class EndpointConfig(_CallSettings):
+    "Where each role's calls go, and with which model; how the calls are made (adapters, tracing, concurrency, time-outs, keys)."
+
     enable_thinking: bool = Field(
         False,
         description="let reasoning models (Qwen3) think before answering: every generating role and the judge (chat_template_kwargs); "
@@ -183,7 +193,7 @@ def route_roles(cfg: EndpointConfig) -> dict[str, RoleRoute]:
         for r in ROLES
     }
 
-
+# %% ../../nbs/llm/05_routing.ipynb #00985c43
 API_PROVIDERS = ("anthropic", "gemini")  # `mascot judge --provider`: a vendor's API, reached through its SDK
 NO_JUDGE = (
     "no judge chosen: give --judge-server-url URL (a served judge) or --judge-provider embedded (the judge runs in this process); "
@@ -213,7 +223,7 @@ def judge_record(cfg: EndpointConfig, ask_server: bool = True) -> dict:
     )  # None: the server could not say now
     return {"provider": provider, "model": model, "url": public_url(route.url), "where": where}
 
-
+# %% ../../nbs/llm/05_routing.ipynb #b727dfc3
 def parse_lora_modules(specs: list[str]) -> dict[str, str]:
     "`alias=path` pairs, as `--lora-modules` takes them."
     out = {}

@@ -12,6 +12,7 @@ from ..core.runtime import *
 from ..llm.types import *
 from ..llm.embedded_weights import *
 from ..llm.embedded_backend import *
+from ..llm.decoding import *
 from ..llm.routing import *
 from ..llm.client import *
 from ..domain.personas import *
@@ -425,7 +426,7 @@ def constrain_generation(model, tok, constraint: OutputConstraint) -> None:
     sampled under the unmasked policy."""
     from transformers import LogitsProcessorList
     import xgrammar as xgr
-    from mascot.llm.embedded_backend import _GrammarMask
+    from mascot.llm.decoding import _GrammarMask
 
     grammar = compiled_grammar(tok, model.config.vocab_size, constraint)
     generate = model.generate
