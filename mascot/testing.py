@@ -14,7 +14,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt, nbformat
 import pandas as pd
 from .evaluation.judge_all import tidy_rows, SCORE_COLUMNS
-from .evaluation.auto_metrics import SentenceEmbedder, minilm_path, self_bleu_scores
+from .evaluation.text_scorers import SentenceEmbedder, minilm_path, self_bleu_scores
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -39,7 +39,7 @@ def stage(run, name, outputs, meta=None):
 
 # %% auto #0
 __all__ = ['DEGRADATIONS', 'GROUP_REWARD_PARTS', 'stage', 'conversation', 'score_lines', 'demo_run', 'run_notebook',
-           'tiny_nli_model', 'known_label_pairs', 'ProgrammaticGroupReward']
+           'tiny_nli_model', 'known_label_pairs', 'ProgrammaticGroupReward', 'judged_lines', 'judged_folder']
 
 # %% ../nbs/testing.ipynb #3ccde6c8
 def conversation(system, cid, valence, agent_texts):
@@ -408,3 +408,56 @@ class ProgrammaticGroupReward:
     def score_states(self, situations: list[str], turns: list[list], roster) -> list[float]:
         "One reward in [0, 1] per conversation: the mean of the parts it uses."
         return [_mean([self.parts(s, t, roster)[k] for k in self.use]) for s, t in zip(situations, turns)]
+
+# %% ../nbs/testing.ipynb #4f2e4d42
+def judged_lines(
+    systems=("ref", "hero", "plain"), contexts=6, judges=("a", "b"), favour="hero", fail=("plain", "c1", "a")
+) -> dict[str, list[dict]]:
+    "Score lines as `mascot judge` writes them, per system, with made-up scores: judge `b` favours `favour` by 20 points, `fail` (system, context, judge) fails a turn."
+    out = {}
+    for si, system in enumerate(systems):
+        lines = []
+        for c in range(contexts):
+            cid = f"c{c}"
+
+            def part(judge, kind):
+                bump = 20 if (judge == "b" and system == favour) else 0
+                items = []
+                for t in (1, 3) if kind == "persona" else (None,):
+                    if (system, cid, judge) == fail and t == 3:
+                        items.append({"turn_idx": t, "agent_name": "The Anchor", "failed": True})
+                        continue
+                    s = {k: 50.0 + 5 * c + (t or 0) + bump for k in ("Consistency", "Contribution")}
+                    items.append(
+                        {
+                            **({"turn_idx": t, "agent_name": "The Anchor"} if t else {}),
+                            "scores": {**s, "Overall": 50.0 + 5 * c + bump},
+                        }
+                    )
+                return {"items": items, "num_items": len(items), "num_failures": sum("failed" in i for i in items)}
+
+            for kind in ("persona", "collective"):
+                line = {
+                    "conv_id": cid,
+                    "kind": kind,
+                    "system": system,
+                    "dataset": "ED",
+                    "judge": judges[0],
+                    **part(judges[0], kind),
+                }
+                line["by_judge"] = {j: part(j, kind) for j in judges[1:]}
+                lines.append(line)
+        out[system] = lines
+    return out
+
+# %% ../nbs/testing.ipynb #50e242e4
+def judged_folder(dest: str | Path, **kw) -> Path:
+    "A folder of `scores_<kind>_<system>_ED.jsonl` files as `mascot judge` writes them, from `judged_lines(**kw)`."
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    for system, lines in judged_lines(**kw).items():
+        for kind in ("persona", "collective"):
+            (dest / f"scores_{kind}_{system}_ED.jsonl").write_text(
+                "".join(json.dumps(l) + "\n" for l in lines if l["kind"] == kind)
+            )
+    return dest

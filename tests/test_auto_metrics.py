@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 from mascot.core.records import Directive, Episode, EpisodeMetadata, Turn
 from mascot.evaluation.auto_metrics import *
+from mascot.evaluation.text_scorers import *
 from mascot.testing import tiny_nli_model
 
 

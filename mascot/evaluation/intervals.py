@@ -10,7 +10,8 @@ import numpy as np
 import pandas as pd
 
 # %% auto #0
-__all__ = ['MIN_CLUSTERS', 'CI_METHODS', 'cluster_of', 'cluster_ci', 'mean_ci', 'coverage', 'contexts_needed']
+__all__ = ['MIN_CLUSTERS', 'CI_METHODS', 'TOO_SMALL', 'cluster_of', 'cluster_ci', 'mean_ci', 'coverage', 'contexts_needed',
+           'fmt_ci']
 
 # %% ../../nbs/evaluation/34_intervals.ipynb #26c5294e
 MIN_CLUSTERS = 5  # fewer clusters: no interval ("n too small"); the coverage table below supports 5
@@ -23,7 +24,7 @@ def cluster_of(dataset: str, context: str) -> str:
     m = _QMSUM_QUERY.match(str(context)) if str(dataset).lower() == "qmsum" else None
     return m["meeting"] if m else str(context)
 
-
+# %% ../../nbs/evaluation/34_intervals.ipynb #d2ec3d73
 def _cluster_mean_se(s: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     "Mean over values and its cluster-robust (CR1) standard error, from per-cluster sums `s` and counts `c` (last axis: clusters)."
     g, n = s.shape[-1], c.sum(-1)
@@ -113,3 +114,15 @@ def contexts_needed(sd: float, delta: float, power: float = 0.8, alpha: float = 
     return (
         float(max(MIN_CLUSTERS, math.ceil(n))) if math.isfinite(n) else float(MIN_CLUSTERS)
     )  # nan: fewer than 2 would do
+
+# %% ../../nbs/evaluation/34_intervals.ipynb #954d39ce
+TOO_SMALL = "n too small"
+
+
+def fmt_ci(m: float, lo: float, hi: float, digits: int = 1, n: int | None = None) -> str:
+    "`62.3 [58.1, 66.0]`; without an interval the value alone, or with `n` below `MIN_CLUSTERS`, `62.3 (n too small)`."
+    if pd.isna(m):
+        return "–"
+    if pd.isna(lo):
+        return f"{m:.{digits}f}" + (f" ({TOO_SMALL})" if n is not None and n < MIN_CLUSTERS else "")
+    return f"{m:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"

@@ -93,6 +93,13 @@ class JudgeStageConfig(JudgePanelConfig, JobConfig):
     judge_examples: int = Field(2, description="worked examples (0-2) shown in the judge prompt")
 
 
+describe(
+    JudgeStageConfig,
+    provider="the judge's API: vllm or openai (both need --judge-server-url, never defaulted), embedded (in this process, an explicit choice), anthropic or gemini (their SDK's endpoint, key from the environment or .env); unset: vllm at --judge-server-url",
+    judges="more judge models on the same provider and URL as the (last) judge, scored beside it for the judges' agreement",
+)
+
+# %% ../../nbs/evaluation/31_judge_all.ipynb #227b3551
 async def judge_folder_async(cfg: JudgeStageConfig, embedded: EmbeddedBackend | None = None) -> Path:
     import pandas as pd
 
@@ -147,10 +154,3 @@ def main(argv: list[str] | None = None):
 
 if __name__ == "__main__" and "IPython" not in sys.modules:
     main()
-
-# %% ../../nbs/evaluation/31_judge_all.ipynb #d275b896
-describe(
-    JudgeStageConfig,
-    provider="the judge's API: vllm or openai (both need --judge-server-url, never defaulted), embedded (in this process, an explicit choice), anthropic or gemini (their SDK's endpoint, key from the environment or .env); unset: vllm at --judge-server-url",
-    judges="more judge models on the same provider and URL as the (last) judge, scored beside it for the judges' agreement",
-)

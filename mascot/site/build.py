@@ -8,7 +8,7 @@ from ..core.store import *
 from ..core.config import Config, Field
 from .sections import *
 from .judging_pages import *
-from ..evaluation.compare import is_embedded_small
+from ..evaluation.judged_scores import is_embedded_small
 import datetime, hashlib, html, json, re, shutil, sys
 from pathlib import Path
 
@@ -211,7 +211,7 @@ def degenerate_counts(info: dict) -> dict[str, dict]:
 def degenerate_table(info: dict) -> str:
     "Degenerate replies per system: count, rate with its Wilson 95% interval, and the reasons."
     from mascot.training.reward_trainer import wilson_interval
-    from mascot.evaluation.figures import SYSTEMS, ordered
+    from mascot.evaluation.figure_tables import SYSTEMS, ordered
 
     counts = degenerate_counts(info)
     if not counts:
@@ -428,8 +428,9 @@ def headline(info: dict):
 
 def compare_runs(infos: list[dict]) -> str:
     "One row per system, one column per (run, rubric, judge): Overall mean [95% CI] over contexts; a 135M judge's column is marked."
-    from mascot.evaluation.compare import fmt_ci, is_embedded_small
-    from mascot.evaluation.figures import SYSTEMS, ordered
+    from mascot.evaluation.intervals import fmt_ci
+    from mascot.evaluation.judged_scores import is_embedded_small
+    from mascot.evaluation.figure_tables import SYSTEMS, ordered
 
     cells, cols = {}, []
     for i in infos:

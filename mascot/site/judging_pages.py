@@ -7,7 +7,7 @@ from __future__ import annotations
 from ..core.records import *
 from ..core.store import *
 from .sections import esc, fmt, judged_parts, read_json, stage_output
-from ..evaluation.compare import is_embedded_small
+from ..evaluation.judged_scores import is_embedded_small
 from pathlib import Path
 
 # %% auto #0
@@ -214,7 +214,8 @@ def judge_section(info: dict) -> str:
 def ci_table_html(df, table_id: str) -> str:
     "A comparison-style table: rows judge[, group/dataset], system; a column per metric; cells `mean [lo, hi]` (and Δ when given); a 135M judge marked."
     import pandas as pd
-    from mascot.evaluation.compare import fmt_ci, is_embedded_small
+    from mascot.evaluation.intervals import fmt_ci
+    from mascot.evaluation.judged_scores import is_embedded_small
 
     col = "metric" if "metric" in df.columns else "criterion"
     rows_keys = [

@@ -524,7 +524,7 @@ def run_judges(info: dict) -> list[str]:
 
 def small_judge_banner(info: dict, what: str) -> str:
     "A warning naming the embedded 135M judge wherever its scores are shown; empty when no such judge ran."
-    from mascot.evaluation.compare import is_embedded_small
+    from mascot.evaluation.judged_scores import is_embedded_small
 
     small = [j for j in run_judges(info) if is_embedded_small(j)]
     if not small:
