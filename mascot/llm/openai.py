@@ -232,7 +232,7 @@ async def _http(self: OpenAIBackend):
         self._session = (loop, life, await life.__anext__())
     return self._session[2]
 
-
+# %% ../../nbs/llm/01_openai.ipynb #20474574
 @patch
 async def _request(self: OpenAIBackend, method: str, path: str, body: bytes | None = None, check=None):
     "One HTTP exchange: the reply's JSON (checked by `check`), or `HTTPStatus` with the server's message."
@@ -337,7 +337,7 @@ async def check_model(self: OpenAIBackend, model: str | None) -> str:
         )
     return model
 
-
+# %% ../../nbs/llm/01_openai.ipynb #980449d4
 @patch
 def constraint_fields(self: OpenAIBackend, constraint: OutputConstraint | None) -> dict:
     """The request fields that carry `constraint`: vLLM's `structured_outputs` (JSON schema or regex); the OpenAI API's strict JSON
