@@ -61,7 +61,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "blind side-by-side human preference study of two systems' conversations (votes to JSONL)",
     ),
     "arena-report": (
-        "mascot.studies.arena:report_main",
+        "mascot.studies.arena_report:report_main",
         "win rates with Wilson 95% CIs, ties, Bradley-Terry ratings over studies, annotator and LLM-judge agreement",
     ),
     "run": ("mascot.pipeline.run", "run the pipeline's stage notebooks through papermill into runs/<run>/"),

@@ -257,7 +257,7 @@ def run_notebook(
     from fastcore.xtras import working_directory
     from nbdev.frontmatter import FrontmatterProc
     from nbdev.process import NBProcessor, nb_lang
-    from mascot.site.build import notebook_source_hash
+    from mascot.site.notebook_pages import notebook_source_hash
 
     os.environ["IN_TEST"] = "1"
     fn = Path(fn).absolute()

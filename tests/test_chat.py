@@ -105,7 +105,8 @@ def test_piped_lines_become_a_saved_episode(tmp_path, data_dir):
 def test_chat_on_a_served_model(openai_server, tmp_path):
     "The same session on an OpenAI-compatible server (`transformers serve` of the same model): every role's calls go there."
     import asyncio, io
-    from mascot.studies.chat import ChatConfig, ChatSession, chat_terminal
+    from mascot.studies.chat import ChatSession, chat_terminal
+    from mascot.studies.chat_config import ChatConfig
 
     cfg = ChatConfig(
         dataset="ESConv",

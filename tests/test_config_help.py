@@ -41,7 +41,7 @@ COMMANDS = {
     "judge": "mascot.judging.panel:JudgeConfig",
     "metrics": "mascot.evaluation.auto_metrics:MetricsConfig",
     "compare": "mascot.evaluation.compare:CompareConfig",
-    "chat": "mascot.studies.chat:ChatConfig",
+    "chat": "mascot.studies.chat_config:ChatConfig",
     "run": "mascot.pipeline.run:PipelineConfig",
     "site": "mascot.site.build:SiteConfig",
 }

@@ -12,6 +12,7 @@ from ..llm.embedded_weights import EMBEDDED_DEFAULT
 from ..stages import *
 from .serve import ServerFailed
 from .managed_vllm import *
+from .job_notebooks import *
 from .plan import plan_report, stage_reproducibility, is_trainer, stage_launch
 from .slurm import attach_server_node, attached_server, emit_slurm, forwarded_flags, server_apart
 from ..training.launch import LAUNCH_ENV, LAUNCH_FILE, LaunchSection, MachineSection, accumulation_for
@@ -22,11 +23,9 @@ from pathlib import Path
 from typing import Any
 
 # %% auto #0
-__all__ = ['JOB_HEADING', 'PEAK_FILE', 'KERNEL_START_CELL', 'ENV_CELL', 'IMPORT_CELL', 'PEAK_CELL', 'PipelineConfig',
-           'expand_env', 'load_pipeline_config', 'nbs_dir', 'job_notebook', 'kernel_parameters', 'StageFailed',
-           'job_runs', 'summed_counters', 'plan_pipeline', 'trainer_batch', 'keep_effective_batches', 'stage_config',
-           'serve_stage_inputs', 'write_meta', 'execute_stage', 'finish_stage', 'run_pipeline', 'RunFlags',
-           'run_parser', 'main']
+__all__ = ['PipelineConfig', 'expand_env', 'load_pipeline_config', 'StageFailed', 'job_runs', 'summed_counters', 'plan_pipeline',
+           'trainer_batch', 'keep_effective_batches', 'stage_config', 'serve_stage_inputs', 'write_meta',
+           'execute_stage', 'finish_stage', 'run_pipeline', 'RunFlags', 'run_parser', 'main']
 
 # %% ../../nbs/pipeline/03_run.ipynb #50539d95
 class PipelineConfig(DatasetConfig):
@@ -156,103 +155,6 @@ def load_pipeline_config(path: str | Path, layout: str | Path | None = None, **o
     if layout:
         keep_effective_batches(cfg, base_stages, lay, source)
     return cfg
-
-# %% ../../nbs/pipeline/03_run.ipynb #303ab4a6
-JOB_HEADING = "## Run the stage"
-PEAK_FILE = "peak_memory.json"
-KERNEL_START_CELL = (
-    "# added by mascot run: tqdm's notice that no notebook widgets are installed says nothing about the stage\n"
-    "import warnings as _w\n"
-    "from tqdm import TqdmWarning as _TqdmWarning\n"
-    "_w.filterwarnings('ignore', category=_TqdmWarning)"
-)
-# the parameters name secrets as ${VAR}; the kernel, which inherits the environment, puts the values in (never in executed.ipynb)
-ENV_CELL = (
-    "# added by mascot run: the parameters' ${VAR}s from this kernel's environment\n"
-    "import json as _json, os as _os, re as _re\n"
-    "config = _json.loads(_re.sub(r'\\$\\{(\\w+)\\}', lambda m: _json.dumps(_os.environ[m.group(1)])[1:-1], _json.dumps(config)))"
-)
-IMPORT_CELL = (
-    "# added by mascot run: the stage's imports on their own, timed for the profile\n"
-    "import time as _t; _t0 = _t.perf_counter()\n"
-    "import importlib as _il, torch, transformers; _il.import_module('{module}')\n"
-    "_import_s = round(_t.perf_counter() - _t0, 2)"
-)
-PEAK_CELL = (
-    "# recorded by mascot run: this kernel's peak resident memory, its import time, and where its embedded model's time went\n"
-    "import json as _j, resource as _r, sys as _s\n"
-    "_emb = _s.modules['mascot.llm.embedded_backend'].embedded_stats() if 'mascot.llm.embedded_backend' in _s.modules else None\n"
-    f"_j.dump({{'peak_rss_mb': round(_r.getrusage(_r.RUSAGE_SELF).ru_maxrss / 1024), 'embedded': _emb,\n"
-    f"         'import_s': globals().get('_import_s')}}, open('{PEAK_FILE}', 'w'))"
-)
-
-
-def nbs_dir() -> Path:
-    "The notebooks: the repo's nbs/ (source checkout) — the package is exported from them."
-    import mascot
-
-    here = Path(mascot.__file__).resolve().parent.parent / "nbs"
-    if here.is_dir():
-        return here
-    raise FileNotFoundError("the stage notebooks (nbs/) were not found beside the package: run from a source checkout")
-
-
-def job_notebook(src: Path, dest: Path) -> Path:
-    import nbformat
-
-    nb = nbformat.read(src, as_version=4)
-    start = next(
-        (i for i, c in enumerate(nb.cells) if c.cell_type == "markdown" and c.source.lstrip().startswith(JOB_HEADING)),
-        None,
-    )
-    if start is None:
-        raise ValueError(f"{src}: no '{JOB_HEADING}' section (a stage notebook ends with one)")
-    cells = [nb.cells[0]] + [
-        c for c in nb.cells[start:] if "import nbdev" not in c.source
-    ]  # never the export cell (nbdev_test skips any cell that calls it)
-    if not any("parameters" in c.metadata.get("tags", []) for c in cells):
-        raise ValueError(f"{src}: its '{JOB_HEADING}' section has no cell tagged 'parameters'")
-    for c in cells:  # the job runs every cell: drop nbdev's skip flag so the executed copy reads cleanly
-        if c.cell_type == "code":
-            c.source = "\n".join(
-                l for l in c.source.splitlines() if l.strip() not in ("#| eval: false", "#|eval: false")
-            )
-    # after the parameters: import the stage's module (and torch, transformers) on their own, so the profile can tell imports from work
-    module = next(
-        (m.group(1) for c in nb.cells if (m := re.search(r"^#\|\s*default_exp\s+(\S+)", c.source, re.M))), None
-    )
-    at = next(i for i, c in enumerate(cells) if "parameters" in c.metadata.get("tags", [])) + 1
-    cells.insert(
-        at, nbformat.v4.new_code_cell(IMPORT_CELL.format(module=f"mascot.{module}" if module else "mascot.core.config"))
-    )
-    cells.insert(at, nbformat.v4.new_code_cell(ENV_CELL))
-    cells.insert(1, nbformat.v4.new_code_cell(KERNEL_START_CELL))
-    # last cell: the kernel's own peak memory (ru_maxrss, KiB on Linux), which the pipeline records in meta.json
-    cells.append(nbformat.v4.new_code_cell(PEAK_CELL))
-    nb.cells = cells
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    nbformat.write(nb, dest)
-    return dest
-
-
-def kernel_parameters(params: dict, from_env: dict[str, str]) -> tuple[dict, dict[str, str]]:
-    """Papermill's parameters with no secret in them, and the environment the kernel needs to restore them: every value the config took
-    from `${VAR}` goes back to `${VAR}`, and credentials in a URL (`http://user:KEY@host`) move to a variable of their own."""
-    env: dict[str, str] = {}
-    text = json.dumps(params)
-    for var, value in sorted(from_env.items(), key=lambda kv: -len(kv[1])):
-        if len(value) >= 4:
-            text = text.replace(json.dumps(value)[1:-1], "${" + var + "}")
-
-    def userinfo(m):
-        if m.group(2).startswith("${") and m.group(2).endswith("}"):
-            return m.group(0)
-        var = f"MASCOT_URL_USERINFO_{len(env)}"
-        env[var] = json.loads(f'"{m.group(2)}"')
-        return m.group(1) + "${" + var + "}@"
-
-    text = re.sub(r"(\w+://)([^/@\s\"]+)@", userinfo, text)
-    return json.loads(text), env
 
 # %% ../../nbs/pipeline/03_run.ipynb #bdfa9599
 def _git_commit() -> str | None:

@@ -7,16 +7,17 @@ from __future__ import annotations
 from ..core.store import *
 from ..core.config import Config, Field
 from .sections import *
+from .training_curves import training_section
+from .notebook_pages import *
 from .judging_pages import *
 from ..evaluation.judged_scores import is_embedded_small
-import datetime, hashlib, html, json, re, shutil, sys
+import datetime, json, shutil, sys
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['CSS', 'ERROR_TRAP', 'LOAD_CHECK', 'RUN_JS', 'SECTIONS', 'page', 'offline_html', 'notebook_html', 'render_notebooks',
-           'csv_table', 'degenerate_counts', 'degenerate_table', 'table_html', 'tables_section',
-           'judge_repeat_warnings', 'reproducibility_table', 'role_models', 'provenance_section', 'headline',
-           'compare_runs', 'overview_section', 'build_run_page', 'notebook_source_hash', 'executed_copy', 'build_docs',
+__all__ = ['CSS', 'ERROR_TRAP', 'LOAD_CHECK', 'RUN_JS', 'SECTIONS', 'page', 'csv_table', 'degenerate_counts', 'degenerate_table',
+           'table_html', 'tables_section', 'judge_repeat_warnings', 'reproducibility_table', 'role_models',
+           'provenance_section', 'headline', 'compare_runs', 'overview_section', 'build_run_page', 'build_docs',
            'build_site', 'SiteConfig', 'main']
 
 # %% ../../nbs/site/02_build.ipynb #f8edc8cd
@@ -121,58 +122,7 @@ filter();compare();show();addEventListener('load',()=>setTimeout(show,0));
 })();
 </script>"""
 
-# %% ../../nbs/site/02_build.ipynb #f82cc71a
-_EXPORTER = None
-_fresh = lambda nb_path, out: out.exists() and out.stat().st_mtime >= nb_path.stat().st_mtime
-# nbconvert's templates load jQuery, require.js and mermaid from a CDN (for widgets and diagrams, which these notebooks do not use):
-# a page that must open offline drops every script that points off the machine, and the empty MathJax hook.
-_REMOTE_SCRIPT = re.compile(
-    r"""<script[^>]*\bsrc=["'](?:https?:)?//[^"']*["'][^>]*>\s*</script>"""
-    r"""|<script type="module">[^<]*?https?://[^<]*?</script>"""
-    r"""|<script src=""></script>"""
-    r"""|<script type="text/x-mathjax-config">.*?</script>""",
-    re.S,
-)
-
-
-def offline_html(body: str, title: str | None = None) -> str:
-    "nbconvert's page without anything fetched from the network, titled after the notebook."
-    body = _REMOTE_SCRIPT.sub("", body)
-    return body.replace("<title>Notebook</title>", f"<title>{html.escape(title)}</title>", 1) if title else body
-
-
-def notebook_html(nb_path: Path, out: Path) -> Path:
-    "An executed (or source) notebook as standalone HTML, with no network needed to view it; kept when `out` is newer than the notebook."
-    global _EXPORTER
-    if _fresh(nb_path, out):
-        return out  # a rebuilt site renders only what changed
-    import nbformat
-    from nbconvert import HTMLExporter
-
-    if _EXPORTER is None:
-        _EXPORTER = HTMLExporter(template_name="classic")
-        _EXPORTER.mathjax_url = ""  # no CDN: the site must open offline
-    body, _ = _EXPORTER.from_notebook_node(nbformat.read(nb_path, as_version=4))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(offline_html(body, title=nb_path.stem))
-    return out
-
-
-def render_notebooks(jobs: list[tuple[Path, Path]], workers: int | None = None) -> list[Path]:
-    "Render (notebook, html) pairs, in parallel processes when there are several CPUs: nbconvert is most of the build time."
-    import os
-    from concurrent.futures import ProcessPoolExecutor
-
-    todo = [j for j in jobs if not _fresh(*j)]
-    workers = workers or min(4, os.cpu_count() or 1, len(todo))
-    if workers <= 1:
-        [notebook_html(*j) for j in todo]
-    else:
-        with ProcessPoolExecutor(workers) as pool:
-            list(pool.map(notebook_html, *zip(*todo)))
-    return [out for _, out in jobs]
-
-
+# %% ../../nbs/site/02_build.ipynb #1d65124d
 def csv_table(path: Path) -> str:
     "A CSV as a plain HTML table (numbers to 2 decimals)."
     import pandas as pd
@@ -534,25 +484,6 @@ def build_run_page(info: dict, site: Path, jobs: list | None = None) -> Path:
     if jobs is None:
         render_notebooks(todo)
     return p
-
-# %% ../../nbs/site/02_build.ipynb #245f9dca
-def notebook_source_hash(path: Path) -> str:
-    "sha256 of a notebook's cells (type and source; outputs and metadata aside): what an executed copy must match to stand for it."
-    cells = json.loads(Path(path).read_text())["cells"]
-    text = json.dumps(
-        [(c["cell_type"], "".join(c["source"]) if isinstance(c["source"], list) else c["source"]) for c in cells]
-    )
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def executed_copy(nb: Path, nbs: Path, executed_root: Path | None = None) -> Path | None:
-    """The copy of `nb` that `make test` executed (`scripts/test_notebooks.py --save-executed`, default `_docs/executed/` beside
-    `nbs/`), when it was made from the notebook as it is now; else None (a stale copy would show outputs of other code)."""
-    copy = Path(executed_root or nbs.parent / "_docs" / "executed") / nb.relative_to(nbs)
-    if not copy.exists():
-        return None
-    made_from = json.loads(copy.read_text()).get("metadata", {}).get("mascot_executed", {}).get("source_sha256")
-    return copy if made_from == notebook_source_hash(nb) else None
 
 # %% ../../nbs/site/02_build.ipynb #b7d09141
 def build_docs(nbs: Path, site: Path, jobs: list, executed: dict[str, str] | None = None) -> list[Path]:

@@ -12,10 +12,7 @@ from ..llm.types import *
 from ..llm.routing import *
 from ..llm.client import *
 from ..domain.systems import SYSTEMS
-from ..domain.personas import roster_for_dataset, render_history
-from ..judging.rubrics import get_rubric
 from ..judging.calls import record_situation
-from ..judging.pairwise import judge_pair
 from .chat import is_fallback
 from .web_guard import guard_web_app
 from .arena_stats import *  # the report's statistics and ArenaError
@@ -27,8 +24,7 @@ from pydantic import BaseModel, Field
 # %% auto #0
 __all__ = ['CHOICES', 'ANNOTATOR_RE', 'MAX_REASON_CHARS', 'ARENA_HTML', 'load_side', 'Arena', 'study_id', 'load_arena',
            'demo_record', 'demo_files', 'pair_order', 'pair_sides', 'token_hash', 'VoteStore', 'speaker_labels',
-           'pair_view', 'VoteIn', 'ArenaAuth', 'arena_app', 'judge_arena', 'load_judge_file', 'ArenaConfig',
-           'ArenaReportConfig', 'main', 'summary_lines', 'report', 'report_main', 'demo_votes']
+           'pair_view', 'VoteIn', 'ArenaAuth', 'arena_app', 'ArenaConfig', 'main']
 
 # %% ../../nbs/studies/03_arena.ipynb #ff116323
 def load_side(path: str | Path) -> tuple[str, str, dict[str, dict]]:
@@ -406,61 +402,6 @@ def arena_app(store: VoteStore, annotator: str | None = None, host: str = "127.0
 
     return app
 
-# %% ../../nbs/studies/03_arena.ipynb #dfffdf40
-async def judge_arena(
-    arena: Arena, cfg: EndpointConfig, path: str | Path, embedded: ChatBackend | None = None
-) -> dict[str, str | None]:
-    "Judge every pair (those already in `path` are kept); returns {pair: winner system | 'tie' | None when unparsable}."
-    from mascot.judging.judgements import JudgeParseError
-
-    require_judge(cfg)  # the pairwise judge is an explicit choice too
-    store = JsonlStore(path, resume=True, id_key="pair_id")
-    client = LLMClient(cfg, embedded=embedded)
-    rubric, roster = get_rubric("collective", arena.dataset), roster_for_dataset(arena.dataset)
-    a, b = arena.systems
-    text = lambda s, p: render_history([Turn.from_dict(t) for t in arena.records[s][p]["turns"]], roster)
-    sem = asyncio.Semaphore(cfg.max_concurrency)
-
-    async def one(
-        p: str,
-    ):  # pairs in flight together share the embedded model's batches; each result is stored as it comes
-        async with sem:
-            try:
-                pref = await judge_pair(client, rubric, record_situation(arena.records[a][p]), text(a, p), text(b, p))
-                winner, raw = {"A": a, "B": b, "tie": "tie"}[pref], None
-            except JudgeParseError as e:
-                winner, raw = None, e.raw[:300]
-        store.append(
-            {
-                "pair_id": p,
-                "study": arena.study,
-                "systems": sorted(arena.systems),
-                "judge": client.routes["judge"].model,
-                "winner": winner,
-                **({"unparsed": raw} if raw is not None else {}),
-            }
-        )
-
-    try:
-        await client.check()
-        await asyncio.gather(*[one(p) for p in arena.pair_ids if p not in store])
-    finally:
-        await client.aclose()
-    return load_judge_file(path, arena.study)
-
-
-def load_judge_file(path: str | Path, study: str | None = None) -> dict[str, str | None]:
-    "{pair: winner} from a JSONL of {pair_id (or conv_id), winner[, study]} lines."
-    out = {}
-    for i, r in enumerate(read_jsonl(path), 1):
-        if study and r.get("study") not in (None, study):
-            raise ArenaError(f"--judge-file {path}:{i} is from study {r['study']!r}, not {study!r}")
-        pid = r.get("pair_id", r.get("conv_id"))
-        if pid is None or "winner" not in r:
-            raise ArenaError(f"--judge-file {path}:{i}: needs 'pair_id' (or 'conv_id') and 'winner'")
-        out[str(pid)] = r["winner"]
-    return out
-
 # %% ../../nbs/studies/03_arena.ipynb #d5be6599
 class ArenaConfig(Config):
     "Flags of `mascot arena`."
@@ -484,28 +425,7 @@ class ArenaConfig(Config):
     )
     port: int = Field(8766, description="port")
 
-
-class ArenaReportConfig(EndpointConfig):
-    "Flags of `mascot arena-report` (the endpoint flags choose the judge for --compute-judge)."
-
-    votes: list[str] = Field(
-        ..., description="the vote file(s) written by mascot arena; several studies together get Bradley-Terry ratings"
-    )
-    files: list[str] = Field(
-        [], description="the study's two conversation files (needed by --compute-judge; checks the study)"
-    )
-    study: str | None = Field(None, description="the study's id, if mascot arena was given one")
-    judge_file: str | None = Field(None, description="pairwise judge results: JSONL of {pair_id, winner}")
-    compute_judge: bool = Field(False, description="ask the LLM pairwise judge about every pair (needs --files)")
-    output_dir: str | None = Field(
-        None, description="where arena_report.json goes; default: beside the (first) votes file"
-    )
-    bootstrap: int = Field(
-        2000, description="bootstrap resamples for the pair-bootstrap and Bradley-Terry 95% intervals"
-    )
-    seed: int = Field(0, description="bootstrap seed")
-
-
+# %% ../../nbs/studies/03_arena.ipynb #arenamain
 def _fail(prog: str, e: Exception):
     "A package error: one line on stderr, exit 2."
     print(f"{prog}: {' '.join(str(e).split())}", file=sys.stderr)
@@ -534,98 +454,6 @@ def main(argv: list[str] | None = None):
         store.close()
     print(f"mascot arena: {len(store.votes)} votes in {store.path}", flush=True)
 
-# %% ../../nbs/studies/03_arena.ipynb #d45a873c
-def summary_lines(rep: dict) -> list[str]:
-    f = lambda x: "n/a" if x is None else f"{x:.3f}"
-    what = f"study {rep['study']}" if rep.get("study") else f"{len(rep['studies'])} studies"
-    lines = [
-        f"{what}: {rep['num_votes']} votes on {rep['num_pairs']} pairs by {rep['annotators']['num_annotators']} annotator(s)"
-        + (f" ({rep['duplicates_dropped']} duplicate votes dropped)" if rep.get("duplicates_dropped") else "")
-    ]
-    for s, r in rep["by_system"].items():
-        lines.append(
-            f"  {s}: win rate {f(r['win_rate'])} [95% CI {f(r['ci95'][0])}, {f(r['ci95'][1])}] "
-            f"(wins {r['wins']}, losses {r['losses']}, ties {r['ties']} of {r['n']}; without ties {f(r['decisive_win_rate'])})"
-        )
-    t, a = rep["tie_rate"], rep["annotators"]
-    lines.append(
-        f"  tie rate {f(t['rate'])} [95% CI {f(t['ci95'][0])}, {f(t['ci95'][1])}]  (intervals: Wilson, pair-clustered)"
-    )
-    if "bradley_terry" in rep:
-        lines.append("  Bradley-Terry ratings (Elo scale, 95% bootstrap CI):")
-        for s, r in sorted(rep["bradley_terry"]["ratings"].items(), key=lambda x: -x[1]["rating"]):
-            lines.append(f"    {s}: {r['rating']:.0f} [{r['ci95'][0]:.0f}, {r['ci95'][1]:.0f}]")
-    lines.append(
-        f"  annotators: Cohen's kappa {f(a['cohen_kappa_mean'])} (mean of {len(a['pairwise'])} pair(s)), Krippendorff's alpha {f(a['krippendorff_alpha'])}"
-    )
-    if "judge" in rep:
-        j = rep["judge"]
-        lines.append(
-            f"  LLM judge vs people: agreement {f(j['agreement'])}, kappa {f(j['cohen_kappa'])} on {j['n_pairs']} pairs"
-        )
-    return lines
-
-
-def report(cfg: ArenaReportConfig) -> tuple[Path, dict]:
-    "Read the votes, get the judge's results if asked, write `arena_report.json`."
-    paths = [Path(p) for p in cfg.votes]
-    for vp in paths:
-        if not vp.exists():
-            raise ArenaError(f"--votes {vp} does not exist")
-    votes = [v for vp in paths for v in read_jsonl(vp)]
-    arena = load_arena(cfg.files, cfg.study) if cfg.files else None
-    if arena is not None and {v.get("study") for v in votes} - {arena.study}:
-        raise ArenaError(
-            f"--votes {', '.join(map(str, paths))} holds votes of study "
-            f"{sorted(map(str, {v.get('study') for v in votes} - {arena.study}))[0]!r}, not {arena.study!r} of --files"
-        )
-    out_dir = Path(cfg.output_dir) if cfg.output_dir else paths[0].parent
-    out_dir.mkdir(parents=True, exist_ok=True)
-    judge = None
-    if cfg.judge_file:
-        judge = load_judge_file(cfg.judge_file, votes[0].get("study") if votes else None)
-    elif cfg.compute_judge:
-        if arena is None:
-            raise ArenaError("--compute-judge needs --files (the conversations the judge reads)")
-        judge = run_sync(judge_arena(arena, cfg, out_dir / f"judge_pairwise_{arena.study}.jsonl"))
-    rep = arena_report(votes, judge, cfg.bootstrap, cfg.seed)
-    rep.update(
-        votes_files=list(map(str, paths)),
-        judge_file=cfg.judge_file
-        or (str(out_dir / f"judge_pairwise_{arena.study}.jsonl") if cfg.compute_judge else None),
-    )
-    path = out_dir / "arena_report.json"
-    tmp_path = path.with_name(path.name + ".tmp")
-    tmp_path.write_text(json.dumps(rep, indent=2))
-    tmp_path.replace(path)
-    return path, rep
-
-
-def report_main(argv: list[str] | None = None):
-    try:
-        path, rep = report(ArenaReportConfig.from_cli(argv, prog="mascot arena-report"))
-    except (ArenaError, ConfigError, CorruptRecordError, LLMError) as e:
-        _fail("mascot arena-report", e)
-    print("\n".join(summary_lines(rep)))
-    print(path)
-
 
 if __name__ == "__main__" and "IPython" not in sys.modules:
     main()  # `python -m mascot.studies.arena`; never inside a notebook
-
-# %% ../../nbs/studies/03_arena.ipynb #90e3bc4b
-def demo_votes(folder: str | Path, n_pairs: int = 12, annotators=("ann1", "ann2", "ann3"), seed: int = 0) -> Path:
-    "Conversation files and a vote file of a demo study; returns the vote file."
-    folder = Path(folder)
-    files = demo_files(folder, ids=[f"ed-{i}" for i in range(n_pairs)])
-    store = VoteStore(folder / "votes.jsonl", load_arena(list(map(str, files))))
-    rng = random.Random(seed)
-    for a in annotators:
-        for p in store.arena.pair_ids:
-            if p in store.done(a):
-                continue
-            pick = rng.choices(["mascot", "zero-shot", "tie"], [0.6, 0.25, 0.15])[0]
-            left, right = pair_sides(store.arena, a, p)
-            store.vote(a, p, "tie" if pick == "tie" else "A" if left == pick else "B")
-    store.close()
-    return store.path

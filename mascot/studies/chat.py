@@ -10,212 +10,27 @@ from ..core.config import *
 from ..llm.types import *
 from ..llm.routing import *
 from ..llm.client import *
-from ..llm.embedded_weights import EMBEDDED_DEFAULT
-from ..domain.datasets import Context, load_contexts, canonical_dataset
+from ..domain.datasets import Context
 from ..domain.personas import *
 from mascot.domain.episodes import (
-    EpisodeConfig,
     EpisodeRunner,
     EpisodeState,
     new_state,
     episode_record,
     MULTI_AGENT,
 )
-from ..evaluation.conversations import EvalConfig, system_config
-from ..domain.systems import get_system, SYSTEMS, DIRECTOR_ALIAS, SPEAKER_ALIAS, SFT_ALIAS
-from ..stages import STAGE_BY_KEY
+from ..domain.systems import get_system
 from .web_guard import guard_web_app
+from .chat_config import *
 import asyncio, datetime, json, logging, os, sys, uuid
-from dataclasses import dataclass
 from fastcore.basics import patch
 from pathlib import Path
 from pydantic import BaseModel, Field
 
 # %% auto #0
-__all__ = ['DEMO_FOLDERS', 'ADAPTER_STAGES', 'OPEN_SITUATION', 'HELP', 'FALLBACK_MARK', 'CHAT_HTML', 'MAX_MESSAGE_CHARS', 'log',
-           'ChatConfig', 'chat_episode_config', 'TrainedRun', 'find_trained_run', 'with_trained_adapters',
-           'chat_context', 'is_fallback', 'ChatSession', 'describe_speaker', 'format_turn', 'chat_header',
-           'chat_terminal', 'turn_view', 'session_view', 'ChatMessage', 'chat_app', 'serve_chat', 'main']
-
-# %% ../../nbs/studies/01_chat.ipynb #1d1e359f
-DEMO_FOLDERS = {"ED": "empathetic_dialogues", "ESConv": "esconv", "QMSum": "qmsum"}
-
-
-class ChatConfig(EndpointConfig):
-    "Flags of `mascot chat`: where the conversation starts, which system answers (routed as in `mascot eval`), and how it is shown."
-
-    dataset: str = Field(
-        "ED",
-        description="ED, ESConv or QMSum: the roster (support or meeting), and the dataset --context-id/--context-index start from",
-    )
-    data_path: str | None = Field(
-        None, description="the dataset's original files; default: the shipped demo contexts (demo:<folder>)"
-    )
-    split: str = Field("test", description="the split the context is taken from")
-    context_id: str | None = Field(
-        None,
-        description="start from this dataset context (conv_id, or the QMSum id); without a context flag you speak first",
-    )
-    context_index: int | None = Field(None, description="start from the dataset context at this index of the split")
-    situation: str | None = Field(None, description="start from a free situation (you then speak first)")
-    max_transcript_tokens: int = Field(768, description="QMSum: the transcript window the group sees")
-    system: str = Field("mascot", description="the system that answers: " + ", ".join(SYSTEMS))
-    roster_path: str | None = Field(None, description="a roster YAML instead of the dataset's built-in roster")
-    director_adapter: str | None = Field(None, description="the trained director's LoRA adapter (mascot, mascot-g)")
-    speaker_adapter: str | None = Field(None, description="the trained speaker's LoRA adapter (mascot, mascot-i)")
-    sft_adapter: str | None = Field(None, description="the SFT baseline's adapter (sft)")
-    runs_dir: str = Field(
-        "runs",
-        description="with no adapter flag: the trained adapters of the latest finished run here; none found: the untrained base model",
-    )
-    agent_turns: int = Field(2, description="director -> speaker steps after each of your messages")
-    max_rounds: int = Field(50, description="the conversation ends (and is saved) after this many of your messages")
-    seed: int = Field(
-        0, description="seed of the random choices (mascot-c's speaking order, fallbacks) and of the requests"
-    )
-    director_temperature: float = Field(0.0, description="director sampling temperature")
-    speaker_temperature: float = Field(0.7, description="speaker sampling temperature")
-    director_max_tokens: int = Field(64, description="longest directive, in tokens")
-    speaker_max_tokens: int = Field(80, description="longest reply, in tokens")
-    few_shot_k: int = Field(2, description="few-shot baselines: examples in the prompt")
-    self_consistency_k: int = Field(3, description="self-consistency / multiagent-esc: candidates per reply")
-    show_directives: bool = Field(
-        False, description="print the director's directive before each reply (toggle with /directive)"
-    )
-    output_dir: str = Field("outputs/chat", description="where the conversation is saved")
-    web: bool = Field(False, description="serve the chat as a local web page instead of the terminal")
-    host: str = Field("127.0.0.1", description="--web: address to bind (loopback by default)")
-    port: int = Field(8765, description="--web: port")
-
-    def model_post_init(self, _):
-        self.dataset = canonical_dataset(self.dataset)
-        if self.system not in SYSTEMS:
-            raise ConfigError(f"--system {self.system!r} is not one of {', '.join(SYSTEMS)}")
-        if self.agent_turns < 1:
-            raise ConfigError("--agent-turns must be at least 1")
-        if self.max_rounds < 1:
-            raise ConfigError("--max-rounds must be at least 1")
-        if self.situation is not None and not self.situation.strip():
-            raise ConfigError("--situation is empty")
-        if self.situation is not None and (self.context_id is not None or self.context_index is not None):
-            raise ConfigError("--situation and --context-id/--context-index: give one place to start from")
-
-# %% ../../nbs/studies/01_chat.ipynb #b86058f5
-def chat_episode_config(cfg: ChatConfig) -> EpisodeConfig:
-    "The `EpisodeConfig` the chat's rounds run with."
-    ev = EvalConfig(**cfg.fields_for(EvalConfig))
-    if cfg.share_model and get_system(cfg.system).trained_roles:  # untrained: every role on the base model
-        ecfg = EpisodeConfig(**ev.fields_for(EpisodeConfig))
-    else:
-        try:
-            ecfg = system_config(ev, cfg.system)
-        except ConfigError as e:
-            raise ConfigError(f"{e}; or pass --share-model to talk to the untrained base model") from None
-    return ecfg.model_copy(update={"enable_user_simulation": False, "output_dir": cfg.output_dir, "progress": False})
-
-# %% ../../nbs/studies/01_chat.ipynb #9f6454e5
-ADAPTER_STAGES = {"director_adapter": "director_grpo", "speaker_adapter": "speaker_grpo", "sft_adapter": "sft"}
-_ALIAS_FLAG = {DIRECTOR_ALIAS: "director_adapter", SPEAKER_ALIAS: "speaker_adapter", SFT_ALIAS: "sft_adapter"}
-
-
-@dataclass
-class TrainedRun:
-    "A pipeline run whose completed stages trained the adapters a system needs."
-
-    path: Path
-    adapters: dict[str, str]  # ChatConfig field (director_adapter ...) -> adapter folder
-    model_name: str  # the base model the adapters were trained on
-    finished: float  # when its last adapter stage finished (mtime of that stage's run_summary.json)
-
-
-def _stage_adapter(run: Path, stage_key: str) -> tuple[str, float] | None:
-    "(adapter folder, finish time) of a completed adapter stage of `run`, else None."
-    sdir = run / STAGE_BY_KEY[stage_key].dir
-    try:
-        status = json.loads((sdir / "run_summary.json").read_text()).get("status")
-        path = Path(json.loads((sdir / "outputs.json").read_text())["path"])
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return None
-    if status != "completed" or not (path / "adapter_config.json").is_file():
-        return None
-    return str(path), (sdir / "run_summary.json").stat().st_mtime
-
-
-def _run_model(run: Path) -> str:
-    try:
-        return json.loads((run / "pipeline_config.json").read_text()).get("model_name") or EMBEDDED_DEFAULT
-    except (OSError, ValueError, AttributeError):
-        return EMBEDDED_DEFAULT
-
-
-def find_trained_run(runs_dir: str | Path, system: str, model_name: str | None = None) -> TrainedRun | None:
-    "The latest run under `runs_dir` whose completed stages hold every adapter `system` needs (trained on `model_name`, when given)."
-    need = [_ALIAS_FLAG[a] for a in get_system(system).trained_roles.values()]
-    root = Path(runs_dir)
-    if not need or not root.is_dir():
-        return None
-    found = []
-    for run in sorted(p for p in root.iterdir() if p.is_dir()):
-        got = {f: _stage_adapter(run, ADAPTER_STAGES[f]) for f in need}
-        base = _run_model(run)
-        if None in got.values() or (model_name is not None and base != model_name):
-            continue
-        found.append(TrainedRun(run, {f: p for f, (p, _) in got.items()}, base, max(t for _, t in got.values())))
-    return max(found, key=lambda r: r.finished, default=None)
-
-# %% ../../nbs/studies/01_chat.ipynb #cd64bdc7
-_EXPLICIT = ("director_adapter", "speaker_adapter", "sft_adapter", "directive_model", "agent_model", "lora_modules")
-_SERVED = ("vllm_server_url", "director_server_url", "speaker_server_url")
-
-
-def with_trained_adapters(cfg: ChatConfig) -> tuple[ChatConfig, str]:
-    "The config the chat runs with and one line saying which: the adapters given, else the latest finished run's, else the untrained base model."
-    trained = get_system(cfg.system).trained_roles
-    if not trained:
-        return cfg, f"system {cfg.system}: the base model answers (no trained adapter in this system)"
-    if cfg.share_model:
-        return cfg, f"system {cfg.system} on the untrained base model {cfg.model_name} (--share-model)"
-    if any(getattr(cfg, f) for f in _EXPLICIT + _SERVED):
-        return cfg, f"system {cfg.system} with the models and adapters given on the command line"
-    fixed = cfg.model_name if "model_name" in cfg.model_fields_set else None
-    run = find_trained_run(cfg.runs_dir, cfg.system, fixed)
-    if run is None:
-        need = " and ".join(sorted({a.removeprefix("mascot-") for a in trained.values()}))
-        return cfg.model_copy(update={"share_model": True}), (
-            f"no finished run with a trained {need} adapter under {cfg.runs_dir}/"
-            + (f" on {fixed}" if fixed else "")
-            + f": talking to the untrained base model {cfg.model_name} (`make demo` trains one; or pass the adapter flags)"
-        )
-    given = ", ".join(f"{f.removesuffix('_adapter')} {p}" for f, p in sorted(run.adapters.items()))
-    return cfg.model_copy(update={**run.adapters, "model_name": run.model_name}), (
-        f"using the trained adapters of run {run.path}: {given}; base model {run.model_name}"
-    )
-
-# %% ../../nbs/studies/01_chat.ipynb #ddbd69f6
-OPEN_SITUATION = "not given: the person tells it in the conversation"
-
-
-def chat_context(cfg: ChatConfig) -> Context:
-    "The context the chat starts from: a dataset context (--context-id, --context-index), a free situation, else an open one."
-    if cfg.context_id is None and cfg.context_index is None:
-        sid, situation = "chat-" + uuid.uuid4().hex[:8], (cfg.situation or OPEN_SITUATION).strip()
-        if cfg.dataset == "QMSum":
-            return Context("QMSum", sid, "chat", situation=situation, meeting="free situation", query=situation)
-        return Context(cfg.dataset, sid, "chat", situation=situation)
-    path = cfg.data_path or f"demo:{DEMO_FOLDERS[cfg.dataset]}"
-    ctxs = load_contexts(cfg.dataset, split=cfg.split, data_path=path, max_transcript_tokens=cfg.max_transcript_tokens)
-    if not ctxs:
-        raise ConfigError(f"--data-path {path}: no {cfg.dataset} contexts in split {cfg.split!r} (try --split train)")
-    if cfg.context_id is not None:
-        hit = [c for c in ctxs if c.context_id == cfg.context_id]
-        if not hit:
-            raise ConfigError(
-                f"--context-id {cfg.context_id!r} is not in {path} ({cfg.split}); e.g. {', '.join(c.context_id for c in ctxs[:3])}"
-            )
-        return hit[0]
-    if not 0 <= cfg.context_index < len(ctxs):
-        raise ConfigError(f"--context-index {cfg.context_index}: {path} ({cfg.split}) has {len(ctxs)} contexts")
-    return ctxs[cfg.context_index]
+__all__ = ['HELP', 'FALLBACK_MARK', 'CHAT_HTML', 'MAX_MESSAGE_CHARS', 'log', 'is_fallback', 'ChatSession', 'describe_speaker',
+           'format_turn', 'chat_header', 'chat_terminal', 'turn_view', 'session_view', 'ChatMessage', 'chat_app',
+           'serve_chat', 'main']
 
 # %% ../../nbs/studies/01_chat.ipynb #fa7c0170
 def _atomic_write(path: Path, text: str) -> None:
