@@ -58,7 +58,8 @@ def save(key: str, value: dict):
 
 def requests(kind: str, n: int, constrained: bool):
     from mascot.core.records import Turn
-    from mascot.domain.personas import SUPPORT_ROSTER, director_messages, directive_constraint
+    from mascot.domain.personas import SUPPORT_ROSTER
+    from mascot.domain.prompts import director_messages, directive_constraint
     from mascot.judging.rubrics import get_rubric, judge_messages, judgement_constraint
     from mascot.llm.types import ChatRequest
 

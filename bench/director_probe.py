@@ -30,7 +30,8 @@ def main():
     from learning import held_split
     from mascot.stage2.director_grpo import DirectorGRPOConfig
     from mascot.stage2.group_data import state_from_dict
-    from mascot.domain.personas import director_messages, roster_for_dataset
+    from mascot.domain.prompts import director_messages
+    from mascot.domain.personas import roster_for_dataset
     from mascot.training.models import load_causal_lm
 
     train, held, _ = held_split(a.states, SimpleNamespace(holdout_fraction=a.holdout_fraction, director_seed=a.seed))

@@ -13,7 +13,8 @@ from pathlib import Path
 from mascot.core.store import read_jsonl
 from mascot.llm.types import ChatRequest
 from mascot.llm.embedded_backend import EmbeddedBackend
-from mascot.domain.personas import ROSTERS, parse_directive
+from mascot.domain.personas import ROSTERS
+from mascot.domain.prompts import parse_directive
 
 
 async def sample(emb: EmbeddedBackend, states: list[dict], n: int, temperature: float, model: str | None) -> dict:

@@ -106,7 +106,8 @@ def read_states(path: Path) -> list[dict]:
 
 def prompt_of(state: dict) -> list[dict]:
     from mascot.core.records import Turn
-    from mascot.domain.personas import SUPPORT_ROSTER as roster, director_messages
+    from mascot.domain.personas import SUPPORT_ROSTER as roster
+    from mascot.domain.prompts import director_messages
 
     turns = [
         Turn(i, 0, roster.user_label if s == "0" else SUPPORTER, t, turn_type="user" if s == "0" else "agent")
@@ -116,7 +117,8 @@ def prompt_of(state: dict) -> list[dict]:
 
 
 def directive_text(name: str) -> str:
-    from mascot.domain.personas import SUPPORT_ROSTER as roster, DEFAULT_ACTION
+    from mascot.domain.personas import SUPPORT_ROSTER as roster
+    from mascot.domain.prompts import DEFAULT_ACTION
 
     tone = {p.name: p.tone for p in roster.personas}[name]
     return json.dumps({"agent_name": name, "action": DEFAULT_ACTION, "tone": tone})
@@ -338,7 +340,8 @@ def train_grpo(states, out: Path, recipe: dict, seed: int) -> Path:
     import datasets
     from transformers import set_seed
     from trl import GRPOTrainer
-    from mascot.domain.personas import SUPPORT_ROSTER as roster, directive_constraint, parse_directive
+    from mascot.domain.personas import SUPPORT_ROSTER as roster
+    from mascot.domain.prompts import directive_constraint, parse_directive
     from mascot.stage2.director_grpo import (
         DirectorGRPOConfig,
         director_policy,

@@ -55,7 +55,8 @@ import argparse, asyncio, json, os, random, tempfile, time
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 from pathlib import Path
-from mascot.domain.datasets import load_contexts, shared_data_dir
+from mascot.domain.dataset_loading import load_contexts
+from mascot.domain.datasets import shared_data_dir
 from mascot.training.pairs import save_pairs
 from mascot.stage1.speaker_reward_model import RewardModelConfig, train_reward_model
 from mascot.testing import known_label_pairs
@@ -280,7 +281,8 @@ def section_director_states(a, work: Path, embedded) -> dict:
     training states and 0.60 held out (random: 0.67), a shortcut GRPO took in one step from the balanced-name start."""
     from mascot.domain.episodes import new_state
     from mascot.domain.rollouts import state_to_dict
-    from mascot.domain.personas import DEFAULT_ACTION, Directive, director_messages, random_directive
+    from mascot.domain.prompts import DEFAULT_ACTION, director_messages, random_directive
+    from mascot.core.records import Directive
     from mascot.core.runtime import run_sync
 
     runner = director_runner(embedded)
@@ -453,7 +455,7 @@ def director_format_sft(a, work: Path, states_path: str, embedded, name: str, ba
     from mascot.core.runtime import run_sync
     from mascot.stage2.group_data import state_from_dict
     from mascot.llm.types import ChatRequest
-    from mascot.domain.personas import director_messages, parse_directive
+    from mascot.domain.prompts import director_messages, parse_directive
     from mascot.stage1.sft import SFTStageConfig, train_sft_on_rows
     from mascot.training.provenance import data_hash
 
@@ -618,7 +620,7 @@ def section_dpo_director(a, work: Path, states_path: str, embedded, reward, name
     )
     from mascot.stage2.group_data import state_from_dict
     from mascot.llm.types import ChatRequest
-    from mascot.domain.personas import director_messages, parse_directive
+    from mascot.domain.prompts import director_messages, parse_directive
     from mascot.training.heldout import paired_summary
 
     runner = director_runner(embedded)

@@ -15,7 +15,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 from pathlib import Path
 import yaml
 from mascot.core.store import read_jsonl
-from mascot.domain.datasets import load_contexts
+from mascot.domain.dataset_loading import load_contexts
 from mascot.domain.episodes import EpisodeConfig, run_episodes_async
 from mascot.llm.embedded_backend import EmbeddedBackend
 from mascot.evaluation.auto_metrics import conversation_from_record, degenerate_reasons

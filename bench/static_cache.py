@@ -32,7 +32,8 @@ def parse():
 def speaker_requests(n: int, max_tokens: int = 36):
     import random
     from mascot.llm.types import ChatRequest
-    from mascot.domain.personas import SUPPORT_ROSTER, random_directive, speaker_messages
+    from mascot.domain.personas import SUPPORT_ROSTER
+    from mascot.domain.prompts import random_directive, speaker_messages
 
     topics = [
         "my exam",

@@ -3,7 +3,9 @@
 import json
 import pytest
 from conftest import real_samples
-from mascot.domain.datasets import DataFormatError, ED_VALENCE, load_contexts, few_shot_examples, demo_data_dir
+from mascot.domain.datasets import DataFormatError, demo_data_dir
+from mascot.domain.dataset_formats import ED_VALENCE
+from mascot.domain.dataset_loading import load_contexts, few_shot_examples
 
 DATA = demo_data_dir()
 REAL = real_samples()

@@ -301,7 +301,7 @@ TWO_SPELLINGS = (  # two directors' raw outputs that pick the same speaker, acti
 
 def _rollouts(runner, state_dict, texts, seed="g0", horizon=2):
     import asyncio
-    from mascot.domain.personas import parse_directive
+    from mascot.domain.prompts import parse_directive
     from mascot.domain.rollouts import state_from_dict, roll_forward
 
     async def one(text):
@@ -317,7 +317,7 @@ def _rollouts(runner, state_dict, texts, seed="g0", horizon=2):
 
 def _state(data_dir):
     from mascot.core.records import Turn
-    from mascot.domain.datasets import load_contexts
+    from mascot.domain.dataset_loading import load_contexts
 
     ctx = load_contexts("ESConv", split="train", data_path=str(data_dir / "esconv"), num_samples=1)[0]
     opening = [

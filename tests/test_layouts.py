@@ -14,7 +14,7 @@ def test_trainer_stage_runs_under_accelerate_launch_on_two_processes(tmp_path):
     """`mascot run configs/smoke.yaml --layout configs/gpu/cpu-2proc.yaml --only reward_model`: the stage's notebook runs its trainer under
     `accelerate launch` with world size 2 (DDP over gloo), rank 0 alone writes the adapter and its provenance, and the effective batch
     (per device x accumulation x processes) is the smoke config's."""
-    from mascot.domain.datasets import load_contexts
+    from mascot.domain.dataset_loading import load_contexts
     from mascot.training.pairs import save_pairs
     from mascot.testing import known_label_pairs, stage
 

@@ -9,7 +9,7 @@ pytestmark = pytest.mark.integration  # each test trains a model on real data (m
 
 def test_reward_model_learns_known_label_pairs(data_dir, tmp_path):
     "A real reply beats its degraded copies (parroted context, name only, cut off, another conversation's reply) more often on held-out contexts."
-    from mascot.domain.datasets import load_contexts
+    from mascot.domain.dataset_loading import load_contexts
     from mascot.training.pairs import save_pairs
     from mascot.stage1.speaker_reward_model import RewardModelConfig, train_reward_model
     from mascot.testing import known_label_pairs
@@ -217,7 +217,8 @@ def test_constrained_director_grpo_learns_a_choice_that_needs_the_conversation(t
     import datasets, torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
     from trl import GRPOTrainer
-    from mascot.domain.personas import SUPPORT_ROSTER, directive_constraint
+    from mascot.domain.personas import SUPPORT_ROSTER
+    from mascot.domain.prompts import directive_constraint
     from mascot.llm.embedded_weights import tiny_model
     from mascot.stage2.director_grpo import DirectorGRPOConfig, constrain_generation
     from mascot.training.configs import grpo_config, lora_config

@@ -2,15 +2,8 @@
 
 import pytest, yaml
 from mascot.core.records import Directive
-from mascot.domain.personas import (
-    SUPPORT_ROSTER,
-    MEETING_ROSTER,
-    RosterError,
-    load_roster,
-    parse_directive,
-    parse_user_reply,
-    roster_for_dataset,
-)
+from mascot.domain.personas import SUPPORT_ROSTER, MEETING_ROSTER, RosterError, load_roster, roster_for_dataset
+from mascot.domain.prompts import parse_directive, parse_user_reply
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_reward_model_trains_on_two_ranks_and_saves_one_adapter(data_dir, tmp_path):
-    from mascot.domain.datasets import load_contexts
+    from mascot.domain.dataset_loading import load_contexts
     from mascot.training.pairs import save_pairs
     from mascot.testing import known_label_pairs
 

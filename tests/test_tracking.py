@@ -29,7 +29,7 @@ def test_dotenv_key_reaches_the_environment_and_no_run_file(tmp_path, monkeypatc
 
 def test_reward_model_logs_to_wandb_offline_without_the_key(data_dir, tmp_path):
     pytest.importorskip("wandb")
-    from mascot.domain.datasets import load_contexts
+    from mascot.domain.dataset_loading import load_contexts
     from mascot.stage1.candidates import save_pairs
     from mascot.testing import known_label_pairs
 

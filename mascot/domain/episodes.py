@@ -14,8 +14,10 @@ from ..llm.embedded_weights import *
 from ..llm.embedded_backend import *
 from ..llm.routing import *
 from ..llm.client import *
-from .datasets import Context, load_contexts, few_shot_examples
+from .datasets import Context
+from .dataset_loading import load_contexts, few_shot_examples
 from .personas import *
+from .prompts import *
 from .systems import System, SYSTEM_REGISTRY, UNTRAINED_SYSTEM, get_system, check_episode_models
 from ..core.jobs import Job
 import copy, hashlib, json, random, re, sys

@@ -7,6 +7,7 @@ from __future__ import annotations
 from ..core.records import *
 from .datasets import Context
 from .personas import *
+from .prompts import *
 from .episodes import EpisodeRunner, EpisodeState
 import random
 

@@ -68,7 +68,7 @@ def system_config(cfg: EvalConfig, system: str) -> EpisodeConfig:
 
 # %% ../../nbs/evaluation/30_conversations.ipynb #607d1ea6
 async def evaluate_async(cfg: EvalConfig, embedded: EmbeddedBackend | None = None) -> dict[str, Path]:
-    from mascot.domain.datasets import load_contexts
+    from mascot.domain.dataset_loading import load_contexts
 
     systems = cfg.systems or [cfg.system]
     bad = [s for s in systems if s not in SYSTEMS]

@@ -7,7 +7,8 @@ from __future__ import annotations
 from ..core.records import *
 from ..llm.types import *
 from ..llm.client import *
-from ..domain.personas import ROSTERS, render_history
+from ..domain.personas import ROSTERS
+from ..domain.prompts import render_history
 from .rubrics import *
 from .judgements import *
 from .cache import *

@@ -21,7 +21,8 @@ from .cache import *
 from .calls import *
 from .pairwise import alpha_ci
 from ..llm.api_backends import AnthropicBackend, GeminiBackend
-from ..domain.personas import ROSTERS, Roster, roster_for_dataset, render_history
+from ..domain.personas import ROSTERS, Roster, roster_for_dataset
+from ..domain.prompts import render_history
 from ..core.jobs import Job
 from ..domain.datasets import canonical_dataset
 import asyncio, json, logging, math, re, statistics, sys

@@ -79,7 +79,8 @@ def _adapter_problem(path: str, base: str | None) -> str | None:
 
 def _data_line(params: dict, dataset: str) -> tuple[str, str | None]:
     "Where a generating stage's contexts come from, and the problem when they cannot come from there."
-    from mascot.domain.datasets import DATASET2HF, canonical_dataset
+    from mascot.domain.dataset_loading import DATASET2HF
+    from mascot.domain.datasets import canonical_dataset
 
     hub = DATASET2HF.get(canonical_dataset(dataset)) if dataset else None
     path = params.get("data_path")
@@ -88,7 +89,7 @@ def _data_line(params: dict, dataset: str) -> tuple[str, str | None]:
     if str(path).startswith("demo:") or Path(path).exists():
         return f"local {path}", None
     return f"local {path}", (
-        f"data_path {path} does not exist: point it at the {dataset} files (layouts: `mascot.domain.datasets`), "
+        f"data_path {path} does not exist: point it at the {dataset} files (layouts: `mascot.domain.dataset_formats`), "
         f"or set data_path: null to load {hub.repo_id if hub else 'the dataset'} from the Hugging Face hub"
     )
 

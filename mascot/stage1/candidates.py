@@ -15,8 +15,10 @@ from ..llm.types import *
 from ..llm.embedded_backend import *
 from ..llm.routing import *
 from ..llm.client import *
-from ..domain.datasets import Context, load_contexts
+from ..domain.datasets import Context
+from ..domain.dataset_loading import load_contexts
 from ..domain.personas import *
+from ..domain.prompts import *
 from ..judging.rubrics import get_rubric
 from ..judging.calls import judge_reply
 from ..judging.judgements import JudgeParseError

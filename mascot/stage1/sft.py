@@ -12,7 +12,7 @@ from ..core.runtime import *
 from ..llm.embedded_weights import resolve_model_path
 from ..training.pairs import model_slug
 from ..domain.personas import roster_for_dataset
-from ..domain.personas import baseline_messages
+from ..domain.prompts import baseline_messages
 from ..training.configs import EpochTrainingConfig, lora_config
 from ..training.provenance import fit_and_record, training_run
 from ..training.models import load_causal_lm

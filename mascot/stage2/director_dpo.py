@@ -14,7 +14,8 @@ from ..training.heldout import split_by_context
 from ..training.provenance import data_hash, fit_and_record, training_run
 from ..training.configs import EpochTrainingConfig, lora_config
 from ..training.models import load_causal_lm
-from ..domain.personas import roster_for_dataset, parse_directive
+from ..domain.personas import roster_for_dataset
+from ..domain.prompts import parse_directive
 import json, sys
 from pathlib import Path
 from typing import ClassVar

@@ -16,6 +16,7 @@ from ..llm.decoding import *
 from ..llm.routing import *
 from ..llm.client import *
 from ..domain.personas import *
+from ..domain.prompts import *
 from ..domain.episodes import EpisodeConfig, EpisodeRunner, EpisodeState
 from ..domain.rollouts import state_from_dict, roll_forward
 from ..training.reward_trainer import GroupRewardModel

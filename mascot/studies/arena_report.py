@@ -11,7 +11,8 @@ from ..core.runtime import *
 from ..llm.types import *
 from ..llm.routing import *
 from ..llm.client import *
-from ..domain.personas import roster_for_dataset, render_history
+from ..domain.personas import roster_for_dataset
+from ..domain.prompts import render_history
 from ..judging.rubrics import get_rubric
 from ..judging.calls import record_situation
 from ..judging.pairwise import judge_pair

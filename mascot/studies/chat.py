@@ -12,6 +12,7 @@ from ..llm.routing import *
 from ..llm.client import *
 from ..domain.datasets import Context
 from ..domain.personas import *
+from ..domain.prompts import *
 from mascot.domain.episodes import (
     EpisodeRunner,
     EpisodeState,

@@ -7,7 +7,8 @@ from __future__ import annotations
 from ..core.config import *
 from ..llm.routing import *
 from ..llm.embedded_weights import EMBEDDED_DEFAULT
-from ..domain.datasets import Context, load_contexts, canonical_dataset
+from ..domain.datasets import Context, canonical_dataset
+from ..domain.dataset_loading import load_contexts
 from ..domain.episodes import EpisodeConfig
 from ..evaluation.conversations import EvalConfig, system_config
 from ..domain.systems import get_system, SYSTEMS, DIRECTOR_ALIAS, SPEAKER_ALIAS, SFT_ALIAS

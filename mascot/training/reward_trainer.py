@@ -8,7 +8,8 @@ from pydantic import Field
 from ..core.records import *
 from ..core.config import *
 from ..llm.embedded_weights import resolve_model_path, EMBEDDED_DEFAULT
-from ..domain.personas import Roster, render_history, group_rm_instruction
+from ..domain.personas import Roster
+from ..domain.prompts import render_history, group_rm_instruction
 from .pairs import load_pairs, model_slug
 from .configs import EpochTrainingConfig, lora_config
 from .heldout import split_by_context
