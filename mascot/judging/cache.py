@@ -60,7 +60,7 @@ def default_judge_cache() -> Path:
         return Path(os.environ["MASCOT_JUDGE_CACHE"]).expanduser()
     return Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache").expanduser() / "mascot" / "judgements.sqlite"
 
-
+# %% ../../nbs/judging/00b_cache.ipynb #767e7732
 class JudgeCache:
     "Judge replies (text and logprobs) by content hash, in one SQLite file shared by concurrent processes (WAL)."
 
@@ -121,7 +121,7 @@ class JudgeCache:
     async def aclose(self):
         self.close()
 
-
+# %% ../../nbs/judging/00b_cache.ipynb #d151fa44
 def judge_identity(client: LLMClient) -> dict | None:
     """What answers the client's judge role, for the cache key: provider, model, URL, adapter folder and its files' hash, the weights'
     hash and dtype (embedded), what the server lists for the model (served: root, parent, context; the root's hash when it is a local

@@ -15,7 +15,7 @@ from .cache import *
 import asyncio, weakref
 
 # %% auto #0
-__all__ = ['judge_sampling', 'judge_call', 'judge_reply', 'judge_conversation', 'record_situation']
+__all__ = ['judge_sampling', 'record_situation', 'judge_call', 'judge_reply', 'judge_conversation']
 
 # %% ../../nbs/judging/00c_calls.ipynb #9d6ff9ec
 _NO_LOGPROBS: weakref.WeakSet = weakref.WeakSet()  # clients whose judge server refused logprobs
@@ -31,7 +31,26 @@ def judge_sampling(client: LLMClient, kw: dict, top_logprobs: int, constraint: O
         "constraint": constraint.regex if constraint else None,
     }
 
+# %% ../../nbs/judging/00c_calls.ipynb #aaf67a48
+def record_situation(record: dict) -> str:
+    "What the record says about its context: a `situation` field if present, else the user's opening lines, or the meeting and its domain."
+    if record.get("situation"):
+        return str(record["situation"])
+    meta = record.get("metadata") or {}
+    if record.get("meeting"):
+        return (
+            f"meeting {record['meeting']}"
+            + (f" ({meta['domain']})" if meta.get("domain") else "")
+            + (f". Query: {record['query']}" if record.get("query") else "")
+        )
+    opening = []
+    for t in record["turns"]:
+        if t.get("turn_type") != "user":
+            break
+        opening.append(" ".join(t["response"].split()))
+    return " ".join(opening)
 
+# %% ../../nbs/judging/00c_calls.ipynb #06008bd0
 async def judge_call(
     client: LLMClient,
     rubric: Rubric,
@@ -88,7 +107,7 @@ async def _judge_reply_text(
         resp = await client.chat("judge", messages, **kw)
     return resp.text, resp.logprobs[0] if resp.logprobs else None
 
-
+# %% ../../nbs/judging/00c_calls.ipynb #d482dbba
 def _history_text(history: list[Turn] | str, rubric: Rubric) -> str:
     return history if isinstance(history, str) else render_history(history, ROSTERS[rubric.domain])
 
@@ -121,22 +140,3 @@ async def judge_conversation(client: LLMClient, rubric: Rubric, record: dict, ex
         judge_messages(rubric, record_situation(record), _history_text(turns, rubric), examples=examples),
         **call,
     )
-
-
-def record_situation(record: dict) -> str:
-    "What the record says about its context: a `situation` field if present, else the user's opening lines, or the meeting and its domain."
-    if record.get("situation"):
-        return str(record["situation"])
-    meta = record.get("metadata") or {}
-    if record.get("meeting"):
-        return (
-            f"meeting {record['meeting']}"
-            + (f" ({meta['domain']})" if meta.get("domain") else "")
-            + (f". Query: {record['query']}" if record.get("query") else "")
-        )
-    opening = []
-    for t in record["turns"]:
-        if t.get("turn_type") != "user":
-            break
-        opening.append(" ".join(t["response"].split()))
-    return " ".join(opening)

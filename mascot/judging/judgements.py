@@ -45,7 +45,7 @@ class Judgement:
         "Every criterion and `Overall` (the mean of the criteria) on 0-100."
         return {**{k: to_100(v) for k, v in self.scores.items()}, "Overall": to_100(self.overall)}
 
-
+# %% ../../nbs/judging/00a_judgements.ipynb #d1b50245
 def _criterion_lines(text: str, rubric: Rubric) -> list[tuple[int, str, re.Match]]:
     "Every line that reads as a criterion line: (line start, criterion, match), in text order; a line counts once, its most specific form."
     by_line: dict[tuple[int, str], re.Match] = {}
@@ -94,7 +94,7 @@ def _find_scores(text: str, rubric: Rubric) -> tuple[dict[str, re.Match], list[s
         problems += [f"{n} given twice with different scores ({b[n]['score']} and {found[n]['score']})" for n in clash]
     return found, problems
 
-
+# %% ../../nbs/judging/00a_judgements.ipynb #26ef6cac
 def parse_judgement(text: str, rubric: Rubric, logprobs: list[TokenLogprob] | None = None) -> Judgement:
     "Every criterion's reason and score from the judge's text; probability-weighted scores when `logprobs` (of the generated tokens) are given."
     text = text or ""

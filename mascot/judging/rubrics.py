@@ -39,7 +39,7 @@ class Rubric:
 def _rubric(kind, domain, **criteria) -> Rubric:
     return Rubric(f"{kind}/{domain}", kind, domain, tuple(Criterion(n, d) for n, d in criteria.items()))
 
-
+# %% ../../nbs/judging/00_rubrics.ipynb #7c949471
 RUBRICS: dict[tuple[str, str], Rubric] = {
     (r.kind, r.domain): r
     for r in (
@@ -118,7 +118,7 @@ def line_regexes(name: str) -> list[re.Pattern]:
 def judge_line(criterion: str, reason: str, score: int | str) -> str:
     return JUDGE_LINE.format(criterion=criterion, reason=reason, score=score)
 
-
+# %% ../../nbs/judging/00_rubrics.ipynb #625e778f
 JUDGE_REASON_MAX_CHARS = 32  # a reason's bound under the output constraint: the prompt asks for five words at most
 
 
@@ -232,6 +232,10 @@ JUDGE_EXAMPLES: dict[tuple[str, str], list[JudgeExample]] = {
             "Critic",
         ),
     ],
+}
+
+# %% ../../nbs/judging/00_rubrics.ipynb #f07afb4e
+JUDGE_EXAMPLES |= {
     ("collective", "support"): [
         JudgeExample(
             "I failed my driving test again.",
