@@ -94,7 +94,7 @@ def speaker_prompts(data_path: str | Path):
         raise ValueError(f"{p} holds no prompts")
     return datasets.Dataset.from_list(rows)
 
-
+# %% ../../nbs/stage1/12_speaker_grpo.ipynb #cd73b7s1
 async def _sampled_rm(
     emb: EmbeddedBackend,
     rm: RewardModel,
@@ -126,7 +126,7 @@ async def _sampled_rm(
     per_prompt = [statistics.fmean(scores[i * samples : (i + 1) * samples]) for i in range(len(prompts))]
     return per_prompt, [texts[i * samples : (i + 1) * samples] for i in range(len(prompts))], bad / len(texts)
 
-
+# %% ../../nbs/stage1/12_speaker_grpo.ipynb #cd73b7s2
 def evaluate_policies(
     base: str,
     adapter_dir: str | Path | None,
@@ -234,7 +234,7 @@ def train_speaker(cfg: SpeakerGRPOConfig) -> Path:
         )
     return out
 
-
+# %% ../../nbs/stage1/12_speaker_grpo.ipynb #eef486s1
 def main(argv: list[str] | None = None):
     cfg = SpeakerGRPOConfig.from_cli(argv, prog="mascot train-speaker")
     out = train_speaker(cfg)

@@ -26,6 +26,7 @@ from ..training.provenance import data_hash, save_trained, record_training, trai
 from ..training.configs import lora_config, grpo_config, GRPOTrainingConfig
 from ..training.models import load_causal_lm, trainable_snapshot, weights_changed
 import asyncio, json, statistics, sys
+from fastcore.basics import patch
 from pydantic import Field
 from pathlib import Path
 from typing import ClassVar
@@ -34,7 +35,7 @@ from typing import ClassVar
 __all__ = ['DirectorGRPOConfig', 'make_directive_format_reward', 'make_speaker_diversity_reward', 'rollout_states',
            'make_rollout_reward', 'load_served_adapter', 'heldout_director_backend', 'director_group_reward',
            'director_prompts', 'heldout_directors', 'director_policy', 'director_rewards', 'constrain_generation',
-           'heldout_report', 'train_director_grpo', 'main']
+           'heldout_report', 'director_record', 'train_director_grpo', 'main']
 
 # %% ../../nbs/stage2/22_director_grpo.ipynb #ac38dd7a
 class DirectorGRPOConfig(EndpointConfig, GRPOTrainingConfig):
@@ -52,10 +53,6 @@ class DirectorGRPOConfig(EndpointConfig, GRPOTrainingConfig):
         None,
         description="the group reward model's base model, naming its default folder (train-group --mode train-reward-model names it so); default: --model-name",
     )  # names the default group RM folder, as train-reward-model names it
-    PATH_DEFAULTS: ClassVar[dict[str, str]] = {
-        "episode_dataset_path": "data/rl/branching_{dataset}_{model}",
-        "group_reward_model_path": "outputs/reward_model/group_reward_{dataset}_{reward_model}",
-    }
     rollout_server_url: str | None = Field(
         None,
         description="an OpenAI-compatible server (vLLM) for the rollouts' calls: the speakers, the user and the base director of later steps (a role with its own server keeps it); unset: the run's routes",
@@ -76,25 +73,15 @@ class DirectorGRPOConfig(EndpointConfig, GRPOTrainingConfig):
     )
     max_steps: int = 10
     reward_weights: list[float] = [1.0, 0.5]
-    # a directive is one short JSON line, so one cut at the token cap is a failure to learn away from, not an unfinished answer: masking
-    # it left the 135M director no gradient from the 2/3 of its samples that ran on (bench/learning.py: with it counted, the cut share
-    # fell from 0.56-0.75 to mostly under 0.25 and the held-out parse rate rose 0.31-0.58 -> 0.95-0.99 in 20 steps)
     mask_truncated_completions: bool = False
-    # a directive the loop cannot act on is not rolled out and gets this, below the group RM's usual range; None rolls it out with a random speaker
-    # as the episode loop does (for plumbing runs, e.g. the 135M smoke, where no directive parses and a fixed value would leave nothing to learn);
-    # "group_mean" gives it the mean rollout reward of its group's parsed directives, so only the format reward (if weighted) tells it apart
     unparsed_directive_reward: float | Literal["group_mean"] | None = Field(
         -5.0,
         description="reward of a directive that does not parse (not rolled out); group_mean: the mean reward of its group's parsed directives (zero rollout advantage); None rolls it out with a random speaker",
     )
-    # an exploration bonus, 0 = off (the paper has none): GRPO learns whom to pick only from groups whose samples name different personas, and
-    # the 135M director settles on one name per state before it learns which (bench/director_samples.py: 8 of 22 states differ before, 2 of 24 after)
     speaker_diversity_weight: float = Field(
         0.0,
         description="weight of a third reward, the within-group speaker-diversity bonus (make_speaker_diversity_reward); 0 leaves it out",
     )
-    # GRPO from a trained director (an SFT'd or DPO'd adapter) instead of a fresh LoRA: the format is then there from step one, so the groups'
-    # reward spread is about whom to pick (bench/learning.py --director-init sft); TRL keeps a frozen copy of the adapter as the KL reference
     init_adapter_path: str | None = Field(
         None,
         description="a LoRA adapter folder (PEFT) to start from and train further, e.g. an SFT'd or DPO'd director; the held-out check then also compares with it (paired_diff_vs_start); unset: a fresh LoRA on the base",
@@ -109,26 +96,34 @@ class DirectorGRPOConfig(EndpointConfig, GRPOTrainingConfig):
     )
     roster_path: str | None = Field(None, description="a roster YAML instead of the dataset's built-in roster")
 
-    def episode_config(self) -> EpisodeConfig:
-        "The episode settings the rollouts use: every role without a server of its own on the rollout server, when one is given."
-        keep = self.fields_for(EndpointConfig)
-        if self.rollout_server_url:
-            for role in ("director", "speaker", "user"):
-                if not keep.get(f"{role}_server_url") and not (role == "director" and keep.get("vllm_server_url")):
-                    keep[f"{role}_server_url"] = self.rollout_server_url
-        return EpisodeConfig(
-            **keep,
-            dataset=self.dataset,
-            num_turns=self.num_turns,
-            enable_user_simulation=self.enable_user_simulation,
-            user_response_probability=self.user_response_probability,
-            speaker_max_tokens=self.speaker_max_tokens,
-            user_max_tokens=self.user_max_tokens,
-            roster_path=self.roster_path,
-            seed=self.seed,
-            director_temperature=self.director_temperature,
-            progress=False,
-        )
+# %% ../../nbs/stage2/22_director_grpo.ipynb #dgc0pd01
+DirectorGRPOConfig.PATH_DEFAULTS = {
+    "episode_dataset_path": "data/rl/branching_{dataset}_{model}",
+    "group_reward_model_path": "outputs/reward_model/group_reward_{dataset}_{reward_model}",
+}
+
+# %% ../../nbs/stage2/22_director_grpo.ipynb #dgc0ep01
+@patch
+def episode_config(self: DirectorGRPOConfig) -> EpisodeConfig:
+    "The episode settings the rollouts use: every role without a server of its own on the rollout server, when one is given."
+    keep = self.fields_for(EndpointConfig)
+    if self.rollout_server_url:
+        for role in ("director", "speaker", "user"):
+            if not keep.get(f"{role}_server_url") and not (role == "director" and keep.get("vllm_server_url")):
+                keep[f"{role}_server_url"] = self.rollout_server_url
+    return EpisodeConfig(
+        **keep,
+        dataset=self.dataset,
+        num_turns=self.num_turns,
+        enable_user_simulation=self.enable_user_simulation,
+        user_response_probability=self.user_response_probability,
+        speaker_max_tokens=self.speaker_max_tokens,
+        user_max_tokens=self.user_max_tokens,
+        roster_path=self.roster_path,
+        seed=self.seed,
+        director_temperature=self.director_temperature,
+        progress=False,
+    )
 
 # %% ../../nbs/stage2/22_director_grpo.ipynb #395142d1
 describe(
@@ -147,7 +142,7 @@ def make_directive_format_reward(roster: Roster):
 
     return directive_format_reward
 
-
+# %% ../../nbs/stage2/22_director_grpo.ipynb #417305s1
 def make_speaker_diversity_reward(roster: Roster, num_generations: int):
     """An exploration bonus within each group of `num_generations` completions of one prompt (TRL puts them side by side): a parsed directive
     scores 1 - (its group-mates naming the same persona) / (group size - 1), an unparsed one 0. It keeps a group's samples on several names,
@@ -165,7 +160,7 @@ def make_speaker_diversity_reward(roster: Roster, num_generations: int):
 
     return speaker_diversity_reward
 
-
+# %% ../../nbs/stage2/22_director_grpo.ipynb #417305s2
 async def rollout_states(
     runner: EpisodeRunner, states: list[EpisodeState], texts: list[str], horizon: int, num_turns: int
 ) -> list[EpisodeState]:
@@ -271,7 +266,7 @@ async def heldout_director_backend(client: LLMClient, adapters: dict[str, str | 
             await load_served_adapter(backend, alias, path)
     return backend, base
 
-
+# %% ../../nbs/stage2/22_director_grpo.ipynb #f206e7s1
 async def director_group_reward(
     runner: EpisodeRunner,
     grm: GroupRewardModel,
@@ -342,7 +337,7 @@ def director_prompts(path: str | Path):
         raise ValueError(f"{p} holds no director states")
     return datasets.Dataset.from_list(rows)
 
-
+# %% ../../nbs/stage2/22_director_grpo.ipynb #ca37a8s1
 async def heldout_directors(
     runner: EpisodeRunner,
     grm: GroupRewardModel,
@@ -505,6 +500,30 @@ def heldout_report(
         ),
     }
 
+# %% ../../nbs/stage2/22_director_grpo.ipynb #dgrec001
+def director_record(
+    cfg: DirectorGRPOConfig, runner: EpisodeRunner, report: dict, n_train: int, n_held: int, held_ids
+) -> dict:
+    "What a director GRPO run records beside every trainer's fields: the held-out report, its inputs and the rollouts' settings."
+    return dict(
+        summary={k: report[k]["mean_group_reward"] for k in ("heldout_untrained", "heldout_trained")},
+        group_reward_model_path=cfg.group_reward_model_path,
+        episode_dataset_path=cfg.episode_dataset_path,
+        # the states trained on (the branching folder holds DPO's pairs too)
+        data_sha256=data_hash(Path(cfg.episode_dataset_path) / "states.jsonl"),
+        num_train_states=n_train,
+        num_heldout_states=n_held,
+        heldout_contexts=held_ids,
+        **report,
+        unparsed_directive_reward=cfg.unparsed_directive_reward,
+        prompts_per_step=cfg.prompts_per_step(),
+        rollout={
+            "horizon": cfg.horizon,
+            "server": cfg.rollout_server_url,
+            "speaker_model": runner.client.routes["speaker"].model,
+        },
+    )
+
 # %% ../../nbs/stage2/22_director_grpo.ipynb #62ea681b
 def train_director_grpo(cfg: DirectorGRPOConfig, embedded: EmbeddedBackend | None = None) -> Path:
     "Director GRPO with online rollouts: train on the branching states, check on the held-out ones, record what was learnt."
@@ -556,22 +575,7 @@ def train_director_grpo(cfg: DirectorGRPOConfig, embedded: EmbeddedBackend | Non
             kind="director",
             algorithm="grpo",
             change=change,
-            summary={k: report[k]["mean_group_reward"] for k in ("heldout_untrained", "heldout_trained")},
-            group_reward_model_path=cfg.group_reward_model_path,
-            episode_dataset_path=cfg.episode_dataset_path,
-            # the states trained on (the branching folder holds DPO's pairs too)
-            data_sha256=data_hash(Path(cfg.episode_dataset_path) / "states.jsonl"),
-            num_train_states=len(train),
-            num_heldout_states=len(held),
-            heldout_contexts=held_ids,
-            **report,
-            unparsed_directive_reward=cfg.unparsed_directive_reward,
-            prompts_per_step=cfg.prompts_per_step(),
-            rollout={
-                "horizon": cfg.horizon,
-                "server": cfg.rollout_server_url,
-                "speaker_model": runner.client.routes["speaker"].model,
-            },
+            **director_record(cfg, runner, report, len(train), len(held), held_ids),
         )
     return out
 

@@ -16,12 +16,14 @@ from .heldout import split_by_context
 from .provenance import data_hash, fit_and_record, training_run
 from .models import training_dtype, load_tokenizer
 import json
+from fastcore.basics import patch
 from pathlib import Path
 from typing import ClassVar
 
 # %% auto #0
-__all__ = ['wilson_interval', 'RewardModel', 'RewardModelConfig', 'reward_config', 'pairs_over_max_length', 'train_reward_model',
-           'render_conversation', 'trajectory_messages', 'GroupRewardModel']
+__all__ = ['wilson_interval', 'RewardModel', 'RewardModelConfig', 'reward_config', 'pairs_over_max_length',
+           'reward_training_pairs', 'train_reward_model', 'render_conversation', 'trajectory_messages',
+           'GroupRewardModel']
 
 # %% ../../nbs/training/02_reward_trainer.ipynb #1da06ddc
 def wilson_interval(successes: int, n: int, z: float = 1.96) -> list[float]:
@@ -35,7 +37,7 @@ def wilson_interval(successes: int, n: int, z: float = 1.96) -> list[float]:
     )
     return [max(0.0, centre - half), min(1.0, centre + half)]
 
-
+# %% ../../nbs/training/02_reward_trainer.ipynb #rmcls001
 class RewardModel:
     "A scalar reward model: `score(prompts, replies)` → one float per pair."
 
@@ -77,44 +79,52 @@ class RewardModel:
         rm.metadata = meta
         return rm
 
-    def texts(self, prompts: list[list[dict]], replies: list[str | list[dict]]) -> list[str]:
-        out = []
-        for p, r in zip(prompts, replies):
-            reply = r if isinstance(r, list) else [{"role": "assistant", "content": r}]
-            out.append(
-                self.tokenizer.apply_chat_template(list(p) + list(reply), tokenize=False, **self.chat_template_kwargs)
-            )
-        return out
+# %% ../../nbs/training/02_reward_trainer.ipynb #rmsc0001
+@patch
+def texts(self: RewardModel, prompts: list[list[dict]], replies: list[str | list[dict]]) -> list[str]:
+    out = []
+    for p, r in zip(prompts, replies):
+        reply = r if isinstance(r, list) else [{"role": "assistant", "content": r}]
+        out.append(
+            self.tokenizer.apply_chat_template(list(p) + list(reply), tokenize=False, **self.chat_template_kwargs)
+        )
+    return out
 
-    def score(self, prompts: list[list[dict]], replies: list[str | list[dict]]) -> list[float]:
-        import torch
 
-        texts, scores = self.texts(prompts, replies), []
-        for i in range(0, len(texts), self.batch_size):
-            enc = self.tokenizer(
-                texts[i : i + self.batch_size],
-                return_tensors="pt",
-                padding=True,
-                truncation=True,
-                max_length=self.max_length,
-                add_special_tokens=False,
-            ).to(self.model.device)
-            with torch.inference_mode():
-                scores += self.model(**enc).logits[:, 0].float().tolist()
-        return scores
+@patch
+def score(self: RewardModel, prompts: list[list[dict]], replies: list[str | list[dict]]) -> list[float]:
+    import torch
 
-    def pairwise_accuracy(self, ds) -> float:
-        "Share of pairs whose chosen reply scores above the rejected one."
-        return self.pairwise_wins(ds)["accuracy"]
+    texts, scores = self.texts(prompts, replies), []
+    for i in range(0, len(texts), self.batch_size):
+        enc = self.tokenizer(
+            texts[i : i + self.batch_size],
+            return_tensors="pt",
+            padding=True,
+            truncation=True,
+            max_length=self.max_length,
+            add_special_tokens=False,
+        ).to(self.model.device)
+        with torch.inference_mode():
+            scores += self.model(**enc).logits[:, 0].float().tolist()
+    return scores
 
-    def pairwise_wins(self, ds) -> dict:
-        "Pairwise accuracy with its binomial 95% interval (Wilson) and the number of pairs."
-        if len(ds) == 0:
-            return {"accuracy": float("nan"), "ci95": [float("nan"), float("nan")], "n": 0}
-        c = self.score(ds["prompt"], ds["chosen"])
-        r = self.score(ds["prompt"], ds["rejected"])
-        wins = sum(a > b for a, b in zip(c, r))
-        return {"accuracy": wins / len(ds), "ci95": wilson_interval(wins, len(ds)), "n": len(ds)}
+# %% ../../nbs/training/02_reward_trainer.ipynb #rmpw0001
+@patch
+def pairwise_accuracy(self: RewardModel, ds) -> float:
+    "Share of pairs whose chosen reply scores above the rejected one."
+    return self.pairwise_wins(ds)["accuracy"]
+
+
+@patch
+def pairwise_wins(self: RewardModel, ds) -> dict:
+    "Pairwise accuracy with its binomial 95% interval (Wilson) and the number of pairs."
+    if len(ds) == 0:
+        return {"accuracy": float("nan"), "ci95": [float("nan"), float("nan")], "n": 0}
+    c = self.score(ds["prompt"], ds["chosen"])
+    r = self.score(ds["prompt"], ds["rejected"])
+    wins = sum(a > b for a, b in zip(c, r))
+    return {"accuracy": wins / len(ds), "ci95": wilson_interval(wins, len(ds)), "n": len(ds)}
 
 # %% ../../nbs/training/02_reward_trainer.ipynb #b1aa9d59
 class RewardModelConfig(EpochTrainingConfig):
@@ -172,12 +182,10 @@ def pairs_over_max_length(train, tok, max_length: int, chat_template_kwargs: dic
         )
     return over
 
-
-def train_reward_model(cfg: RewardModelConfig, pairs=None, out_name: str | None = None) -> Path:
-    "Train, evaluate on held-out contexts, save adapter + metadata; returns the output folder."
-    from transformers import AutoModelForSequenceClassification, set_seed
-    from trl import RewardTrainer
-
+# %% ../../nbs/training/02_reward_trainer.ipynb #rmtp0001
+def reward_training_pairs(cfg: RewardModelConfig, pairs=None):
+    """The pairs a reward model trains on (`pairs`, or the folder's), each row carrying the chat template's arguments, split by context:
+    (pairs, template kwargs, train, held-out, held-out context ids). An empty set, or one whose pairs are all held out, is one line."""
     pairs = pairs if pairs is not None else load_pairs(cfg.data_path)
     if len(pairs) == 0:
         raise ValueError(
@@ -192,6 +200,15 @@ def train_reward_model(cfg: RewardModelConfig, pairs=None, out_name: str | None 
             f"{cfg.data_path}: all {len(pairs)} pairs come from the held-out contexts {held_ids}; "
             "generate pairs for more contexts (or lower --score-margin)"
         )
+    return pairs, kw, train, held, held_ids
+
+# %% ../../nbs/training/02_reward_trainer.ipynb #rmtr0001
+def train_reward_model(cfg: RewardModelConfig, pairs=None, out_name: str | None = None) -> Path:
+    "Train, evaluate on held-out contexts, save adapter + metadata; returns the output folder."
+    from transformers import AutoModelForSequenceClassification, set_seed
+    from trl import RewardTrainer
+
+    pairs, kw, train, held, held_ids = reward_training_pairs(cfg, pairs)
     out = Path(cfg.output_dir) / (out_name or cfg.run_name or f"Individual_{cfg.dataset}_{model_slug(cfg.model_name)}")
     with training_run(out, cfg) as run:
         set_seed(cfg.seed)  # before building the model: the score head is initialised at random
