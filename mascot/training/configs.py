@@ -11,14 +11,15 @@ from ..core.runtime import *
 from ..llm.embedded_weights import EMBEDDED_DEFAULT
 from .pairs import model_slug
 import json, os
+from fastcore.basics import patch
 from pathlib import Path
 from typing import Any
 from typing import ClassVar
 
 # %% auto #0
 __all__ = ['DEFAULT_LORA_TARGETS', 'recorded_model', 'trained_group_reward_model', 'lora_target_modules', 'report_to',
-           'trl_config', 'TrainingConfig', 'EpochTrainingConfig', 'GRPOTrainingConfig', 'grpo_config', 'lora_config',
-           'effective_batch']
+           'trl_config', 'TrainingConfig', 'fill_default_inputs', 'EpochTrainingConfig', 'GRPOTrainingConfig',
+           'grpo_config', 'lora_config', 'effective_batch']
 
 # %% ../../nbs/training/00_configs.ipynb #b5cf1cb7
 def recorded_model(folder: str | Path, role: str = "speaker") -> str | None:
@@ -60,7 +61,7 @@ def lora_target_modules(spec: str) -> str | list[str]:
         )
     return "all-linear" if names == ["all-linear"] else names
 
-
+# %% ../../nbs/training/00_configs.ipynb #75d6c8s1
 def report_to() -> list[str]:
     "Experiment tracking as the authors' code does it: W&B only when WANDB_PROJECT is set (wandb itself reads WANDB_ENTITY, WANDB_MODE, the key)."
     if not os.environ.get("WANDB_PROJECT"):
@@ -148,53 +149,63 @@ class TrainingConfig(Config):
         lora_target_modules(
             self.lora_target_modules
         )  # a bad list is a config error now, not a PEFT error after the model loads
-        if "model_name" not in self.model_fields_set:
-            for fld, role in self.MODEL_FROM_DATA.items():
-                if getattr(self, fld, None) and (recorded := recorded_model(getattr(self, fld), role)):
-                    self.__dict__["model_name"] = recorded
-                    break
-        if (
-            "group_reward_model_path" in self.PATH_DEFAULTS
-            and getattr(self, "group_reward_model_path", None) is None
-            and getattr(self, "group_reward_model_name", None) is None
-            and (found := trained_group_reward_model(self.dataset))
-        ):
-            self.__dict__["group_reward_model_path"] = (
-                found  # the group RM `train-group --mode train-reward-model` wrote
+        fill_default_inputs(self)
+
+# %% ../../nbs/training/00_configs.ipynb #cft0fi01
+def fill_default_inputs(self: TrainingConfig) -> None:
+    """What a config left out, filled in after validation: with no --model-name, the model that made the stage's data (`MODEL_FROM_DATA`);
+    a group reward model the dataset already trained; and every input folder of `PATH_DEFAULTS`, named from --dataset and the model."""
+    if "model_name" not in self.model_fields_set:
+        for fld, role in self.MODEL_FROM_DATA.items():
+            if getattr(self, fld, None) and (recorded := recorded_model(getattr(self, fld), role)):
+                self.__dict__["model_name"] = recorded
+                break
+    if (
+        "group_reward_model_path" in self.PATH_DEFAULTS
+        and getattr(self, "group_reward_model_path", None) is None
+        and getattr(self, "group_reward_model_name", None) is None
+        and (found := trained_group_reward_model(self.dataset))
+    ):
+        self.__dict__["group_reward_model_path"] = found  # the group RM `train-group --mode train-reward-model` wrote
+    for name, template in self.PATH_DEFAULTS.items():
+        if getattr(self, name) is None:
+            # {reward_model}: a group RM's folder is named after its own base model (default: the policy's)
+            reward_model = getattr(self, "group_reward_model_name", None) or self.model_name
+            self.__dict__[name] = template.format(
+                dataset=self.dataset, model=model_slug(self.model_name), reward_model=model_slug(reward_model)
             )
-        for name, template in self.PATH_DEFAULTS.items():
-            if getattr(self, name) is None:
-                # {reward_model}: a group RM's folder is named after its own base model (default: the policy's)
-                reward_model = getattr(self, "group_reward_model_name", None) or self.model_name
-                self.__dict__[name] = template.format(
-                    dataset=self.dataset, model=model_slug(self.model_name), reward_model=model_slug(reward_model)
-                )
 
-    def chat_template_kwargs(self) -> dict:
-        "What every prompt rendered in process passes to `apply_chat_template` (templates that do not take a key ignore it)."
-        return {"enable_thinking": self.enable_thinking}
+# %% ../../nbs/training/00_configs.ipynb #cft0me01
+@patch
+def chat_template_kwargs(self: TrainingConfig) -> dict:
+    "What every prompt rendered in process passes to `apply_chat_template` (templates that do not take a key ignore it)."
+    return {"enable_thinking": self.enable_thinking}
 
-    def trl_args(self, config_cls, output_dir: str, **stage):
-        "TRL's `config_cls` from the shared fields and the stage's own (`stage`), then the user's `trl` keys."
-        import dataclasses
 
-        if "chat_template_kwargs" in {f.name for f in dataclasses.fields(config_cls)}:
-            stage.setdefault("chat_template_kwargs", self.chat_template_kwargs())
-        return trl_config(
-            config_cls,
-            dict(
-                output_dir=output_dir,
-                learning_rate=self.learning_rate,
-                seed=self.seed,
-                per_device_train_batch_size=self.per_device_train_batch_size,
-                **stage,
-            ),
-            self.trl,
-        )
+@patch
+def trl_args(self: TrainingConfig, config_cls, output_dir: str, **stage):
+    "TRL's `config_cls` from the shared fields and the stage's own (`stage`), then the user's `trl` keys."
+    import dataclasses
 
-    def trl_config(self, output_dir: str):
-        "The stage's TRL config as its trainer builds it; `mascot run` builds it while checking the plan, so a bad `trl` key fails before any work."
-        raise NotImplementedError(f"{type(self).__name__} names no TRL config")
+    if "chat_template_kwargs" in {f.name for f in dataclasses.fields(config_cls)}:
+        stage.setdefault("chat_template_kwargs", self.chat_template_kwargs())
+    return trl_config(
+        config_cls,
+        dict(
+            output_dir=output_dir,
+            learning_rate=self.learning_rate,
+            seed=self.seed,
+            per_device_train_batch_size=self.per_device_train_batch_size,
+            **stage,
+        ),
+        self.trl,
+    )
+
+
+@patch
+def trl_config(self: TrainingConfig, output_dir: str):
+    "The stage's TRL config as its trainer builds it; `mascot run` builds it while checking the plan, so a bad `trl` key fails before any work."
+    raise NotImplementedError(f"{type(self).__name__} names no TRL config")
 
 # %% ../../nbs/training/00_configs.ipynb #1bfedcc8
 class EpochTrainingConfig(TrainingConfig):
@@ -264,7 +275,7 @@ class GRPOTrainingConfig(TrainingConfig):
     def trl_config(self, output_dir: str):
         return grpo_config(self, output_dir)
 
-
+# %% ../../nbs/training/00_configs.ipynb #9b7583s1
 def grpo_config(cfg: GRPOTrainingConfig, output_dir: str):
     "TRL's GRPOConfig for the speaker or the director."
     from trl import GRPOConfig
