@@ -18,7 +18,11 @@ from .evaluation.text_scorers import SentenceEmbedder, minilm_path, self_bleu_sc
 from pathlib import Path
 from typing import Callable, Sequence
 
+# %% auto #0
+__all__ = ['DEGRADATIONS', 'GROUP_REWARD_PARTS', 'stage', 'conversation', 'score_lines', 'demo_run', 'run_notebook',
+           'tiny_nli_model', 'known_label_pairs', 'ProgrammaticGroupReward', 'judged_lines', 'judged_folder']
 
+# %% ../nbs/testing.ipynb #c80766s1
 def stage(run, name, outputs, meta=None):
     d = run / name
     RunDir(d, {"dataset": "ED"}).finish("completed")
@@ -36,10 +40,6 @@ def stage(run, name, outputs, meta=None):
         )
     )
     return d
-
-# %% auto #0
-__all__ = ['DEGRADATIONS', 'GROUP_REWARD_PARTS', 'stage', 'conversation', 'score_lines', 'demo_run', 'run_notebook',
-           'tiny_nli_model', 'known_label_pairs', 'ProgrammaticGroupReward', 'judged_lines', 'judged_folder']
 
 # %% ../nbs/testing.ipynb #3ccde6c8
 def conversation(system, cid, valence, agent_texts):
@@ -174,7 +174,7 @@ def _demo_training(run: Path) -> None:
     )
     stage(run, "13_sft", {"path": str(sft)})
 
-
+# %% ../nbs/testing.ipynb #799e97s1
 def _demo_evaluation(run: Path) -> dict[str, Path]:
     "The evaluate stage: two ED conversations each for mascot and zero-shot; returns each system's file."
     ev = run / "30_generate" / "out" / "mascot_eval" / "ED" / "test"
@@ -215,7 +215,7 @@ def _demo_judging(run: Path, files: dict[str, Path]) -> None:
     pd.DataFrame(rows, columns=SCORE_COLUMNS).to_csv(jd / "judge_scores.csv", index=False)
     stage(run, "31_judge_all", {"output_dir": str(jd), "scores": str(jd / "judge_scores.csv")})
 
-
+# %% ../nbs/testing.ipynb #799e97s2
 def _demo_figure(run: Path) -> None:
     "One figure notebook's outputs: its table, its PNG and its executed notebook."
     fig = run / "figures" / "f01_persona_table_ed"

@@ -45,7 +45,7 @@ class SFTStageConfig(EpochTrainingConfig):
 
         return self.trl_args(SFTConfig, output_dir)
 
-
+# %% ../../nbs/stage1/13_sft.ipynb #179fe6s1
 def sft_rows(data_path: str | Path, dataset: str, min_score: float = 0.0) -> list[dict]:
     p = Path(data_path) / "candidates.jsonl"
     if not p.exists():

@@ -47,7 +47,7 @@ def dpo_config(cfg: DirectorDPOConfig, output_dir: str):
 
     return cfg.trl_args(DPOConfig, output_dir, beta=cfg.beta)
 
-
+# %% ../../nbs/stage2/23_director_dpo.ipynb #72cbd5s1
 def parsed_pairs(pairs, roster, format_pairs: bool = False):
     """Only pairs whose two directives both parse: a parseable directive against an unparseable one teaches the format, not who should speak.
     `format_pairs` also keeps pairs whose chosen directive parses and whose rejected one does not."""
@@ -58,7 +58,7 @@ def parsed_pairs(pairs, roster, format_pairs: bool = False):
 
     return pairs.filter(keep)
 
-
+# %% ../../nbs/stage2/23_director_dpo.ipynb #72cbd5s2
 def train_director_dpo(cfg: DirectorDPOConfig) -> Path:
     from transformers import set_seed
     from trl import DPOTrainer

@@ -29,7 +29,6 @@ import asyncio, json, statistics, sys
 from fastcore.basics import patch
 from pydantic import Field
 from pathlib import Path
-from typing import ClassVar
 
 # %% auto #0
 __all__ = ['DirectorGRPOConfig', 'make_directive_format_reward', 'make_speaker_diversity_reward', 'rollout_states',

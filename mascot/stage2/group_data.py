@@ -77,7 +77,7 @@ class GroupDataConfig(EpisodeConfig):
             raise ConfigError("--num-candidates must be >= 2 to form pairs")
         super().model_post_init(_)
 
-
+# %% ../../nbs/stage2/20_group_data.ipynb #bc7edfs1
 def group_dir(cfg: GroupDataConfig) -> Path:
     kind = "group" if cfg.generation_mode == "independent" else "branching"
     return Path(cfg.output_dir) / f"{kind}_{cfg.dataset}_{model_slug(cfg.directive_model or cfg.model_name)}"
@@ -127,7 +127,7 @@ async def independent_context(runner: EpisodeRunner, cfg: GroupDataConfig, ctx: 
 
     return list(await asyncio.gather(*[one(k) for k in range(cfg.num_episodes)]))
 
-
+# %% ../../nbs/stage2/20_group_data.ipynb #3e6c3cs1
 def trajectory_pairs(episodes: list[dict], margin: float, roster: Roster) -> list[dict]:
     by_ctx: dict[str, list[dict]] = {}
     for e in episodes:
@@ -206,7 +206,7 @@ async def branching_context(runner: EpisodeRunner, cfg: GroupDataConfig, ctx: Co
             await runner.step(st)
     return states
 
-
+# %% ../../nbs/stage2/20_group_data.ipynb #750dd0s1
 def directive_pairs(states: list[dict], margin: float) -> list[dict]:
     "Stage 2's DPO pairs: the director's candidate directives for one state."
     return candidate_pairs(states, margin, persona="director", id_key="state_id")
@@ -266,7 +266,7 @@ async def generate_group_async(
         job.run.extra.update(num_records=len(recs), num_pairs=len(rows))
     return folder
 
-
+# %% ../../nbs/stage2/20_group_data.ipynb #732450s1
 def generate_group(cfg: GroupDataConfig, **kw) -> Path:
     return run_sync(generate_group_async(cfg, **kw))
 

@@ -174,7 +174,7 @@ def _resolve(dotted: str):
     mod, name = dotted.split(":")
     return getattr(importlib.import_module(mod), name)
 
-
+# %% ../../nbs/training/04_launch.ipynb #361934s1
 def launched(train, cfg: Config, stage_dir: str | Path = ".", log=print) -> Path:
     """`train(cfg)` in this process, or under `accelerate launch` when `mascot run` gave the stage's kernel a launch (`MASCOT_LAUNCH`);
     returns the folder rank 0 wrote and records the launcher, world size, accelerate config and command in `stage_dir/launch.json`."""

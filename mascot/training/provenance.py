@@ -166,7 +166,7 @@ def save_trained(trainer, tokenizer, out: Path) -> dict:
         "curve_panels": panels,
     }
 
-
+# %% ../../nbs/training/00b_provenance.ipynb #874c1bs1
 def adapter_lora(cfg, task_type: str | None = None) -> dict | None:
     "The LoRA shape recorded for a trained model: None for a full fine-tune, the start adapter's own when training continues one, else the config's."
     if getattr(cfg, "full_finetune", False):
@@ -178,7 +178,7 @@ def adapter_lora(cfg, task_type: str | None = None) -> dict | None:
         shape = {"r": cfg.lora_r, "alpha": cfg.lora_alpha, "target_modules": cfg.lora_target_modules}
     return {**shape, **({"task_type": task_type} if task_type else {})}
 
-
+# %% ../../nbs/training/00b_provenance.ipynb #874c1bs2
 RUN_SUMMARY_KEYS = (
     "steps",
     "max_weight_change",

@@ -54,7 +54,7 @@ _LABEL_LINE = re.compile(r"^\s*[*#>\-\s]*(" + "|".join(re.escape(x) for x in _LA
 _META = re.compile(r"(<\|im_(start|end)\|>|\bas an ai\b|^\s*you are (the )?[a-z]+)", re.I | re.M)
 _NAMES_ONLY = re.compile(r"^(?:\s|[*:.,!\-]|" + "|".join(re.escape(n) for n in _ALL_NAMES) + r")*$", re.I)
 
-
+# %% ../../nbs/training/03_rewards.ipynb #a1d0e0s1
 def degenerate_reason(text: str, prompt=None, echo_words: int = 6) -> str | None:
     "Why a reply is degenerate (None when it is a clean in-role reply): empty, names only, a speaker/role label line, meta-text, or a copy of the prompt."
     t = (text or "").strip()
@@ -72,7 +72,7 @@ def degenerate_reason(text: str, prompt=None, echo_words: int = 6) -> str | None
         return "parrots the prompt"
     return None
 
-
+# %% ../../nbs/training/03_rewards.ipynb #a1d0e0s2
 def format_reward(completions, prompts=None, **kwargs) -> list[float]:
     "The gate: 1 for a clean in-role reply, 0 for a degenerate one (`degenerate_reason`)."
     prompts = prompts if prompts is not None else [None] * len(completions)
