@@ -50,7 +50,7 @@ def parse_preference(text: str) -> Literal["A", "B"] | None:
     letters = set(re.findall(r"\b([AB])\b", text))
     return letters.pop() if len(letters) == 1 else None
 
-
+# %% ../../nbs/judging/01_pairwise.ipynb #2c928e5a
 @dataclass
 class PairVerdict:
     "Both orders of one pairwise judgement, each in the caller's order ('A' = the first item given)."
@@ -159,7 +159,7 @@ def alpha_ci(ratings: list[list[float | None]], n_resamples: int = 1000, seed: i
             lo, hi = np.percentile(boots, [2.5, 97.5]).tolist()
     return {"alpha": alpha, "ci95": [lo, hi], "n_units": int(len(m))}
 
-
+# %% ../../nbs/judging/01_pairwise.ipynb #4c8882e2
 def cohen_kappa(a: list, b: list) -> float:
     "Cohen's kappa of two raters' labels on the same items (scikit-learn); 1.0 when both gave one and the same label throughout."
     from sklearn.metrics import cohen_kappa_score
