@@ -187,6 +187,19 @@ def is_substantive(text: str) -> bool:
     return sum(w not in _SMALL_TALK for w in words) >= 2
 
 
+def _intensity(rec: dict, where: str) -> int | None:
+    score = _field(rec, "survey_score", dict, where, default={})
+    raw = _field(score, "seeker", dict, f"{where}.survey_score", default={}).get("initial_emotion_intensity")
+    if raw in (None, ""):
+        return None
+    try:
+        return int(raw)
+    except (TypeError, ValueError):
+        raise DataFormatError(
+            f"{where}: field 'survey_score.seeker.initial_emotion_intensity' should be an integer, got {raw!r}"
+        ) from None
+
+# %% ../../nbs/domain/00a_dataset_formats.ipynb #501e6d5f
 def esconv_context(rec: dict, context_id: str, split: str, where: str) -> Context:
     "One ESConv conversation in the original layout as a `Context`; `where` names it in errors (e.g. `ESConv.json[3]`)."
     for key in ("emotion_type", "problem_type", "situation"):
@@ -231,20 +244,7 @@ def esconv_context(rec: dict, context_id: str, split: str, where: str) -> Contex
         },
     )
 
-
-def _intensity(rec: dict, where: str) -> int | None:
-    score = _field(rec, "survey_score", dict, where, default={})
-    raw = _field(score, "seeker", dict, f"{where}.survey_score", default={}).get("initial_emotion_intensity")
-    if raw in (None, ""):
-        return None
-    try:
-        return int(raw)
-    except (TypeError, ValueError):
-        raise DataFormatError(
-            f"{where}: field 'survey_score.seeker.initial_emotion_intensity' should be an integer, got {raw!r}"
-        ) from None
-
-
+# %% ../../nbs/domain/00a_dataset_formats.ipynb #c2d64628
 def read_esconv_json(path: str | Path) -> list[dict]:
     "The conversations of an `ESConv.json`."
     recs = _read_json(path)
@@ -351,7 +351,7 @@ def _span_start(spans: Any, n_turns: int, where: str) -> int:
         )
     return start
 
-
+# %% ../../nbs/domain/00a_dataset_formats.ipynb #c6a2d406
 def qmsum_contexts(
     meeting: dict, name: str, split: str, domain: str | None = None, max_transcript_tokens: int = 1024, where: str = ""
 ) -> list[Context]:

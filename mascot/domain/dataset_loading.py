@@ -118,7 +118,7 @@ def _qmsum_local(path: Path, split: str, budget: int) -> list[Context]:
         f"it holds: {_listing(path)}"
     )
 
-
+# %% ../../nbs/domain/00b_dataset_loading.ipynb #b07bafb0
 def sample_contexts(contexts: list[Context], num_samples: int | None, seed: int = 0) -> list[Context]:
     "A seeded random subset of `num_samples`, in the original order (all of them when `None` or more than there are)."
     if num_samples is None or num_samples >= len(contexts):

@@ -75,10 +75,6 @@ class System(Config):
         return out
 
 # %% ../../nbs/domain/03_systems.ipynb #4d053041
-def _single(name: str, label: str, description: str, reply: str | None = None, speaker: str = "base") -> System:
-    return System(name=name, label=label, director=None, speaker=speaker, reply=reply or name, description=description)
-
-
 SYSTEM_REGISTRY: dict[str, System] = {
     s.name: s
     for s in [
@@ -123,6 +119,17 @@ SYSTEM_REGISTRY: dict[str, System] = {
             reply="random-order",
             description="ablation: a random persona speaks each step instead of the director's choice",
         ),
+    ]
+}
+
+# %% ../../nbs/domain/03_systems.ipynb #5c70add4
+def _single(name: str, label: str, description: str, reply: str | None = None, speaker: str = "base") -> System:
+    return System(name=name, label=label, director=None, speaker=speaker, reply=reply or name, description=description)
+
+
+SYSTEM_REGISTRY |= {
+    s.name: s
+    for s in [
         _single("zero-shot", "Zero-Shot", "one supporter, prompted zero-shot"),
         _single("zero-shot-cot", "Zero-Shot CoT", "one supporter that reasons briefly, then answers"),
         _single("few-shot", "Few-Shot", "one supporter with worked examples from the train split"),
