@@ -20,7 +20,7 @@ from .personas import *
 from .prompts import *
 from .systems import System, SYSTEM_REGISTRY, UNTRAINED_SYSTEM, get_system, check_episode_models
 from ..core.jobs import Job
-import copy, hashlib, json, random, re, sys
+import copy, hashlib, random, re, sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from fastcore.basics import patch

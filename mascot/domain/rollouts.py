@@ -9,7 +9,6 @@ from .datasets import Context
 from .personas import *
 from .prompts import *
 from .episodes import EpisodeRunner, EpisodeState
-import random
 
 # %% auto #0
 __all__ = ['state_to_dict', 'state_from_dict', 'roll_forward']
