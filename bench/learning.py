@@ -77,7 +77,7 @@ def contexts(datasets=("ESConv",)):
 
 def accuracy_by_degradation(rm_path, rows: list[dict], held_ids, max_length: int = 256) -> dict:
     "The trained reward model's held-out pairwise accuracy per degradation kind (which copies it still prefers to the real reply)."
-    from mascot.training.reward_trainer import RewardModel
+    from mascot.training.reward_scorer import RewardModel
 
     rm = RewardModel.load(rm_path, max_length=max_length)
     held = [r for r in rows if r["context_id"] in set(held_ids)]
@@ -210,7 +210,7 @@ def speaker_ungated(a, folder: Path, adapter: Path, rm_path: str, meta: dict) ->
     from mascot.llm.types import ChatRequest
     from mascot.stage1.speaker_grpo import PersonaRMReward, speaker_prompts
     from mascot.training.heldout import paired_summary, split_by_context
-    from mascot.training.reward_trainer import RewardModel
+    from mascot.training.reward_scorer import RewardModel
 
     _, held, _ = split_by_context(speaker_prompts(folder), a.stage1_holdout, a.stage1_seed)
     prompts, k = list(held["prompt"]), a.eval_samples
@@ -341,7 +341,7 @@ def section_group_reward_model(a, work: Path, states_path: str, embedded, reward
     "Conversations continued from every state by random speakers, ranked by the programmatic reward, as group-RM pairs; held-out accuracy."
     from mascot.training.pairs import preference_pairs, save_pairs
     from mascot.domain.rollouts import state_from_dict
-    from mascot.training.reward_trainer import trajectory_messages
+    from mascot.training.reward_scorer import trajectory_messages
     from mascot.core.store import read_jsonl
     from mascot.core.runtime import run_sync
 

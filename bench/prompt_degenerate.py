@@ -19,7 +19,7 @@ from mascot.domain.dataset_loading import load_contexts
 from mascot.domain.episodes import EpisodeConfig, run_episodes_async
 from mascot.llm.embedded_backend import EmbeddedBackend
 from mascot.evaluation.auto_metrics import conversation_from_record, degenerate_reasons
-from mascot.training.reward_trainer import wilson_interval
+from mascot.training.reward_scorer import wilson_interval
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC = {

@@ -192,7 +192,8 @@ def main(argv=None):
     rm_path = {}
 
     def reward_model():
-        from mascot.training.reward_trainer import RewardModelConfig, train_reward_model, RewardModel
+        from mascot.training.reward_trainer import RewardModelConfig, train_reward_model
+        from mascot.training.reward_scorer import RewardModel
 
         out = train_reward_model(
             RewardModelConfig(

@@ -91,7 +91,7 @@ def test_reward_trainer_accepts_the_pairs(stage1, tmp_path):
     out = tmp_path / "Individual_ESConv_smollm2-135m-instruct"
     meta = json.loads((out / "mascot_metadata.json").read_text())
     assert meta["steps"] >= 1 and meta["num_heldout_pairs"] > 0
-    from mascot.training.reward_trainer import RewardModel
+    from mascot.training.reward_scorer import RewardModel
     from mascot.training.heldout import split_by_context
 
     rm = RewardModel.load(out)

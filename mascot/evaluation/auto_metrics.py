@@ -262,7 +262,7 @@ def pool(rows: list[dict]) -> dict:
     num_replies, bleu = pooled("self_bleu", "num_replies")
     num_echo, echo = pooled("echo_score", "num_echo_pairs")
     nli_ran = any(r["num_pairs"] is not None for r in rows)
-    from mascot.training.reward_trainer import wilson_interval
+    from mascot.training.reward_scorer import wilson_interval
 
     turns, bad = sum(r["num_agent_turns"] for r in rows), sum(r["num_degenerate"] for r in rows)
     reasons: dict[str, int] = {}

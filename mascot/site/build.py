@@ -160,7 +160,7 @@ def degenerate_counts(info: dict) -> dict[str, dict]:
 
 def degenerate_table(info: dict) -> str:
     "Degenerate replies per system: count, rate with its Wilson 95% interval, and the reasons."
-    from mascot.training.reward_trainer import wilson_interval
+    from mascot.training.reward_scorer import wilson_interval
     from mascot.evaluation.figure_tables import SYSTEMS, ordered
 
     counts = degenerate_counts(info)

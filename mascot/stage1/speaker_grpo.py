@@ -11,7 +11,7 @@ from ..core.runtime import *
 from ..llm.embedded_backend import EmbeddedBackend
 from ..llm.types import ChatRequest
 from ..training.pairs import model_slug
-from ..training.reward_trainer import RewardModel
+from ..training.reward_scorer import RewardModel
 from ..training.configs import GRPOTrainingConfig, grpo_config, lora_config
 from ..training.heldout import split_by_context, paired_summary
 from ..training.provenance import data_hash, save_trained, record_training, training_run, process_rank

@@ -6,7 +6,8 @@
 from __future__ import annotations
 from ..core.runtime import *
 from ..training.provenance import process_rank
-from ..training.reward_trainer import RewardModel, RewardModelConfig, train_reward_model
+from ..training.reward_scorer import RewardModel
+from ..training.reward_trainer import RewardModelConfig, train_reward_model
 import json, sys
 from pathlib import Path
 

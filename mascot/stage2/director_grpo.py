@@ -19,7 +19,7 @@ from ..domain.personas import *
 from ..domain.prompts import *
 from ..domain.episodes import EpisodeConfig, EpisodeRunner, EpisodeState
 from ..domain.rollouts import state_from_dict, roll_forward
-from ..training.reward_trainer import GroupRewardModel
+from ..training.reward_scorer import GroupRewardModel
 from ..training.pairs import model_slug
 from ..training.heldout import split_by_context, paired_summary
 from ..training.provenance import data_hash, save_trained, record_training, training_run, process_rank

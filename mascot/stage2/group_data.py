@@ -32,7 +32,7 @@ from ..judging.calls import judge_conversation
 from ..judging.judgements import JudgeParseError
 from ..training.pairs import preference_pairs, candidate_pairs, save_pairs, model_slug
 from ..core.jobs import Job
-from ..training.reward_trainer import trajectory_messages
+from ..training.reward_scorer import trajectory_messages
 from ..domain.rollouts import state_to_dict, state_from_dict, roll_forward
 import asyncio, json, sys
 from pathlib import Path

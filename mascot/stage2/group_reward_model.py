@@ -9,7 +9,8 @@ from ..core.records import *
 from ..core.store import *
 from ..core.config import *
 from ..core.runtime import *
-from ..training.reward_trainer import RewardModelConfig, train_reward_model, GroupRewardModel
+from ..training.reward_scorer import GroupRewardModel
+from ..training.reward_trainer import RewardModelConfig, train_reward_model
 from ..training.pairs import model_slug
 import json, sys
 from pathlib import Path
