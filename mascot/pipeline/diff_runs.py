@@ -133,7 +133,7 @@ def _arrow_rows(path: Path, roots) -> list:
             table = pa.ipc.open_file(src).read_all()
     return [normalized(r, roots) for r in table.to_pylist()]
 
-
+# %% ../../nbs/pipeline/04_diff_runs.ipynb #719bb053
 def compare_tensors(a: Path, b: Path) -> str | None:
     "Two safetensors files: the first tensor (by name) that differs, its largest absolute change, and how many tensors differ."
     from safetensors.torch import load_file
@@ -154,7 +154,7 @@ def compare_tensors(a: Path, b: Path) -> str | None:
     name, top = changed[0]
     return f"tensor {name}: largest change {top:.3g} ({len(changed)} of {len(ta)} tensors differ, largest {max(c for _, c in changed):.3g})"
 
-
+# %% ../../nbs/pipeline/04_diff_runs.ipynb #e23d55bf
 WHOLE_JSON = {"tokenizer.json", "vocab.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json"}
 
 

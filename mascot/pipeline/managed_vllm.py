@@ -17,7 +17,7 @@ from mascot.pipeline.serve import (
     log_tail,
     Replica,
 )
-import json, os, re, signal, subprocess, sys, threading, time
+import json, re, signal, subprocess, threading, time
 from pathlib import Path
 from pydantic import Field
 from typing import Any, Literal
@@ -75,7 +75,7 @@ class ServeSection(Config):
         120.0, description="seconds a running server may leave /v1/models unanswered before it is killed and restarted"
     )
 
-
+# %% ../../nbs/pipeline/01_managed_vllm.ipynb #3ea4a93a
 def merge_layout(base: dict, layout: dict) -> dict:
     "`base` with `layout` laid over it: mappings merge key by key (a stage's entry too), any other value replaces."
     out = dict(base)
@@ -92,7 +92,7 @@ def managed_urls(s: ServeSection) -> list[str]:
     n = max(1, len(s.gpus or []) // s.tensor_parallel)
     return [f"http://127.0.0.1:{s.port + i}/v1" for i in range(n)]
 
-
+# %% ../../nbs/pipeline/01_managed_vllm.ipynb #83f3ccef
 def use_managed_server(cfg, raw: dict, source: str) -> None:
     """With `serve:`, the managed server takes the place of the URLs the file names (before their `${VAR}`s are read): the roles' server,
     the director rollouts' server and, with serve.judge, the judge's; the base model is the config's model_name."""
@@ -277,7 +277,7 @@ def _commands(self: ManagedServer, adapters: dict[str, str] | None = None) -> li
         out.append((cmd, {**gpu, **invariant, **env, **self.serve.env}))
     return out
 
-
+# %% ../../nbs/pipeline/01_managed_vllm.ipynb #96b569c8
 @patch
 def start(self: ManagedServer) -> None:
     "Start the server(s) unless running, wait until each answers `/v1/models`, load every adapter asked for so far, then watch them."
@@ -400,7 +400,7 @@ def training_gib(model: str | None, full_weights: bool = False) -> float | None:
         return None
     return round(16 * b + 4 if full_weights else 2 * b + 8, 1)
 
-
+# %% ../../nbs/pipeline/01_managed_vllm.ipynb #02ee3f58
 def gpus_here() -> list[tuple[str, float]]:
     "(name, GiB) of each CUDA GPU `nvidia-smi` lists; empty when it does not answer."
     try:
@@ -430,7 +430,7 @@ def server_gpus(s: ServeSection | None, gpus: list[tuple[str, float]]) -> set[in
         return set()
     return set(s.gpus or range(s.tensor_parallel))
 
-
+# %% ../../nbs/pipeline/01_managed_vllm.ipynb #8412e947
 def serve_plan(
     s: ServeSection, stages: dict[str, dict], gpus: list[tuple[str, float]], here: bool = True
 ) -> tuple[str, list[str]]:

@@ -154,7 +154,7 @@ def server_version(url: str, timeout: float = 5.0) -> str | None:
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
-
+# %% ../../nbs/pipeline/02_plan.ipynb #1720504f
 def unconstrained_warnings(k: str, scfg, answers: dict, managed: set[str]) -> list[str]:
     """A line for each served director or judge of stage `k` that will answer without its output constraint: turned off, a provider
     that takes none, or a server that does not report a vLLM release that honours `structured_outputs` (the managed server does; a server
@@ -378,6 +378,43 @@ def reproducibility_lines(cfg: PipelineConfig, found: dict[str, dict]) -> list[s
     lines += [f"  not exact: {k}: {'; '.join(d['why_not'])}" for k, d in found.items() if not d["exact"]]
     return lines
 
+# %% ../../nbs/pipeline/02_plan.ipynb #d295c196
+def _stage_parts(
+    cfg: PipelineConfig, st, scfg, params: dict, models: dict, urls: dict, gpus: list, trainers: dict, problems: list
+) -> list[str]:
+    "The parts of stage `st`'s plan line (models, adapters, endpoints, data, sizes, server, GPUs); its problems go to `problems`, a trainer to `trainers`."
+    from mascot.training.configs import TrainingConfig
+
+    k, got = st.key, lambda f: getattr(scfg, f, None)
+    adapters = {f: str(got(f)) for f in ADAPTER_FIELDS if got(f)}
+    for f, path in adapters.items():
+        if path.startswith("<"):
+            continue  # trained earlier in this run
+        if f.endswith("_adapter") and (why := _adapter_problem(path, got("model_name"))):
+            problems.append(f"stage {k}: {f}: {why}")
+    parts = [", ".join(f"{f}={v}" for f, v in models.items())]
+    if adapters:
+        parts.append("adapters " + ", ".join(f"{f}={Path(v).name}" for f, v in adapters.items()))
+    if urls:
+        parts.append("endpoints " + ", ".join(sorted({redact_url(u) for u in urls.values()})))
+    if st.key in ("candidates", "group_data", "branching", "evaluate"):
+        data, why = _data_line(params, cfg.dataset)
+        parts.append(f"data {data}")
+        if why:
+            problems.append(f"stage {k}: {why}")
+    sizes = {f: got(f) for f in SIZE_FIELDS if got(f) not in (None, -1)}
+    parts.append(" ".join(f"{f}={v}" for f, v in sizes.items()))
+    if cfg.serve and calls_server(st):
+        parts.append("calls the managed server")
+    if gpu_env(cfg, k):
+        parts.append(f"CUDA_VISIBLE_DEVICES={gpu_env(cfg, k)['CUDA_VISIBLE_DEVICES']}")
+    if isinstance(scfg, TrainingConfig):
+        trainers[k] = scfg
+        part, found = training_gpu_plan(cfg, k, scfg, gpus)
+        parts.append(part)
+        problems += found
+    return parts
+
 # %% ../../nbs/pipeline/02_plan.ipynb #a4c10063
 def plan_report(
     cfg: PipelineConfig,
@@ -388,8 +425,6 @@ def plan_report(
 ) -> tuple[list[str], list[str]]:
     """`mascot run --plan`: each stage to run with its models, adapters, endpoint, data and sizes, and every problem found (endpoints, data,
     adapters, GPUs against the memory each training stage needs), one line each. Runs no stage and creates no folder."""
-    from mascot.training.configs import TrainingConfig
-
     run_dir, lines, problems = run_dir_of(cfg), [], []
     keys, todo = stages_to_run(cfg, from_stage, only)
     if run_dir.exists() and (why := existing_run_problem(run_dir, keys, resume, from_stage, only)):
@@ -420,33 +455,7 @@ def plan_report(
         urls = {f: got(f) for f in URL_FIELDS if got(f)}
         problems += endpoint_problems(k, urls, models, answers, users)
         warnings = unconstrained_warnings(k, scfg, answers, {cfg.endpoints["vllm_server_url"]} if cfg.serve else set())
-        adapters = {f: str(got(f)) for f in ADAPTER_FIELDS if got(f)}
-        for f, path in adapters.items():
-            if path.startswith("<"):
-                continue  # trained earlier in this run
-            if f.endswith("_adapter") and (why := _adapter_problem(path, got("model_name"))):
-                problems.append(f"stage {k}: {f}: {why}")
-        parts = [", ".join(f"{f}={v}" for f, v in models.items())]
-        if adapters:
-            parts.append("adapters " + ", ".join(f"{f}={Path(v).name}" for f, v in adapters.items()))
-        if urls:
-            parts.append("endpoints " + ", ".join(sorted({redact_url(u) for u in urls.values()})))
-        if st.key in ("candidates", "group_data", "branching", "evaluate"):
-            data, why = _data_line(params, cfg.dataset)
-            parts.append(f"data {data}")
-            if why:
-                problems.append(f"stage {k}: {why}")
-        sizes = {f: got(f) for f in SIZE_FIELDS if got(f) not in (None, -1)}
-        parts.append(" ".join(f"{f}={v}" for f, v in sizes.items()))
-        if cfg.serve and calls_server(st):
-            parts.append("calls the managed server")
-        if gpu_env(cfg, k):
-            parts.append(f"CUDA_VISIBLE_DEVICES={gpu_env(cfg, k)['CUDA_VISIBLE_DEVICES']}")
-        if isinstance(scfg, TrainingConfig):
-            trainers[k] = scfg
-            part, found = training_gpu_plan(cfg, k, scfg, gpus)
-            parts.append(part)
-            problems += found
+        parts = _stage_parts(cfg, st, scfg, params, models, urls, gpus, trainers, problems)
         repro[k] = stage_reproducibility(cfg, st, scfg, on_gpu=bool(gpus))
         lines.append(f"{k:<19} " + "; ".join(p for p in parts if p))
         lines += warnings

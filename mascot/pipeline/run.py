@@ -84,7 +84,7 @@ class PipelineConfig(DatasetConfig):
         if bad:
             raise ConfigError(f"launch: '{bad[0]}' is not a training stage (valid: stages, {', '.join(trainers)})")
 
-
+# %% ../../nbs/pipeline/03_run.ipynb #52941d6e
 def expand_env(obj, where: str = "config", used: dict[str, str] | None = None):
     "Replace ${VAR} by the environment's value (recording each in `used`); a missing variable is an error naming it."
     if isinstance(obj, dict):
@@ -365,6 +365,50 @@ def finish_stage(sdir: Path, run: RunDir, meta: dict, t0: float) -> dict:
     write_meta(sdir, meta)
     return outputs
 
+# %% ../../nbs/pipeline/03_run.ipynb #1f533fe9
+def _stage_meta(cfg: PipelineConfig, st: Stage, stage_cfg: Config, run: RunDir, on_gpu: bool, judge: dict) -> dict:
+    "A stage's meta.json as it starts: commit, versions, seed, what decides whether it repeats exactly, the judge."
+    from mascot.training.provenance import package_versions
+
+    return {
+        "stage": st.key,
+        "notebook": st.notebook,
+        "git_commit": _git_commit(),
+        "versions": package_versions(),
+        "seed": cfg.seed,
+        # what decides whether this stage repeats exactly (seeds, deterministic kernels, batch invariance, the judge)
+        "reproducibility": stage_reproducibility(cfg, st, stage_cfg, on_gpu),
+        "start": run.started,
+        "end": None,
+        **judge,
+    }
+
+
+def _run_server(cfg: PipelineConfig, run_dir: Path, outputs: dict, log=print):
+    "The run's vLLM server: the server node's, else one this run starts, else None; what completed stages trained is served again."
+    server = None  # the server node's (a layout that gives the server a node of its own), else one this run starts, else none
+    if cfg.serve:
+        server = attached_server(cfg, run_dir, log) if server_apart(cfg) else ManagedServer(cfg.serve, run_dir, log)
+    if server:  # stages completed before this invocation (--from, --only): their adapters are served again
+        for k, out in outputs.items():
+            server.want_trained(k, out)
+    return server
+
+
+def _execute_watched(
+    cfg: PipelineConfig, st: Stage, sdir: Path, params: dict, run: RunDir, meta: dict, server, log=print
+) -> None:
+    "`execute_stage`; a stage the server watcher stopped (its server gone past serve.max_restarts) fails with `ServerFailed`."
+    try:
+        execute_stage(cfg, st, sdir, params, run, meta, log)
+    except KeyboardInterrupt:
+        # the watcher stopped the stage: its server is gone past serve.max_restarts
+        if server and server.failure:
+            run.finish("failed", server.failure)
+            write_meta(sdir, {**meta, "end": run.ended})
+            raise ServerFailed(f"stage {st.key} failed: {server.failure}") from None
+        raise
+
 # %% ../../nbs/pipeline/03_run.ipynb #08d19035
 def run_pipeline(
     cfg: PipelineConfig,
@@ -375,8 +419,6 @@ def run_pipeline(
     log=print,
 ) -> Path:
     "Run the planned stages in order, each as a papermill job in its folder of the run, with the managed vLLM server when `serve:` asks for one."
-    from mascot.training.provenance import package_versions
-
     run_dir = run_dir_of(cfg)
     todo, outputs = plan_pipeline(cfg, source, from_stage, only, resume)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -384,12 +426,7 @@ def run_pipeline(
         mark_stale_runs(run_dir)  # stages a killed invocation left saying "running"
     (run_dir / "pipeline_config.json").write_text(json.dumps(redact(cfg.model_dump(mode="json")), indent=2))
     t_run, on_gpu = time.time(), bool(gpus_here())
-    server = None  # the server node's (a layout that gives the server a node of its own), else one this run starts, else none
-    if cfg.serve:
-        server = attached_server(cfg, run_dir, log) if server_apart(cfg) else ManagedServer(cfg.serve, run_dir, log)
-    if server:  # stages completed before this invocation (--from, --only): their adapters are served again
-        for k, out in outputs.items():
-            server.want_trained(k, out)
+    server = _run_server(cfg, run_dir, outputs, log)
     try:
         for k in todo:
             st = STAGE_BY_KEY[k]
@@ -407,32 +444,13 @@ def run_pipeline(
                 {"judge_route": judge_record(stage_cfg)} if getattr(stage_cfg, "uses_judge", False) else {}
             )  # which judge ran where, in run_config.json and meta.json
             run = RunDir(sdir, params, extra_config=judge)
-            meta = {
-                "stage": k,
-                "notebook": st.notebook,
-                "git_commit": _git_commit(),
-                "versions": package_versions(),
-                "seed": cfg.seed,
-                # what decides whether this stage repeats exactly (seeds, deterministic kernels, batch invariance, the judge)
-                "reproducibility": stage_reproducibility(cfg, st, stage_cfg, on_gpu),
-                "start": run.started,
-                "end": None,
-                **judge,
-            }
+            meta = _stage_meta(cfg, st, stage_cfg, run, on_gpu, judge)
             write_meta(sdir, meta)
             t0 = time.time()
             if server:
                 server.current_run = run  # restarts of the server during the stage are counted in its summary
                 run.extra["server_restarts"] = 0
-            try:
-                execute_stage(cfg, st, sdir, params, run, meta, log)
-            except KeyboardInterrupt:
-                # the watcher stopped the stage: its server is gone past serve.max_restarts
-                if server and server.failure:
-                    run.finish("failed", server.failure)
-                    write_meta(sdir, {**meta, "end": run.ended})
-                    raise ServerFailed(f"stage {k} failed: {server.failure}") from None
-                raise
+            _execute_watched(cfg, st, sdir, params, run, meta, server, log)
             outputs[k] = finish_stage(sdir, run, meta, t0)
             if server:
                 server.current_run = None
@@ -485,7 +503,7 @@ class RunFlags(Config):
         description="print the resolved pipeline configuration (YAML, secrets redacted) and exit without running anything",
     )
 
-
+# %% ../../nbs/pipeline/03_run.ipynb #41cff53c
 def run_parser() -> CliParser:
     "`mascot run`'s parser: `RunFlags`, then one flag per key of `PipelineConfig` (each overrides the config file's value)."
     p = CliParser(
@@ -495,15 +513,9 @@ def run_parser() -> CliParser:
     PipelineConfig.add_arguments(p.add_argument_group("keys of the config file (a flag overrides the file's value)"))
     return p
 
-
-def main(argv: list[str] | None = None):
-    try:
-        ns = vars(run_parser().parse_args(argv))
-        a = RunFlags.from_dict({k: ns.pop(k) for k in list(ns) if k in RunFlags.model_fields}, source="command line")
-    except ConfigError as e:
-        print(f"mascot run: {' '.join(str(e).split())}", file=sys.stderr)
-        raise SystemExit(2)
-    overrides = ns  # the config file's keys given as flags
+# %% ../../nbs/pipeline/03_run.ipynb #525575cf
+def _exit_before_running(a: RunFlags, overrides: dict) -> None:
+    "`--print-config`, `--emit-slurm` and `--plan` print (or write) what they were asked and exit; without them, nothing happens."
     if a.print_config:
         import yaml
 
@@ -534,6 +546,17 @@ def main(argv: list[str] | None = None):
         print("\n".join([f"plan of {a.config}:", *lines]))
         print(f"{len(problems)} problem(s)" + "".join(f"\n  - {x}" for x in problems))
         raise SystemExit(2 if problems else 0)
+
+# %% ../../nbs/pipeline/03_run.ipynb #8322b217
+def main(argv: list[str] | None = None):
+    try:
+        ns = vars(run_parser().parse_args(argv))
+        a = RunFlags.from_dict({k: ns.pop(k) for k in list(ns) if k in RunFlags.model_fields}, source="command line")
+    except ConfigError as e:
+        print(f"mascot run: {' '.join(str(e).split())}", file=sys.stderr)
+        raise SystemExit(2)
+    overrides = ns  # the config file's keys given as flags
+    _exit_before_running(a, overrides)  # --print-config, --emit-slurm, --plan
     import signal, threading
 
     def _terminated(signum, frame):

@@ -18,9 +18,6 @@ __all__ = ['VLLM_LORA_RANKS', 'ServeConfig', 'parse_gpus', 'adapter_rank', 'serv
            'main', 'MergeConfig', 'adapter_base', 'merge_lora', 'merge_main']
 
 # %% ../../nbs/pipeline/00_serve.ipynb #d3f9e78d
-VLLM_LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
-
-
 class ServeConfig(Config):
     "Flags of `mascot serve`."
 
@@ -70,8 +67,7 @@ class ServeConfig(Config):
     )
     max_restarts: int = Field(
         3,
-        description="times a server that exits or stops answering is restarted (each after restart_backoff, doubling) before it "
-        "counts as failed",
+        description="times a server that exits or stops answering is restarted (each after restart_backoff, doubling) before it counts as failed",
     )
     restart_backoff: float = Field(
         5.0, description="seconds before a server's first restart; each later one waits twice as long"
@@ -128,6 +124,27 @@ def vllm_python(cfg: ServeConfig | None = None) -> str | None:
 
     return sys.executable if importlib.util.find_spec("vllm") else None
 
+# %% ../../nbs/pipeline/00_serve.ipynb #serlora1
+VLLM_LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
+
+
+def _lora_flags(cfg: ServeConfig) -> list[str]:
+    "vLLM's LoRA flags: LoRA on for the adapters given (or `--max-loras`), the rank rounded up to one vLLM takes."
+    mods = parse_lora_modules(cfg.lora_modules)
+    if not (mods or cfg.max_loras):
+        return []
+    rank = max([adapter_rank(p) for p in mods.values()] + [cfg.max_lora_rank or (0 if mods else 16)])
+    flags = [
+        "--enable-lora",
+        "--max-lora-rank",
+        str(next((r for r in VLLM_LORA_RANKS if r >= rank), rank)),
+        "--max-loras",
+        str(max(len(mods), cfg.max_loras)),
+    ]
+    if mods:
+        flags += ["--lora-modules", *[f"{a}={Path(p).expanduser().resolve()}" for a, p in mods.items()]]
+    return flags
+
 # %% ../../nbs/pipeline/00_serve.ipynb #f093d72b
 def vllm_command(
     cfg: ServeConfig, device: str = "cuda", python: str = "python", replica: int = 0
@@ -170,21 +187,10 @@ def vllm_command(
         cmd += ["--served-model-name", name]
     if cfg.max_model_len:
         cmd += ["--max-model-len", str(cfg.max_model_len)]
-    mods = parse_lora_modules(cfg.lora_modules)
-    if mods or cfg.max_loras:
-        rank = max([adapter_rank(p) for p in mods.values()] + [cfg.max_lora_rank or (0 if mods else 16)])
-        cmd += [
-            "--enable-lora",
-            "--max-lora-rank",
-            str(next((r for r in VLLM_LORA_RANKS if r >= rank), rank)),
-            "--max-loras",
-            str(max(len(mods), cfg.max_loras)),
-        ]
-    if mods:
-        cmd += ["--lora-modules", *[f"{a}={Path(p).expanduser().resolve()}" for a, p in mods.items()]]
+    cmd += _lora_flags(cfg)
     env = {"CUDA_VISIBLE_DEVICES": visible} if visible else {}
     if cfg.runtime_lora:
-        if not (mods or cfg.max_loras):
+        if not (cfg.lora_modules or cfg.max_loras):
             raise ConfigError("--runtime-lora: LoRA is off; give --max-loras N (or --lora-modules)")
         env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
     if device == "cpu":
@@ -223,7 +229,7 @@ def wait_ready(proc: subprocess.Popen, url: str, timeout: float, log: str | Path
         + (f"; last lines of {log}: {log_tail(log)}" if log else "")
     )
 
-
+# %% ../../nbs/pipeline/00_serve.ipynb #5f751aef
 def _post(url: str, body: dict, timeout: float) -> str:
     req = urllib.request.Request(
         url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}, method="POST"
@@ -342,7 +348,7 @@ def _supervise(cfg: ServeConfig, replicas: list[Replica], device: str) -> int:
                 flush=True,
             )
 
-
+# %% ../../nbs/pipeline/00_serve.ipynb #56138c67
 def serve(cfg: ServeConfig) -> int:
     device = serve_device(cfg)
     if cfg.dry_run and cfg.device == "auto" and parse_gpus(cfg.gpus) != (1, None):

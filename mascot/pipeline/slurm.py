@@ -8,12 +8,12 @@ from ..core.config import *
 from .managed_vllm import ManagedServer, ServeSection, serve_config, managed_urls
 from .serve import ServerFailed
 from ..training.launch import NODES_ENV
-import json, os, shlex, sys, time
+import os, shlex, sys, time
 from pathlib import Path
 
 # %% auto #0
 __all__ = ['SERVE_URLS_ENV', 'server_apart', 'attach_server_node', 'AttachedServer', 'attached_server', 'serve_flags',
-           'slurm_script', 'emit_slurm', 'forwarded_flags']
+           'slurm_script', 'forwarded_flags', 'emit_slurm']
 
 # %% ../../nbs/pipeline/04_slurm.ipynb #c0000005
 SERVE_URLS_ENV = (
@@ -144,6 +144,22 @@ export {SERVE_URLS_ENV}="$URLS"
 "$PYTHON" -m mascot.pipeline.run {shlex.join(args)} "$@"
 """
 
+# %% ../../nbs/pipeline/04_slurm.ipynb #c0000013
+def forwarded_flags(from_stage: str | None, only: str | None, resume: bool, overrides: dict) -> list[str]:
+    "The `mascot run` flags given beside `--emit-slurm` that the script's run takes too (the run folder's go in by `slurm_script`)."
+    out = [x for flag, v in (("--from", from_stage), ("--only", only)) if v for x in (flag, v)] + (
+        ["--resume"] if resume else []
+    )
+    for k, v in overrides.items():
+        if v is None or k in ("runs_dir", "run_name"):
+            continue
+        if isinstance(v, (dict, list)):
+            raise ConfigError(
+                f"--emit-slurm: give --{k.replace('_', '-')} after the script's name (sbatch FILE --{k.replace('_', '-')} ...)"
+            )
+        out += [f"--{k.replace('_', '-')}", str(v)]
+    return out
+
 # %% ../../nbs/pipeline/04_slurm.ipynb #c0000012
 def emit_slurm(
     cfg, config: str | Path, layout: str | Path, path: str | Path, problems: list[str], run_args: list[str] = ()
@@ -169,19 +185,3 @@ def emit_slurm(
         )
     Path(path).write_text(slurm_script(cfg, config, layout, machines, run_args))
     return Path(path)
-
-# %% ../../nbs/pipeline/04_slurm.ipynb #c0000013
-def forwarded_flags(from_stage: str | None, only: str | None, resume: bool, overrides: dict) -> list[str]:
-    "The `mascot run` flags given beside `--emit-slurm` that the script's run takes too (the run folder's go in by `slurm_script`)."
-    out = [x for flag, v in (("--from", from_stage), ("--only", only)) if v for x in (flag, v)] + (
-        ["--resume"] if resume else []
-    )
-    for k, v in overrides.items():
-        if v is None or k in ("runs_dir", "run_name"):
-            continue
-        if isinstance(v, (dict, list)):
-            raise ConfigError(
-                f"--emit-slurm: give --{k.replace('_', '-')} after the script's name (sbatch FILE --{k.replace('_', '-')} ...)"
-            )
-        out += [f"--{k.replace('_', '-')}", str(v)]
-    return out

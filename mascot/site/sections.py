@@ -149,7 +149,7 @@ def fmt(v, digits: int = 1) -> str:
         else esc(v)
     )
 
-
+# %% ../../nbs/site/00_sections.ipynb #78d00086
 def score_table(parts: list[tuple[str, dict]], turn_idx: int | None = None) -> str:
     "The judge's scores and reasons for one turn (persona) or the whole conversation (collective), one row per criterion and judge."
     rows = []
@@ -230,7 +230,7 @@ def agent_turn_html(t: dict, persona_parts: list[tuple[str, dict]]) -> str:
         + f"</div>{directive}</div>"
     )
 
-
+# %% ../../nbs/site/00_sections.ipynb #37ba3c3b
 def conversation_html(system: str, rec: dict, judged: dict[str, dict]) -> str:
     "One conversation as a chat transcript: user turns, persona-coloured agent turns with the director's directive and the judge's scores."
     from mascot.domain.personas import BIG_FIVE_PROFILES
@@ -313,7 +313,7 @@ def conversations_section(info: dict) -> str:
         f"<div id='conv-list'>{''.join(arts)}</div>"
     )
 
-
+# %% ../../nbs/site/00_sections.ipynb #6c2df83f
 def directive_rates(info: dict) -> dict[str, dict]:
     "Per system: agent turns, how many the director's output parsed for, how many were fallbacks, and how many records do not say (old files)."
     out = {}

@@ -18,13 +18,45 @@ from .web_guard import guard_web_app
 from .arena_stats import *  # the report's statistics and ArenaError
 import asyncio, datetime, hashlib, hmac, json, random, re, secrets, sys
 from dataclasses import dataclass
+from fastcore.basics import patch
 from pathlib import Path
 from pydantic import BaseModel, Field
 
 # %% auto #0
-__all__ = ['CHOICES', 'ANNOTATOR_RE', 'MAX_REASON_CHARS', 'ARENA_HTML', 'load_side', 'Arena', 'study_id', 'load_arena',
-           'demo_record', 'demo_files', 'pair_order', 'pair_sides', 'token_hash', 'VoteStore', 'speaker_labels',
+__all__ = ['CHOICES', 'ANNOTATOR_RE', 'MAX_REASON_CHARS', 'ARENA_HTML', 'demo_record', 'demo_files', 'load_side', 'Arena',
+           'study_id', 'load_arena', 'pair_order', 'pair_sides', 'token_hash', 'VoteStore', 'speaker_labels',
            'pair_view', 'VoteIn', 'ArenaAuth', 'arena_app', 'ArenaConfig', 'main']
+
+# %% ../../nbs/studies/03_arena.ipynb #a29162c3
+def demo_record(conv_id: str, system: str, reply: str, dataset: str = "ED") -> dict:
+    "A minimal valid conversation: the user's opening and one reply."
+    name = "Supporter" if system not in ("mascot", "mascot-g", "mascot-i", "mascot-c", "mascot-p") else "The Anchor"
+    turns = [
+        Turn(0, 0, "User", f"Context {conv_id}: I feel anxious about tomorrow.", turn_type="user"),
+        Turn(1, 0, name, reply, Directive(name, "validate", "warm") if name != "Supporter" else None),
+    ]
+    return Episode(
+        conv_id,
+        turns,
+        EpisodeMetadata(system, dataset, "demo-director", "demo-speaker"),
+        "anxious",
+        "anxious",
+        ["anxious"],
+    ).to_dict()
+
+
+def demo_files(folder: str | Path, systems=("mascot", "zero-shot"), ids=("ed-1", "ed-2", "ed-3")) -> list[Path]:
+    "One conversation file per system; replies name their system in capitals (MASCOT / ZERO-SHOT) so a test can tell the sides apart."
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    out = []
+    for s in systems:
+        p = folder / f"{s}.jsonl"
+        p.write_text(
+            "".join(json.dumps(demo_record(i, s, f"{s.upper()} reply on {i}: that sounds hard.")) + "\n" for i in ids)
+        )
+        out.append(p)
+    return out
 
 # %% ../../nbs/studies/03_arena.ipynb #ff116323
 def load_side(path: str | Path) -> tuple[str, str, dict[str, dict]]:
@@ -94,37 +126,6 @@ def load_arena(files: list[str], study: str | None = None) -> Arena:
         )
     return Arena((sa, sb), da, {sa: ra, sb: rb}, study or study_id((sa, sb), ra))
 
-# %% ../../nbs/studies/03_arena.ipynb #a29162c3
-def demo_record(conv_id: str, system: str, reply: str, dataset: str = "ED") -> dict:
-    "A minimal valid conversation: the user's opening and one reply."
-    name = "Supporter" if system not in ("mascot", "mascot-g", "mascot-i", "mascot-c", "mascot-p") else "The Anchor"
-    turns = [
-        Turn(0, 0, "User", f"Context {conv_id}: I feel anxious about tomorrow.", turn_type="user"),
-        Turn(1, 0, name, reply, Directive(name, "validate", "warm") if name != "Supporter" else None),
-    ]
-    return Episode(
-        conv_id,
-        turns,
-        EpisodeMetadata(system, dataset, "demo-director", "demo-speaker"),
-        "anxious",
-        "anxious",
-        ["anxious"],
-    ).to_dict()
-
-
-def demo_files(folder: str | Path, systems=("mascot", "zero-shot"), ids=("ed-1", "ed-2", "ed-3")) -> list[Path]:
-    "One conversation file per system; replies name their system in capitals (MASCOT / ZERO-SHOT) so a test can tell the sides apart."
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    out = []
-    for s in systems:
-        p = folder / f"{s}.jsonl"
-        p.write_text(
-            "".join(json.dumps(demo_record(i, s, f"{s.upper()} reply on {i}: that sounds hard.")) + "\n" for i in ids)
-        )
-        out.append(p)
-    return out
-
 # %% ../../nbs/studies/03_arena.ipynb #d9db31c0
 def pair_order(arena: Arena, annotator: str, seed: int = 0) -> list[str]:
     ids = list(arena.pair_ids)
@@ -180,47 +181,53 @@ class VoteStore:
         "Release the vote file (another server may then open it)."
         self.store.close()
 
-    def done(self, annotator: str) -> set[str]:
-        return {v["pair_id"] for v in self.votes if v["annotator"] == annotator}
+# %% ../../nbs/studies/03_arena.ipynb #cd75fc0a
+@patch
+def done(self: VoteStore, annotator: str) -> set[str]:
+    return {v["pair_id"] for v in self.votes if v["annotator"] == annotator}
 
-    def next_pair(self, annotator: str) -> str | None:
-        done = self.done(annotator)
-        return next((p for p in pair_order(self.arena, annotator, self.seed) if p not in done), None)
 
-    def vote(
-        self, annotator: str, pair_id: str, choice: str, reason: str = "", annotator_key: str | None = None
-    ) -> dict:
-        "Record one vote: `choice` A (left), B (right) or tie."
-        if not ANNOTATOR_RE.match(annotator or ""):
-            raise ArenaError(f"annotator id {annotator!r}: use 1-64 letters, digits or ._@+-")
-        if pair_id not in self.arena.records[self.arena.systems[0]]:
-            raise ArenaError(f"pair {pair_id!r} is not in study {self.arena.study!r}")
-        if choice not in CHOICES:
-            raise ArenaError(f"choice {choice!r}: one of {', '.join(CHOICES)}")
-        if pair_id in self.done(annotator):
-            raise ArenaError(f"{annotator} has already voted on pair {pair_id!r}")
-        left, right = pair_sides(self.arena, annotator, pair_id, self.seed)
-        v = {
-            "vote_id": f"{annotator}/{pair_id}",
-            "study": self.arena.study,
-            "pair_id": pair_id,
-            "annotator": annotator,
-            "dataset": self.arena.dataset,
-            "systems": sorted(self.arena.systems),
-            "left": left,
-            "right": right,
-            "choice": choice,
-            "winner": {"A": left, "B": right, "tie": "tie"}[choice],
-            "reason": (reason or "").strip()[:MAX_REASON_CHARS],
-            "speakers": "named" if self.show_names else "anonymous",
-            "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            **({"annotator_key": annotator_key} if annotator_key else {}),
-        }
-        self.store.append(v)
-        self.votes.append(v)
-        if annotator_key:
-            self.claims[annotator] = annotator_key
-        return v
+@patch
+def next_pair(self: VoteStore, annotator: str) -> str | None:
+    done = self.done(annotator)
+    return next((p for p in pair_order(self.arena, annotator, self.seed) if p not in done), None)
+
+# %% ../../nbs/studies/03_arena.ipynb #f92b0828
+@patch
+def vote(
+    self: VoteStore, annotator: str, pair_id: str, choice: str, reason: str = "", annotator_key: str | None = None
+) -> dict:
+    "Record one vote: `choice` A (left), B (right) or tie."
+    if not ANNOTATOR_RE.match(annotator or ""):
+        raise ArenaError(f"annotator id {annotator!r}: use 1-64 letters, digits or ._@+-")
+    if pair_id not in self.arena.records[self.arena.systems[0]]:
+        raise ArenaError(f"pair {pair_id!r} is not in study {self.arena.study!r}")
+    if choice not in CHOICES:
+        raise ArenaError(f"choice {choice!r}: one of {', '.join(CHOICES)}")
+    if pair_id in self.done(annotator):
+        raise ArenaError(f"{annotator} has already voted on pair {pair_id!r}")
+    left, right = pair_sides(self.arena, annotator, pair_id, self.seed)
+    v = {
+        "vote_id": f"{annotator}/{pair_id}",
+        "study": self.arena.study,
+        "pair_id": pair_id,
+        "annotator": annotator,
+        "dataset": self.arena.dataset,
+        "systems": sorted(self.arena.systems),
+        "left": left,
+        "right": right,
+        "choice": choice,
+        "winner": {"A": left, "B": right, "tie": "tie"}[choice],
+        "reason": (reason or "").strip()[:MAX_REASON_CHARS],
+        "speakers": "named" if self.show_names else "anonymous",
+        "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        **({"annotator_key": annotator_key} if annotator_key else {}),
+    }
+    self.store.append(v)
+    self.votes.append(v)
+    if annotator_key:
+        self.claims[annotator] = annotator_key
+    return v
 
 # %% ../../nbs/studies/03_arena.ipynb #3328dd94
 def speaker_labels(turns: list[dict], show_names: bool = False) -> list[str]:

@@ -132,7 +132,7 @@ def summary_lines(rep: dict) -> list[str]:
         )
     return lines
 
-
+# %% ../../nbs/studies/03a_arena_report.ipynb #a49e0e69
 def report(cfg: ArenaReportConfig) -> tuple[Path, dict]:
     "Read the votes, get the judge's results if asked, write `arena_report.json`."
     paths = [Path(p) for p in cfg.votes]
@@ -167,7 +167,7 @@ def report(cfg: ArenaReportConfig) -> tuple[Path, dict]:
     tmp_path.replace(path)
     return path, rep
 
-
+# %% ../../nbs/studies/03a_arena_report.ipynb #e2466d32
 def report_main(argv: list[str] | None = None):
     try:
         path, rep = report(ArenaReportConfig.from_cli(argv, prog="mascot arena-report"))

@@ -262,7 +262,7 @@ def chat_header(session: ChatSession) -> list[str]:
         lines.append(f"single agent: {baseline_name(roster)} (system {session.cfg.system})")
     return lines
 
-
+# %% ../../nbs/studies/01_chat.ipynb #2a7ade84
 async def chat_terminal(session: ChatSession, stdin=None, out=None) -> Path:
     "The terminal loop; returns the saved conversation's path."
     import threading
@@ -481,7 +481,7 @@ def serve_chat(session: ChatSession) -> Path:
     asyncio.run(go())
     return session.path
 
-
+# %% ../../nbs/studies/01_chat.ipynb #9ae87b1b
 def main(argv: list[str] | None = None):
     "`mascot chat`: the package's errors are one line on stderr and exit 2."
     session = None
