@@ -7,11 +7,11 @@ from __future__ import annotations
 import importlib, os, sys
 
 # %% auto #0
-__all__ = ['COMMANDS', 'main', 'exit_code', 'dispatch_mode', 'generate_main', 'train_group_main']
+__all__ = ['COMMANDS', 'exit_code', 'main', 'dispatch_mode', 'generate_main', 'train_group_main']
 
 # %% ../nbs/cli.ipynb #64ab20d1
 COMMANDS: dict[str, tuple[str, str]] = {
-    # the authors' code's entry points, in pipeline order ("module" runs module.main; "module:fn" runs fn)
+    # the authors' code's entry points, in pipeline order ("module" runs module.main; "module:fn" runs fn): data, training, episodes
     "generate": (
         "mascot.cli:generate_main",
         "stage-1 candidates + pairs (--mode individual) or stage-2 group data (--mode group)",
@@ -41,6 +41,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "mascot.evaluation.conversations",
         "evaluation generation: trained system, stage ablations, MASCOT-P/-C and baselines",
     ),
+}
+
+# %% ../nbs/cli.ipynb #2913aeb8
+COMMANDS |= {
+    # evaluation, serving, the human studies and the run as a whole
     "judge-all": ("mascot.evaluation.judge_all", "judge every conversation file of a folder into one tidy score table"),
     "compare": (
         "mascot.evaluation.compare",
@@ -73,6 +78,37 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 # %% ../nbs/cli.ipynb #f23618c6
+def _user_errors() -> tuple[type, ...]:
+    "The package's own errors: bad input or an environment problem, each already worded as one line naming the file, field or flag."
+    from mascot.core.config import ConfigError
+    from mascot.core.store import OutputExistsError, CorruptRecordError, StrictModeError, OutputWriteError
+    from mascot.core.records import SchemaError
+    from mascot.llm.types import LLMError
+    from mascot.domain.datasets import DataFormatError, DatasetUnavailableError
+
+    return (
+        ConfigError,
+        OutputExistsError,
+        CorruptRecordError,
+        SchemaError,
+        StrictModeError,
+        OutputWriteError,
+        LLMError,
+        DataFormatError,
+        DatasetUnavailableError,
+        FileNotFoundError,
+    )
+
+
+def exit_code(e: BaseException) -> int | None:
+    "2 for the package's own errors, 128 + signal for an interrupted run, None (a traceback) for anything else."
+    from mascot.core.store import RunInterrupted
+
+    if isinstance(e, RunInterrupted):
+        return 128 + getattr(e, "signum", 2)
+    return 2 if isinstance(e, _user_errors()) else None
+
+# %% ../nbs/cli.ipynb #82b7ff39
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
@@ -110,37 +146,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mascot {name}: interrupted", file=sys.stderr)
         return 130
     return 0
-
-# %% ../nbs/cli.ipynb #82b7ff39
-def _user_errors() -> tuple[type, ...]:
-    "The package's own errors: bad input or an environment problem, each already worded as one line naming the file, field or flag."
-    from mascot.core.config import ConfigError
-    from mascot.core.store import OutputExistsError, CorruptRecordError, StrictModeError, OutputWriteError
-    from mascot.core.records import SchemaError
-    from mascot.llm.types import LLMError
-    from mascot.domain.datasets import DataFormatError, DatasetUnavailableError
-
-    return (
-        ConfigError,
-        OutputExistsError,
-        CorruptRecordError,
-        SchemaError,
-        StrictModeError,
-        OutputWriteError,
-        LLMError,
-        DataFormatError,
-        DatasetUnavailableError,
-        FileNotFoundError,
-    )
-
-
-def exit_code(e: BaseException) -> int | None:
-    "2 for the package's own errors, 128 + signal for an interrupted run, None (a traceback) for anything else."
-    from mascot.core.store import RunInterrupted
-
-    if isinstance(e, RunInterrupted):
-        return 128 + getattr(e, "signum", 2)
-    return 2 if isinstance(e, _user_errors()) else None
 
 
 if __name__ == "__main__" and "IPython" not in sys.modules:

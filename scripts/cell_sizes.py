@@ -72,7 +72,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--top", type=int, default=15, help="how many notebooks to list, largest exported cell first")
     p.add_argument("--json", help="also write the whole report to this JSON file")
     p.add_argument(
-        "--check", action="store_true", help=f"exit 1 on a cell over {LIMIT} lines or under 80% followed by an example"
+        "--check",
+        action="store_true",
+        help=f"exit 1 on a cell over {LIMIT} lines or under {EXAMPLE_SHARE * 100:.0f}%% followed by an example",
     )
     a = p.parse_args(argv)
     r = report(Path(a.nbs))

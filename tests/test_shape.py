@@ -155,6 +155,15 @@ def test_modules_stay_readable():
     assert not long, f"modules over {MAX_MODULE_LINES} lines (split the notebook): {long}"
 
 
+def test_notebook_cells_stay_small():
+    "nbdev's shape: no exported cell over 60 lines, and most exported cells followed by an example (scripts/cell_sizes.py --check)."
+    import subprocess, sys
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "cell_sizes.py"
+    r = subprocess.run([sys.executable, str(script), "--check", "--top", "5"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+
+
 def test_readme_stage_table_is_the_generated_one():
     import re
     from mascot.stages import stage_table
