@@ -31,9 +31,11 @@ def is_volatile(key: str) -> bool:
 
 
 def normalized(obj, roots: tuple[str, ...] = ()):
-    "`obj` without its volatile keys, each string naming a folder of `roots` saying `<run>` instead, and job folders `<job>`."
+    "`obj` without its volatile keys (and a judge cache's file), each string naming a folder of `roots` saying `<run>` instead, and job folders `<job>`."
     if isinstance(obj, dict):
-        return {k: normalized(v, roots) for k, v in obj.items() if not is_volatile(k)}
+        # a judge cache's statistics name the cache file, which lies where the machine keeps it ($MASCOT_JUDGE_CACHE), like a host
+        cache = {"path", "hits", "misses"} <= set(obj)
+        return {k: normalized(v, roots) for k, v in obj.items() if not is_volatile(k) and not (cache and k == "path")}
     if isinstance(obj, (list, tuple)):
         return [normalized(v, roots) for v in obj]
     if isinstance(obj, str):
