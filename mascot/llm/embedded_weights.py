@@ -52,6 +52,19 @@ def gguf_read_once():
         yield
 
 # %% ../../nbs/llm/02_embedded_weights.ipynb #cc651eb2
+def _save_once(model, tok, dest: Path) -> Path:
+    "Save a model and its tokenizer into `dest` by way of a temp folder renamed into place, so concurrent builders never see half a folder."
+    tmp = dest.with_name(dest.name + f".tmp-{os.getpid()}")
+    model.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.replace(tmp, dest)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)  # another process won the race
+    return dest
+
+
 def convert_smollm2(dest: Path | None = None, max_length: int = 8192) -> Path:
     "Convert the shipped GGUF into a safetensors folder once; concurrent callers are safe (write to a temp folder, then rename)."
     dest = Path(dest or cache_dir() / "models" / "SmolLM2-135M-Instruct")
@@ -67,15 +80,7 @@ def convert_smollm2(dest: Path | None = None, max_length: int = 8192) -> Path:
         model
     )  # else save_pretrained writes a quantisation config nothing can load
     tok.model_max_length = max_length  # the GGUF tokenizer carries a placeholder
-    tmp = dest.with_name(dest.name + f".tmp-{os.getpid()}")
-    model.save_pretrained(tmp)
-    tok.save_pretrained(tmp)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        os.replace(tmp, dest)
-    except OSError:
-        shutil.rmtree(tmp, ignore_errors=True)  # another process won the race
-    return dest
+    return _save_once(model, tok, dest)
 
 # %% ../../nbs/llm/02_embedded_weights.ipynb #4b9e26ed
 def embedded_dtype(device: str = "cpu") -> str:
@@ -135,15 +140,7 @@ def tiny_model(dest: Path | None = None, seed: int = 0) -> Path:
     model = LlamaForCausalLM(tiny)
     if (real / "generation_config.json").exists():
         model.generation_config = GenerationConfig.from_pretrained(real)
-    tmp = dest.with_name(dest.name + f".tmp-{os.getpid()}")
-    model.save_pretrained(tmp)
-    tok.save_pretrained(tmp)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        os.replace(tmp, dest)
-    except OSError:
-        shutil.rmtree(tmp, ignore_errors=True)  # another process won the race
-    return dest
+    return _save_once(model, tok, dest)
 
 # %% ../../nbs/llm/02_embedded_weights.ipynb #3f9f630f
 def chat_template_kwargs(tokenizer, enable_thinking: bool = False) -> dict:
