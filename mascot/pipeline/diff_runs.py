@@ -12,10 +12,10 @@ from pathlib import Path
 from pydantic import Field
 
 # %% auto #0
-__all__ = ['VOLATILE_KEY', 'JOB_FOLDER', 'ID_KEYS', 'WHOLE_JSON', 'PROVENANCE_NAMES', 'PROVENANCE_SUFFIXES', 'CACHE_FILE',
-           'RUN_STAGE', 'is_volatile', 'normalized', 'first_difference', 'read_records', 'id_key', 'compare_records',
-           'compare_tensors', 'compare_files', 'is_provenance', 'run_artefacts', 'check_run_folder', 'diff_runs',
-           'report_lines', 'DiffRunsConfig', 'main']
+__all__ = ['VOLATILE_KEY', 'JOB_FOLDER', 'SITE_PACKAGES', 'ID_KEYS', 'WHOLE_JSON', 'PROVENANCE_NAMES', 'PROVENANCE_SUFFIXES',
+           'CACHE_FILE', 'RUN_STAGE', 'is_volatile', 'normalized', 'first_difference', 'read_records', 'id_key',
+           'compare_records', 'compare_tensors', 'compare_files', 'is_provenance', 'run_artefacts', 'check_run_folder',
+           'diff_runs', 'report_lines', 'DiffRunsConfig', 'main']
 
 # %% ../../nbs/pipeline/04_diff_runs.ipynb #35ec7ed2
 VOLATILE_KEY = re.compile(
@@ -30,8 +30,12 @@ def is_volatile(key: str) -> bool:
     return bool(VOLATILE_KEY.search(str(key)))
 
 
+# an installed package's files (a model shipped in a wheel) lie wherever that environment was made: two clones differ there
+SITE_PACKAGES = re.compile(r"[^\s'\"]*/site-packages/")
+
+
 def normalized(obj, roots: tuple[str, ...] = ()):
-    "`obj` without its volatile keys (and a judge cache's file), each string naming a folder of `roots` saying `<run>` instead, and job folders `<job>`."
+    "`obj` without its volatile keys (and a judge cache's file), each string naming a folder of `roots` saying `<run>` instead, job folders `<job>`, and installed packages' folders `<site-packages>`."
     if isinstance(obj, dict):
         # a judge cache's statistics name the cache file, which lies where the machine keeps it ($MASCOT_JUDGE_CACHE), like a host
         cache = {"path", "hits", "misses"} <= set(obj)
@@ -41,7 +45,7 @@ def normalized(obj, roots: tuple[str, ...] = ()):
     if isinstance(obj, str):
         for r in roots:
             obj = obj.replace(r, "<run>")
-        return JOB_FOLDER.sub("<job>", obj)
+        return SITE_PACKAGES.sub("<site-packages>/", JOB_FOLDER.sub("<job>", obj))
     return obj
 
 # %% ../../nbs/pipeline/04_diff_runs.ipynb #762ebb4a
