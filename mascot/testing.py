@@ -13,7 +13,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt, nbformat
 import pandas as pd
-from .evaluation.judge_all import tidy_rows, SCORE_COLUMNS
+from .evaluation.judge_all import tidy_rows
+from .evaluation.figure_tables import SCORE_COLUMNS
 from .evaluation.text_scorers import SentenceEmbedder, minilm_path, self_bleu_scores
 from pathlib import Path
 from typing import Callable, Sequence

@@ -15,7 +15,7 @@ from .dataset_formats import _domain_of_path, _listing, _read_json
 
 # %% auto #0
 __all__ = ['DATASET2HF', 'HFSource', 'load_hub_rows', 'hub_contexts', 'sample_contexts', 'resolve_data_path', 'load_contexts',
-           'few_shot_examples']
+           'load_contexts_for', 'few_shot_examples']
 
 # %% ../../nbs/domain/00b_dataset_loading.ipynb #ca449396
 @dataclass(frozen=True)
@@ -166,6 +166,18 @@ def load_contexts(
         where = path if data_path is not None else f"the Hugging Face hub ({hf_name or DATASET2HF[dataset].repo_id})"
         raise NoContextsError(f"{where}: no {dataset} contexts in split '{split}'")
     return sample_contexts(contexts, num_samples, seed)
+
+# %% ../../nbs/domain/00b_dataset_loading.ipynb #1d9b6bf6
+def load_contexts_for(cfg) -> list[Context]:
+    "The contexts a stage's config names by its `dataset`, `split`, `data_path`, `num_samples`, `seed` and `max_transcript_tokens`."
+    return load_contexts(
+        cfg.dataset,
+        split=cfg.split,
+        data_path=cfg.data_path,
+        num_samples=cfg.num_samples,
+        seed=cfg.seed,
+        max_transcript_tokens=cfg.max_transcript_tokens,
+    )
 
 # %% ../../nbs/domain/00b_dataset_loading.ipynb #a133d9e2
 def few_shot_examples(

@@ -15,7 +15,7 @@ from ..llm.embedded_backend import *
 from ..llm.routing import *
 from ..llm.client import *
 from .datasets import Context
-from .dataset_loading import load_contexts, few_shot_examples
+from .dataset_loading import load_contexts, load_contexts_for, few_shot_examples
 from .personas import *
 from .prompts import *
 from .systems import System, SYSTEM_REGISTRY, UNTRAINED_SYSTEM, get_system, check_episode_models
@@ -470,14 +470,7 @@ async def run_episodes_async(
     # refuses existing output before any work; --overwrite replaces it only once the first new record is written
     store = JsonlStore(out, resume=cfg.resume, overwrite=cfg.overwrite)
     if contexts is None:
-        contexts = load_contexts(
-            cfg.dataset,
-            split=cfg.split,
-            data_path=cfg.data_path,
-            num_samples=cfg.num_samples,
-            seed=cfg.seed,
-            max_transcript_tokens=cfg.max_transcript_tokens,
-        )
+        contexts = load_contexts_for(cfg)
     async with Job(cfg, store, out.with_name(out.name + ".runs"), desc=f"{cfg.system} episodes") as job:
         client = job.closing(LLMClient(cfg, run=job.run, embedded=embedded))
         job.run.extra["routes"] = client.describe()

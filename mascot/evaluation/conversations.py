@@ -68,7 +68,7 @@ def system_config(cfg: EvalConfig, system: str) -> EpisodeConfig:
 
 # %% ../../nbs/evaluation/30_conversations.ipynb #607d1ea6
 async def evaluate_async(cfg: EvalConfig, embedded: EmbeddedBackend | None = None) -> dict[str, Path]:
-    from mascot.domain.dataset_loading import load_contexts
+    from mascot.domain.dataset_loading import load_contexts_for
 
     systems = cfg.systems or [cfg.system]
     bad = [s for s in systems if s not in SYSTEMS]
@@ -76,14 +76,7 @@ async def evaluate_async(cfg: EvalConfig, embedded: EmbeddedBackend | None = Non
         raise ConfigError(f"--systems: unknown {bad}; known: {', '.join(SYSTEMS)}")
     check_model_flags(systems, cfg)  # a trained-model flag no chosen system runs would be silently dropped
     cfgs = {s: system_config(cfg, s) for s in systems}  # every adapter problem is reported before any work
-    contexts = load_contexts(
-        cfg.dataset,
-        split=cfg.split,
-        data_path=cfg.data_path,
-        num_samples=cfg.num_samples,
-        seed=cfg.seed,
-        max_transcript_tokens=cfg.max_transcript_tokens,
-    )
+    contexts = load_contexts_for(cfg)
     if embedded is None and any(r is None for r in (cfg.vllm_server_url, cfg.speaker_server_url)):
         embedded = embedded_backend(cfg)
     # every system's episodes in flight at once: their requests share batches, on the base and every adapter alike (the embedded

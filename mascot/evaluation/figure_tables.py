@@ -21,6 +21,7 @@ __all__ = ['SCORES_FILE', 'SCORE_COLUMNS', 'SYSTEMS', 'GROUPS', 'AUTO_METRICS', 
 
 # %% ../../nbs/evaluation/50a_figure_tables.ipynb #04ff3327
 SCORES_FILE = "judge_scores.csv"
+# the judge table's columns, as the judge stage writes them and every reader checks them
 SCORE_COLUMNS = (
     "system",
     "dataset",
@@ -30,6 +31,7 @@ SCORE_COLUMNS = (
     "big_five",
     "kind",
     "agent",
+    "turn_idx",
     "criterion",
     "score",
     "judge",

@@ -12,6 +12,7 @@ from ..llm.embedded_backend import EmbeddedBackend
 from ..llm.client import embedded_backend
 from ..judging.panel import JudgeConfig, JudgePanelConfig, judge_file_async
 from ..judging.cache import JudgeCache
+from .figure_tables import SCORE_COLUMNS, SCORES_FILE
 from .compare import CompareConfig, run_compare
 from pydantic import Field
 import asyncio, json, sys
@@ -19,26 +20,11 @@ from pathlib import Path
 from typing import Literal
 
 # %% auto #0
-__all__ = ['SCORE_COLUMNS', 'tidy_rows', 'JudgeStageConfig', 'judge_folder_async', 'main']
+__all__ = ['tidy_rows', 'JudgeStageConfig', 'judge_folder_async', 'main']
 
 # %% ../../nbs/evaluation/31_judge_all.ipynb #3e955038
-SCORE_COLUMNS = [
-    "system",
-    "dataset",
-    "split",
-    "conv_id",
-    "group",
-    "big_five",
-    "kind",
-    "agent",
-    "turn_idx",
-    "criterion",
-    "score",
-    "judge",
-]
-
-
 def tidy_rows(score_line: dict, record: dict | None) -> list[dict]:
+    "The judge table's rows (`SCORE_COLUMNS`) of one scores line: one per judged item, criterion and judge; failed items left out."
     meta = (record or {}).get("metadata") or {}
     groups = score_line.get("groups") or {}
     base = {
@@ -134,7 +120,7 @@ async def judge_folder_async(cfg: JudgeStageConfig, embedded: EmbeddedBackend | 
             for line in read_jsonl(scores) if scores.exists() else []:
                 rows += tidy_rows(line, records.get(line["conv_id"]))
     df = pd.DataFrame(rows, columns=SCORE_COLUMNS)
-    df.to_csv(out / "judge_scores.csv", index=False)
+    df.to_csv(out / SCORES_FILE, index=False)
     summ = (
         df.groupby(["system", "dataset", "group", "kind", "criterion"], dropna=False)["score"]
         .agg(["mean", "std", "count"])

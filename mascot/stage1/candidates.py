@@ -16,7 +16,7 @@ from ..llm.embedded_backend import *
 from ..llm.routing import *
 from ..llm.client import *
 from ..domain.datasets import Context
-from ..domain.dataset_loading import load_contexts
+from ..domain.dataset_loading import load_contexts, load_contexts_for
 from ..domain.personas import *
 from ..domain.prompts import *
 from ..judging.rubrics import get_rubric
@@ -188,14 +188,7 @@ async def generate_individual_async(
         else roster.personas
     )
     if contexts is None:
-        contexts = load_contexts(
-            cfg.dataset,
-            split=cfg.split,
-            data_path=cfg.data_path,
-            num_samples=cfg.num_samples,
-            seed=cfg.seed,
-            max_transcript_tokens=cfg.max_transcript_tokens,
-        )
+        contexts = load_contexts_for(cfg)
     async with Job(
         cfg, store, folder / "runs", desc="stage-1 candidates", concurrency=cfg.max_concurrency // cfg.num_candidates
     ) as job:

@@ -15,7 +15,7 @@ from ..llm.embedded_backend import *
 from ..llm.routing import *
 from ..llm.client import *
 from ..domain.datasets import Context
-from ..domain.dataset_loading import load_contexts
+from ..domain.dataset_loading import load_contexts_for
 from ..domain.personas import *
 from ..domain.prompts import *
 from mascot.domain.episodes import (
@@ -228,14 +228,7 @@ async def generate_group_async(
         id_key=id_key,
     )
     if contexts is None:
-        contexts = load_contexts(
-            cfg.dataset,
-            split=cfg.split,
-            data_path=cfg.data_path,
-            num_samples=cfg.num_samples,
-            seed=cfg.seed,
-            max_transcript_tokens=cfg.max_transcript_tokens,
-        )
+        contexts = load_contexts_for(cfg)
     per_context = cfg.num_episodes if independent else cfg.num_candidates
     async with Job(
         cfg,
