@@ -25,6 +25,8 @@ then --val-fraction of the rest is validation. Trained methods see class-balance
 once per seed. Every (method, seed) record is kept in --work-dir, so a stopped run resumes; the JSON is rewritten after each record.
 
     python bench/director_strategy.py --train-path ../shared/data/esconv_strategy/dev.tsv [--test-path FILE] [--seeds 0 1 2 3 4]
+
+A test file from conversations in the authors' original ESConv.json format: bench/esconv_strategy_file.py writes them in this format.
 """
 
 import argparse, copy, datetime, hashlib, json, os, platform, random, re, subprocess, sys, tempfile, time
@@ -490,13 +492,13 @@ def args_parser():
     a(
         "--val-states-per-conversation",
         type=int,
-        default=2,
+        default=1,
         help="validation states per conversation (drawn once); 0: all",
     )
     a(
         "--probe-train-states",
         type=int,
-        default=150,
+        default=90,
         help="training states the probe is fitted on (their hidden states cost a forward pass each)",
     )
     a(
@@ -509,7 +511,7 @@ def args_parser():
         action="store_true",
         help="also score the trained directors on the validation states (reported, not used)",
     )
-    a("--threads", type=int, default=1, help="torch threads")
+    a("--threads", type=int, default=os.cpu_count() or 1, help="torch threads (default: every core)")
     a("--batch", type=int, default=4, help="per-device batch of SFT and DPO")
     a("--sft-states", type=int, default=36)
     a("--sft-epochs", type=float, default=1.0)
@@ -643,6 +645,7 @@ def main(argv=None):
             ]
         r.update(extra)
         rec_path(m, seed).write_text(json.dumps({**r, "test_preds": test_preds}))
+        written_here.append(f"{m}_seed{seed}")
         write()
         print({k: v for k, v in r.items() if k not in ("test_preds",)}, flush=True)
 
@@ -681,12 +684,28 @@ def main(argv=None):
                 key=lambda r: (METHODS.index(r["method"]), r["seed"]),
             ),
             "summary": summ,
+            "timing": {
+                "base_pass_seconds": round(float(np.load(base_path)["seconds"]), 1) if base_path.exists() else None,
+                "seconds_by_method": {
+                    m: [r.get("seconds") for r in recs if r["method"] == m]
+                    for m in TRAINED
+                    if any(r["method"] == m for r in recs)
+                },
+                "this_invocation": {
+                    "seconds": round(time.time() - t0, 1),
+                    "records_written": len(written_here),
+                    "records_resumed": len(recs) - len(written_here),
+                    "threads": a.threads,
+                },
+                "note": "wall times on the machine in provenance, load not controlled; a resumed run's total spans invocations",
+            },
         }
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_suffix(f".tmp{os.getpid()}")
         tmp.write_text(json.dumps(res, indent=1, ensure_ascii=False) + "\n")
         os.replace(tmp, out)
 
+    written_here = []
     labels = lambda ss: [s["label"] for s in ss]
     base = np.load(base_path) if base_path.exists() else None
     for seed in a.seeds:
@@ -777,6 +796,7 @@ def main(argv=None):
                         }
                     )
                 )
+                written_here.append(f"{m}_seed{seed}")
                 write()
                 print(f"{m} seed {seed} failed: {type(e).__name__}: {e}", flush=True)
     write()
