@@ -17,8 +17,8 @@ def directives(src: str) -> set[str]:
 
 
 def code_lines(src: str) -> int:
-    "Lines of a cell, without its directive lines and trailing blank lines."
-    return len([line for line in src.rstrip().splitlines() if not line.startswith("#|")])
+    "Lines of a cell as the notebook shows them (its directive lines counted), without trailing blank lines."
+    return len(src.rstrip().splitlines())
 
 
 def notebook_cells(path: Path) -> list[dict]:

@@ -349,7 +349,7 @@ class JobConfig(ProgressConfig):
             raise ValueError("--resume and --overwrite exclude each other: pass one of them")
         return self
 
-
+# %% ../../nbs/core/03_config.ipynb #ad0ed6dc
 class DatasetConfig(Config):
     "Which dataset a run reads, and from where."
 

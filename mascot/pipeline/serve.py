@@ -13,13 +13,13 @@ from typing import Literal
 from pydantic import Field
 
 # %% auto #0
-__all__ = ['VLLM_LORA_RANKS', 'ServeConfig', 'parse_gpus', 'adapter_rank', 'serve_device', 'vllm_python', 'vllm_command',
-           'ServerFailed', 'log_tail', 'wait_ready', 'load_lora_adapter', 'stop_group', 'answers', 'Replica', 'serve',
-           'main', 'MergeConfig', 'adapter_base', 'merge_lora', 'merge_main']
+__all__ = ['VLLM_LORA_RANKS', 'ServedModelFlags', 'ServeConfig', 'parse_gpus', 'adapter_rank', 'serve_device', 'vllm_python',
+           'vllm_command', 'ServerFailed', 'log_tail', 'wait_ready', 'load_lora_adapter', 'stop_group', 'answers',
+           'Replica', 'serve', 'main', 'MergeConfig', 'adapter_base', 'merge_lora', 'merge_main']
 
 # %% ../../nbs/pipeline/00_serve.ipynb #d3f9e78d
-class ServeConfig(Config):
-    "Flags of `mascot serve`."
+class ServedModelFlags(Config):
+    "The flags of `mascot serve` that say what is served, where and on what."
 
     model: str = Field(description="the base model to serve (hub id or local folder)")
     gpus: str = Field(
@@ -51,6 +51,11 @@ class ServeConfig(Config):
         description="data-parallel servers on consecutive ports (port, port+1, ...), each on its own --gpus worth of GPUs; "
         "list them comma-separated as the role URL",
     )
+
+# %% ../../nbs/pipeline/00_serve.ipynb #80febff6
+class ServeConfig(ServedModelFlags):
+    "Flags of `mascot serve`."
+
     max_loras: int = Field(
         0,
         description="adapters one batch may mix (vLLM's --max-loras); above 0 LoRA is on even without --lora-modules, so adapters "

@@ -260,7 +260,7 @@ def ci_table_html(df, table_id: str) -> str:
         body.append("<tr>" + "".join(label) + "".join(cells) + "</tr>")
     return f"<table class='sortable data' id='{table_id}'><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
-
+# %% ../../nbs/site/01_judging_pages.ipynb #c7e9592c
 def comparison_html(path: Path, table_id: str) -> str:
     "`comparison.csv` (mascot compare) as an HTML table: mean [95% CI], Δ vs the reference [95% CI], failures."
     import pandas as pd

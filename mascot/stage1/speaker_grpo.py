@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import ClassVar
 
 # %% auto #0
-__all__ = ['PersonaRMReward', 'SpeakerGRPOConfig', 'speaker_prompts', 'evaluate_policies', 'train_speaker', 'main']
+__all__ = ['PersonaRMReward', 'SpeakerGRPOConfig', 'speaker_prompts', 'evaluate_policies', 'speaker_rewards', 'train_speaker',
+           'main']
 
 # %% ../../nbs/stage1/12_speaker_grpo.ipynb #26dd1118
 class PersonaRMReward:
@@ -172,6 +173,11 @@ def evaluate_policies(
 
     return run_sync(go())
 
+# %% ../../nbs/stage1/12_speaker_grpo.ipynb #5e3fe840
+def speaker_rewards(cfg: SpeakerGRPOConfig, rm: RewardModel) -> list:
+    "The rewards speaker GRPO weights by `cfg.reward_weights`: the persona reward model (gated by format), format, conciseness."
+    return [PersonaRMReward(rm), format_reward, make_conciseness_reward(cfg.concise_min_words, cfg.concise_max_words)]
+
 # %% ../../nbs/stage1/12_speaker_grpo.ipynb #eef48684
 def train_speaker(cfg: SpeakerGRPOConfig) -> Path:
     from transformers import set_seed
@@ -184,14 +190,9 @@ def train_speaker(cfg: SpeakerGRPOConfig) -> Path:
     with training_run(out, cfg) as run:
         set_seed(cfg.seed)
         model, tok = load_causal_lm(cfg.model_name, padding_side="left")
-        rewards = [
-            PersonaRMReward(rm),
-            format_reward,
-            make_conciseness_reward(cfg.concise_min_words, cfg.concise_max_words),
-        ]
         trainer = GRPOTrainer(
             model=model,
-            reward_funcs=rewards,
+            reward_funcs=speaker_rewards(cfg, rm),
             args=grpo_config(cfg, str(out / "trainer")),
             train_dataset=train,
             processing_class=tok,

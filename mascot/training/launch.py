@@ -14,7 +14,8 @@ from typing import Literal
 
 # %% auto #0
 __all__ = ['LAUNCH_ENV', 'PARAMS_ENV', 'LAUNCH_FILE', 'NODES_ENV', 'LaunchSection', 'checkout_root', 'accelerate_config_path',
-           'MachineSection', 'launch_spec', 'accumulation_for', 'accelerate_command', 'launched', 'main']
+           'MachineSection', 'launch_spec', 'accumulation_for', 'accelerate_command', 'stream_process', 'launched',
+           'main']
 
 # %% ../../nbs/training/04_launch.ipynb #51a3d149
 LAUNCH_ENV = "MASCOT_LAUNCH"  # the launch `mascot run` gives a stage's kernel (JSON)
@@ -174,6 +175,24 @@ def _resolve(dotted: str):
     mod, name = dotted.split(":")
     return getattr(importlib.import_module(mod), name)
 
+# %% ../../nbs/training/04_launch.ipynb #e3294c21
+def stream_process(cmd: list[str], env: dict, log=print, keep: int = 8) -> tuple[int, list[str]]:
+    "Run `cmd` under `env`, handing `log` each output line as it comes; its exit code and last `keep` lines. An interrupt stops it too."
+    tail = []
+    proc = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True, bufsize=1
+    )
+    try:
+        for line in proc.stdout:
+            log(line, end="", flush=True)
+            tail = (tail + [line.rstrip()])[-keep:]
+        proc.wait()
+    except BaseException:  # an interrupt of the stage stops its processes too
+        proc.terminate()
+        proc.wait(timeout=60)
+        raise
+    return proc.returncode, tail
+
 # %% ../../nbs/training/04_launch.ipynb #361934s1
 def launched(train, cfg: Config, stage_dir: str | Path = ".", log=print) -> Path:
     """`train(cfg)` in this process, or under `accelerate launch` when `mascot run` gave the stage's kernel a launch (`MASCOT_LAUNCH`);
@@ -207,33 +226,16 @@ def launched(train, cfg: Config, stage_dir: str | Path = ".", log=print) -> Path
         f"accelerate launch: {spec['world_size']} processes ({Path(spec['accelerate_config']).name}): {payload['train']}",
         flush=True,
     )
-    t0, tail = time.time(), []
-    proc = subprocess.Popen(
-        cmd,
-        env={**os.environ, **env, PARAMS_ENV: json.dumps(payload)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        text=True,
-        bufsize=1,
-    )
-    try:
-        for line in proc.stdout:
-            log(line, end="", flush=True)
-            tail = (tail + [line.rstrip()])[-8:]
-        proc.wait()
-    except BaseException:  # an interrupt of the stage stops its processes too
-        proc.terminate()
-        proc.wait(timeout=60)
-        raise
-    record.update(returncode=proc.returncode, seconds=round(time.time() - t0, 1))
-    if proc.returncode == 0 and result.exists():
+    t0 = time.time()
+    returncode, tail = stream_process(cmd, {**os.environ, **env, PARAMS_ENV: json.dumps(payload)}, log)
+    record.update(returncode=returncode, seconds=round(time.time() - t0, 1))
+    if returncode == 0 and result.exists():
         record["rank0"] = json.loads(result.read_text())  # the folder it wrote, the world it trained in
         result.unlink()
     record_path.write_text(json.dumps(record, indent=2))
     if "rank0" not in record:
         last = " | ".join(l for l in tail if l.strip())[-600:]
-        raise RuntimeError(f"accelerate launch of {payload['train']} exited {proc.returncode}: {last}")
+        raise RuntimeError(f"accelerate launch of {payload['train']} exited {returncode}: {last}")
     return Path(record["rank0"]["path"])
 
 # %% ../../nbs/training/04_launch.ipynb #352bf851
