@@ -685,7 +685,7 @@ def main(argv=None):
             ),
             "summary": summ,
             "timing": {
-                "base_pass_seconds": round(float(np.load(base_path)["seconds"]), 1) if base_path.exists() else None,
+                "base_pass_seconds": round(float(base["seconds"]), 1) if base is not None else None,
                 "seconds_by_method": {
                     m: [r.get("seconds") for r in recs if r["method"] == m]
                     for m in TRAINED
