@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 
 # %% auto #0
-__all__ = ['MIN_CLUSTERS', 'CI_METHODS', 'TOO_SMALL', 'cluster_of', 'cluster_ci', 'mean_ci', 'coverage', 'contexts_needed',
-           'fmt_ci']
+__all__ = ['MIN_CLUSTERS', 'CI_METHODS', 'SIMULATED', 'TOO_SMALL', 'cluster_of', 'no_spread_ci', 'cluster_ci', 'mean_ci',
+           'simulated', 'interval_check', 'coverage', 'contexts_needed', 'fmt_ci']
 
 # %% ../../nbs/evaluation/34_intervals.ipynb #26c5294e
 MIN_CLUSTERS = 5  # fewer clusters: no interval ("n too small"); the coverage table below supports 5
@@ -32,6 +32,19 @@ def _cluster_mean_se(s: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return m, np.sqrt(g / (g - 1) * ((s - m[..., None] * c) ** 2).sum(-1)) / n
 
 
+def no_spread_ci(m: float, g: int, scale: tuple[float, float] | None) -> tuple[float, float, float]:
+    """(lo, hi, p) for `g` clusters whose means all equal `m`: the Clopper–Pearson bound on the share of clusters that differ from `m`
+    (none seen in `g`: at most 1 − 0.05^(1/g), the rule of three) times the farthest a differing cluster can lie inside `scale`; its
+    p-value of mean = 0 is the α at which that interval first excludes 0. Without a scale no finite interval is honest: nan."""
+    if scale is None:
+        return math.nan, math.nan, math.nan
+    a, b = scale
+    u = 1 - 0.05 ** (1 / g)
+    lo, hi = m - u * (m - a), m + u * (b - m)
+    p = 1.0 if m == 0 else (max(-a, 0) / (m - a)) ** g if m > 0 else (max(b, 0) / (b - m)) ** g
+    return lo, hi, float(p)
+
+# %% ../../nbs/evaluation/34_intervals.ipynb #a1f0c004
 def cluster_ci(
     x,
     clusters=None,
@@ -39,10 +52,13 @@ def cluster_ci(
     n_resamples: int = 2000,
     seed: int = 0,
     min_clusters: int = MIN_CLUSTERS,
+    scale: tuple[float, float] | None = None,
 ) -> tuple[float, float, float, float]:
     """(mean, lo, hi, p): the mean of `x` (nan dropped), its 95% interval over clusters (default: each value its own) and the two-sided
-    p-value of mean = 0 (cluster-robust t, G−1 df). `studentized`: the cluster bootstrap-t interval widened to hold Student's t;
-    `t`: Student's t alone; `percentile`: the percentile cluster bootstrap. Fewer than `min_clusters` clusters: nan bounds and p."""
+    p-value of mean = 0 (cluster-robust t, G−1 df). `studentized`: the cluster bootstrap-t interval, over the resamples that have a
+    spread, widened to hold Student's t; `t`: Student's t alone; `percentile`: the percentile cluster bootstrap. `scale`: the range the
+    statistic lives in (a mean of 0–100 scores: (0, 100); their paired difference: (−100, 100)); the interval is kept inside it, and
+    clusters without any spread get `no_spread_ci`. Fewer than `min_clusters` clusters: nan bounds and p."""
     from scipy.special import stdtr, stdtrit
 
     x = np.asarray(x, dtype=float)
@@ -56,29 +72,75 @@ def cluster_ci(
     m, g = float(x.mean()), len(s)
     if g < max(2, min_clusters):
         return m, math.nan, math.nan, math.nan
+    tiny = 1e-9 * max(1.0, float(np.abs(x).max()))  # float rounding of equal means, not spread
     se = float(_cluster_mean_se(s, c)[1])
-    if se == 0:
-        return m, m, m, float(m == 0)
+    if se <= tiny:
+        return (m, *no_spread_ci(m, g, scale))
     q, p = float(stdtrit(g - 1, 0.975)), float(2 * stdtr(g - 1, -abs(m) / se))
     lo, hi = m - q * se, m + q * se
-    if method == "t":
-        return m, lo, hi, p
-    idx = np.random.default_rng(seed).integers(0, g, (n_resamples, g))
-    mb, seb = _cluster_mean_se(s[idx], c[idx])
-    if method == "percentile":
-        return m, float(np.quantile(mb, 0.025)), float(np.quantile(mb, 0.975)), p
-    with np.errstate(divide="ignore", invalid="ignore"):
-        tb = np.nan_to_num((mb - m) / seb, nan=0.0)  # a resample without spread: ±inf (or 0 at the mean)
-    t_lo, t_hi = np.quantile(tb, [0.025, 0.975])
-    return m, float(min(lo, m - t_hi * se)), float(max(hi, m - t_lo * se)), p
+    if method != "t":
+        mb, seb = _cluster_mean_se(*(a[np.random.default_rng(seed).integers(0, g, (n_resamples, g))] for a in (s, c)))
+        if method == "percentile":
+            lo, hi = np.quantile(mb, [0.025, 0.975])
+        elif (spread := seb > tiny).any():  # a resample without spread has no t: the bootstrap-t conditions on those with one
+            t_lo, t_hi = np.quantile((mb[spread] - m) / seb[spread], [0.025, 0.975])
+            lo, hi = min(lo, m - t_hi * se), max(hi, m - t_lo * se)
+    if scale is not None:
+        lo, hi = max(lo, scale[0]), min(hi, scale[1])
+    return m, float(lo), float(hi), p
 
 
-def mean_ci(x, ci: str = "studentized", n_resamples: int = 2000, seed: int = 0) -> tuple[float, float, float]:
+def mean_ci(
+    x, ci: str = "studentized", n_resamples: int = 2000, seed: int = 0, scale: tuple[float, float] | None = None
+) -> tuple[float, float, float]:
     "Mean and 95% interval of independent values (`cluster_ci` without clusters or p-value)."
-    return cluster_ci(x, None, ci, n_resamples, seed)[:3]
+    return cluster_ci(x, None, ci, n_resamples, seed, scale=scale)[:3]
 
 # %% ../../nbs/evaluation/34_intervals.ipynb #03bb3705
-def coverage(
+SIMULATED = {  # data kind -> (mean's draw, paired Δ's draw with an effect, its null draw, the scale of one score)
+    "normal": "N(0, 1) scores; Δ: difference of two such systems",
+    "skewed": "exponential scores (mean 1); Δ: difference of two such systems",
+    "judge": "integer 1–10 judge scores peaked at 7–8; Δ: 0 on the tied contexts, ±1 or ±2 on a share `untied` of them",
+    "likert": "Likert 1–5 scores; Δ: 0 on the tied contexts, ±1 on a share `untied` of them",
+    "binary": "wins (0/1); Δ: difference of two systems' wins on a context",
+    "shift": "one value for every context (float noise 1e-6); Δ: a constant shift of 3 points (null: 0)",
+}
+_JUDGE_P = np.array([0.01, 0.01, 0.02, 0.04, 0.08, 0.14, 0.30, 0.28, 0.09, 0.03])  # integer 1–10 rubric scores
+_LIKERT_P = np.array([0.05, 0.10, 0.20, 0.40, 0.25])
+
+
+def simulated(
+    data: str, n: int, delta: bool, rng: np.random.Generator, effect: bool = True, untied: float = 0.3, **kw
+) -> tuple[np.ndarray, float, tuple[float, float] | None]:
+    """(scores of `n` contexts, the truth, the statistic's scale) of one simulated sample of a `SIMULATED` kind: a mean or (`delta`) a
+    paired difference, with an effect or (`effect=False`) under the null of no difference. `kw` overrides the kind's parameters
+    (`p`: score probabilities or a win rate, `steps`/`step_p`: the untied differences) so a check can use other data of the same kind."""
+    if data in ("normal", "skewed"):
+        draw = (lambda: rng.normal(0, 1, n)) if data == "normal" else (lambda: rng.exponential(1, n))
+        return (draw() - draw(), 0.0, None) if delta else (draw(), 0.0 if data == "normal" else 1.0, None)
+    if data == "shift":
+        c = kw.get("shift", 3.0) if effect or not delta else 0.0
+        return c + 1e-6 * rng.standard_normal(n), c, (-9.0, 9.0) if delta else (1.0, 10.0)
+    if data == "binary":
+        pa, pb = kw.get("p", 0.85), kw.get("p_other", 0.65)
+        if not delta:
+            return rng.binomial(1, pa, n).astype(float), pa, (0.0, 1.0)
+        pb = pb if effect else pa
+        return rng.binomial(1, pa, n) - rng.binomial(1, pb, n).astype(float), pa - pb, (-1.0, 1.0)
+    levels = np.arange(1, 11) if data == "judge" else np.arange(1, 6)
+    p = np.asarray(kw.get("p", _JUDGE_P if data == "judge" else _LIKERT_P), dtype=float)
+    if not delta:
+        return rng.choice(levels, n, p=p / p.sum()).astype(float), float(levels @ p / p.sum()), (levels[0], levels[-1])
+    steps = np.asarray(kw.get("steps", (-2, -1, 1, 2) if data == "judge" else (-1, 1)), dtype=float)
+    step_p = np.asarray(kw.get("step_p", (0.1, 0.3, 0.45, 0.15) if data == "judge" else (0.35, 0.65)), dtype=float)
+    step_p = step_p if effect else (step_p + step_p[::-1]) / 2  # the null: the same steps, symmetric
+    step_p = step_p / step_p.sum()
+    d = np.where(rng.random(n) < untied, rng.choice(steps, n, p=step_p), 0.0)
+    span = float(levels[-1] - levels[0])
+    return d, float(untied * steps @ step_p) if effect else 0.0, (-span, span)
+
+# %% ../../nbs/evaluation/34_intervals.ipynb #a1f0c007
+def interval_check(
     method: str,
     n: int,
     data: str = "normal",
@@ -86,18 +148,26 @@ def coverage(
     reps: int = 1000,
     n_resamples: int = 999,
     seed: int = 0,
-) -> float:
-    """Share of `reps` simulated samples of `n` contexts whose 95% interval (`cluster_ci`, every n ≥ 2 given one) holds the truth:
-    `normal` (N(0,1)) or `skewed` (exponential, mean 1) scores; `delta`: the paired difference of two such systems, true difference 0."""
+    effect: bool = True,
+    **kw,
+) -> dict:
+    """Over `reps` simulated samples of `n` contexts (`simulated`): the share whose 95% interval (`cluster_ci`, every n ≥ 2 given one)
+    holds the truth (`coverage`), and the share whose interval is finite and inside the statistic's scale (`finite`). Under the null
+    (`effect=False`) 1 − coverage is the false-positive rate."""
     rng = np.random.default_rng(seed)
-    draw = (lambda: rng.normal(0, 1, n)) if data == "normal" else (lambda: rng.exponential(1, n))
-    truth = 0.0 if delta or data == "normal" else 1.0
-    hits = 0
+    hits = ok = 0
     for r in range(reps):
-        x = draw() - draw() if delta else draw()
-        _, lo, hi, _ = cluster_ci(x, None, method, n_resamples, seed + r, min_clusters=2)
-        hits += bool(lo <= truth <= hi)
-    return hits / reps
+        x, truth, scale = simulated(data, n, delta, rng, effect=effect, **kw)
+        _, lo, hi, _ = cluster_ci(x, None, method, n_resamples, seed + r, min_clusters=2, scale=scale)
+        hits += bool(lo - 1e-12 <= truth <= hi + 1e-12)
+        ok += bool(np.isfinite([lo, hi]).all() and (scale is None or scale[0] <= lo <= hi <= scale[1]))
+    return dict(coverage=hits / reps, finite=ok / reps)
+
+
+def coverage(method: str, n: int, data: str = "normal", delta: bool = False, reps: int = 1000, n_resamples: int = 999,
+             seed: int = 0, **kw) -> float:
+    "The share of `interval_check`'s samples whose interval holds the truth."
+    return interval_check(method, n, data, delta, reps, n_resamples, seed, **kw)["coverage"]
 
 # %% ../../nbs/evaluation/34_intervals.ipynb #fbfc4119
 def contexts_needed(sd: float, delta: float, power: float = 0.8, alpha: float = 0.05) -> float:
