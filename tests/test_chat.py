@@ -339,3 +339,67 @@ def test_web_chat_shows_the_group(tmp_path, data_dir):
     validate_episode(rec)
     assert rec["turns"][-2]["response"] == "I keep worrying about my exam." and rec["turns"][-1]["agent_name"] == name
     assert " ".join(rec["turns"][-1]["response"].split()) == " ".join(shown_reply.split())
+
+
+# --- the web chat on a served model: responsive while a round runs, bounded on SIGTERM ---------------------------------------
+
+
+def post(url: str, text: str, timeout: float = 30) -> tuple[int, dict]:
+    "POST a message as the page does: (status, JSON body)."
+    req = urllib.request.Request(
+        url, data=json.dumps({"text": text}).encode(), headers={"Content-Type": "application/json"}, method="POST"
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def served_chat(tmp_path: Path, srv, *flags: str) -> tuple[subprocess.Popen, str, Path]:
+    "`mascot chat --web` on the fake OpenAI server `srv` (the person speaks first): the process, its URL and its output folder."
+    port, out = free_port(), tmp_path / "chat"
+    url = f"http://127.0.0.1:{port}/"
+    args = ["chat", "--web", "--port", str(port), "--vllm-server-url", srv.url, "--model-name", srv.model]
+    args += ["--share-model", "--agent-turns", "1", "--situation", "I moved abroad.", "--output-dir", str(out), *flags]
+    return start_server(args, tmp_path / "server.log", url, timeout=60), url, out
+
+
+@pytest.mark.served
+def test_web_chat_reads_during_a_round_and_stops_within_seconds(tmp_path):
+    "`GET /api/state` answers while a round generates; on SIGTERM the round finishes and is saved, a queued message gets 503."
+    import threading
+    from fake_openai_server import FakeOpenAIServer
+
+    with FakeOpenAIServer(faults={"slow": 1.0}, roles=("speaker",), slow_s=3.0) as srv:
+        proc, url, out = served_chat(tmp_path, srv, "--shutdown-wait", "10")
+        try:
+            state = lambda: json.loads(urllib.request.urlopen(url + "api/state", timeout=10).read())
+            assert state()["started"] and not state()["busy"]
+            replies: dict[str, tuple[int, dict]] = {}
+            send = lambda text: threading.Thread(target=lambda: replies.update({text: post(url + "api/message", text)}))
+            first, second = send("Where do I even start?"), send("Hello?")
+            first.start()
+            time.sleep(0.8)  # the speaker's request is now waiting on the slow server
+            t0 = time.time()
+            during = state()
+            assert time.time() - t0 < 1.5 and during["busy"], during  # read at once, not after the round
+            assert [t["text"] for t in during["turns"]] == ["Where do I even start?"]
+            second.start()  # queued behind the round in progress
+            time.sleep(0.3)
+            proc.send_signal(signal.SIGTERM)
+            t_stop = time.time()
+            proc.wait(15)
+            stopped_in = time.time() - t_stop
+            first.join(5), second.join(5)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert proc.returncode == 0 and stopped_in < 8, (proc.returncode, stopped_in, (tmp_path / "server.log").read_text())
+    code, body = replies["Where do I even start?"]
+    assert code == 200 and [t["user"] for t in body["turns"]] == [True, False], body  # the round in progress finished
+    code, body = replies["Hello?"]
+    assert code == 503 and "server is stopping" in body["detail"], body
+    (path,) = out.glob("*.jsonl")
+    (rec,) = read_jsonl(path)
+    assert [t["response"] for t in rec["turns"]][0] == "Where do I even start?" and len(rec["turns"]) == 2

@@ -23,15 +23,15 @@ from mascot.domain.episodes import (
 from ..domain.systems import get_system
 from .web_guard import guard_web_app
 from .chat_config import *
-import asyncio, datetime, json, logging, os, sys, uuid
+import asyncio, contextlib, datetime, json, logging, os, sys, threading, uuid
 from fastcore.basics import patch
 from pathlib import Path
 from pydantic import BaseModel, Field
 
 # %% auto #0
-__all__ = ['HELP', 'FALLBACK_MARK', 'CHAT_HTML', 'MAX_MESSAGE_CHARS', 'log', 'is_fallback', 'ChatSession', 'describe_speaker',
-           'format_turn', 'chat_header', 'chat_terminal', 'turn_view', 'session_view', 'ChatMessage', 'chat_app',
-           'serve_chat', 'main']
+__all__ = ['HELP', 'FALLBACK_MARK', 'CHAT_HTML', 'MAX_MESSAGE_CHARS', 'log', 'SERVER_STOPPING', 'is_fallback', 'ChatSession',
+           'turn_view', 'session_view', 'describe_speaker', 'format_turn', 'chat_header', 'chat_terminal',
+           'ChatMessage', 'chat_app', 'serve_chat', 'main']
 
 # %% ../../nbs/studies/01_chat.ipynb #fa7c0170
 def _atomic_write(path: Path, text: str) -> None:
@@ -65,6 +65,7 @@ class ChatSession:
         self.progress = ""  # what the group is doing now, for the web page's status line
         self.on_progress = None  # called with each progress line (the terminal prints them)
         self.on_turn = None  # called with each new turn as soon as it is there
+        self._view, self._view_lock = None, threading.Lock()  # the conversation as readers get it, and its lock
 
     @property
     def roster(self) -> Roster:
@@ -83,6 +84,58 @@ class ChatSession:
             text = f"{ident['base']} + LoRA {ident['adapter_path']}" if ident.get("adapter_path") else ident["model"]
             out[r] = text + (f" at {public_url(route.url)}" if route.url else "")
         return out
+
+# %% ../../nbs/studies/01_chat.ipynb #70f8681a
+def turn_view(roster: Roster, t: Turn) -> dict:
+    "A turn as the web page gets it."
+    p = roster.find(t.agent_name) if t.turn_type == "agent" and t.agent_name != baseline_name(roster) else None
+    return {
+        "turn_idx": t.turn_idx,
+        "round_id": t.round_id,
+        "user": t.turn_type == "user",
+        "name": t.agent_name,
+        "text": t.response,
+        "role": p.role if p else ("you" if t.turn_type == "user" else ""),
+        "directive": t.directive.to_dict() if t.directive else None,
+        "fallback": t.turn_type == "agent" and is_fallback(t),
+    }
+
+
+def session_view(session: ChatSession) -> dict:
+    c = session.context
+    return {
+        "system": session.cfg.system,
+        "models": session.role_models(),
+        "note": session.note,
+        "dataset": c.dataset,
+        "context_id": c.context_id,
+        "situation": c.situation,
+        "query": c.query,
+        "user_label": session.roster.user_label,
+        "saved": str(session.path),
+        "show_directives": session.cfg.show_directives,
+        "roster": [
+            {"name": p.name, "role": p.role, "contribution": p.contribution, "tone": p.tone}
+            for p in session.roster.personas
+        ],
+        "turns": [turn_view(session.roster, t) for t in session.turns],
+    }
+
+# %% ../../nbs/studies/01_chat.ipynb #1b96be25
+@patch
+def _publish(self: ChatSession):
+    "Bring the conversation's view for readers up to date: after each turn, the person's message and a round taken back."
+    v = session_view(self)
+    with self._view_lock:  # held only to swap the view: a reader never waits for a round
+        self._view = v
+
+
+@patch
+def view(self: ChatSession) -> dict:
+    "The conversation as last published (`session_view`), read without waiting for the round in progress."
+    with self._view_lock:
+        v = self._view
+    return v if v is not None else session_view(self)
 
 # %% ../../nbs/studies/01_chat.ipynb #efd0ee88
 @patch
@@ -114,6 +167,7 @@ async def _step(self: ChatSession):
 
 @patch
 def _new_turns(self: ChatSession, n: int):
+    self._publish()
     for t in self.state.turns[n:]:
         if self.on_turn:
             self.on_turn(t)
@@ -159,6 +213,7 @@ def _restore(self: ChatSession, snap):
     n, rid, emo, rounds = snap
     del self.state.turns[n:]
     self.state.round_id, self.state.emotion_trajectory, self.rounds = rid, emo, rounds
+    self._publish()
 
 
 @patch
@@ -180,6 +235,7 @@ async def start(self: ChatSession) -> list[Turn]:
         return []
     await self.client.check()
     self.started = True
+    self._publish()
     self.path.parent.mkdir(parents=True, exist_ok=True)
     if not self.state.turns:
         return []
@@ -205,6 +261,7 @@ async def send(self: ChatSession, text: str) -> list[Turn]:
         if st.steps:  # the person's reply ends the round of the reply it answers, as the simulated user's does
             t.round_id = st.round_id - 1
         self.rounds += 1
+        self._publish()
         await self._group()
         return st.turns[snap[0] :]
     except BaseException:
@@ -315,44 +372,8 @@ async def chat_terminal(session: ChatSession, stdin=None, out=None) -> Path:
     say(f"saved: {session.path}")
     return session.path
 
-# %% ../../nbs/studies/01_chat.ipynb #70f8681a
-def turn_view(roster: Roster, t: Turn) -> dict:
-    "A turn as the web page gets it."
-    p = roster.find(t.agent_name) if t.turn_type == "agent" and t.agent_name != baseline_name(roster) else None
-    return {
-        "turn_idx": t.turn_idx,
-        "round_id": t.round_id,
-        "user": t.turn_type == "user",
-        "name": t.agent_name,
-        "text": t.response,
-        "role": p.role if p else ("you" if t.turn_type == "user" else ""),
-        "directive": t.directive.to_dict() if t.directive else None,
-        "fallback": t.turn_type == "agent" and is_fallback(t),
-    }
-
-
-def session_view(session: ChatSession) -> dict:
-    c = session.context
-    return {
-        "system": session.cfg.system,
-        "models": session.role_models(),
-        "note": session.note,
-        "dataset": c.dataset,
-        "context_id": c.context_id,
-        "situation": c.situation,
-        "query": c.query,
-        "user_label": session.roster.user_label,
-        "saved": str(session.path),
-        "show_directives": session.cfg.show_directives,
-        "roster": [
-            {"name": p.name, "role": p.role, "contribution": p.contribution, "tone": p.tone}
-            for p in session.roster.personas
-        ],
-        "turns": [turn_view(session.roster, t) for t in session.turns],
-    }
-
 # %% ../../nbs/studies/01_chat.ipynb #22a3e872
-CHAT_HTML = """<!doctype html><html><head><meta charset="utf-8"><title>mascot chat</title><style>
+_CHAT_PAGE = """<!doctype html><html><head><meta charset="utf-8"><title>mascot chat</title><style>
 body{font-family:system-ui,sans-serif;max-width:860px;margin:1.5em auto;padding:0 1em;color:#222}
 #situation{background:#f5f5f0;padding:.6em .9em;border-radius:6px}#roster span{display:inline-block;margin:.2em 1.2em .2em 0;font-size:.9em}
 #models{color:#555;font-size:.85em;white-space:pre-line}
@@ -365,7 +386,10 @@ body.show-directives .directive{display:block}#form{display:flex;gap:.5em;margin
 <div id="log"></div><p id="status">the group is reading the situation…</p>
 <form id="form"><input id="msg" autocomplete="off" maxlength="MAX_CHARS" placeholder="type as the user, Enter to send" disabled><button id="send" disabled>Send</button></form>
 <p><small id="saved"></small></p>
-<script>
+SCRIPT</body></html>"""
+
+# %% ../../nbs/studies/01_chat.ipynb #c9b7eb1c
+_CHAT_SCRIPT = """<script>
 const $ = id => document.getElementById(id); let poll=null;
 function el(tag, cls, text){const e=document.createElement(tag); if(cls) e.className=cls; if(text!==undefined) e.textContent=text; return e}
 function addTurn(t){
@@ -381,16 +405,22 @@ function watch(on){ // while the group works, the status line says what it is do
 }
 function ready(on){$("msg").disabled=!on; $("send").disabled=!on; watch(!on); $("status").textContent=on?"":"the group is replying…"; if(on) $("msg").focus()}
 $("show-directives").onchange=e=>document.body.classList.toggle("show-directives", e.target.checked);
-async function load(){
+let headed=false;
+async function load(){ // the conversation as it stands; while the group is busy (another tab's message), again until it is done
   watch(true); const r=await fetch("/api/state"); const s=await r.json(); watch(false);
   if(!r.ok){$("status").textContent="error: "+s.detail; return}
+  if(!headed){head(s); headed=true}
+  $("log").replaceChildren(); s.turns.forEach(addTurn);
+  if(s.busy||!s.started){$("status").textContent=s.progress||"the group is replying…"; setTimeout(load,500); return}
+  ready(true); document.body.dataset.ready="1";
+}
+function head(s){
   $("meta").textContent="system "+s.system+" · "+s.dataset+" context "+s.context_id;
   $("models").textContent=s.note+"\\n"+Object.entries(s.models).map(([r,m])=>r+": "+m).join("\\n");
   $("situation").textContent=s.situation+(s.query?" — query: "+s.query:"");
   for(const p of s.roster){const x=el("span"); x.appendChild(el("b",null,p.name)); x.appendChild(document.createTextNode(" — "+p.role)); $("roster").appendChild(x)}
   if(s.show_directives){$("show-directives").checked=true; document.body.classList.add("show-directives")}
   $("saved").textContent="saved after every round to "+s.saved;
-  s.turns.forEach(addTurn); ready(true); document.body.dataset.ready="1";
 }
 $("form").onsubmit=async e=>{
   e.preventDefault(); const text=$("msg").value.trim(); if(!text) return; $("msg").value=""; ready(false);
@@ -399,7 +429,8 @@ $("form").onsubmit=async e=>{
   j.turns.forEach(addTurn); ready(true); document.body.dataset.rounds=(+(document.body.dataset.rounds||0)+1);
 };
 load();
-</script></body></html>"""
+</script>"""
+CHAT_HTML = _CHAT_PAGE.replace("SCRIPT", _CHAT_SCRIPT)
 MAX_MESSAGE_CHARS = 4000  # one message; the body limit leaves room for JSON escapes
 CHAT_HTML = CHAT_HTML.replace("MAX_CHARS", str(MAX_MESSAGE_CHARS))
 log = logging.getLogger("mascot.chat")
@@ -410,14 +441,71 @@ class ChatMessage(BaseModel):
 
     text: str = Field(max_length=MAX_MESSAGE_CHARS)
 
+# %% ../../nbs/studies/01_chat.ipynb #73095d53
+SERVER_STOPPING = "the server is stopping: your message was not sent to the group; send it again when the chat is back"
+
+
+async def _take(lock: asyncio.Lock, stopping: asyncio.Event) -> bool:
+    "Wait for `lock` unless the server starts stopping first: True when `lock` is now held, False when the server stops (`lock` not held)."
+    if stopping.is_set():
+        return False
+    got, halt = asyncio.ensure_future(lock.acquire()), asyncio.ensure_future(stopping.wait())
+    await asyncio.wait({got, halt}, return_when=asyncio.FIRST_COMPLETED)
+    halt.cancel()
+    if not got.done():
+        got.cancel()
+    try:
+        await got
+    except asyncio.CancelledError:
+        return False
+    if stopping.is_set():  # the lock came free as the server began stopping: the message waits no longer
+        lock.release()
+        return False
+    return True
+
+
+async def _web_round(session: ChatSession, text: str) -> dict:
+    "One message's round for the web: the new turns and where the conversation is saved, or the `HTTPException` that says why not."
+    from fastapi import HTTPException
+
+    if session.rounds >= session.cfg.max_rounds:
+        raise HTTPException(409, f"the conversation reached --max-rounds {session.cfg.max_rounds}")
+    try:
+        new = await session.send(text)
+    except LLMError as e:  # taken back by `send`: the person can send it again
+        raise HTTPException(
+            503, f"the model did not answer ({_one_line(e)}); your message was taken back: send it again"
+        ) from None
+    except Exception:
+        log.exception("mascot chat: /api/message failed")  # the traceback stays in the server's log
+        raise HTTPException(500, "internal error (see the server's log); your message was taken back") from None
+    return {"turns": [turn_view(session.roster, t) for t in new], "saved": str(session.path)}
+
 # %% ../../nbs/studies/01_chat.ipynb #a6b21397
-def chat_app(session: ChatSession):
-    "The web app of one chat session."
+def chat_app(session: ChatSession, stopping: asyncio.Event | None = None):
+    """The web app of one chat session. Reading the conversation (`/api/state`) never waits for a round; messages take turns, and
+    once `stopping` is set those still waiting are answered 503 "server stopping". `app.state.rounds`: the rounds in progress."""
     from fastapi import FastAPI, HTTPException
     from fastapi.responses import HTMLResponse
 
     app, lock = FastAPI(title="mascot chat"), asyncio.Lock()
+    app.state.stopping, app.state.rounds = stopping or asyncio.Event(), set()
     guard_web_app(app, session.cfg.host, max_body=8 * MAX_MESSAGE_CHARS)
+
+    async def take(m: ChatMessage) -> str:
+        "The message, once its turn has come (`lock` held)."
+        if not m.text.strip():
+            raise HTTPException(400, "empty message")
+        if not await _take(lock, app.state.stopping):
+            raise HTTPException(503, SERVER_STOPPING)
+        return m.text
+
+    def round_task(text: str) -> asyncio.Task:
+        "The round as a task of its own, releasing `lock` when it ends: a client that leaves does not cut it short."
+        task = asyncio.ensure_future(_web_round(session, text))
+        app.state.rounds.add(task)
+        task.add_done_callback(lambda t: (app.state.rounds.discard(t), lock.release()))
+        return task
 
     @app.get("/", response_class=HTMLResponse)
     async def index():
@@ -425,13 +513,13 @@ def chat_app(session: ChatSession):
 
     @app.get("/api/state")
     async def state():
-        async with lock:
-            try:
-                if not session.started:
+        if not session.started and not lock.locked():  # the first reader starts the conversation (the lock is free)
+            async with lock:
+                try:
                     await session.start()
-            except LLMError as e:
-                raise HTTPException(503, f"the model did not answer: {_one_line(e)}") from None
-        return session_view(session)
+                except LLMError as e:
+                    raise HTTPException(503, f"the model did not answer: {_one_line(e)}") from None
+        return {**session.view(), "started": session.started, "busy": lock.locked(), "progress": session.progress}
 
     @app.get("/api/progress")
     async def progress():
@@ -439,30 +527,42 @@ def chat_app(session: ChatSession):
 
     @app.post("/api/message")
     async def message(m: ChatMessage):
-        if not m.text.strip():
-            raise HTTPException(400, "empty message")
-        async with lock:
-            if session.rounds >= session.cfg.max_rounds:
-                raise HTTPException(409, f"the conversation reached --max-rounds {session.cfg.max_rounds}")
-            try:
-                new = await session.send(m.text)
-            except LLMError as e:  # taken back by `send`: the person can send it again
-                raise HTTPException(
-                    503, f"the model did not answer ({_one_line(e)}); your message was taken back: send it again"
-                ) from None
-            except Exception:
-                log.exception("mascot chat: /api/message failed")  # the traceback stays in the server's log
-                raise HTTPException(500, "internal error (see the server's log); your message was taken back") from None
-        return {"turns": [turn_view(session.roster, t) for t in new], "saved": str(session.path)}
+        return await asyncio.shield(round_task(await take(m)))
 
+    app.state.take, app.state.round_task = take, round_task  # for the streaming endpoint
     return app
 
-# %% ../../nbs/studies/01_chat.ipynb #195a23ae
-def serve_chat(session: ChatSession) -> Path:
-    import uvicorn
+# %% ../../nbs/studies/01_chat.ipynb #66f12be6
+async def _finish_rounds(rounds: set, wait: float):
+    "Let the rounds in progress end within `wait` seconds; one still running then is cancelled (its message taken back)."
+    if not rounds:
+        return
+    _, late = await asyncio.wait(set(rounds), timeout=max(wait, 0.0))
+    for t in late:
+        t.cancel()
+    await asyncio.gather(*late, return_exceptions=True)
 
-    cfg = session.cfg
-    server = uvicorn.Server(uvicorn.Config(chat_app(session), host=cfg.host, port=cfg.port, log_level="warning"))
+# %% ../../nbs/studies/01_chat.ipynb #25cf5a0c
+def serve_chat(session: ChatSession) -> Path:
+    """Serve the chat until Ctrl-C or SIGTERM: then messages still waiting are answered "server stopping", the round in progress
+    gets `--shutdown-wait` seconds to finish, the conversation is saved and the server exits."""
+    import signal, time, uvicorn
+
+    cfg, stopping = session.cfg, asyncio.Event()
+    app = chat_app(session, stopping)
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig, frame):
+            super().handle_exit(sig, frame)
+            self.stop_at = getattr(self, "stop_at", None) or time.monotonic()
+            self.loop.call_soon_threadsafe(stopping.set)
+            if sig == signal.SIGTERM and sig in getattr(self, "_captured_signals", []):
+                self._captured_signals.remove(sig)  # asked to stop: serve_chat saves and returns (exit status 0)
+
+    config = uvicorn.Config(
+        app, host=cfg.host, port=cfg.port, log_level="warning", timeout_graceful_shutdown=cfg.shutdown_wait
+    )
+    server = Server(config)
     host = f"[{cfg.host}]" if ":" in cfg.host else cfg.host
     print("\n".join(chat_header(session)[1:-2]), flush=True)  # which models answer
     print(
@@ -471,9 +571,13 @@ def serve_chat(session: ChatSession) -> Path:
     )
 
     async def go():
+        server.loop = asyncio.get_running_loop()
         try:
             await server.serve()
         finally:
+            stopping.set()
+            waited = time.monotonic() - (getattr(server, "stop_at", None) or time.monotonic())
+            await _finish_rounds(app.state.rounds, cfg.shutdown_wait - waited)
             if session.started:
                 session.save()
             await session.aclose()

@@ -71,6 +71,7 @@ class ChatConfig(EndpointConfig):
     web: bool = Field(False, description="serve the chat as a local web page instead of the terminal")
     host: str = Field("127.0.0.1", description="--web: address to bind (loopback by default)")
     port: int = Field(8765, description="--web: port")
+    shutdown_wait: float = Field(20.0, ge=0, description="with --web: seconds a running round gets to finish on a stop")
 
     def model_post_init(self, _):
         self.dataset = canonical_dataset(self.dataset)
