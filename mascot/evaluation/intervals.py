@@ -103,7 +103,7 @@ SIMULATED = {  # data kind -> (mean's draw, paired Δ's draw with an effect, its
     "judge": "integer 1–10 judge scores peaked at 7–8; Δ: 0 on the tied contexts, ±1 or ±2 on a share `untied` of them",
     "likert": "Likert 1–5 scores; Δ: 0 on the tied contexts, ±1 on a share `untied` of them",
     "binary": "wins (0/1); Δ: difference of two systems' wins on a context",
-    "shift": "one value for every context (float noise 1e-6); Δ: a constant shift of 3 points (null: 0)",
+    "shift": "one value for every context (float noise `noise`, 1e-6; 0: exact); Δ: a constant shift of 3 points (null: 0)",
 }
 _JUDGE_P = np.array([0.01, 0.01, 0.02, 0.04, 0.08, 0.14, 0.30, 0.28, 0.09, 0.03])  # integer 1–10 rubric scores
 _LIKERT_P = np.array([0.05, 0.10, 0.20, 0.40, 0.25])
@@ -120,7 +120,7 @@ def simulated(
         return (draw() - draw(), 0.0, None) if delta else (draw(), 0.0 if data == "normal" else 1.0, None)
     if data == "shift":
         c = kw.get("shift", 3.0) if effect or not delta else 0.0
-        return c + 1e-6 * rng.standard_normal(n), c, (-9.0, 9.0) if delta else (1.0, 10.0)
+        return c + kw.get("noise", 1e-6) * rng.standard_normal(n), c, (-9.0, 9.0) if delta else (1.0, 10.0)
     if data == "binary":
         pa, pb = kw.get("p", 0.85), kw.get("p_other", 0.65)
         if not delta:
