@@ -11,7 +11,7 @@ export OMP_WAIT_POLICY := PASSIVE
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup setup-gpu vllm chromium test test-fast test-slow format demo chat site bench clean-venv
+.PHONY: setup setup-gpu vllm chromium test test-fast test-slow format demo chat lab site bench clean-venv
 
 setup: $(STAMP)
 
@@ -102,8 +102,16 @@ demo: setup
 	@echo "report: _site/index.html (run folder: runs/smoke)"
 
 chat: setup
-	# the untrained base model in every role; pass adapters (mascot chat --help) to talk to a trained group
-	$(BIN)/mascot chat --share-model
+	# the trained adapters of the latest finished run under runs/ (after `make demo`: runs/smoke), else the untrained base model; it says
+	# which. `mascot chat --share-model` talks to the untrained base model in every role; mascot chat --help has the adapter flags.
+	$(BIN)/mascot chat
+
+# JupyterLab on this machine's loopback address, the notebooks in nbs/ (the stage notebooks) and the runs in runs/ beside them; it prints
+# the URL to open, with its token. As root jupyter refuses to start without --allow-root, which is added then. LAB_PORT=8890 for another port.
+LAB_PORT ?= 8888
+lab: setup
+	@echo "JupyterLab: open the http://127.0.0.1:$(LAB_PORT)/lab?token=... URL printed below (Ctrl-C stops it)"
+	$(BIN)/jupyter lab --ip 127.0.0.1 --port $(LAB_PORT) --no-browser $$([ "$$(id -u)" = 0 ] && echo --allow-root)
 
 site: setup
 	$(BIN)/mascot site --output-dir _site

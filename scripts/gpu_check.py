@@ -7,7 +7,10 @@ where the weights sit and in which dtype (bf16 on CUDA), and on CUDA that the st
     .venv/bin/python scripts/gpu_check.py                  # on a CUDA machine (exit 1 without CUDA)
     .venv/bin/python scripts/gpu_check.py --device cpu     # the same checks on the CPU: a smoke test of the script itself
 
-Prints one line per check, writes the results as JSON (--out), and exits 1 if any check fails.
+Prints one line per check and exits 1 if any check fails. The results as JSON go where --output names (a file, or - for stdout); without
+it they go into the check's own temporary folder (its path is printed), never into the checkout.
+
+    .venv/bin/python scripts/gpu_check.py --output runs/gpu_check.json   # keep them beside the runs
 """
 
 import argparse, json, os, sys, tempfile, time, traceback
@@ -120,8 +123,25 @@ def synthetic_data(tmp: Path) -> dict[str, Path]:
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
-    ap.add_argument("--out", default="gpu_check.json")
+    ap.add_argument(
+        "--output",
+        "--out",
+        dest="output",
+        default=None,
+        help="where the results go as JSON: a file, or - for stdout (default: gpu_check.json in the check's temporary folder)",
+    )
     a = ap.parse_args(argv)
+    tmp = Path(tempfile.mkdtemp(prefix="gpu_check-"))
+    a.out = "-" if a.output == "-" else Path(a.output) if a.output else tmp / "gpu_check.json"
+
+    def write(results: dict) -> None:
+        "The results as JSON, where --output said."
+        if a.out == "-":
+            print(json.dumps(results, indent=2))
+        else:
+            a.out.parent.mkdir(parents=True, exist_ok=True)
+            a.out.write_text(json.dumps(results, indent=2))
+
     if a.device == "cpu":
         os.environ["CUDA_VISIBLE_DEVICES"] = ""  # the trainers place on the CPU as on a machine without a GPU
     import torch
@@ -130,13 +150,12 @@ def main(argv=None):
     if a.device == "cuda":
         if not torch.cuda.is_available():
             print("no CUDA device here: run with --device cpu for the smoke test")
-            Path(a.out).write_text(json.dumps(results))
+            write(results)
             return 1
         results["gpu"] = torch.cuda.get_device_name(0)
     from mascot.training.models import training_dtype
 
     dtype = torch.bfloat16 if a.device == "cuda" else training_dtype()
-    tmp = Path(tempfile.mkdtemp(prefix="gpu_check-"))
     model = tmp / "tiny-qwen3"
     t_all = time.time()
 
@@ -169,7 +188,7 @@ def main(argv=None):
         return {f"{what}_device": str(p.device), f"{what}_dtype": str(p.dtype)}
 
     if not check("tiny_qwen3_on_device", lambda: build_tiny_qwen3(model, a.device, dtype)):
-        Path(a.out).write_text(json.dumps(results, indent=2))
+        write(results)
         return 1
     data = synthetic_data(tmp)
     steps = {"max_steps": 1, "lora_r": 8, "per_device_train_batch_size": 2, "seed": 0, "dataset": "ED"}
@@ -270,10 +289,9 @@ def main(argv=None):
     check("director_dpo_step", dpo)
     results["seconds"] = round(time.time() - t_all, 1)
     results["ok"] = ok and all(v.get("ok") for v in results.values() if isinstance(v, dict))
-    Path(a.out).write_text(json.dumps(results, indent=2))
-    print(
-        f"{'all checks passed' if results['ok'] else 'FAILED'} in {results['seconds']} s on {a.device}; results in {a.out}"
-    )
+    write(results)
+    where = "" if a.out == "-" else f"; results in {a.out}"
+    print(f"{'all checks passed' if results['ok'] else 'FAILED'} in {results['seconds']} s on {a.device}{where}")
     return 0 if results["ok"] else 1
 
 

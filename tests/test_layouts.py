@@ -5,6 +5,7 @@ import json, os, subprocess, sys
 from pathlib import Path
 import pytest
 import yaml
+from mascot.core.config import read_yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -97,7 +98,7 @@ def test_plan_of_the_8_gpu_layout(tmp_path, monkeypatch, capsys):
     table = lines[lines.index("processes and GPUs (GiB per GPU, estimated from the models' sizes):") + 2 :]
     servers = [l.split() for l in table if l.strip().startswith("vLLM server")]
     assert [(s[2], s[4]) for s in servers] == [(f":{8000 + i}", str(i)) for i in range(4)], servers
-    paper = yaml.safe_load((ROOT / "configs/paper-ed.yaml").read_text())["stages"]
+    paper = read_yaml(ROOT / "configs/paper-ed.yaml")["stages"]
     trainers = [k for k in paper if is_trainer(STAGE_BY_KEY[k])]
     for k in trainers:
         row = next(l for l in table if l.strip().startswith(f"{k}:"))

@@ -4,6 +4,7 @@ import json, os, signal, subprocess, sys, time
 from pathlib import Path
 import pytest
 import yaml
+from mascot.core.config import read_yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -148,7 +149,7 @@ def test_plan_checks_everything_and_runs_nothing(tmp_path):
     from fake_openai_server import FakeOpenAIServer
     from mascot.domain.datasets import demo_data_dir
 
-    cfg = yaml.safe_load((ROOT / "configs/paper-ed.yaml").read_text())
+    cfg = read_yaml(ROOT / "configs/paper-ed.yaml")
     cfg["data_path"] = str(demo_data_dir() / "empathetic_dialogues")
     with FakeOpenAIServer(model="Qwen/Qwen3-8B") as srv:
         env = {**os.environ, "VLLM_SERVER_URL": srv.url, "JUDGE_SERVER_URL": srv.url, "JUDGE_MODEL": "Qwen/Qwen3-8B"}
@@ -245,7 +246,7 @@ def test_gpu_layout_plans_the_paper_without_env_urls(tmp_path, layout, paper, mo
     )
     cfg.data_path = str(tmp_path)  # local files (their layout is not what this checks)
     assert cfg.endpoints["judge"] == "Qwen/Qwen3-8B" and cfg.endpoints["vllm_server_url"] == "http://127.0.0.1:8000/v1"
-    assert set(cfg.stages) == set(yaml.safe_load((ROOT / f"configs/{paper}.yaml").read_text())["stages"])
+    assert set(cfg.stages) == set(read_yaml(ROOT / f"configs/{paper}.yaml")["stages"])
     lines, problems = plan_report(cfg, f"{paper}.yaml")
     assert not (tmp_path / "runs").exists()
     share = lay["serve"]["gpu_memory_utilization"]
@@ -292,7 +293,7 @@ def test_plan_checks_the_layout_against_the_gpus(tmp_path, monkeypatch):
 def test_gpu_check_runs_on_cpu(tmp_path):
     "scripts/gpu_check.py --device cpu: the tiny Qwen3 built here and one step of each trainer, every check passing (about a minute)."
     r = subprocess.run(
-        [sys.executable, "scripts/gpu_check.py", "--device", "cpu", "--out", str(tmp_path / "gc.json")],
+        [sys.executable, "scripts/gpu_check.py", "--device", "cpu", "--output", str(tmp_path / "gc.json")],
         capture_output=True,
         text=True,
         cwd=ROOT,

@@ -14,9 +14,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['SECRET_KEY', 'SECRET_ENV', 'ConfigError', 'numeric_problem', 'Config', 'CliParser', 'describe', 'field_description',
-           'register_secret', 'redact_text', 'redact', 'load_env_file', 'ProgressConfig', 'RunConfig', 'JobConfig',
-           'DatasetConfig', 'DataConfig', 'plain_name', 'flag_value']
+__all__ = ['SECRET_KEY', 'SECRET_ENV', 'ConfigError', 'numeric_problem', 'Config', 'merge_over', 'read_yaml', 'CliParser',
+           'describe', 'field_description', 'register_secret', 'redact_text', 'redact', 'load_env_file',
+           'ProgressConfig', 'RunConfig', 'JobConfig', 'DatasetConfig', 'DataConfig', 'plain_name', 'flag_value']
 
 # %% ../../nbs/core/03_config.ipynb #28fd656d
 class ConfigError(Exception):
@@ -96,19 +96,42 @@ class Config(BaseModel):
             raise ValueError("; ".join(problems))
         return self
 
-# %% ../../nbs/core/03_config.ipynb #5afb7d68
-@patch(cls_method=True)
-def from_yaml(cls: Config, path: str | Path, **overrides):
+# %% ../../nbs/core/03_config.ipynb #e7d1a001
+def merge_over(base: dict, top: dict) -> dict:
+    "`top` laid over `base`: mappings merge key by key (at any depth), any other value of `top` replaces the base's."
+    out = dict(base)
+    for k, v in top.items():
+        out[k] = merge_over(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def read_yaml(path: str | Path, expected: str = "", _chain: tuple = ()) -> dict:
+    """A YAML config file as one mapping. `extends: BASE.yaml` (a path relative to this file) reads the base first and lays this file's keys
+    over it (`merge_over`), so configs that differ in a few keys share one base; the merged mapping is checked as any other."""
     path = Path(path)
     if not path.exists():
-        raise ConfigError(f"config file {path} does not exist")
+        raise ConfigError(f"config file {path} does not exist" + (f" (extended by {_chain[-1]})" if _chain else ""))
     try:
         d = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML: {e}") from None
+        raise ConfigError(f"{path}: not valid YAML: {' '.join(str(e).split())}") from None
     if not isinstance(d, dict):
-        raise ConfigError(f"{path}: expected a mapping of keys to values")
-    return cls.from_dict({**d, **overrides}, source=str(path))
+        raise ConfigError(f"{path}: expected a mapping of keys to values{expected}, got a {type(d).__name__}")
+    base = d.pop("extends", None)
+    if base is None:
+        return d
+    if not isinstance(base, str):
+        raise ConfigError(f"{path}: extends: expected one file name, got a {type(base).__name__}")
+    base_path = (path.parent / base).resolve()
+    if base_path in _chain or base_path == path.resolve():
+        raise ConfigError(f"{path}: extends: {base} extends itself (a cycle)")
+    return merge_over(read_yaml(base_path, expected, (*_chain, path.resolve())), d)
+
+# %% ../../nbs/core/03_config.ipynb #5afb7d68
+@patch(cls_method=True)
+def from_yaml(cls: Config, path: str | Path, **overrides):
+    "From a YAML file (`read_yaml`: an `extends:` base first); keyword overrides win, and every key must be a field."
+    return cls.from_dict({**read_yaml(path), **overrides}, source=str(path))
 
 
 @patch(cls_method=True)

@@ -14,9 +14,9 @@ from typing import Any, Iterable
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['COUNTERS', 'NOT_FINGERPRINTED', 'FINGERPRINT_FILE', 'new_run_id', 'RunDir', 'mark_stale_runs', 'record_fingerprint',
-           'fingerprint_changes', 'check_fingerprint', 'write_fingerprint', 'seed_everything', 'cache_dir', 'run_sync',
-           'write_stage_outputs']
+__all__ = ['COUNTERS', 'NOT_FINGERPRINTED', 'FINGERPRINT_FILE', 'QUIET_KERNEL', 'new_run_id', 'RunDir', 'mark_stale_runs',
+           'record_fingerprint', 'fingerprint_changes', 'check_fingerprint', 'write_fingerprint', 'seed_everything',
+           'cache_dir', 'run_sync', 'write_stage_outputs', 'execute_notebook']
 
 # %% ../../nbs/core/04_runtime.ipynb #4e70856f
 COUNTERS = (
@@ -288,3 +288,22 @@ def write_stage_outputs(stage_dir: str | Path, **outputs) -> dict:
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_text(json.dumps(outputs, indent=2, default=str))
     return outputs
+
+# %% ../../nbs/core/04_runtime.ipynb #a7c1e002
+QUIET_KERNEL = ("--IPKernelApp.log_level=CRITICAL",)  # the kernel's start and shutdown notices are not the job's output
+
+
+def execute_notebook(src: str | Path, dst: str | Path, parameters: dict | None = None, **kwargs):
+    "Papermill executes `src` into `dst` with `parameters` on a quiet python3 kernel; `kwargs` go to `papermill.execute_notebook`."
+    import papermill as pm
+
+    return pm.execute_notebook(
+        str(src),
+        str(dst),
+        parameters=parameters or {},
+        kernel_name="python3",
+        language="python",
+        progress_bar=False,
+        extra_arguments=list(QUIET_KERNEL),
+        **kwargs,
+    )

@@ -36,7 +36,9 @@ class EvalConfig(EpisodeConfig):
         None,
         description="contexts to evaluate: the whole split by default, as the authors' code does ('all' or a number)",
     )
-    systems: list[str] = Field([], description="systems to generate conversations for (systems.SYSTEMS); default: all")
+    systems: list[str] = Field(
+        [], description=f"systems to generate conversations for, space-separated (default: all): {', '.join(SYSTEMS)}"
+    )
     director_adapter: str | None = Field(None, description="the trained director's LoRA adapter (mascot, mascot-g)")
     speaker_adapter: str | None = Field(None, description="the trained speaker's LoRA adapter (mascot, mascot-i)")
     sft_adapter: str | None = Field(None, description="the SFT baseline's adapter (sft)")

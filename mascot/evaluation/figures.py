@@ -136,8 +136,6 @@ def _sensitivity_runs(cfg: FiguresConfig) -> tuple[list[str], list[str]]:
 # %% ../../nbs/evaluation/50_figures.ipynb #05e0f782
 def run_figures(cfg: FiguresConfig) -> dict[str, Path]:
     "Execute every figure notebook; returns {notebook stem: its PNG} (the CSV lies beside it)."
-    import papermill as pm
-
     if cfg.judge_dir is None:
         raise ConfigError("judge_dir is not set: the figures read the judge stage's judge_scores.csv")
     load_scores(cfg.judge_dir)  # fail now, naming the path, rather than in six notebooks
@@ -161,16 +159,13 @@ def run_figures(cfg: FiguresConfig) -> dict[str, Path]:
         if cfg.progress:
             print(f"[figures] {nb.stem} ...", flush=True)
         try:
-            pm.execute_notebook(
-                str(nb),
-                str(out / "executed.ipynb"),
-                parameters={k: v for k, v in params.items() if k in declared},
+            execute_notebook(
+                nb,
+                out / "executed.ipynb",
+                {k: v for k, v in params.items() if k in declared},
                 # the kernel starts in `out` (nbclient's resources path); papermill's `cwd=` would chdir this whole process,
                 # which two threads at once leave in the wrong folder
                 resources={"metadata": {"path": str(out)}},
-                kernel_name="python3",
-                language="python",
-                progress_bar=False,
             )
         except Exception as e:
             return (

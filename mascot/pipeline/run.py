@@ -105,19 +105,8 @@ def expand_env(obj, where: str = "config", used: dict[str, str] | None = None):
 
 # %% ../../nbs/pipeline/03_run.ipynb #5fe9fb70
 def _read_yaml(path: Path) -> dict:
-    import yaml
-
-    if not path.exists():
-        raise ConfigError(f"config file {path} does not exist")
-    try:
-        raw = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML: {' '.join(str(e).split())}") from None
-    if not isinstance(raw, dict):
-        raise ConfigError(
-            f"{path}: expected a mapping of keys to values (run_name, stages, ...), got a {type(raw).__name__}"
-        )
-    return raw
+    "A config or layout file, its `extends:` base laid under it (`read_yaml`)."
+    return read_yaml(path, expected=" (run_name, stages, ...)")
 
 
 def load_pipeline_config(path: str | Path, layout: str | Path | None = None, **overrides) -> PipelineConfig:
@@ -296,8 +285,6 @@ def write_meta(sdir: Path, meta: dict) -> None:
 def execute_stage(cfg: PipelineConfig, st: Stage, sdir: Path, params: dict, run: RunDir, meta: dict, log=print) -> None:
     """Papermill runs the stage's notebook as a job in `sdir`, with its parameters and its GPUs; an interrupt or a failure is recorded
     in the stage's run record and meta.json before it is raised (a failure as `StageFailed`, one line)."""
-    import papermill as pm
-
     job = job_notebook(nbs_dir() / st.notebook, sdir / "job.ipynb")
     stage_gpus = gpu_env(cfg, st.key)
     launch = stage_launch(cfg, st.key)
@@ -314,17 +301,12 @@ def execute_stage(cfg: PipelineConfig, st: Stage, sdir: Path, params: dict, run:
         kernel_params, kernel_env = kernel_parameters(params, cfg._from_env)
         os.environ.update(kernel_env)  # the kernel inherits this process's environment
         os.environ.update(stage_env)  # its GPUs, and its trainer's launch (empty: in the kernel)
-        pm.execute_notebook(
-            str(job),
-            str(sdir / "executed.ipynb"),
-            parameters={"config": kernel_params, "stage_dir": str(sdir.resolve())},
+        execute_notebook(  # a quiet kernel: its start and shutdown notices are not the stage's output
+            job,
+            sdir / "executed.ipynb",
+            {"config": kernel_params, "stage_dir": str(sdir.resolve())},
             cwd=str(sdir),
-            kernel_name="python3",
-            language="python",
-            progress_bar=False,
             log_output=False,
-            # the kernel's own notices (plain-TCP transport on loopback) are not the stage's output
-            extra_arguments=["--IPKernelApp.log_level=ERROR"],
         )
     except KeyboardInterrupt:  # SIGINT, or SIGTERM (which main turns into one)
         _record_job_runs(run, sdir)

@@ -11,7 +11,7 @@ from ..core.runtime import *
 from ..llm.types import *
 from ..llm.routing import *
 from ..llm.client import *
-from ..domain.systems import SYSTEMS
+from ..domain.systems import SYSTEMS, SYSTEM_REGISTRY
 from ..judging.calls import record_situation
 from .chat import is_fallback
 from .web_guard import guard_web_app
@@ -30,7 +30,9 @@ __all__ = ['CHOICES', 'ANNOTATOR_RE', 'MAX_REASON_CHARS', 'ARENA_HTML', 'demo_re
 # %% ../../nbs/studies/03_arena.ipynb #a29162c3
 def demo_record(conv_id: str, system: str, reply: str, dataset: str = "ED") -> dict:
     "A minimal valid conversation: the user's opening and one reply."
-    name = "Supporter" if system not in ("mascot", "mascot-g", "mascot-i", "mascot-c", "mascot-p") else "The Anchor"
+    # a multi-agent system's reply comes from a persona; a baseline's from its one Supporter
+    multi = system in SYSTEM_REGISTRY and SYSTEM_REGISTRY[system].multi_agent
+    name = "The Anchor" if multi else "Supporter"
     turns = [
         Turn(0, 0, "User", f"Context {conv_id}: I feel anxious about tomorrow.", turn_type="user"),
         Turn(1, 0, name, reply, Directive(name, "validate", "warm") if name != "Supporter" else None),
