@@ -248,3 +248,33 @@ def test_f07_without_votes_says_no_human_study(stage):
         "ci_high",
         "decisive_win_rate",
     ]
+
+
+def test_f04_names_the_interval_only_where_drawn_and_hides_nothing(stage, tmp_path):
+    """Four contexts per system (below 5): f04 draws no whisker and its title says why; eight contexts judged by the embedded judge (its
+    long name in the title): the intervals are drawn and named. Either way `save_fig` found no title, legend or footer over another or
+    over the bars (it raises when one is)."""
+    import papermill as pm
+
+    tmp, _ = stage
+    assert (
+        "mean over contexts (no interval: fewer than 5 contexts); judge judge-a"
+        in (tmp / "out/f04_ablation/executed.ipynb").read_text()
+    )
+    rows = [dict(r, judge="smollm2-135m-instruct", conv_id=f"{r['conv_id']}-{k}") for k in range(2) for r in ed_rows()]
+    judge, out = write_scores(tmp_path / "judge", rows), tmp_path / "out"
+    out.mkdir()
+    pm.execute_notebook(
+        str(figures_nbs() / "f04_ablation.ipynb"),
+        str(out / "executed.ipynb"),
+        cwd=str(out),
+        kernel_name="python3",
+        language="python",
+        progress_bar=False,
+        parameters={"judge_dir": str(judge), "metrics_dir": str(tmp / "metrics"), "out_dir": str(out)},
+    )
+    assert (
+        "[95% bootstrap CI]; judge smollm2-135m-instruct (135M: plumbing check)" in (out / "executed.ipynb").read_text()
+    )
+    judged = pd.read_csv(out / "f04_ablation.csv").query("kind != 'auto'")
+    assert judged.mean_lo.notna().all() and (judged.n == 8).all()

@@ -9,7 +9,8 @@ from pathlib import Path
 import pandas as pd
 
 # %% auto #0
-__all__ = ['save_table_png', 'no_data_figure', 'no_data', 'plot_series', 'save_fig']
+__all__ = ['save_table_png', 'no_data_figure', 'no_data', 'layout_overlaps', 'save_fig', 'intervals_drawn', 'ci_phrase',
+           'plot_series']
 
 # %% ../../nbs/evaluation/50b_figure_plots.ipynb #592f6e68
 def _mpl():
@@ -75,6 +76,101 @@ def no_data(out_dir: str | Path, name: str, columns: list[str], why: str) -> tup
     print(f"{name}: no data: {why}")
     return no_data_figure(out / f"{name}.png", why), out / f"{name}.csv"
 
+# %% ../../nbs/evaluation/50b_figure_plots.ipynb #f54fe82a
+def _overlap(a, b, pad: float = 1.0) -> bool:
+    "Whether two display boxes share more than `pad` pixels both across and up."
+    return min(a.x1, b.x1) - max(a.x0, b.x0) > pad and min(a.y1, b.y1) - max(a.y0, b.y0) > pad
+
+
+def _text_boxes(fig, renderer) -> list[tuple[str, object]]:
+    "(name, display box) of each shown title, figure text (suptitle, footer) and legend of `fig`."
+    named = [(f"figure text {t.get_text()[:40]!r}", t) for t in fig.texts]
+    for i, ax in enumerate(fig.axes):
+        named += [(f"title {t.get_text()[:40]!r}", t) for t in (ax.title, ax._left_title, ax._right_title)]
+        if ax.get_legend() is not None:
+            named.append((f"legend of axes {i}", ax.get_legend()))
+    named += [(f"figure legend {i}", l) for i, l in enumerate(fig.legends)]
+    shown = [(n, a) for n, a in named if a.get_visible() and (not hasattr(a, "get_text") or a.get_text().strip())]
+    return [(n, a.get_window_extent(renderer)) for n, a in shown]
+
+
+def _covered(ax, box, pad: float = 1.0) -> int:
+    "How many of `ax`'s bars, lines and markers lie under the display box `box` (a line counts when it crosses the box)."
+    import numpy as np
+    from matplotlib.collections import LineCollection, PathCollection
+    from matplotlib.path import Path as MPath
+    from matplotlib.transforms import Bbox
+
+    inner = Bbox.from_extents(box.x0 + pad, box.y0 + pad, box.x1 - pad, box.y1 - pad)
+    inside = lambda p: bool(
+        ((p[:, 0] > inner.x0) & (p[:, 0] < inner.x1) & (p[:, 1] > inner.y0) & (p[:, 1] < inner.y1)).any()
+    )
+    n = 0
+    for p in ax.patches:
+        b = p.get_window_extent()
+        n += p.get_visible() and bool(np.isfinite(b.extents).all()) and _overlap(b, box, pad)
+    for l in ax.lines:
+        pts = l.get_transform().transform(l.get_xydata())
+        pts = pts[np.isfinite(pts).all(axis=1)]
+        if not l.get_visible() or not len(pts):
+            continue
+        marked = l.get_marker() not in (None, "", " ", "None", "none") and inside(pts)
+        drawn = (
+            l.get_linestyle() not in ("None", "", " ")
+            and len(pts) > 1
+            and MPath(pts).intersects_bbox(inner, filled=False)
+        )
+        n += bool(marked or drawn)
+    for c in ax.collections:
+        if isinstance(c, LineCollection):
+            t = c.get_transform()
+            n += any(t.transform_path(p).intersects_bbox(inner, filled=False) for p in c.get_paths())
+        elif isinstance(c, PathCollection) and len(c.get_offsets()):
+            n += inside(c.get_offset_transform().transform(c.get_offsets()))
+    return n
+
+# %% ../../nbs/evaluation/50b_figure_plots.ipynb #96469397
+def layout_overlaps(fig, pad: float = 1.0) -> list[str]:
+    """Draw `fig` and say what hides something: each pair of its titles, figure texts and legends whose boxes overlap, and each legend
+    over plotted bars, lines or points; empty when nothing does."""
+    import itertools
+
+    fig.canvas.draw()
+    boxes = _text_boxes(fig, fig.canvas.get_renderer())
+    out = [f"{a} overlaps {b}" for (a, x), (b, y) in itertools.combinations(boxes, 2) if _overlap(x, y, pad)]
+    for name, box in boxes:
+        if "legend" in name and (k := sum(_covered(ax, box, pad) for ax in fig.axes)):
+            out.append(f"{name} covers {k} plotted bars, lines or points")
+    return out
+
+
+def save_fig(fig, path: str | Path, check: bool = True) -> Path:
+    "Save `fig` as a PNG (150 dpi, cropped to its content) and close it; with `check`, raise after saving when `layout_overlaps` finds something hidden."
+    problems = layout_overlaps(fig) if check else []
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=150, bbox_inches="tight")
+    _mpl().close(fig)
+    if problems:
+        raise ValueError(f"{path.name}: text or a legend hides something: " + "; ".join(problems))
+    return path
+
+# %% ../../nbs/evaluation/50b_figure_plots.ipynb #1f203d7b
+def intervals_drawn(long: pd.DataFrame) -> bool:
+    "Whether any row of `long` has an interval (`mean_lo` and `mean_hi` both set)."
+    return {"mean_lo", "mean_hi"} <= set(long.columns) and bool(
+        (long["mean_lo"].notna() & long["mean_hi"].notna()).any()
+    )
+
+
+def ci_phrase(long: pd.DataFrame) -> str:
+    "'mean over contexts [95% bootstrap CI]' when `long` has an interval, else the mean alone and why no interval is shown."
+    from mascot.evaluation.intervals import MIN_CLUSTERS
+
+    if intervals_drawn(long):
+        return "mean over contexts [95% bootstrap CI]"
+    return f"mean over contexts (no interval: fewer than {MIN_CLUSTERS} contexts)"
+
 # %% ../../nbs/evaluation/50b_figure_plots.ipynb #a2aafb9e
 def plot_series(
     ax,
@@ -86,7 +182,7 @@ def plot_series(
     x_order=None,
     series_order=None,
 ):
-    "Draw `long`'s mean with its 95% interval (`mean_lo`/`mean_hi`, as the comparison table gives) or ± std: `x` on the axis, one colour per `series` value."
+    "Draw `long`'s mean with its 95% interval (`mean_lo`/`mean_hi`, as the comparison table gives) or ± std: `x` on the axis, one colour per `series` value; a row without an interval (or std) gets no whisker."
     import numpy as np
 
     xs = list(x_order) if x_order is not None else ordered(long[x], order_for(x, kind))
@@ -95,11 +191,7 @@ def plot_series(
     for j, s in enumerate(ss):
         d = long[long[series] == s].set_index(x).reindex(xs)
         pos, c = np.arange(len(xs)) - 0.4 + w * (j + 0.5), f"C{j}" if len(ss) <= 10 else cmap(j % 20)
-        yerr = (
-            np.array([(d["mean"] - d["mean_lo"]).fillna(0), (d["mean_hi"] - d["mean"]).fillna(0)])
-            if "mean_lo" in d.columns
-            else d["std"].fillna(0)
-        )
+        yerr = np.array([d["mean"] - d["mean_lo"], d["mean_hi"] - d["mean"]]) if "mean_lo" in d.columns else d["std"]
         if bars:
             ax.bar(pos, d["mean"], w, yerr=yerr, capsize=2, label=s, color=c)
         else:
@@ -107,11 +199,3 @@ def plot_series(
     ax.set_xticks(range(len(xs)), xs, rotation=30, ha="right")
     ax.grid(axis="y", alpha=0.3)
     return ax
-
-
-def save_fig(fig, path: str | Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=150, bbox_inches="tight")
-    _mpl().close(fig)
-    return path

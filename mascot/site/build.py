@@ -15,10 +15,67 @@ import datetime, json, shutil, sys
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['CSS', 'ERROR_TRAP', 'LOAD_CHECK', 'RUN_JS', 'SECTIONS', 'page', 'csv_table', 'degenerate_counts', 'degenerate_table',
-           'table_html', 'tables_section', 'judge_repeat_warnings', 'reproducibility_table', 'role_models',
-           'provenance_section', 'headline', 'compare_runs', 'overview_section', 'build_run_page', 'build_docs',
-           'build_site', 'SiteConfig', 'main']
+__all__ = ['ABBREVIATIONS', 'CSS', 'ERROR_TRAP', 'LOAD_CHECK', 'RUN_JS', 'SECTIONS', 'table_legend', 'boxed_tables', 'page',
+           'csv_table', 'degenerate_counts', 'degenerate_table', 'table_html', 'tables_section',
+           'judge_repeat_warnings', 'reproducibility_table', 'role_models', 'provenance_section', 'headline',
+           'compare_runs', 'overview_section', 'build_run_page', 'build_docs', 'build_site', 'SiteConfig', 'main']
+
+# %% ../../nbs/site/02_build.ipynb #a129bf58
+ABBREVIATIONS = (  # (pattern in a table's text or tooltips, its explanation), in the order a legend lists them
+    (r"(?<![\w-])n(?![\w-])", "n: the contexts (conversations) a mean is over"),
+    (r"\bn \d+ \(\d+\)", "n a (b): a contexts in b clusters (a cluster is a context; on QMSum a meeting)"),
+    (r"Δ", "Δ: the paired difference from the reference system on the contexts both share (points on 0–100)"),
+    (
+        r"\bCI\b|\[-?\d|n too small",
+        "[lo, hi], CI: the 95% confidence interval (scores: cluster bootstrap over contexts, none below 5 contexts, "
+        "marked n too small; rates: Wilson)",
+    ),
+    (r"±", "±: one standard deviation over conversations"),
+    (r"\bstd\b", "std: standard deviation"),
+    (r"\bED\b", "ED: EmpatheticDialogues (support conversations)"),
+    (r"\bQMSum\b", "QMSum: query-based meeting summarisation (meeting conversations)"),
+    (r"\bESConv\b", "ESConv: the Emotional Support Conversation dataset"),
+    (r"α", "α: Krippendorff's alpha, the judges' agreement beyond chance (1 full, 0 chance)"),
+    (r"(?i)(?<![a-z])grpo(?![a-z])", "GRPO: group relative policy optimisation"),
+    (r"(?i)(?<![a-z])dpo(?![a-z])", "DPO: direct preference optimisation"),
+    (r"(?i)(?<![a-z])sft(?![a-z])", "SFT: supervised fine-tuning"),
+    (
+        r"contradiction_rate",
+        "contradiction_rate: share of reply pairs an NLI (entailment) model reads as contradicting",
+    ),
+    (r"self_bleu", "self_bleu: Self-BLEU, each reply's BLEU against the others (0–100; lower is more varied)"),
+    (r"echo_score", "echo_score: cosine similarity of paired replies' sentence embeddings (higher echoes more)"),
+    (r"\bMB\b", "MB: megabytes (peak resident memory)"),
+    (r"\d s\b", "s: seconds"),
+)
+
+
+def table_legend(table: str) -> str:
+    "The legend line under one table (its HTML): each abbreviation its text or tooltips use and each system it names, explained; '' when none."
+    import html, re
+    from mascot.domain.systems import SYSTEM_REGISTRY
+
+    tips = [html.unescape(t) for _, t in re.findall(r"""title=(['"])(.*?)\1""", table, re.S)]
+    text = html.unescape(re.sub(r"<[^>]+>", " ", table)) + " " + " ".join(tips)
+    terms = [why for rx, why in ABBREVIATIONS if re.search(rx, text)]
+    terms += [
+        f"{n}: {s.description}"
+        for n, s in SYSTEM_REGISTRY.items()
+        if re.search(rf"(?<![\w-]){re.escape(n)}(?![\w-])", text)
+    ]
+    return f"<p class='legend'>{esc('; '.join(terms))}.</p>" if terms else ""
+
+
+def boxed_tables(body: str) -> str:
+    "Every `<table>` of `body` inside its own horizontal scroll box (`.tablebox`), its legend line under the box."
+    import re
+
+    return re.sub(
+        r"<table\b.*?</table>",
+        lambda m: f"<div class='tablebox'>{m.group(0)}</div>{table_legend(m.group(0))}",
+        body,
+        flags=re.S,
+    )
 
 # %% ../../nbs/site/02_build.ipynb #f8edc8cd
 CSS = """body{font-family:system-ui,sans-serif;max-width:1200px;margin:1.5em auto;padding:0 1em;color:#222;line-height:1.4}
@@ -42,7 +99,8 @@ table.scores td:nth-child(4){max-width:28em}.sidebyside{display:grid;grid-templa
 svg text{font-size:10px;fill:#444}svg .t{font-size:11px;font-weight:600}svg .yt{text-anchor:end}svg .xt{text-anchor:middle}svg .lg{font-size:10px}
 svg.hist rect{fill:#1f6fb4}.stage-train{border-top:1px solid #eee;margin-top:1em}.src{font-size:.8em;color:#666}
 table.sortable th{cursor:pointer}table.sortable th:after{content:' ⇅';color:#aaa;font-size:.8em}button.copy{font-size:.8em}
-.figure{border-top:1px solid #eee;margin-top:1.2em}.tablebox{overflow-x:auto}
+.figure{border-top:1px solid #eee;margin-top:1.2em}.tablebox{overflow-x:auto;max-width:100%}.tablebox table{margin:.3em 0}
+.legend{font-size:.8em;color:#555;margin:.1em 0 .9em;max-width:60em}.sidebyside>*{min-width:0}
 .turn.agent.fallback .bubble{border-left-style:dashed;background:#fff8ef}.directive.fallback{background:#fff3e0;border:1px dashed #b45309}
 .fallback-mark{color:#b45309;font-weight:600;font-size:.85em}td.bad{color:#b45309;font-weight:600}small.j135{color:#b00000}"""
 
@@ -63,7 +121,7 @@ def page(title: str, body: str, depth: int = 0, script: str = "") -> str:
     up = "../" * depth
     return (
         f"<!doctype html><html><head><meta charset='utf-8'><title>{esc(title)}</title>{ERROR_TRAP}<style>{CSS}</style></head><body>"
-        f"<nav><a href='{up}index.html'>Runs</a><a href='{up}docs/index.html'>Documentation</a></nav><h1>{esc(title)}</h1>{body}"
+        f"<nav><a href='{up}index.html'>Runs</a><a href='{up}docs/index.html'>Documentation</a></nav><h1>{esc(title)}</h1>{boxed_tables(body)}"
         f"<footer><p><small>Built by mascot site on {datetime.date.today()}</small></p></footer>{script}{LOAD_CHECK}</body></html>"
     )
 
