@@ -8,6 +8,7 @@ from ..core.config import *
 from ..judging.pairwise import alpha_ci
 from .intervals import *
 from .judged_scores import *
+from ..domain.systems import UNTRAINED_SYSTEM
 from mascot.evaluation.human_calibration import (
     human_calibrated,
     human_markdown,
@@ -23,23 +24,30 @@ import numpy as np
 import pandas as pd
 
 # %% auto #0
-__all__ = ['CARD_METRICS', 'COMPARISON_COLUMNS', 'EMBEDDED_NOTE', 'paired_cell', 'failure_cell', 'holm', 'generic_speakers',
-           'comparable', 'pick_reference', 'compare_table', 'agreement_table', 'with_extras', 'power_markdown',
-           'comparison_markdown', 'comparison_png', 'CompareConfig', 'comparison_table', 'run_compare', 'main']
+__all__ = ['SCORE_SCALE', 'DELTA_SCALE', 'CARD_METRICS', 'COMPARISON_COLUMNS', 'EMBEDDED_NOTE', 'CARD_MARK', 'CARD_NOTE',
+           'N_LEGEND', 'paired_cell', 'failure_cell', 'holm', 'generic_speakers', 'comparable', 'pick_reference',
+           'compare_table', 'agreement_table', 'with_extras', 'power_markdown', 'comparison_markdown', 'comparison_png',
+           'CompareConfig', 'comparison_table', 'run_compare', 'main']
 
 # %% ../../nbs/evaluation/33_compare.ipynb #6d391ab6
+SCORE_SCALE = (0, 100)  # the range every paper metric lives in: a judge's integer mapped to 0-100
+# the range of a paired difference of two such scores
+DELTA_SCALE = (SCORE_SCALE[0] - SCORE_SCALE[1], SCORE_SCALE[1] - SCORE_SCALE[0])
+
+
 def paired_cell(
     x: pd.Series, ref: pd.Series | None, clusters: list, is_reference: bool, ci: str, n_resamples: int, seed: int
 ) -> dict:
     """One system's scores per shared context (`x`) against the reference's (`ref`, same index; None when the reference has none there):
-    its mean [95% CI] and its difference from the reference [95% CI, p], both over the same contexts, clustered by `clusters`."""
-    mean, lo, hi, _ = cluster_ci(x.values, clusters, ci, n_resamples, seed)
+    its mean [95% CI] and its difference from the reference [95% CI, p], both over the same contexts, clustered by `clusters`;
+    the intervals lie inside `SCORE_SCALE` (the mean) and `DELTA_SCALE` (the difference)."""
+    mean, lo, hi, _ = cluster_ci(x.values, clusters, ci, n_resamples, seed, scale=SCORE_SCALE)
     if is_reference:
         d = (0.0, 0.0, 0.0, math.nan)
     elif ref is None or not len(x):
         d = (math.nan,) * 4
     else:
-        d = cluster_ci((x - ref).values, clusters, ci, n_resamples, seed)
+        d = cluster_ci((x - ref).values, clusters, ci, n_resamples, seed, scale=DELTA_SCALE)
     sd = float(np.std((x - ref).values, ddof=1)) if ref is not None and len(x) > 1 and not is_reference else math.nan
     return dict(
         n_contexts=len(x),
@@ -55,7 +63,7 @@ def paired_cell(
         n_paired=0 if ref is None else len(x),
     )
 
-
+# %% ../../nbs/evaluation/33_compare.ipynb #9e595765
 def failure_cell(fails: pd.DataFrame, judges: list[str], system: str, dataset: str, kind: str) -> dict:
     "The failed judgements behind one cell (of `failure_counts`): how many, of how many items, and the rate."
     sel = (
@@ -73,11 +81,13 @@ def failure_cell(fails: pd.DataFrame, judges: list[str], system: str, dataset: s
 
 
 def holm(table: pd.DataFrame) -> pd.Series:
-    "Holm-adjusted p-values (`statsmodels`) over each judge's family: every metric × non-reference system of one judge, dataset and group."
+    """Holm-adjusted p-values (`statsmodels`) over each judge's family: every metric × non-reference system of one judge, dataset and
+    group compared like for like (a `comparable` False row keeps its p but stays outside the family)."""
     from statsmodels.stats.multitest import multipletests
 
     out = pd.Series(math.nan, index=table.index)
-    for _, g in table[table["p"].notna()].groupby(["judge", "dataset", "group"], sort=False):
+    like = table["comparable"].fillna(True).astype(bool) if "comparable" in table else True
+    for _, g in table[table["p"].notna() & like].groupby(["judge", "dataset", "group"], sort=False):
         out[g.index] = multipletests(g["p"].values, method="holm")[1]
     return out
 
@@ -157,7 +167,8 @@ def compare_table(
     by_group: bool = False,
 ) -> pd.DataFrame:
     """Per judge × dataset × metric × system, on the contexts every system of the block shares: mean [95% CI], Δ vs `reference` [95% CI,
-    p, Holm p], n (and contexts dropped), failures; `by_group`: one block per ED valence / QMSum domain. The reference: `table.attrs`."""
+    p, Holm p], n (and contexts dropped), failures; `by_group`: one block per ED valence / QMSum domain; `comparable` False: a Δ
+    across persona cards (its p, no Holm p). The reference: `table.attrs`."""
     conv = conversation_scores(items)
     if not by_group:
         conv = conv.assign(group="")
@@ -178,9 +189,7 @@ def compare_table(
             judges = real_judges if judge == JUDGE_MEAN else [judge]
             for system in [s for s in dict.fromkeys([reference] + systems) if s in wide.columns]:
                 ok = comparable(metric, system, reference, dataset, generic)
-                cell = paired_cell(
-                    shared[system], ref if ok else None, clusters, system == reference, ci, n_resamples, seed
-                )
+                cell = paired_cell(shared[system], ref, clusters, system == reference, ci, n_resamples, seed)
                 rows.append(
                     dict(judge=judge, dataset=dataset, group=group, metric=metric, system=system, **cell)
                     | dict(n_dropped=int(wide[system].notna().sum()) - len(shared), comparable=ok)
@@ -258,27 +267,36 @@ def power_markdown(table: pd.DataFrame, delta: float) -> str:
 
 # %% ../../nbs/evaluation/33_compare.ipynb #256c0539
 EMBEDDED_NOTE = "judge is the embedded 135M model: a plumbing check, not a verdict on the systems"
+CARD_MARK = "†"  # a Δ between systems judged against different persona cards
+CARD_NOTE = (
+    f"{CARD_MARK} The system and the reference are judged against different persona cards (a team's roster personas, a "
+    "single-agent baseline's generic card), so on Persona Consistency and Social Contribution this Δ is the paper's comparison, "
+    "not like for like; its p is in comparison.csv but outside the Holm family (no `*`). Like for like for a team: "
+    f"`--reference {UNTRAINED_SYSTEM}` (the MASCOT loop on the base model, the same roster cards)."
+)
+N_LEGEND = (
+    "n: contexts (clusters: a context, or a QMSum meeting); +k dropped: contexts a system has that not every system shares. "
+    "failures: failed judgements / judged items."
+)
 
 
 def _delta_cell(r) -> str:
-    if not r.comparable:
-        return "not comparable (generic persona card)"
     if r.system == r.reference:
         return "reference"
-    star = " *" if r.p_holm < 0.05 else ""
-    return fmt_ci(r.delta, r.delta_lo, r.delta_hi, n=r.n_clusters) + star
+    mark = f" {CARD_MARK}" if not r.comparable else " *" if r.p_holm < 0.05 else ""
+    return fmt_ci(r.delta, r.delta_lo, r.delta_hi, n=r.n_clusters) + mark
 
 
 def comparison_markdown(table: pd.DataFrame, reference: str) -> str:
-    "The table as Markdown, one section per judge and dataset."
+    "The table as Markdown, one section per judge and dataset, each table followed by its legend (and `CARD_NOTE` where a Δ is marked)."
     out = [
         f"# Comparison against `{reference}`",
         "",
         "One section per judge; `mean of judges` sections average the judges' scores per context and are labelled as such. "
         f"Mean over the contexts every system shares [95% CI], Δ vs the reference on those contexts [95% CI: studentized cluster bootstrap "
         f"widened to Student's t, clusters = contexts (QMSum: meetings)]; below {MIN_CLUSTERS} clusters no interval ({TOO_SMALL}). "
-        "`*`: Holm-adjusted p < 0.05 over the metrics × systems of one judge. n: contexts (clusters), +k dropped: contexts a system "
-        "has that not every system shares. failures: failed judgements / judged items.",
+        f"`*`: Holm-adjusted p < 0.05 over the metrics × systems of one judge compared like for like; `{CARD_MARK}`: a Δ across "
+        "persona cards (the note under its table).",
     ]
     for (judge, dataset), g in table.assign(reference=reference).groupby(["judge", "dataset"], sort=False):
         note = f" — **{EMBEDDED_NOTE}**" if g["embedded_small"].any() else ""
@@ -295,11 +313,36 @@ def comparison_markdown(table: pd.DataFrame, reference: str) -> str:
                 f"| {r.metric} | {r.system} | {fmt_ci(r.mean, r.mean_lo, r.mean_hi, n=r.n_clusters)} | {_delta_cell(r)} | "
                 f"{n} | {r.failures}/{r.items} |"
             )
+        out += ["", N_LEGEND] + (["", CARD_NOTE] if not g["comparable"].astype(bool).all() else [])
     return "\n".join(out) + "\n"
+
+# %% ../../nbs/evaluation/33_compare.ipynb #3daabd92
+def _plot_rows(d: pd.DataFrame, scale: tuple = DELTA_SCALE) -> tuple[pd.DataFrame, int, int]:
+    """The rows of `d` a plot can draw, how many it leaves out and how many it clips: a Δ not finite or outside `scale` is left
+    out (a missing Δ too, uncounted), interval bounds not finite or outside `scale` are clipped into it (a missing bound: no interval)."""
+    delta = pd.to_numeric(d["delta"], errors="coerce")
+    ok = delta.between(*scale)
+    t = d[ok].copy()
+    lo, hi = (pd.to_numeric(t[c], errors="coerce") for c in ("delta_lo", "delta_hi"))
+    clipped = (lo.notna() & ~lo.between(*scale)) | (hi.notna() & ~hi.between(*scale))
+    t["delta_lo"], t["delta_hi"] = lo.clip(*scale), hi.clip(*scale)
+    return t, int((delta.notna() & ~ok).sum()), int(clipped.sum())
+
+
+def _png_notes(table: pd.DataFrame, hollow: bool, left_out: int, clipped: int) -> list[str]:
+    "The lines under the comparison PNG: the 135M judge, the hollow markers, and what the plot left out or clipped."
+    lo, hi = DELTA_SCALE
+    return (
+        [f"Note: a {EMBEDDED_NOTE}."] * bool(table["embedded_small"].any())
+        + [f"Hollow: {CARD_MARK} a Δ across persona cards (not like for like; comparison.md says why)."] * hollow
+        + [f"{left_out} Δ not finite or outside {lo}..{hi}: not drawn (comparison.csv has them)."] * bool(left_out)
+        + [f"{clipped} interval(s) with a bound not finite or outside {lo}..{hi}: drawn clipped to it."] * bool(clipped)
+    )
 
 # %% ../../nbs/evaluation/33_compare.ipynb #08c615eb
 def comparison_png(table: pd.DataFrame, path: str | Path, reference: str, metrics: list[str] | None = None) -> Path:
-    "Δ vs the reference with 95% intervals: one panel per judge and dataset, one row per metric, one colour per system."
+    """Δ vs the reference with 95% intervals: one panel per judge and dataset, one row per metric, one colour per system; a Δ across
+    persona cards (`comparable` False, † in the Markdown) hollow; what `_plot_rows` leaves out or clips is said under the plot."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -307,42 +350,47 @@ def comparison_png(table: pd.DataFrame, path: str | Path, reference: str, metric
 
     metrics = metrics or [m for m in PAPER_METRICS if m in set(table["metric"])]
     t = table[table["metric"].isin(metrics) & (table["system"] != reference)]
-    panels = list(dict.fromkeys(zip(table["judge"], table["dataset"])))
-    systems = list(dict.fromkeys(t["system"]))
+    panels, systems = list(dict.fromkeys(zip(table["judge"], table["dataset"]))), list(dict.fromkeys(t["system"]))
+    n_panels, left_out, clipped, hollow = max(1, len(panels)), 0, 0, False
+    has_ci = t["delta_lo"].notna().any()
+    xlabel = f"Δ vs {reference} (0-100)" + (", 95% CI" if has_ci else f", no interval (< {MIN_CLUSTERS} clusters)")
     fig, axes = plt.subplots(
-        1,
-        max(1, len(panels)),
-        figsize=(4.2 * max(1, len(panels)), 0.45 * len(metrics) + 1.8),
-        squeeze=False,
-        sharey=True,
+        1, n_panels, figsize=(4.2 * n_panels, 0.45 * len(metrics) + 1.8), squeeze=False, sharey=True
     )
     for ax, (judge, dataset) in zip(axes[0], panels or [("", "")]):
         g = t[(t["judge"] == judge) & (t["dataset"] == dataset)]
         for k, s in enumerate(systems):
             d = g[g["system"] == s].set_index("metric").reindex(metrics)
-            y = np.arange(len(metrics)) + (k - (len(systems) - 1) / 2) * 0.8 / max(1, len(systems))
-            err = np.array([(d["delta"] - d["delta_lo"]).fillna(0), (d["delta_hi"] - d["delta"]).fillna(0)])
-            ax.errorbar(d["delta"], y, xerr=err, fmt="o", ms=4, capsize=2, label=s, color=f"C{k % 10}")
+            d["y"] = np.arange(len(metrics)) + (k - (len(systems) - 1) / 2) * 0.8 / max(1, len(systems))
+            d, n_out, n_clip = _plot_rows(d)
+            left_out, clipped = left_out + n_out, clipped + n_clip
+            for like in (True, False):
+                e = d[d["comparable"].ne(False) == like]
+                if e.empty:
+                    continue
+                hollow |= not like
+                err = np.array([(e["delta"] - e["delta_lo"]).fillna(0), (e["delta_hi"] - e["delta"]).fillna(0)]).clip(0)
+                kw = dict(fmt="o", ms=4, capsize=2, color=f"C{k % 10}", label=s)
+                ax.errorbar(e["delta"], e["y"], xerr=err, **kw, **({} if like else dict(mfc="white", mew=1.2)))
         ax.axvline(0, color="#888", lw=1)
         small = g["embedded_small"].any() or table[(table["judge"] == judge)]["embedded_small"].any()
-        ax.set_title(
-            f"{judge} · {dataset}" + ("\n(135M judge: plumbing check)" if small else ""),
-            fontsize=9,
-            color="#b00" if small else "black",
-        )
+        title = f"{judge} · {dataset}" + ("\n(135M judge: plumbing check)" if small else "")
+        ax.set_title(title, fontsize=9, color="#b00" if small else "black")
         ax.set_yticks(range(len(metrics)), metrics)
         ax.invert_yaxis()
         ax.grid(axis="x", alpha=0.3)
-        ax.set_xlabel(f"Δ vs {reference} (0-100), 95% CI")
-    if systems:
-        axes[0][-1].legend(fontsize=8, loc="best")
-    if table["embedded_small"].any():
-        fig.text(0.01, -0.02, f"Note: a {EMBEDDED_NOTE}.", fontsize=8, color="#b00", ha="left", va="top")
-    fig.suptitle(
-        f"Paired differences vs {reference}: mean over contexts, studentized cluster bootstrap 95% CI",
-        fontsize=10,
-        y=1.06,
-    )
+        ax.set_xlabel(xlabel)
+    handles = {}  # one legend entry per system
+    for a in axes[0]:
+        for h, label in zip(*a.get_legend_handles_labels()):
+            handles.setdefault(label, h)
+    if handles:
+        axes[0][-1].legend(handles.values(), handles.keys(), fontsize=8, loc="best")
+    notes = _png_notes(table, hollow, left_out, clipped)
+    color = "#b00" if table["embedded_small"].any() else "#444"
+    fig.text(0.01, -0.02, "\n".join(notes), fontsize=8, color=color, ha="left", va="top")
+    how = "studentized cluster bootstrap 95% CI" if has_ci else "no interval"
+    fig.suptitle(f"Paired differences vs {reference}: mean over contexts, {how}", fontsize=10, y=1.06)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=130, bbox_inches="tight")
@@ -357,7 +405,11 @@ class CompareConfig(Config):
         description="judged conversations: a folder as `mascot judge-all` writes it, or a run folder (every scores_*.jsonl below it)"
     )
     reference: str | None = Field(
-        None, description="the system every other is compared with (default: mascot if present, else the first system)"
+        None,
+        description="the system every other is compared with (default: mascot if present, else the first system). Like for like "
+        f"on every metric for the team: {UNTRAINED_SYSTEM} (the MASCOT loop with the base model in every role, as `mascot eval "
+        "--systems mascot --share-model` names it); against a single-agent baseline, Persona Consistency and Social Contribution "
+        "compare different persona cards and their Δ is marked †",
     )
     output_dir: str | None = Field(
         None, description="where comparison.csv/.md/.png and agreement.csv go (default: the input folder)"

@@ -239,8 +239,9 @@ def ci_table_html(df, table_id: str) -> str:
             tip = f"n {n}" + (
                 f", failures {r['failures']}/{r['items']}" if "failures" in r and pd.notna(r.get("items")) else ""
             )
+            mark = " †" if str(r.get("comparable", True)) == "False" else ""  # a Δ across persona cards
             delta = (
-                f"<br><small>Δ {fmt_ci(r['delta'], r['delta_lo'], r['delta_hi'])}</small>"
+                f"<br><small>Δ {fmt_ci(r['delta'], r['delta_lo'], r['delta_hi'])}{mark}</small>"
                 if "delta" in r and pd.notna(r["delta"]) and r["delta_hi"] != r["delta_lo"]
                 else ""
             )
@@ -262,7 +263,7 @@ def ci_table_html(df, table_id: str) -> str:
 
 # %% ../../nbs/site/01_judging_pages.ipynb #c7e9592c
 def comparison_html(path: Path, table_id: str) -> str:
-    "`comparison.csv` (mascot compare) as an HTML table: mean [95% CI], Δ vs the reference [95% CI], failures."
+    "`comparison.csv` (mascot compare) as an HTML table: mean [95% CI], Δ vs the reference [95% CI] (marked † across persona cards), failures."
     import pandas as pd
 
     df = pd.read_csv(path, keep_default_na=False, na_values=[""])
@@ -270,4 +271,8 @@ def comparison_html(path: Path, table_id: str) -> str:
         return f"<p class='nodata'>{esc(path.name)}: no data.</p>"
     ref = df[(df["delta"] == 0) & (df["delta_lo"] == 0) & (df["delta_hi"] == 0)]["system"]
     note = f"<p class='src'>reference system: <b>{esc(ref.iloc[0])}</b></p>" if len(ref) else ""
+    if "comparable" in df and (df["comparable"].astype(str) == "False").any():
+        from mascot.evaluation.compare import CARD_NOTE
+
+        note += f"<p class='src'>{esc(CARD_NOTE)}</p>"
     return note + ci_table_html(df, table_id)
