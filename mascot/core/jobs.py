@@ -10,7 +10,6 @@ from .runtime import *
 import asyncio, signal, sys, threading
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Iterable
-from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['FATAL', 'FatalError', 'one_line', 'Job']
@@ -99,150 +98,134 @@ class Job:
         self._closing.append(obj)
         return obj
 
-# %% ../../nbs/core/05_jobs.ipynb #3f96b29e
-@patch
-async def __aenter__(self: Job) -> "Job":
-    try:
-        for s in self.stores.values():  # records made under other settings are never continued
-            if len(s):
-                check_fingerprint(self.runs_root, self.fingerprint, s.path)
-        if self.runs_root.exists():
-            mark_stale_runs(self.runs_root)  # killed runs that still say "running"
-        self.run = RunDir(self.runs_root / new_run_id(), self.cfg)
-        self.run.extra.update(num_requested=0, num_written=0)
-        if not any(s.replacing for s in self.stores.values()):
-            self._write_fingerprint()
-    except BaseException:
-        self._release()
-        raise
-    self.task = asyncio.current_task()
-    _register(self)
-    return self
-
-
-@patch
-def _release(self: Job):
-    "Let go of the stores' locks: the output may be continued by another run."
-    for s in self.stores.values():
-        s.close()
-
-
-@patch
-def _write_fingerprint(self: Job):
-    if not self._fingerprint_written:
-        write_fingerprint(self.runs_root, self.fingerprint)
-        self._fingerprint_written = True
-
-# %% ../../nbs/core/05_jobs.ipynb #bb88df74
-@patch
-def interrupt(self: Job, sig: int):
-    "Stop the job as SIGTERM/SIGINT do: its status becomes `interrupted`."
-    self.signal = sig
-    self.task.cancel()
-
-
-@patch
-async def __aexit__(self: Job, et, ev, tb):
-    try:
-        return await self._finish(et, ev, tb)
-    finally:
-        self._release()
-
-
-@patch
-def nothing_written(self: Job) -> NothingWrittenError | None:
-    "The failure of a run that was asked for items and wrote none of them (tolerant mode tolerates partial failure only)."
-    x, c = self.run.extra, self.run.counters
-    if not x["num_requested"] or x["num_written"]:
-        return None
-    counts = ", ".join(f"{k} {v}" for k, v in c.items() if v) or "no failure counted"
-    first = f"; first: {x['errors'][0]}" if x.get("errors") else ""
-    return NothingWrittenError(f"0 of {x['num_requested']} {self.desc} written ({counts}){first}"[:400])
-
-# %% ../../nbs/core/05_jobs.ipynb #013aa030
-@patch
-async def _finish(self: Job, et, ev, tb):
-    _unregister(self)
-    for obj in reversed(self._closing):
+    async def __aenter__(self) -> "Job":
         try:
-            await obj.aclose()
-        except Exception:
-            pass  # closing must not hide what ended the job
-    if et is None and (err := self.nothing_written()) is not None:
-        self.run.__exit__(
-            NothingWrittenError, err, None
-        )  # failed, with the reason; an --overwrite keeps the old output
-        raise err
-    if et is None:
+            for s in self.stores.values():  # records made under other settings are never continued
+                if len(s):
+                    check_fingerprint(self.runs_root, self.fingerprint, s.path)
+            if self.runs_root.exists():
+                mark_stale_runs(self.runs_root)  # killed runs that still say "running"
+            self.run = RunDir(self.runs_root / new_run_id(), self.cfg)
+            self.run.extra.update(num_requested=0, num_written=0)
+            if not any(s.replacing for s in self.stores.values()):
+                self._write_fingerprint()
+        except BaseException:
+            self._release()
+            raise
+        self.task = asyncio.current_task()
+        _register(self)
+        return self
+
+    def _release(self):
+        "Let go of the stores' locks: the output may be continued by another run."
         for s in self.stores.values():
-            s.commit()
-        self._write_fingerprint()
-    if self.signal is not None and et is not None and issubclass(et, asyncio.CancelledError):
-        self.task.uncancel()
-        x = self.run.extra
-        err = RunInterrupted(
-            f"interrupted by {signal.Signals(self.signal).name} after {x['num_written']} of {x['num_requested']} items; "
-            "continue with --resume"
-        )
-        err.signum = self.signal
-        self.run.__exit__(RunInterrupted, err, None)
-        raise err from None
-    self.run.__exit__(et, ev, tb)
-    return False
+            s.close()
 
-# %% ../../nbs/core/05_jobs.ipynb #f2c4abc3
-@patch
-async def map(
-    self: Job,
-    items: Iterable,
-    work: Callable[[Any], Awaitable[dict | list[dict] | None]],
-    name: Callable[[Any], str] = str,
-    store: Callable[[Any], JsonlStore] | None = None,
-) -> None:
-    """`work(item)` for every item, at most `concurrency` at once. It returns the item's record(s), written together and exactly once,
-    or None for an item it skipped and counted itself. An exception (after the client's retries) is counted and the item skipped;
-    under --strict it stops the run with a one-line reason."""
-    items, run = list(items), self.run
-    run.extra["num_requested"] += len(items)
-    sem = asyncio.Semaphore(self.concurrency)
-    from tqdm.auto import tqdm
+    def _write_fingerprint(self):
+        if not self._fingerprint_written:
+            write_fingerprint(self.runs_root, self.fingerprint)
+            self._fingerprint_written = True
 
-    bar = tqdm(total=len(items), desc=self.desc, disable=not self.progress, file=sys.stderr)
+    def interrupt(self, sig: int):
+        "Stop the job as SIGTERM/SIGINT do: its status becomes `interrupted`."
+        self.signal = sig
+        self.task.cancel()
 
-    async def one(item):
-        async with sem:
+    async def __aexit__(self, et, ev, tb):
+        try:
+            return await self._finish(et, ev, tb)
+        finally:
+            self._release()
+
+    def nothing_written(self) -> NothingWrittenError | None:
+        "The failure of a run that was asked for items and wrote none of them (tolerant mode tolerates partial failure only)."
+        x, c = self.run.extra, self.run.counters
+        if not x["num_requested"] or x["num_written"]:
+            return None
+        counts = ", ".join(f"{k} {v}" for k, v in c.items() if v) or "no failure counted"
+        first = f"; first: {x['errors'][0]}" if x.get("errors") else ""
+        return NothingWrittenError(f"0 of {x['num_requested']} {self.desc} written ({counts}){first}"[:400])
+
+    async def _finish(self, et, ev, tb):
+        _unregister(self)
+        for obj in reversed(self._closing):
             try:
-                out = await work(item)
-            except FATAL:
-                raise
-            except Exception as e:
-                what = f"{name(item)}: {one_line(e)}"
-                if self.strict:
-                    raise StrictModeError(f"--strict: {self.failure_counter} at {what}") from None
-                run.count(self.failure_counter)
-                run.count("num_skipped_samples")
-                errors = run.extra.setdefault("errors", [])
-                if len(errors) < 100:
-                    errors.append(what)
-                out = None
-        recs = [] if out is None else out if isinstance(out, list) else [out]
-        target = store(item) if store else self.store
-        for rec in recs:
-            target.append(rec)  # a record is durable before the item counts as written
-        if recs:
-            self._write_fingerprint()  # an --overwrite's first record has replaced the old output: its settings now rule
-        if out is not None:
-            run.extra["num_written"] += 1
-        bar.update(1)
-        run.write_summary()
+                await obj.aclose()
+            except Exception:
+                pass  # closing must not hide what ended the job
+        if et is None and (err := self.nothing_written()) is not None:
+            self.run.__exit__(
+                NothingWrittenError, err, None
+            )  # failed, with the reason; an --overwrite keeps the old output
+            raise err
+        if et is None:
+            for s in self.stores.values():
+                s.commit()
+            self._write_fingerprint()
+        if self.signal is not None and et is not None and issubclass(et, asyncio.CancelledError):
+            self.task.uncancel()
+            x = self.run.extra
+            err = RunInterrupted(
+                f"interrupted by {signal.Signals(self.signal).name} after {x['num_written']} of {x['num_requested']} items; "
+                "continue with --resume"
+            )
+            err.signum = self.signal
+            self.run.__exit__(RunInterrupted, err, None)
+            raise err from None
+        self.run.__exit__(et, ev, tb)
+        return False
 
-    tasks = [asyncio.create_task(one(i)) for i in items]
-    try:
-        await asyncio.gather(*tasks)
-    except BaseException:
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        raise
-    finally:
-        bar.close()
+    async def map(
+        self,
+        items: Iterable,
+        work: Callable[[Any], Awaitable[dict | list[dict] | None]],
+        name: Callable[[Any], str] = str,
+        store: Callable[[Any], JsonlStore] | None = None,
+    ) -> None:
+        """`work(item)` for every item, at most `concurrency` at once. It returns the item's record(s), written together and exactly once,
+        or None for an item it skipped and counted itself. An exception (after the client's retries) is counted and the item skipped;
+        under --strict it stops the run with a one-line reason."""
+        items, run = list(items), self.run
+        run.extra["num_requested"] += len(items)
+        sem = asyncio.Semaphore(self.concurrency)
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(items), desc=self.desc, disable=not self.progress, file=sys.stderr)
+
+        async def one(item):
+            async with sem:
+                try:
+                    out = await work(item)
+                except FATAL:
+                    raise
+                except Exception as e:
+                    what = f"{name(item)}: {one_line(e)}"
+                    if self.strict:
+                        raise StrictModeError(f"--strict: {self.failure_counter} at {what}") from None
+                    run.count(self.failure_counter)
+                    run.count("num_skipped_samples")
+                    errors = run.extra.setdefault("errors", [])
+                    if len(errors) < 100:
+                        errors.append(what)
+                    out = None
+            recs = [] if out is None else out if isinstance(out, list) else [out]
+            target = store(item) if store else self.store
+            for rec in recs:
+                target.append(rec)  # a record is durable before the item counts as written
+            if recs:
+                self._write_fingerprint()  # an --overwrite's first record has replaced the old output: its settings now rule
+            if out is not None:
+                run.extra["num_written"] += 1
+            bar.update(1)
+            run.write_summary()
+
+        tasks = [asyncio.create_task(one(i)) for i in items]
+        try:
+            await asyncio.gather(*tasks)
+        except BaseException:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
+        finally:
+            bar.close()

@@ -7,7 +7,6 @@ from __future__ import annotations
 from .defaults import *  # sets OMP_WAIT_POLICY before torch loads
 from dataclasses import dataclass, field, asdict
 from typing import Any, Literal
-from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['SCHEMA_VERSION', 'RUBRIC_VERSION', 'MEETING_DATASETS', 'Directive', 'Turn', 'Persona', 'EpisodeMetadata', 'Episode',
@@ -47,38 +46,35 @@ class Turn:
         None  # whether the director answered under the directive's output constraint (None: unknown)
     )
 
-# %% ../../nbs/core/01_records.ipynb #a54a8594
-@patch
-def to_dict(self: Turn) -> dict:
-    d = {"turn_idx": self.turn_idx, "round_id": self.round_id}
-    if self.turn_type == "user":
-        d["turn_type"] = "user"
-    else:
-        d["directive"] = self.directive.to_dict() if self.directive else None
-        d["directive_output"] = self.directive_output
-        d["directive_parsed"] = self.directive_parsed
-        d["directive_source"] = self.directive_source
-        if self.directive_constrained is not None:
-            d["directive_constrained"] = self.directive_constrained
-    d.update(agent_name=self.agent_name, response=self.response)
-    return d
+    def to_dict(self) -> dict:
+        d = {"turn_idx": self.turn_idx, "round_id": self.round_id}
+        if self.turn_type == "user":
+            d["turn_type"] = "user"
+        else:
+            d["directive"] = self.directive.to_dict() if self.directive else None
+            d["directive_output"] = self.directive_output
+            d["directive_parsed"] = self.directive_parsed
+            d["directive_source"] = self.directive_source
+            if self.directive_constrained is not None:
+                d["directive_constrained"] = self.directive_constrained
+        d.update(agent_name=self.agent_name, response=self.response)
+        return d
 
-# %% ../../nbs/core/01_records.ipynb #5d06c892
-@patch(cls_method=True)
-def from_dict(cls: Turn, d: dict) -> "Turn":
-    dr = d.get("directive")
-    return cls(
-        turn_idx=d["turn_idx"],
-        round_id=d.get("round_id", -1),
-        agent_name=d["agent_name"],
-        response=d["response"],
-        directive=Directive(**dr) if dr else None,
-        directive_output=d.get("directive_output"),
-        turn_type="user" if d.get("turn_type") == "user" else "agent",
-        directive_parsed=d.get("directive_parsed"),
-        directive_source=d.get("directive_source"),
-        directive_constrained=d.get("directive_constrained"),
-    )
+    @classmethod
+    def from_dict(cls, d: dict) -> "Turn":
+        dr = d.get("directive")
+        return cls(
+            turn_idx=d["turn_idx"],
+            round_id=d.get("round_id", -1),
+            agent_name=d["agent_name"],
+            response=d["response"],
+            directive=Directive(**dr) if dr else None,
+            directive_output=d.get("directive_output"),
+            turn_type="user" if d.get("turn_type") == "user" else "agent",
+            directive_parsed=d.get("directive_parsed"),
+            directive_source=d.get("directive_source"),
+            directive_constrained=d.get("directive_constrained"),
+        )
 
 # %% ../../nbs/core/01_records.ipynb #cb11864e
 @dataclass
@@ -126,35 +122,34 @@ class EpisodeMetadata:
         d.update(self.extra)
         return d
 
-# %% ../../nbs/core/01_records.ipynb #f5f10309
-@patch(cls_method=True)
-def from_dict(cls: EpisodeMetadata, d: dict) -> "EpisodeMetadata":
-    known = {
-        "schema_version",
-        "system",
-        "dataset",
-        "persona_set",
-        "director_model",
-        "speaker_model",
-        "user_model",
-        "rubric_version",
-        "adapters",
-    }
-    return cls(
-        system=d["system"],
-        dataset=d["dataset"],
-        director_model=d.get("director_model"),
-        speaker_model=d.get("speaker_model"),
-        persona_set=d.get("persona_set", "default"),
-        user_model=d.get("user_model"),
-        adapters=d.get("adapters"),
-        extra={k: v for k, v in d.items() if k not in known},
-    )
+    @classmethod
+    def from_dict(cls, d: dict) -> "EpisodeMetadata":
+        known = {
+            "schema_version",
+            "system",
+            "dataset",
+            "persona_set",
+            "director_model",
+            "speaker_model",
+            "user_model",
+            "rubric_version",
+            "adapters",
+        }
+        return cls(
+            system=d["system"],
+            dataset=d["dataset"],
+            director_model=d.get("director_model"),
+            speaker_model=d.get("speaker_model"),
+            persona_set=d.get("persona_set", "default"),
+            user_model=d.get("user_model"),
+            adapters=d.get("adapters"),
+            extra={k: v for k, v in d.items() if k not in known},
+        )
 
-# %% ../../nbs/core/01_records.ipynb #e52c0a44
+# %% ../../nbs/core/01_records.ipynb #47ff9625
 MEETING_DATASETS = ("QMSum",)
 
-
+# %% ../../nbs/core/01_records.ipynb #e52c0a44
 @dataclass
 class Episode:
     "One conversation. QMSum records are keyed by `id`, `start_idx`, `meeting`; the others by `conv_id` plus the user's emotion track."
@@ -186,49 +181,46 @@ class Episode:
                 counts[t.agent_name] = counts.get(t.agent_name, 0) + 1
         return counts
 
-# %% ../../nbs/core/01_records.ipynb #c65277f6
-@patch
-def to_dict(self: Episode) -> dict:
-    d: dict[str, Any] = (
-        {"id": self.conv_id, "start_idx": self.start_idx, "meeting": self.meeting}
-        if self.is_meeting
-        else {"conv_id": self.conv_id}
-    )
-    d["turns"] = [t.to_dict() for t in self.turns]
-    d["agents_spoken"] = self.agents_spoken
-    if (
-        self.is_meeting and self.user_big_five
-    ):  # a meeting participant simulated with a profile (extends the authors' code's schema)
-        d["user_big_five"] = self.user_big_five
-    if not self.is_meeting:
-        d.update(
-            initial_emotion=self.initial_emotion,
-            final_emotion=self.final_emotion,
-            emotion_trajectory=list(self.emotion_trajectory),
-            user_big_five=self.user_big_five,
+    def to_dict(self) -> dict:
+        d: dict[str, Any] = (
+            {"id": self.conv_id, "start_idx": self.start_idx, "meeting": self.meeting}
+            if self.is_meeting
+            else {"conv_id": self.conv_id}
         )
-    d["metadata"] = self.metadata.to_dict()
-    return d
+        d["turns"] = [t.to_dict() for t in self.turns]
+        d["agents_spoken"] = self.agents_spoken
+        if (
+            self.is_meeting and self.user_big_five
+        ):  # a meeting participant simulated with a profile (extends the authors' code's schema)
+            d["user_big_five"] = self.user_big_five
+        if not self.is_meeting:
+            d.update(
+                initial_emotion=self.initial_emotion,
+                final_emotion=self.final_emotion,
+                emotion_trajectory=list(self.emotion_trajectory),
+                user_big_five=self.user_big_five,
+            )
+        d["metadata"] = self.metadata.to_dict()
+        return d
 
-# %% ../../nbs/core/01_records.ipynb #f8918e2b
-@patch(cls_method=True)
-def from_dict(cls: Episode, d: dict) -> "Episode":
-    meta = (
-        EpisodeMetadata.from_dict(d["metadata"])
-        if "metadata" in d
-        else EpisodeMetadata("unknown", "unknown", None, None)
-    )
-    return cls(
-        conv_id=str(d.get("conv_id", d.get("id"))),
-        turns=[Turn.from_dict(t) for t in d["turns"]],
-        metadata=meta,
-        initial_emotion=d.get("initial_emotion"),
-        final_emotion=d.get("final_emotion"),
-        emotion_trajectory=list(d.get("emotion_trajectory") or []),
-        user_big_five=d.get("user_big_five"),
-        start_idx=d.get("start_idx"),
-        meeting=d.get("meeting"),
-    )
+    @classmethod
+    def from_dict(cls, d: dict) -> "Episode":
+        meta = (
+            EpisodeMetadata.from_dict(d["metadata"])
+            if "metadata" in d
+            else EpisodeMetadata("unknown", "unknown", None, None)
+        )
+        return cls(
+            conv_id=str(d.get("conv_id", d.get("id"))),
+            turns=[Turn.from_dict(t) for t in d["turns"]],
+            metadata=meta,
+            initial_emotion=d.get("initial_emotion"),
+            final_emotion=d.get("final_emotion"),
+            emotion_trajectory=list(d.get("emotion_trajectory") or []),
+            user_big_five=d.get("user_big_five"),
+            start_idx=d.get("start_idx"),
+            meeting=d.get("meeting"),
+        )
 
 # %% ../../nbs/core/01_records.ipynb #5fc0a525
 class SchemaError(ValueError):

@@ -10,7 +10,6 @@ from collections import Counter
 import json, time, sys
 from pathlib import Path
 from typing import Any, Iterator
-from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['OutputExistsError', 'OutputLockedError', 'OutputWriteError', 'CorruptRecordError', 'StrictModeError',
@@ -111,177 +110,151 @@ class JsonlStore:
     def lock_path(self) -> Path:
         return self.path.with_name(self.path.name + ".lock")
 
-# %% ../../nbs/core/02_store.ipynb #9c20fb3e
-@patch
-def _lock(self: JsonlStore):
-    "Hold an exclusive lock on `<file>.lock` for the writer's life (released by `close`, or by the OS when the process ends)."
-    import fcntl
+    def _lock(self):
+        "Hold an exclusive lock on `<file>.lock` for the writer's life (released by `close`, or by the OS when the process ends)."
+        import fcntl
 
-    try:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        f = open(self.lock_path, "a+b", buffering=0)  # unbuffered: nothing left to flush (and fail) on close
-    except OSError as e:
-        raise OutputWriteError(os_error_line(self.lock_path, e)) from None
-    try:
-        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        f.seek(0)
-        holder = f.read().decode(errors="replace").strip() or "unknown"
-        f.close()
-        raise OutputLockedError(
-            f"{self.path} is being written by another process (PID {holder}); "
-            "wait for it to finish, or write to another file"
-        ) from None
-    try:  # who holds it, for the message above (best effort: a full disk must not stop the writer here)
-        f.seek(0)
-        f.truncate()
-        f.write(f"{os.getpid()}\n".encode())
-    except OSError:
-        pass
-    self._lock_file = f
-
-# %% ../../nbs/core/02_store.ipynb #7acd92a7
-@patch
-def close(self: JsonlStore) -> None:
-    "Release the lock: another writer may now continue this output."
-    f, self._lock_file = self._lock_file, None
-    if f is not None:
-        with contextlib.suppress(OSError):
-            f.close()  # closing the descriptor releases the flock
-
-
-@patch
-def __enter__(self: JsonlStore) -> "JsonlStore":
-    return self
-
-
-@patch
-def __exit__(self: JsonlStore, *exc) -> None:
-    self.close()
-
-
-@patch
-def __del__(self: JsonlStore):
-    try:
-        self.close()
-    except Exception:
-        pass
-
-# %% ../../nbs/core/02_store.ipynb #b00d1d24
-@patch
-def _scan(self: JsonlStore):
-    "Read the ids already written; refuse a corrupt line inside or duplicated ids before changing anything; repair a torn last line."
-    raw = self.path.read_bytes()
-    lines = raw.split(b"\n")
-    torn = lines[-1] != b""  # a complete file ends with a newline
-    ids, cut, add_newline = [], None, False
-    for i, line in enumerate(lines[:-1] if not torn else lines):
-        if not line.strip():
-            continue
-        last = torn and i == len(lines) - 1
         try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as e:
-            if last:
-                cut = len(raw) - len(line)
-                break
-            raise CorruptRecordError(
-                f"{self.path}:{i + 1}: not valid JSON ({e.msg} at column {e.colno}); "
-                "the file was not changed: fix or remove that line, or pass --overwrite"
-            ) from None
-        add_newline = last  # a whole record missing only its newline: keep it
-        ids.append(record_id(rec, self.id_key))
-    dups = [k for k, n in Counter(ids).items() if n > 1]
-    if dups:
-        raise CorruptRecordError(
-            f"{self.path}: record ids written more than once ({', '.join(map(repr, dups[:5]))}"
-            f"{f' and {len(dups) - 5} more' if len(dups) > 5 else ''}), as two writers at once leave; "
-            "the file was not changed: keep one line of each, or pass --overwrite"
-        )
-    if cut is not None:
-        self._repair(raw, cut)
-    elif add_newline:
-        with open(self.path, "ab") as f:
-            f.write(b"\n")
-    self.ids.update(ids)
-
-# %% ../../nbs/core/02_store.ipynb #c3bc3a08
-@patch
-def _repair(self: JsonlStore, raw: bytes, cut: int):
-    self.repaired = self.path.with_name(self.path.name + f".torn-{int(time.time())}")
-    self.repaired.write_bytes(raw[cut:])
-    with open(self.path, "r+b") as f:
-        f.truncate(cut)
-        f.flush()
-        os.fsync(f.fileno())
-
-# %% ../../nbs/core/02_store.ipynb #5189d12c
-@patch
-def __contains__(self: JsonlStore, rid) -> bool:
-    return str(rid) in self.ids
-
-
-@patch
-def __len__(self: JsonlStore) -> int:
-    return len(self.ids)
-
-# %% ../../nbs/core/02_store.ipynb #335462ac
-@patch
-def append(self: JsonlStore, rec: dict | Any) -> None:
-    "Write one finished record durably; on a full disk the partial line is taken back and an `OutputWriteError` says so."
-    if not isinstance(rec, dict):
-        rec = rec.to_dict()
-    rid = record_id(rec, self.id_key)
-    if rid in self.ids:
-        raise ValueError(f"{self.path}: record id {rid!r} is already written")
-    if self._lock_file is None:
-        self._lock()  # a closed store that writes again takes the lock again
-    line = json.dumps(rec, ensure_ascii=False) + "\n"
-    if self.replacing:
-        self._replace_with(line)
-    else:
-        size = self.path.stat().st_size if self.path.exists() else 0
-        try:
-            with open(self.path, "a", encoding="utf-8") as f:
-                f.write(line)
-                f.flush()
-                os.fsync(f.fileno())
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            f = open(self.lock_path, "a+b", buffering=0)  # unbuffered: nothing left to flush (and fail) on close
         except OSError as e:
-            with contextlib.suppress(OSError):
-                os.truncate(self.path, size)  # no torn line left behind (freeing space cannot fail for lack of it)
-            raise OutputWriteError(
-                f"{os_error_line(self.path, e)} while writing record {rid!r}; earlier records are intact: "
-                "make room and continue with --resume"
+            raise OutputWriteError(os_error_line(self.lock_path, e)) from None
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().decode(errors="replace").strip() or "unknown"
+            f.close()
+            raise OutputLockedError(
+                f"{self.path} is being written by another process (PID {holder}); "
+                "wait for it to finish, or write to another file"
             ) from None
-    self.ids.add(rid)
+        try:  # who holds it, for the message above (best effort: a full disk must not stop the writer here)
+            f.seek(0)
+            f.truncate()
+            f.write(f"{os.getpid()}\n".encode())
+        except OSError:
+            pass
+        self._lock_file = f
 
-# %% ../../nbs/core/02_store.ipynb #4285655d
-@patch
-def _replace_with(self: JsonlStore, text: str):
-    "Write `text` beside the old output, then rename it over the old one: the old records go only once the new are on disk."
-    new = self.path.with_name(self.path.name + ".new")
-    try:
-        with open(new, "w", encoding="utf-8") as f:
-            f.write(text)
+    def close(self) -> None:
+        "Release the lock: another writer may now continue this output."
+        f, self._lock_file = self._lock_file, None
+        if f is not None:
+            with contextlib.suppress(OSError):
+                f.close()  # closing the descriptor releases the flock
+
+    def __enter__(self) -> "JsonlStore":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def _scan(self):
+        "Read the ids already written; refuse a corrupt line inside or duplicated ids before changing anything; repair a torn last line."
+        raw = self.path.read_bytes()
+        lines = raw.split(b"\n")
+        torn = lines[-1] != b""  # a complete file ends with a newline
+        ids, cut, add_newline = [], None, False
+        for i, line in enumerate(lines[:-1] if not torn else lines):
+            if not line.strip():
+                continue
+            last = torn and i == len(lines) - 1
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as e:
+                if last:
+                    cut = len(raw) - len(line)
+                    break
+                raise CorruptRecordError(
+                    f"{self.path}:{i + 1}: not valid JSON ({e.msg} at column {e.colno}); "
+                    "the file was not changed: fix or remove that line, or pass --overwrite"
+                ) from None
+            add_newline = last  # a whole record missing only its newline: keep it
+            ids.append(record_id(rec, self.id_key))
+        dups = [k for k, n in Counter(ids).items() if n > 1]
+        if dups:
+            raise CorruptRecordError(
+                f"{self.path}: record ids written more than once ({', '.join(map(repr, dups[:5]))}"
+                f"{f' and {len(dups) - 5} more' if len(dups) > 5 else ''}), as two writers at once leave; "
+                "the file was not changed: keep one line of each, or pass --overwrite"
+            )
+        if cut is not None:
+            self._repair(raw, cut)
+        elif add_newline:
+            with open(self.path, "ab") as f:
+                f.write(b"\n")
+        self.ids.update(ids)
+
+    def _repair(self, raw: bytes, cut: int):
+        self.repaired = self.path.with_name(self.path.name + f".torn-{int(time.time())}")
+        self.repaired.write_bytes(raw[cut:])
+        with open(self.path, "r+b") as f:
+            f.truncate(cut)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(new, self.path)
-    except OSError as e:
-        new.unlink(missing_ok=True)
-        raise OutputWriteError(f"{os_error_line(self.path, e)}; the old output is kept as it was") from None
-    self.replacing = False
 
+    def __contains__(self, rid) -> bool:
+        return str(rid) in self.ids
 
-@patch
-def commit(self: JsonlStore) -> None:
-    "At the end of a completed run: an --overwrite that wrote nothing still replaces the old output (by an empty file)."
-    if self.replacing:
-        self._replace_with("")
+    def __len__(self) -> int:
+        return len(self.ids)
 
+    def append(self, rec: dict | Any) -> None:
+        "Write one finished record durably; on a full disk the partial line is taken back and an `OutputWriteError` says so."
+        if not isinstance(rec, dict):
+            rec = rec.to_dict()
+        rid = record_id(rec, self.id_key)
+        if rid in self.ids:
+            raise ValueError(f"{self.path}: record id {rid!r} is already written")
+        if self._lock_file is None:
+            self._lock()  # a closed store that writes again takes the lock again
+        line = json.dumps(rec, ensure_ascii=False) + "\n"
+        if self.replacing:
+            self._replace_with(line)
+        else:
+            size = self.path.stat().st_size if self.path.exists() else 0
+            try:
+                with open(self.path, "a", encoding="utf-8") as f:
+                    f.write(line)
+                    f.flush()
+                    os.fsync(f.fileno())
+            except OSError as e:
+                with contextlib.suppress(OSError):
+                    os.truncate(self.path, size)  # no torn line left behind (freeing space cannot fail for lack of it)
+                raise OutputWriteError(
+                    f"{os_error_line(self.path, e)} while writing record {rid!r}; earlier records are intact: "
+                    "make room and continue with --resume"
+                ) from None
+        self.ids.add(rid)
 
-@patch
-def __iter__(self: JsonlStore) -> Iterator[dict]:
-    return iter(()) if self.replacing or not self.path.exists() else read_jsonl(self.path)
+    def _replace_with(self, text: str):
+        "Write `text` beside the old output, then rename it over the old one: the old records go only once the new are on disk."
+        new = self.path.with_name(self.path.name + ".new")
+        try:
+            with open(new, "w", encoding="utf-8") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(new, self.path)
+        except OSError as e:
+            new.unlink(missing_ok=True)
+            raise OutputWriteError(f"{os_error_line(self.path, e)}; the old output is kept as it was") from None
+        self.replacing = False
+
+    def commit(self) -> None:
+        "At the end of a completed run: an --overwrite that wrote nothing still replaces the old output (by an empty file)."
+        if self.replacing:
+            self._replace_with("")
+
+    def __iter__(self) -> Iterator[dict]:
+        return iter(()) if self.replacing or not self.path.exists() else read_jsonl(self.path)
 
 # %% ../../nbs/core/02_store.ipynb #6bd47be2
 def read_jsonl(path: str | Path) -> Iterator[dict]:

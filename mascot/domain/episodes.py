@@ -23,20 +23,19 @@ from ..core.jobs import Job
 import copy, hashlib, random, re, sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['DIRECTED', 'MULTI_AGENT', 'EpisodeConfig', 'EpisodeState', 'episode_rng', 'call_seed', 'clean_reply', 'EpisodeRunner',
            'most_agreed', 'new_state', 'role_identities', 'episode_record', 'run_episode', 'run_episodes_async',
            'run_episodes', 'main']
 
-# %% ../../nbs/domain/04_episodes.ipynb #ba3cac90
+# %% ../../nbs/domain/04_episodes.ipynb #3287d2f3
 # What each system does (director or not, which roles are trained, how the reply is produced) is its entry in `mascot.domain.systems`;
 # these two lists are derived from it for callers that want names.
 DIRECTED = tuple(n for n, s in SYSTEM_REGISTRY.items() if s.directed)  # a director chooses speaker, action and tone
 MULTI_AGENT = tuple(n for n, s in SYSTEM_REGISTRY.items() if s.multi_agent)  # the persona roster speaks
 
-
+# %% ../../nbs/domain/04_episodes.ipynb #ba3cac90
 class EpisodeConfig(EndpointConfig, JobConfig, RunConfig, DataConfig):
     "Flags of `mascot episode`: the shared settings (`JobConfig`, `RunConfig`, `DataConfig`), the endpoints, and the loop's own."
 
@@ -90,21 +89,17 @@ class EpisodeConfig(EndpointConfig, JobConfig, RunConfig, DataConfig):
             get_big_five(self.user_big_five_profile)  # a clear error now, not mid-run
         self.check_models()
 
-# %% ../../nbs/domain/04_episodes.ipynb #9e9b2823
-@patch
-def check_models(self: EpisodeConfig):
-    "One system's roles: refuse a trained alias on a role the system runs on the base model (`mascot eval` maps them instead)."
-    check_episode_models(self.system, self)
+    def check_models(self):
+        "One system's roles: refuse a trained alias on a role the system runs on the base model (`mascot eval` maps them instead)."
+        check_episode_models(self.system, self)
 
+    @property
+    def spec(self) -> System:
+        return get_system(self.system)
 
-@patch(as_prop=True)
-def spec(self: EpisodeConfig) -> System:
-    return get_system(self.system)
-
-
-@patch(as_prop=True)
-def name(self: EpisodeConfig) -> str:
-    return self.output_name or f"{self.system}_{self.dataset}_{self.split}"
+    @property
+    def name(self) -> str:
+        return self.output_name or f"{self.system}_{self.dataset}_{self.split}"
 
 # %% ../../nbs/domain/04_episodes.ipynb #dad61176
 # StrictModeError (raised under --strict at the first counted failure) lives in mascot.core.store, beside the job scaffold that stops on it.
@@ -176,6 +171,8 @@ def clean_reply(text: str, roster: Roster) -> str:
 
 # %% ../../nbs/domain/04_episodes.ipynb #f5e1ef66
 class EpisodeRunner:
+    "One conversation's steps on a client: the director's directive, the speaker's reply, the user's reply, and `step`, a round of them; counts the run's failures."
+
     def __init__(self, cfg: EpisodeConfig, client: LLMClient, run: RunDir | None = None, roster: Roster | None = None):
         self.cfg, self.client, self.run = cfg, client, run
         self.system = cfg.spec
@@ -188,126 +185,118 @@ class EpisodeRunner:
         if self.cfg.strict:
             raise StrictModeError(f"--strict: {name} {detail}".strip())
 
-# %% ../../nbs/domain/04_episodes.ipynb #2162d9cf
-@patch
-async def directive(self: EpisodeRunner, state: EpisodeState) -> tuple[Directive, str | None, bool | None, bool | None]:
-    """The director's directive, its raw text, whether that parsed and whether it was asked under the directive's output constraint
-    (None: no director); a random speaker when it does not parse."""
-    if not self.system.directed:  # MASCOT-C: random speaking order, no director
-        return random_directive(state.rng_for("random-order"), self.roster), None, None, None
-    r = await self.client.chat(
-        "director",
-        director_messages(state.situation, state.turns, self.roster),
-        temperature=self.cfg.director_temperature,
-        max_tokens=self.cfg.director_max_tokens,
-        seed=call_seed(state, "director"),
-        constraint=directive_constraint(self.roster),  # dropped by the client under --no-constrained-decoding
-    )
-    d = parse_directive(r.text, self.roster)
-    if d is None:
-        self.count("num_directive_parse_failures", f"raw director output: {r.text!r}")
-        self.counters["num_random_agent_fallbacks"] += 1
-        return random_directive(state.rng_for("fallback"), self.roster), r.text, False, r.constrained
-    return d, r.text, True, r.constrained
-
-# %% ../../nbs/domain/04_episodes.ipynb #24eb6bf0
-@patch
-async def speak(
-    self: EpisodeRunner,
-    state: EpisodeState,
-    directive: Directive,
-    directive_output: str | None,
-    parsed: bool | None = True,
-    constrained: bool | None = None,
-) -> Turn:
-    "The chosen speaker answers in persona (retried once if empty); the turn records whether its directive parsed."
-    persona = self.roster.find(directive.agent_name)
-    msgs = speaker_messages(
-        persona,
-        directive,
-        state.situation,
-        state.turns,
-        self.roster,
-        persona_prompting=self.system.persona_prompting,
-    )
-    text = ""
-    for attempt in range(2):
+    async def directive(self, state: EpisodeState) -> tuple[Directive, str | None, bool | None, bool | None]:
+        """The director's directive, its raw text, whether that parsed and whether it was asked under the directive's output constraint
+        (None: no director); a random speaker when it does not parse."""
+        if not self.system.directed:  # MASCOT-C: random speaking order, no director
+            return random_directive(state.rng_for("random-order"), self.roster), None, None, None
         r = await self.client.chat(
-            "speaker",
-            msgs,
-            temperature=self.cfg.speaker_temperature,
-            max_tokens=self.cfg.speaker_max_tokens,
-            seed=call_seed(state, f"speaker{attempt}"),
+            "director",
+            director_messages(state.situation, state.turns, self.roster),
+            temperature=self.cfg.director_temperature,
+            max_tokens=self.cfg.director_max_tokens,
+            seed=call_seed(state, "director"),
+            constraint=directive_constraint(self.roster),  # dropped by the client under --no-constrained-decoding
         )
-        text = clean_reply(r.text, self.roster)
-        if text:
-            break
-    if not text:
-        self.count("num_empty_responses", f"speaker {persona.name}")
-    source = None if parsed is None else "director" if parsed else "fallback"
-    return state.add(
-        persona.name,
-        text,
-        directive=directive,
-        directive_output=directive_output,
-        directive_parsed=parsed,
-        directive_source=source,
-        directive_constrained=constrained,
-    )
+        d = parse_directive(r.text, self.roster)
+        if d is None:
+            self.count("num_directive_parse_failures", f"raw director output: {r.text!r}")
+            self.counters["num_random_agent_fallbacks"] += 1
+            return random_directive(state.rng_for("fallback"), self.roster), r.text, False, r.constrained
+        return d, r.text, True, r.constrained
 
-# %% ../../nbs/domain/04_episodes.ipynb #609425ac
-@patch
-async def user_reply(self: EpisodeRunner, state: EpisodeState) -> Turn | None:
-    "The simulated user replies with probability p, reporting its emotion (support datasets)."
-    if (
-        not self.cfg.enable_user_simulation
-        or state.rng_for("user-answers").random() >= self.cfg.user_response_probability
-    ):
-        return None
-    r = await self.client.chat(
-        "user",
-        user_messages(
+    async def speak(
+        self,
+        state: EpisodeState,
+        directive: Directive,
+        directive_output: str | None,
+        parsed: bool | None = True,
+        constrained: bool | None = None,
+    ) -> Turn:
+        "The chosen speaker answers in persona (retried once if empty); the turn records whether its directive parsed."
+        persona = self.roster.find(directive.agent_name)
+        msgs = speaker_messages(
+            persona,
+            directive,
             state.situation,
             state.turns,
             self.roster,
-            big_five=state.big_five,
-            emotion=state.emotion_trajectory[-1] if state.emotion_trajectory else None,
-        ),
-        temperature=self.cfg.user_temperature,
-        max_tokens=self.cfg.user_max_tokens,
-        seed=call_seed(state, "user"),
-    )
-    reply, emotion = parse_user_reply(r.text)
-    if not reply.strip():
-        self.count("num_empty_responses", "simulated user")  # empty even after the client's retry
-    if self.roster.domain == "support":
-        state.emotion_trajectory.append(
-            emotion or (state.emotion_trajectory[-1] if state.emotion_trajectory else "unknown")
+            persona_prompting=self.system.persona_prompting,
         )
-    return state.add(self.roster.user_label, reply, turn_type="user")
+        text = ""
+        for attempt in range(2):
+            r = await self.client.chat(
+                "speaker",
+                msgs,
+                temperature=self.cfg.speaker_temperature,
+                max_tokens=self.cfg.speaker_max_tokens,
+                seed=call_seed(state, f"speaker{attempt}"),
+            )
+            text = clean_reply(r.text, self.roster)
+            if text:
+                break
+        if not text:
+            self.count("num_empty_responses", f"speaker {persona.name}")
+        source = None if parsed is None else "director" if parsed else "fallback"
+        return state.add(
+            persona.name,
+            text,
+            directive=directive,
+            directive_output=directive_output,
+            directive_parsed=parsed,
+            directive_source=source,
+            directive_constrained=constrained,
+        )
 
-# %% ../../nbs/domain/04_episodes.ipynb #5283e1f2
-@patch
-async def step(
-    self: EpisodeRunner,
-    state: EpisodeState,
-    directive: Directive | None = None,
-    raw: str | None = None,
-    parsed: bool | None = True,
-    constrained: bool | None = None,
-) -> None:
-    """One round: director -> speaker (a given directive skips the director; `parsed=False` marks it a fallback for an output that did
-    not parse, `constrained` whether it was asked under the output constraint), then the user may reply; the next step opens the
-    next round."""
-    if self.system.multi_agent:
-        if directive is None:
-            directive, raw, parsed, constrained = await self.directive(state)
-        directed = self.system.directed
-        await self.speak(state, directive, raw, parsed if directed else None, constrained if directed else None)
-    else:
-        await self.baseline_reply(state)
-    await self.user_reply(state)
-    state.round_id += 1
+    async def user_reply(self, state: EpisodeState) -> Turn | None:
+        "The simulated user replies with probability p, reporting its emotion (support datasets)."
+        if (
+            not self.cfg.enable_user_simulation
+            or state.rng_for("user-answers").random() >= self.cfg.user_response_probability
+        ):
+            return None
+        r = await self.client.chat(
+            "user",
+            user_messages(
+                state.situation,
+                state.turns,
+                self.roster,
+                big_five=state.big_five,
+                emotion=state.emotion_trajectory[-1] if state.emotion_trajectory else None,
+            ),
+            temperature=self.cfg.user_temperature,
+            max_tokens=self.cfg.user_max_tokens,
+            seed=call_seed(state, "user"),
+        )
+        reply, emotion = parse_user_reply(r.text)
+        if not reply.strip():
+            self.count("num_empty_responses", "simulated user")  # empty even after the client's retry
+        if self.roster.domain == "support":
+            state.emotion_trajectory.append(
+                emotion or (state.emotion_trajectory[-1] if state.emotion_trajectory else "unknown")
+            )
+        return state.add(self.roster.user_label, reply, turn_type="user")
+
+    async def step(
+        self,
+        state: EpisodeState,
+        directive: Directive | None = None,
+        raw: str | None = None,
+        parsed: bool | None = True,
+        constrained: bool | None = None,
+    ) -> None:
+        """One round: director -> speaker (a given directive skips the director; `parsed=False` marks it a fallback for an output that did
+        not parse, `constrained` whether it was asked under the output constraint), then the user may reply; the next step opens the
+        next round."""
+        if self.system.multi_agent:
+            if directive is None:
+                directive, raw, parsed, constrained = await self.directive(state)
+            directed = self.system.directed
+            await self.speak(state, directive, raw, parsed if directed else None, constrained if directed else None)
+        else:
+            await self.baseline_reply(state)
+        await self.user_reply(state)
+        state.round_id += 1
 
 # %% ../../nbs/domain/04_episodes.ipynb #84b605e0
 def _tokens(s: str) -> set[str]:

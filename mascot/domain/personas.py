@@ -11,7 +11,6 @@ from typing import Literal
 import yaml
 from ..core.records import Persona
 from ..core.config import ConfigError
-from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['DOMAINS', 'SUPPORT_ROSTER', 'MEETING_ROSTER', 'ROSTERS', 'PERSONA_SETS', 'BIG_FIVE_TRAITS', 'BIG_FIVE_PROFILES',
@@ -60,40 +59,35 @@ class Roster:
                 )
             seen[key] = i
 
-# %% ../../nbs/domain/01_personas.ipynb #b487c0ed
-@patch(as_prop=True)
-def names(self: Roster) -> list[str]:
-    return [p.name for p in self.personas]
+    @property
+    def names(self) -> list[str]:
+        return [p.name for p in self.personas]
 
-
-@patch
-def find(self: Roster, name: str) -> Persona | None:
-    "The persona called `name`, matched exactly, then loosely, then by a unique mention; None if no single persona fits."
-    for p in self.personas:
-        if p.name == name:
-            return p
-    q = _norm_name(name or "")
-    if not q:
+    def find(self, name: str) -> Persona | None:
+        "The persona called `name`, matched exactly, then loosely, then by a unique mention; None if no single persona fits."
+        for p in self.personas:
+            if p.name == name:
+                return p
+        q = _norm_name(name or "")
+        if not q:
+            return None
+        for p in self.personas:
+            if _norm_name(p.name) == q:
+                return p
+        # Loose: the text mentions exactly one full name ("The Anchor (validator)"), else is part of exactly one name ("captain").
+        for hit in (lambda n: f" {n} " in f" {q} ", lambda n: f" {q} " in f" {n} "):
+            found = [p for p in self.personas if hit(_norm_name(p.name))]
+            if found:
+                return found[0] if len(found) == 1 else None
         return None
-    for p in self.personas:
-        if _norm_name(p.name) == q:
-            return p
-    # Loose: the text mentions exactly one full name ("The Anchor (validator)"), else is part of exactly one name ("captain").
-    for hit in (lambda n: f" {n} " in f" {q} ", lambda n: f" {q} " in f" {n} "):
-        found = [p for p in self.personas if hit(_norm_name(p.name))]
-        if found:
-            return found[0] if len(found) == 1 else None
-    return None
 
-# %% ../../nbs/domain/01_personas.ipynb #cd84902f
-@patch
-def to_dict(self: Roster) -> dict:
-    return {
-        "name": self.name,
-        "domain": self.domain,
-        "user_label": self.user_label,
-        "personas": [p.to_dict() for p in self.personas],
-    }
+    def to_dict(self) -> dict:
+        return {
+            "name": self.name,
+            "domain": self.domain,
+            "user_label": self.user_label,
+            "personas": [p.to_dict() for p in self.personas],
+        }
 
 # %% ../../nbs/domain/01_personas.ipynb #e7483f3d
 SUPPORT_ROSTER = Roster(

@@ -21,7 +21,6 @@ import json, re, signal, subprocess, threading, time
 from pathlib import Path
 from pydantic import Field
 from typing import Any, Literal
-from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['MANAGED_KEYS', 'STAGE_ALIASES', 'ALIAS_FIELDS', 'ServeSection', 'merge_layout', 'managed_urls', 'use_managed_server',
@@ -176,12 +175,12 @@ def serve_config(s: ServeSection) -> ServeConfig:
         hang_timeout=s.hang_timeout,
     )
 
-# %% ../../nbs/pipeline/01_managed_vllm.ipynb #971d4fa4
+# %% ../../nbs/pipeline/01_managed_vllm.ipynb #272f37c3
 def _interrupt_main() -> None:
     "A KeyboardInterrupt in the main thread (a real SIGINT, so a blocking wait there returns): how the watcher stops a run."
     signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
 
-
+# %% ../../nbs/pipeline/01_managed_vllm.ipynb #971d4fa4
 class ManagedServer:
     """The vLLM server(s) of a config's `serve:`: started on first use, adapters loaded by alias, watched (one that exits or stops answering
     is restarted with the adapters loaded so far), stopped by PID (its process group)."""
@@ -221,169 +220,153 @@ class ManagedServer:
     def __exit__(self, *exc):
         self.stop()
 
-# %% ../../nbs/pipeline/01_managed_vllm.ipynb #9ac1d0da
-@patch
-def want(self: ManagedServer, alias: str, path: str | Path, stage: str) -> None:
-    "Serve the adapter folder `path` as `alias`: now when the server runs, else as soon as it starts."
-    self.wanted[alias] = (str(Path(path).resolve()), stage)
-    if self.procs:
-        self._load(alias)
+    def want(self, alias: str, path: str | Path, stage: str) -> None:
+        "Serve the adapter folder `path` as `alias`: now when the server runs, else as soon as it starts."
+        self.wanted[alias] = (str(Path(path).resolve()), stage)
+        if self.procs:
+            self._load(alias)
 
+    def want_trained(self, stage: str, outputs: dict) -> None:
+        "Serve what a training stage wrote (the `path` of its `outputs.json`) under the stage's alias; other stages serve nothing."
+        if stage in STAGE_ALIASES and outputs.get("path"):
+            self.want(STAGE_ALIASES[stage], outputs["path"], stage)
 
-@patch
-def want_trained(self: ManagedServer, stage: str, outputs: dict) -> None:
-    "Serve what a training stage wrote (the `path` of its `outputs.json`) under the stage's alias; other stages serve nothing."
-    if stage in STAGE_ALIASES and outputs.get("path"):
-        self.want(STAGE_ALIASES[stage], outputs["path"], stage)
+    def _load(self, alias: str) -> None:
+        with self._lock:  # not while a replica restarts: it comes back with every adapter loaded so far
+            self._load_now(alias)
 
-
-@patch
-def _load(self: ManagedServer, alias: str) -> None:
-    with self._lock:  # not while a replica restarts: it comes back with every adapter loaded so far
-        self._load_now(alias)
-
-
-@patch
-def _load_now(self: ManagedServer, alias: str) -> None:
-    path, stage = self.wanted[alias]
-    if self.loaded.get(alias) == path:
-        return
-    for url in self.urls:
-        answer = load_lora_adapter(url, alias, path, replace=alias in self.loaded)
-    self.loaded[alias] = path
-    self.record["adapters"].append(
-        {
-            "alias": alias,
-            "path": path,
-            "stage": stage,
-            "loaded": _utc_now(),
-            "answer": " ".join(answer.split())[:200],
-        }
-    )
-    self._write()
-    self.log(f"[serve] loaded {alias} from {stage}: {path}")
-
-# %% ../../nbs/pipeline/01_managed_vllm.ipynb #d9930fa9
-@patch
-def _commands(self: ManagedServer, adapters: dict[str, str] | None = None) -> list[tuple[list[str], dict[str, str]]]:
-    "Each replica's argv and environment; `adapters` (alias -> folder) are served from the start (`--lora-modules`)."
-    scfg = self.scfg.model_copy(update={"lora_modules": [f"{a}={p}" for a, p in (adapters or {}).items()]})
-    one_gpu = self.serve.gpus if self.serve.gpus and len(self.serve.gpus) == 1 else None
-    out = []
-    for i in range(scfg.replicas):
-        cmd, env = vllm_command(scfg, self.device, self.python, i)
-        gpu = {"CUDA_VISIBLE_DEVICES": str(one_gpu[0])} if one_gpu else {}
-        invariant = {"VLLM_BATCH_INVARIANT": "1"} if self.serve.batch_invariant else {}
-        out.append((cmd, {**gpu, **invariant, **env, **self.serve.env}))
-    return out
-
-# %% ../../nbs/pipeline/01_managed_vllm.ipynb #96b569c8
-@patch
-def start(self: ManagedServer) -> None:
-    "Start the server(s) unless running, wait until each answers `/v1/models`, load every adapter asked for so far, then watch them."
-    if self.replicas:
-        if self.failure:  # before the next stage calls it: the one line of why
-            raise ServerFailed(self.failure)
-        return
-    self.device, self.python = serve_device(self.scfg), vllm_python(self.scfg)
-    if self.python is None:
-        raise ConfigError(
-            "serve: vLLM is not installed (make vllm builds .venv-vllm; make setup-gpu on a GPU machine), or set MASCOT_VLLM_PYTHON"
+    def _load_now(self, alias: str) -> None:
+        path, stage = self.wanted[alias]
+        if self.loaded.get(alias) == path:
+            return
+        for url in self.urls:
+            answer = load_lora_adapter(url, alias, path, replace=alias in self.loaded)
+        self.loaded[alias] = path
+        self.record["adapters"].append(
+            {
+                "alias": alias,
+                "path": path,
+                "stage": stage,
+                "loaded": _utc_now(),
+                "answer": " ".join(answer.split())[:200],
+            }
         )
-    self.log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(self.log_path, "ab") as out:
-        for (cmd, env), url in zip(self._commands(), self.urls):
-            self.replicas.append(Replica(cmd, env, url))
-            self.replicas[-1].launch(out)
-            self.record.setdefault("commands", []).append({"argv": cmd, "env": env})
-    self.record.update(pids=[p.pid for p in self.procs], device=self.device, started=_utc_now())
-    self._write()
-    self.log(
-        f"[serve] starting vLLM ({self.device}) for {self.scfg.model}: pid {', '.join(str(p.pid) for p in self.procs)}"
-    )
-    t0 = time.time()
-    for r in self.replicas:
-        ids = wait_ready(r.proc, r.url, self.scfg.ready_timeout, self.log_path)
-        self.log(f"[serve] {r.url} serves {', '.join(ids)} ({time.time() - t0:.0f}s)")
-    self.record["ready"] = _utc_now()
-    self._write()
-    for alias in list(self.wanted):
-        self._load(alias)
-    self._halt.clear()
-    self._watcher = threading.Thread(target=self._watch, name="vllm-watch", daemon=True)
-    self._watcher.start()
-
-# %% ../../nbs/pipeline/01_managed_vllm.ipynb #5d9ca770
-@patch
-def stop(self: ManagedServer) -> None:
-    "Stop watching, then SIGTERM each server's process group, SIGKILL after the grace period; records the exit statuses."
-    self._halt.set()
-    for proc in self.procs:
-        stop_group(proc, self.serve.stop_grace)
-    if self._watcher is not None:
-        self._watcher.join(60)  # a restart under way sees its server gone and gives up
-        for proc in self.procs:  # one it launched meanwhile
-            stop_group(proc, self.serve.stop_grace)
-        self._watcher = None
-    if self.replicas:
-        self.record.update(stopped=_utc_now(), returncodes=[p.returncode for p in self.procs])
         self._write()
-        self.log(f"[serve] stopped pid {', '.join(str(p.pid) for p in self.procs)}")
-    self.replicas = []
+        self.log(f"[serve] loaded {alias} from {stage}: {path}")
 
-# %% ../../nbs/pipeline/01_managed_vllm.ipynb #21616645
-@patch
-def _watch(self: ManagedServer) -> None:
-    """Every `serve.health_interval` seconds: a replica that exited or left `/v1/models` unanswered for `serve.hang_timeout` is restarted;
-    past `serve.max_restarts` the run's main thread is interrupted and `failure` says why in one line."""
-    while not self._halt.wait(self.serve.health_interval):
-        for i, r in enumerate(self.replicas):
-            why = r.trouble(self.serve.hang_timeout)
-            if why is None or self._halt.is_set():
-                continue
-            try:
-                self._restart(i, why)
-            except ServerFailed as e:
-                if self._halt.is_set():
-                    return  # stopped meanwhile: nothing failed
-                self.failure = " ".join(str(e).split())
-                self.record["failed"] = self.failure
-                self._write()
-                self.log(f"[serve] {self.failure}")
-                self.on_failure()  # the stage stops; run_pipeline says why
-                return
+    def _commands(self, adapters: dict[str, str] | None = None) -> list[tuple[list[str], dict[str, str]]]:
+        "Each replica's argv and environment; `adapters` (alias -> folder) are served from the start (`--lora-modules`)."
+        scfg = self.scfg.model_copy(update={"lora_modules": [f"{a}={p}" for a, p in (adapters or {}).items()]})
+        one_gpu = self.serve.gpus if self.serve.gpus and len(self.serve.gpus) == 1 else None
+        out = []
+        for i in range(scfg.replicas):
+            cmd, env = vllm_command(scfg, self.device, self.python, i)
+            gpu = {"CUDA_VISIBLE_DEVICES": str(one_gpu[0])} if one_gpu else {}
+            invariant = {"VLLM_BATCH_INVARIANT": "1"} if self.serve.batch_invariant else {}
+            out.append((cmd, {**gpu, **invariant, **env, **self.serve.env}))
+        return out
 
-
-@patch
-def _restart(self: ManagedServer, i: int, why: str) -> None:
-    "Restart replica `i` after its backoff, serving every adapter loaded so far from the start; count it in the run and the current stage."
-    r, old = self.replicas[i], self.replicas[i].proc.pid
-    if r.restarts >= self.serve.max_restarts:
-        raise ServerFailed(
-            f"the vLLM server at {r.url} (pid {old}) {why} during the run, after {r.restarts} restart(s) (serve.max_restarts "
-            f"{self.serve.max_restarts}); last lines of {self.log_path}: {log_tail(self.log_path)}"
-        )
-    wait = r.backoff(self.serve)
-    self.log(f"[serve] {r.url} (pid {old}) {why}: restart {r.restarts + 1} of {self.serve.max_restarts} in {wait:g}s")
-    stop_group(r.proc, 5.0)
-    if self._halt.wait(wait):
-        return
-    with self._lock:  # no adapter load meanwhile: the restarted server gets every one loaded so far
-        adapters = dict(self.loaded)
-        r.cmd, r.env = self._commands(adapters)[i]
-        r.restarts += 1
+    def start(self) -> None:
+        "Start the server(s) unless running, wait until each answers `/v1/models`, load every adapter asked for so far, then watch them."
+        if self.replicas:
+            if self.failure:  # before the next stage calls it: the one line of why
+                raise ServerFailed(self.failure)
+            return
+        self.device, self.python = serve_device(self.scfg), vllm_python(self.scfg)
+        if self.python is None:
+            raise ConfigError(
+                "serve: vLLM is not installed (make vllm builds .venv-vllm; make setup-gpu on a GPU machine), or set MASCOT_VLLM_PYTHON"
+            )
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as out:
-            r.launch(out)
-        ids = wait_ready(r.proc, r.url, self.scfg.ready_timeout, self.log_path)
-        self.num_restarts += 1
-        self.record["restarts"].append(
-            {"url": r.url, "pid": old, "why": why, "new_pid": r.proc.pid, "adapters": adapters, "ready": _utc_now()}
-        )
-        self.record["pids"] = [p.pid for p in self.procs]
+            for (cmd, env), url in zip(self._commands(), self.urls):
+                self.replicas.append(Replica(cmd, env, url))
+                self.replicas[-1].launch(out)
+                self.record.setdefault("commands", []).append({"argv": cmd, "env": env})
+        self.record.update(pids=[p.pid for p in self.procs], device=self.device, started=_utc_now())
         self._write()
-    if self.current_run is not None:
-        self.current_run.extra["server_restarts"] = self.current_run.extra.get("server_restarts", 0) + 1
-    self.log(f"[serve] {r.url} serves {', '.join(ids)} again (pid {r.proc.pid}, restart {r.restarts})")
+        self.log(
+            f"[serve] starting vLLM ({self.device}) for {self.scfg.model}: pid {', '.join(str(p.pid) for p in self.procs)}"
+        )
+        t0 = time.time()
+        for r in self.replicas:
+            ids = wait_ready(r.proc, r.url, self.scfg.ready_timeout, self.log_path)
+            self.log(f"[serve] {r.url} serves {', '.join(ids)} ({time.time() - t0:.0f}s)")
+        self.record["ready"] = _utc_now()
+        self._write()
+        for alias in list(self.wanted):
+            self._load(alias)
+        self._halt.clear()
+        self._watcher = threading.Thread(target=self._watch, name="vllm-watch", daemon=True)
+        self._watcher.start()
+
+    def stop(self) -> None:
+        "Stop watching, then SIGTERM each server's process group, SIGKILL after the grace period; records the exit statuses."
+        self._halt.set()
+        for proc in self.procs:
+            stop_group(proc, self.serve.stop_grace)
+        if self._watcher is not None:
+            self._watcher.join(60)  # a restart under way sees its server gone and gives up
+            for proc in self.procs:  # one it launched meanwhile
+                stop_group(proc, self.serve.stop_grace)
+            self._watcher = None
+        if self.replicas:
+            self.record.update(stopped=_utc_now(), returncodes=[p.returncode for p in self.procs])
+            self._write()
+            self.log(f"[serve] stopped pid {', '.join(str(p.pid) for p in self.procs)}")
+        self.replicas = []
+
+    def _watch(self) -> None:
+        """Every `serve.health_interval` seconds: a replica that exited or left `/v1/models` unanswered for `serve.hang_timeout` is restarted;
+        past `serve.max_restarts` the run's main thread is interrupted and `failure` says why in one line."""
+        while not self._halt.wait(self.serve.health_interval):
+            for i, r in enumerate(self.replicas):
+                why = r.trouble(self.serve.hang_timeout)
+                if why is None or self._halt.is_set():
+                    continue
+                try:
+                    self._restart(i, why)
+                except ServerFailed as e:
+                    if self._halt.is_set():
+                        return  # stopped meanwhile: nothing failed
+                    self.failure = " ".join(str(e).split())
+                    self.record["failed"] = self.failure
+                    self._write()
+                    self.log(f"[serve] {self.failure}")
+                    self.on_failure()  # the stage stops; run_pipeline says why
+                    return
+
+    def _restart(self, i: int, why: str) -> None:
+        "Restart replica `i` after its backoff, serving every adapter loaded so far from the start; count it in the run and the current stage."
+        r, old = self.replicas[i], self.replicas[i].proc.pid
+        if r.restarts >= self.serve.max_restarts:
+            raise ServerFailed(
+                f"the vLLM server at {r.url} (pid {old}) {why} during the run, after {r.restarts} restart(s) (serve.max_restarts "
+                f"{self.serve.max_restarts}); last lines of {self.log_path}: {log_tail(self.log_path)}"
+            )
+        wait = r.backoff(self.serve)
+        self.log(
+            f"[serve] {r.url} (pid {old}) {why}: restart {r.restarts + 1} of {self.serve.max_restarts} in {wait:g}s"
+        )
+        stop_group(r.proc, 5.0)
+        if self._halt.wait(wait):
+            return
+        with self._lock:  # no adapter load meanwhile: the restarted server gets every one loaded so far
+            adapters = dict(self.loaded)
+            r.cmd, r.env = self._commands(adapters)[i]
+            r.restarts += 1
+            with open(self.log_path, "ab") as out:
+                r.launch(out)
+            ids = wait_ready(r.proc, r.url, self.scfg.ready_timeout, self.log_path)
+            self.num_restarts += 1
+            self.record["restarts"].append(
+                {"url": r.url, "pid": old, "why": why, "new_pid": r.proc.pid, "adapters": adapters, "ready": _utc_now()}
+            )
+            self.record["pids"] = [p.pid for p in self.procs]
+            self._write()
+        if self.current_run is not None:
+            self.current_run.extra["server_restarts"] = self.current_run.extra.get("server_restarts", 0) + 1
+        self.log(f"[serve] {r.url} serves {', '.join(ids)} again (pid {r.proc.pid}, restart {r.restarts})")
 
 # %% ../../nbs/pipeline/01_managed_vllm.ipynb #1d8d43d1
 def model_billions(name: str | None) -> float | None:
