@@ -12,6 +12,8 @@ retry of the same request can succeed and a run is reproducible whatever the ord
 - `reply_directive`: the director answers as a persona would, `The Beacon: "..."` (no directive: a parse failure, not an error)
 - `outage=(after_n, seconds)`: after `after_n` chat requests, every connection is dropped for `seconds`.
 
+A request with `"stream": true` is answered as server-sent events, a word per chunk (`stream_s` seconds apart), then `data: [DONE]`.
+
 Modes: `think=True` wraps every answer in `<think>…</think>` (a reasoning model whose thinking was not turned off); `refuse=401` (or 403)
 answers that status to `/models` and chat requests (`refuse_on`), with a body that echoes the key it was sent (a hostile server).
 Every server records what it was sent: `srv.requests` (each chat request body without its messages) and `srv.auth` (a Counter of the
@@ -114,6 +116,7 @@ class FakeOpenAIServer:
         refuse_on: tuple[str, ...] = ("models", "chat"),
         judge_favour: dict[str, int] | None = None,
         fault_if: str | None = None,
+        stream_s: float = 0.0,
     ):
         bad = [f for f in (faults or {}) if f not in FAULTS]
         if bad:
@@ -125,6 +128,7 @@ class FakeOpenAIServer:
             {"id": model}
         ]  # the /v1/models entries (vLLM lists a LoRA adapter with "parent": its base)
         self.slow_s, self.drip_s, self.outage, self.max_requests = slow_s, drip_s, outage, max_requests
+        self.stream_s = stream_s  # a streamed reply (`stream: true`) sends a word per chunk, this many seconds apart
         self.judge_favour = dict(judge_favour or {})
         self.stats: Counter = Counter()
         self.num_chat = 0
@@ -196,6 +200,26 @@ class FakeOpenAIServer:
                     self.wfile.write(payload[i : i + 1])
                     self.wfile.flush()
                     time.sleep(drip)
+
+            def _stream(self, text: str, count: int):
+                "The reply as server-sent events, a word per chunk, as vLLM streams one."
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Connection", "close")
+                self.end_headers()
+                self.close_connection = True
+                words = re.findall(r"\S+\s*", text) or [""]
+                try:
+                    for i, w in enumerate(words):
+                        end = "stop" if i == len(words) - 1 else None
+                        choice = {"index": 0, "delta": {"content": w}, "finish_reason": end}
+                        chunk = {"id": f"chatcmpl-{count}", "object": "chat.completion.chunk", "model": srv.model}
+                        self.wfile.write(f"data: {json.dumps({**chunk, 'choices': [choice]})}\n\n".encode())
+                        self.wfile.flush()
+                        time.sleep(srv.stream_s)
+                    self.wfile.write(b"data: [DONE]\n\n")
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up
 
             def do_GET(self):
                 if srv.refused(self, "models"):
@@ -271,6 +295,8 @@ class FakeOpenAIServer:
                         f"<think>The {role} should weigh this carefully ({k}).</think>\n\n{t}"
                         for k, t in enumerate(texts)
                     ]
+                if req.get("stream") and len(texts) == 1 and fault != "no_choices":
+                    return self._stream(texts[0], count)
                 choices = (
                     []
                     if fault == "no_choices"

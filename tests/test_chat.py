@@ -403,3 +403,85 @@ def test_web_chat_reads_during_a_round_and_stops_within_seconds(tmp_path):
     (path,) = out.glob("*.jsonl")
     (rec,) = read_jsonl(path)
     assert [t["response"] for t in rec["turns"]][0] == "Where do I even start?" and len(rec["turns"]) == 2
+
+
+@pytest.mark.served
+def test_web_chat_streams_the_reply(tmp_path):
+    "`POST /api/message/stream`: the director's choice, then the reply in several pieces well before the round ends, then `done`."
+    from fake_openai_server import FakeOpenAIServer
+
+    with FakeOpenAIServer(stream_s=0.08) as srv:
+        proc, url, out = served_chat(tmp_path, srv)
+        events = []
+        try:
+            req = urllib.request.Request(
+                url + "api/message/stream",
+                data=json.dumps({"text": "Where do I even start?"}).encode(),
+                headers={"Content-Type": "application/json"},
+                method="POST",
+            )
+            with urllib.request.urlopen(req, timeout=30) as r:
+                assert r.headers["Content-Type"].startswith("text/event-stream")
+                for raw in r:  # one line at a time, as the server sends them
+                    line = raw.decode().rstrip("\n")
+                    if line.startswith("event: "):
+                        kind = line[len("event: ") :]
+                    elif line.startswith("data: "):
+                        events.append((kind, json.loads(line[len("data: ") :]), time.monotonic()))
+        finally:
+            stop_server(proc)
+    kinds = [k for k, _, _ in events]
+    first = kinds.index("text")
+    assert kinds[-1] == "done" and kinds.index("director") < first and kinds.count("text") > 5, kinds
+    assert events[-1][2] - events[first][2] > 0.5  # the first words came well before the round ended
+    (turn,) = [d for k, d, _ in events if k == "turn"]
+    assert "".join(d["text"] for k, d, _ in events if k == "text") == turn["text"] and turn["text"].startswith(
+        "That sounds"
+    )
+    assert events[-1][1]["turns"][-1]["text"] == turn["text"]
+    (path,) = out.glob("*.jsonl")
+    assert [t["response"] for t in next(read_jsonl(path))["turns"]] == ["Where do I even start?", turn["text"]]
+
+
+@pytest.mark.served
+@pytest.mark.browser
+def test_web_page_shows_the_reply_as_it_is_written(tmp_path):
+    "The page shows the speaker and the first words of the reply while it streams, then the turn as saved."
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+    from fake_openai_server import FakeOpenAIServer
+    from browser import console_errors
+
+    with FakeOpenAIServer(stream_s=0.15) as srv:
+        proc, url, out = served_chat(tmp_path, srv, "--show-directives")
+        driver = None
+        try:
+            driver = chrome(tmp_path, (1200, 900))
+            driver.get(url)
+            wait = WebDriverWait(driver, 30, poll_frequency=0.05)
+            wait.until(lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-ready") == "1")
+            driver.find_element(By.ID, "msg").send_keys("Where do I even start?")
+            driver.find_element(By.ID, "send").click()
+            partial = wait.until(
+                lambda d: [e.text for e in d.find_elements(By.CSS_SELECTOR, ".turn.pending .text") if e.text.strip()]
+            )[0]
+            wait.until(lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-rounds") == "1")
+            turns = driver.find_elements(By.CSS_SELECTOR, ".turn")
+            mine, reply = turns[-2], turns[-1]
+            shown = reply.find_element(By.CSS_SELECTOR, ".text").text
+            name = reply.find_element(By.CSS_SELECTOR, ".name").text
+            directive = reply.find_element(By.CSS_SELECTOR, ".directive").text
+            assert (
+                len(turns) == 2
+                and "user" in mine.get_attribute("class")
+                and not driver.find_elements(By.CSS_SELECTOR, ".pending")
+            )
+            assert not [e for e in console_errors(driver) if "favicon.ico" not in e]
+        finally:
+            if driver:
+                driver.quit()
+            stop_server(proc)
+    (rec,) = read_jsonl(next(out.glob("*.jsonl")))
+    saved = rec["turns"][-1]
+    assert shown == saved["response"] and name == saved["agent_name"] and directive.startswith(f"director → {name}: ")
+    assert shown.startswith(partial) and len(partial) < len(shown)  # words were on screen before the reply was whole

@@ -14,7 +14,7 @@ from .embedded_backend import *
 from .routing import *
 from .adapters import *
 import dataclasses
-import asyncio, json
+import asyncio, contextlib, json
 from pathlib import Path
 from fastcore.basics import patch
 
@@ -204,8 +204,10 @@ def _checked_constraint(self: LLMClient, req: ChatRequest, resp: ChatResponse) -
 
 # %% ../../nbs/llm/06_client.ipynb #3f95f481
 @patch
-async def _chat_once(self: LLMClient, role: str, req: ChatRequest) -> ChatResponse:
-    resp = self._without_reasoning(await self.backend(role).chat(req))
+async def _chat_once(self: LLMClient, role: str, req: ChatRequest, on_text=None) -> ChatResponse:
+    backend = self.backend(role)
+    streamed = on_text is not None and req.n == 1 and not req.logprobs and hasattr(backend, "chat_stream")
+    resp = self._without_reasoning(await (backend.chat_stream(req, on_text) if streamed else backend.chat(req)))
     if self.run:
         self.run.add_usage(role, resp.prompt_tokens, resp.completion_tokens, resp.latency_s)
     if self.trace_path:
@@ -252,7 +254,10 @@ def _fill_empty(resp: ChatResponse, empty: list[int], again: ChatResponse) -> Ch
 
 # %% ../../nbs/llm/06_client.ipynb #2bf17cf8
 @patch
-async def chat(self: LLMClient, role: str, messages: list[dict], **params) -> ChatResponse:
+async def chat(self: LLMClient, role: str, messages: list[dict], on_text=None, **params) -> ChatResponse:
+    """`role`'s reply to `messages` (`params`: `ChatRequest`'s fields). `on_text` (or the role's listener, `streaming`) gets each piece
+    of the reply as the backend writes it, where the backend streams and the request asks for one sample without logprobs."""
+    on_text = on_text or getattr(self, "_listeners", {}).get(role)
     if role not in self.routes:
         raise ValueError(f"unknown role {role!r}; roles are {ROLES}")
     route = self.routes[role]
@@ -260,12 +265,33 @@ async def chat(self: LLMClient, role: str, messages: list[dict], **params) -> Ch
     if not getattr(self.cfg, "constrained_decoding", True):
         params.pop("constraint", None)  # --no-constrained-decoding: free text, as the reference asks it
     req = ChatRequest(messages, model=self._checked.get(role, route.model), **params)
-    resp = await self._chat_once(role, req)
+    resp = await self._chat_once(role, req, on_text)
     empty = [i for i, t in enumerate(resp.texts) if not t.strip()]
     if empty:  # an empty reply is asked for once more (another seed); one still empty is the caller's to count
         again = await self._chat_once(
             role,
             ChatRequest(**{**req.__dict__, "n": len(empty), "seed": None if req.seed is None else req.seed + 7919}),
+            on_text,
         )
         resp = _fill_empty(resp, empty, again)
     return self._checked_constraint(req, resp)
+
+# %% ../../nbs/llm/06_client.ipynb #cab7a5ee
+@contextlib.contextmanager
+def _listening(client: LLMClient, role: str, on_text):
+    listeners = client.__dict__.setdefault("_listeners", {})
+    before, listeners[role] = listeners.get(role), on_text
+    try:
+        yield client
+    finally:
+        if before is None:
+            listeners.pop(role, None)
+        else:
+            listeners[role] = before
+
+
+@patch
+def streaming(self: LLMClient, role: str, on_text):
+    """Within `with client.streaming(role, on_text):`, every `chat` of `role` streams its reply to `on_text`, as `chat(..., on_text=)`
+    does: for a caller that does not make the calls itself (an episode runner's speaker)."""
+    return _listening(self, role, on_text)

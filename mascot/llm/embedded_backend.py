@@ -173,6 +173,46 @@ class EmbeddedBackend(ChatBackend):
         self.batches: list[int] = []  # sizes of the batches run, for benchmarks and tests
         self.stats = {k: 0.0 if k.endswith("_s") else 0 for k in EMBEDDED_STAT_KEYS}
 
+# %% ../../nbs/llm/03_embedded_backend.ipynb #4fc7fd56
+class _RowStreamer:
+    """A `generate` streamer for the rows that stream: each one's new tokens decoded as they come, each new piece of text to its sink
+    (`rows`: row -> (sink, the request's max_tokens)); a row ends at its end-of-sequence token. It only reads what `generate` chose."""
+
+    def __init__(self, tok, rows: dict):
+        self.tok, self.rows, self.prompt_seen = tok, rows, False
+        self.ids, self.sent, self.done = {r: [] for r in rows}, {r: "" for r in rows}, set()
+
+    def put(self, value):
+        if not self.prompt_seen:  # `generate` hands over the prompt first
+            self.prompt_seen = True
+            return
+        step = value.reshape(-1).tolist()
+        for r, (sink, limit) in self.rows.items():
+            if r in self.done or step[r] in (self.tok.eos_token_id, self.tok.pad_token_id) or len(self.ids[r]) >= limit:
+                self.done.add(r)
+                continue
+            self.ids[r].append(step[r])
+            text = self.tok.decode(self.ids[r], skip_special_tokens=True)
+            if text.endswith("\ufffd") or not text.startswith(self.sent[r]):
+                continue  # a character split across tokens: its piece goes out with the token that completes it
+            if len(text) > len(self.sent[r]):
+                sink(text[len(self.sent[r]) :])
+                self.sent[r] = text
+
+    def end(self):
+        pass
+
+
+@patch
+def _streamer(self: EmbeddedBackend, reqs: list[ChatRequest]) -> _RowStreamer | None:
+    "The streamer of a batch whose requests asked to stream (`chat_stream`): each one's first row; None when none did."
+    sinks, rows, row = getattr(self, "_streams", {}), {}, 0
+    for r in reqs:
+        if id(r) in sinks:
+            rows[row] = (sinks[id(r)], r.max_tokens)
+        row += r.n
+    return _RowStreamer(self.tokenizer, rows) if rows else None
+
 # %% ../../nbs/llm/03_embedded_backend.ipynb #b15db0b2
 @patch
 def _generate(self: EmbeddedBackend, reqs: list[ChatRequest], adapters: list[str | None]) -> list[ChatResponse]:
@@ -190,6 +230,7 @@ def _generate(self: EmbeddedBackend, reqs: list[ChatRequest], adapters: list[str
     prof: dict = {}
     processors = _logits_processors(reqs, prof, b["grammars"])
     gen = _generation_config(tok, max_new, r0.logprobs)
+    streamer = self._streamer(reqs)  # rows that stream get their text as it is decoded
     t0 = time.perf_counter()
     with self._load_lock, torch.inference_mode():
         with contextlib.nullcontext() if lora_rows else self._adapter_context(adapters[0]):
@@ -206,6 +247,7 @@ def _generate(self: EmbeddedBackend, reqs: list[ChatRequest], adapters: list[str
                 logits_processor=LogitsProcessorList(processors),
                 **{name: cache},
                 **lora_rows,
+                **({"streamer": streamer} if streamer else {}),
             )
     t1 = time.perf_counter()
     self.batches.append(len(b["prompt_ids"]))
@@ -642,6 +684,24 @@ async def chat(self: EmbeddedBackend, req: ChatRequest) -> ChatResponse:
             self._loading = loop.create_task(asyncio.to_thread(self.load))
         await asyncio.shield(self._loading)
     return await self.scheduler.submit(req, None if model == self.model_id else model)
+
+# %% ../../nbs/llm/03_embedded_backend.ipynb #ecce1833
+@patch
+async def chat_stream(self: EmbeddedBackend, req: ChatRequest, on_text) -> ChatResponse:
+    """`chat`, handing `on_text` (on this event loop) each piece of the reply's first sample as the model writes it. The request is
+    batched as any other, and its tokens are those `chat` gives it: the streamer only reads them."""
+    loop = asyncio.get_running_loop()
+
+    def sink(piece: str):
+        with contextlib.suppress(RuntimeError):  # the loop is gone: nobody is listening
+            loop.call_soon_threadsafe(on_text, piece)
+
+    streams = self.__dict__.setdefault("_streams", {})
+    streams[id(req)] = sink
+    try:
+        return await self.chat(req)
+    finally:
+        streams.pop(id(req), None)
 
 # %% ../../nbs/llm/03_embedded_backend.ipynb #bbaffe03
 def make_random_lora(base: str, out: str | Path, r: int = 8, seed: int = 0, scale: float = 0.5) -> Path:

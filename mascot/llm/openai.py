@@ -461,6 +461,73 @@ async def chat(self: OpenAIBackend, req: ChatRequest) -> ChatResponse:
         constrained=constrained,
     )
 
+# %% ../../nbs/llm/01_openai.ipynb #7c5bdda9
+def _stream_event(line: bytes) -> dict | None:
+    "One line of a streamed chat completion (server-sent events): its chunk, or None (a comment, a blank line, `[DONE]`)."
+    line = line.strip()
+    if not line.startswith(b"data:") or line[5:].strip() == b"[DONE]":
+        return None
+    d = json.loads(line[5:])
+    if not isinstance(d, dict) or "error" in d:
+        raise MalformedResponse(f"a streamed chunk that is no completion ({str(d)[:80]!r})")
+    return d
+
+
+@patch
+async def _stream_once(self: OpenAIBackend, body: bytes, on_text) -> dict:
+    "One streamed request: each piece of content to `on_text` as it comes; the reply assembled as a non-streamed one is."
+    session = await _http(self)
+    text, reason, usage, model = [], None, None, None
+    async with session.post(self.base_url + "/chat/completions", data=body) as r:
+        if not 200 <= r.status < 300:
+            raise HTTPStatus(r.status, _error_message(await r.read()))
+        if r.content_type != "text/event-stream":  # a server that answers whole
+            d = _completion(json.loads(await r.read()))
+            on_text(d["choices"][0]["message"].get("content") or "")
+            return d
+        async for line in r.content:
+            d = _stream_event(line)
+            if d is None:
+                continue
+            usage, model = d.get("usage") or usage, d.get("model") or model
+            for c in d.get("choices") or []:
+                piece = (c.get("delta") or {}).get("content")
+                if piece:
+                    text.append(piece)
+                    on_text(piece)
+                reason = c.get("finish_reason") or reason
+    message = {"role": "assistant", "content": "".join(text)}
+    return {"model": model, "choices": [{"message": message, "finish_reason": reason}], "usage": usage}
+
+# %% ../../nbs/llm/01_openai.ipynb #bccb5e18
+@patch
+async def chat_stream(self: OpenAIBackend, req: ChatRequest, on_text) -> ChatResponse:
+    """`chat` with the reply streamed (`stream: true`): `on_text` gets each piece as the server writes it. One sample, no logprobs;
+    a server that refuses to stream, or a stream cut short, is asked again as `chat` does (its retries, its fallbacks)."""
+    import aiohttp
+
+    t0 = time.perf_counter()
+    model = await self.check_model(req.model)
+    constrained = self.constraint_fields(req.constraint)
+    body = json.loads(self._body(req, model, 1, constrained))
+    try:
+        async with self.sem:
+            r = await self._stream_once(json.dumps({**body, "stream": True}).encode(), on_text)
+    except (LLMError, aiohttp.ClientError, asyncio.TimeoutError, ValueError, KeyError, TypeError):
+        return await self.chat(req)
+    c, usage = r["choices"][0], r.get("usage") if isinstance(r.get("usage"), dict) else {}
+    tokens = lambda k: usage.get(k, 0) if isinstance(usage.get(k, 0), int) else 0
+    return ChatResponse(
+        texts=[c["message"].get("content") or ""],
+        finish_reasons=[c.get("finish_reason") or "stop"],
+        prompt_tokens=tokens("prompt_tokens"),
+        completion_tokens=tokens("completion_tokens"),
+        model=r.get("model") or model,
+        backend=f"openai:{self.name}",
+        latency_s=time.perf_counter() - t0,
+        constrained=bool(constrained),
+    )
+
 # %% ../../nbs/llm/01_openai.ipynb #ebdcaf0e
 def _identity(model: str, base: str | None = None, adapter_path: str | None = None) -> dict:
     "The identity of one served id: base model, adapter alias (None: the base itself) and the adapter's folder."
@@ -517,6 +584,17 @@ class BalancedBackend(ChatBackend):
 @patch
 async def chat(self: BalancedBackend, req: ChatRequest) -> ChatResponse:
     "`req` on a reachable replica; one that cannot be reached leaves the rotation and the request goes to another."
+    return await self._balanced(lambda b: b.chat(req))
+
+
+@patch
+async def chat_stream(self: BalancedBackend, req: ChatRequest, on_text) -> ChatResponse:
+    "`chat`, streamed from the replica that takes it (one that fails over streams again from the start)."
+    return await self._balanced(lambda b: b.chat_stream(req, on_text))
+
+
+@patch
+async def _balanced(self: BalancedBackend, call) -> ChatResponse:
     import random
 
     tries, down_since = 0, None
@@ -524,7 +602,7 @@ async def chat(self: BalancedBackend, req: ChatRequest) -> ChatResponse:
         i = self._pick()
         self.inflight[i] += 1
         try:
-            return await self.backends[i].chat(req)
+            return await call(self.backends[i])
         except ServerDown as e:
             self.down_until[i] = time.monotonic() + self.revive_s
             self.num_failovers += 1
@@ -537,7 +615,7 @@ async def chat(self: BalancedBackend, req: ChatRequest) -> ChatResponse:
             self.inflight[i] -= 1
         await asyncio.sleep(min(0.5 * 2 ** (tries - 1), 8.0) * random.uniform(0.75, 1.25))
 
-
+# %% ../../nbs/llm/01_openai.ipynb #61ea3e35
 @patch
 async def served_models(self: BalancedBackend) -> list[str]:
     lists = [await b.served_models() for b in self.backends]

@@ -19,11 +19,12 @@ from mascot.domain.episodes import (
     new_state,
     episode_record,
     MULTI_AGENT,
+    clean_reply,
 )
 from ..domain.systems import get_system
 from .web_guard import guard_web_app
 from .chat_config import *
-import asyncio, contextlib, datetime, json, logging, os, sys, threading, uuid
+import asyncio, contextlib, datetime, json, logging, os, re, sys, threading, uuid
 from fastcore.basics import patch
 from pathlib import Path
 from pydantic import BaseModel, Field
@@ -65,6 +66,10 @@ class ChatSession:
         self.progress = ""  # what the group is doing now, for the web page's status line
         self.on_progress = None  # called with each progress line (the terminal prints them)
         self.on_turn = None  # called with each new turn as soon as it is there
+        self.on_directive = (
+            None  # called with the director's choice (directive, whether it parsed) as soon as it is made
+        )
+        self.on_text = None  # called with (speaker, piece) as the reply is written, where the model streams
         self._view, self._view_lock = None, threading.Lock()  # the conversation as readers get it, and its lock
 
     @property
@@ -137,6 +142,28 @@ def view(self: ChatSession) -> dict:
         v = self._view
     return v if v is not None else session_view(self)
 
+# %% ../../nbs/studies/01_chat.ipynb #1938f5ee
+_MAYBE_NAME = re.compile(
+    r"\s*(\*\*)?([^\W\d_][\w .'-]{0,40})?(\*\*)?"
+)  # the start of a reply that may still become "Name:"
+
+
+class _ShownReply:
+    """A reply as it is written, as the person will see it: `clean_reply` of the text so far (no leading "Name:"), each new piece handed
+    to `emit` once it is sure to stay (a start that may still be a speaker's name waits for the character that decides)."""
+
+    def __init__(self, roster: Roster, emit):
+        self.roster, self.emit, self.raw, self.shown = roster, emit, "", ""
+
+    def __call__(self, piece: str):
+        self.raw += piece
+        if _MAYBE_NAME.fullmatch(self.raw):
+            return
+        text = clean_reply(self.raw, self.roster)
+        if text.startswith(self.shown) and len(text) > len(self.shown):
+            self.emit(text[len(self.shown) :])
+            self.shown = text
+
 # %% ../../nbs/studies/01_chat.ipynb #efd0ee88
 @patch
 def _say(self: ChatSession, line: str):
@@ -152,7 +179,8 @@ async def _step(self: ChatSession):
     n = len(st.turns)
     if not r.system.multi_agent:
         self._say(f"{baseline_name(self.roster)} is replying…")
-        await r.step(st)
+        with self._streaming(baseline_name(self.roster)):
+            await r.step(st)
         return self._new_turns(n)
     if r.system.directed:
         self._say("the director is choosing who speaks…")
@@ -160,9 +188,20 @@ async def _step(self: ChatSession):
     detail = f" ({d.action}, {d.tone})" if self.cfg.show_directives else ""
     mark = " [FALLBACK: the director's output did not parse; a random speaker]" if parsed is False else ""
     self._say(f"director → {d.agent_name}{detail}{mark}" if r.system.directed else f"next: {d.agent_name}")
+    if self.on_directive:
+        self.on_directive(d, parsed)
     self._say(f"{d.agent_name} is replying…")
-    await r.step(st, d, raw, parsed, constrained)
+    with self._streaming(d.agent_name):
+        await r.step(st, d, raw, parsed, constrained)
     self._new_turns(n)
+
+
+@patch
+def _streaming(self: ChatSession, name: str):
+    "While `name` replies, each piece of the reply as it will be shown goes to `on_text` as the model writes it."
+    if self.on_text is None:
+        return contextlib.nullcontext()
+    return self.client.streaming("speaker", _ShownReply(self.roster, lambda piece: self.on_text(name, piece)))
 
 
 @patch
@@ -319,6 +358,39 @@ def chat_header(session: ChatSession) -> list[str]:
         lines.append(f"single agent: {baseline_name(roster)} (system {session.cfg.system})")
     return lines
 
+# %% ../../nbs/studies/01_chat.ipynb #8a25b784
+class _TerminalView:
+    "What the terminal shows of a round: progress lines, each reply as its words come (where the model streams), each finished turn."
+
+    def __init__(self, session: ChatSession, out):
+        self.roster, self.out, self.line, self.mark = session.roster, out, None, ""
+        session.on_progress = lambda s: self.say("  " + s)
+        session.on_directive = lambda d, parsed: setattr(self, "mark", " " + FALLBACK_MARK if parsed is False else "")
+        session.on_text, session.on_turn = self.text, self.turn
+
+    def write(self, s: str):
+        print(s, end="", file=self.out, flush=True)
+
+    def say(self, s: str):
+        if self.line is not None:  # a reply cut short: its line ends first
+            self.write("\n")
+            self.line = None
+        self.write(s + "\n")
+
+    def text(self, name: str, piece: str):
+        if self.line is None:
+            self.line = ""
+            self.write(f"{describe_speaker(self.roster, name)}{self.mark}: ")
+        self.line += piece
+        self.write(piece)
+
+    def turn(self, t: Turn):
+        shown, self.line, self.mark = self.line, None, ""
+        if shown is not None:
+            self.write("\n")
+        if shown != t.response:  # not streamed, or kept otherwise than written: the turn as it stays
+            self.write(format_turn(self.roster, t) + "\n")
+
 # %% ../../nbs/studies/01_chat.ipynb #2a7ade84
 async def chat_terminal(session: ChatSession, stdin=None, out=None) -> Path:
     "The terminal loop; returns the saved conversation's path."
@@ -331,8 +403,7 @@ async def chat_terminal(session: ChatSession, stdin=None, out=None) -> Path:
     roster = session.roster
     for line in chat_header(session) + [HELP]:
         say(line)
-    session.on_progress = lambda s: say("  " + s)  # who the director picked, then who is replying, before each reply
-    session.on_turn = lambda t: say(format_turn(roster, t))  # each reply as soon as it is there
+    _TerminalView(session, out)  # who the director picked and who is replying, then each reply as it is written
     show_directives = lambda: session.cfg.show_directives
     try:
         for t in session.turns:
@@ -397,7 +468,7 @@ function addTurn(t){
   if(t.directive){d.appendChild(el("div","directive","director → "+t.directive.agent_name+": "+t.directive.action+" ("+t.directive.tone+")"))}
   const h=el("div"); h.appendChild(el("span","name",t.user?"you":t.name)); if(t.role&&!t.user) h.appendChild(el("span","persona",t.role));
   if(t.fallback) h.appendChild(el("span","badge","random speaker: the director's output did not parse"));
-  d.appendChild(h); d.appendChild(el("div","text",t.text)); $("log").appendChild(d); d.scrollIntoView();
+  d.appendChild(h); d.appendChild(el("div","text",t.text)); $("log").appendChild(d); d.scrollIntoView(); return d
 }
 function watch(on){ // while the group works, the status line says what it is doing (the director's pick, who is replying)
   clearInterval(poll); poll=null; if(!on) return;
@@ -405,7 +476,7 @@ function watch(on){ // while the group works, the status line says what it is do
 }
 function ready(on){$("msg").disabled=!on; $("send").disabled=!on; watch(!on); $("status").textContent=on?"":"the group is replying…"; if(on) $("msg").focus()}
 $("show-directives").onchange=e=>document.body.classList.toggle("show-directives", e.target.checked);
-let headed=false;
+let headed=false, roster=[];
 async function load(){ // the conversation as it stands; while the group is busy (another tab's message), again until it is done
   watch(true); const r=await fetch("/api/state"); const s=await r.json(); watch(false);
   if(!r.ok){$("status").textContent="error: "+s.detail; return}
@@ -417,20 +488,48 @@ async function load(){ // the conversation as it stands; while the group is busy
 function head(s){
   $("meta").textContent="system "+s.system+" · "+s.dataset+" context "+s.context_id;
   $("models").textContent=s.note+"\\n"+Object.entries(s.models).map(([r,m])=>r+": "+m).join("\\n");
-  $("situation").textContent=s.situation+(s.query?" — query: "+s.query:"");
+  roster=s.roster; $("situation").textContent=s.situation+(s.query?" — query: "+s.query:"");
   for(const p of s.roster){const x=el("span"); x.appendChild(el("b",null,p.name)); x.appendChild(document.createTextNode(" — "+p.role)); $("roster").appendChild(x)}
   if(s.show_directives){$("show-directives").checked=true; document.body.classList.add("show-directives")}
   $("saved").textContent="saved after every round to "+s.saved;
 }
-$("form").onsubmit=async e=>{
+</script>"""
+
+# %% ../../nbs/studies/01_chat.ipynb #d9d69538
+_CHAT_SEND_SCRIPT = """<script>
+let pending=null;
+function reply(name, directive, fallback){ // the turn being written: its speaker (and directive) at once, its words as they come
+  pending=addTurn({name, role:(roster.find(p=>p.name===name)||{}).role, text:"", directive, fallback}); pending.classList.add("pending");
+}
+function on(kind, d){ // one event of the round; true at its end
+  if(kind==="progress") $("status").textContent=d.progress;
+  else if(kind==="director") reply(d.agent_name, d, d.fallback);
+  else if(kind==="text"){if(!pending||pending.dataset.speaker!==d.name) reply(d.name, null, false); pending.lastChild.textContent+=d.text}
+  else if(kind==="turn"){const t=addTurn(d); if(pending){pending.replaceWith(t); pending=null}}
+  else if(kind==="done"){ready(true); document.body.dataset.rounds=(+(document.body.dataset.rounds||0)+1)}
+  return kind==="done"||kind==="error";
+}
+async function failed(text, detail){pending=null; await load(); $("msg").value=text; $("status").textContent="error: "+detail}
+$("form").onsubmit=async e=>{ // the message, then the round streamed as server-sent events
   e.preventDefault(); const text=$("msg").value.trim(); if(!text) return; $("msg").value=""; ready(false);
-  const r=await fetch("/api/message",{method:"POST",headers:{"Content-Type":"application/json"},body:JSON.stringify({text})});
-  const j=await r.json(); if(!r.ok){ready(true); $("msg").value=text; $("status").textContent="error: "+j.detail; return}
-  j.turns.forEach(addTurn); ready(true); document.body.dataset.rounds=(+(document.body.dataset.rounds||0)+1);
+  addTurn({user:true, name:"you", text});
+  let r; try{r=await fetch("/api/message/stream",{method:"POST",headers:{"Content-Type":"application/json"},body:JSON.stringify({text})})}
+  catch(err){return failed(text, "the server did not answer")}
+  if(!r.ok){const j=await r.json().catch(()=>({detail:r.statusText})); return failed(text, j.detail)}
+  const reader=r.body.getReader(), dec=new TextDecoder(); let buf="", last=null;
+  for(;;){
+    const {value, done}=await reader.read(); if(done) break; buf+=dec.decode(value, {stream:true}); let i;
+    while((i=buf.indexOf("\\n\\n"))>=0){
+      const block=buf.slice(0, i); buf=buf.slice(i+2); let kind="message", data="";
+      for(const line of block.split("\\n")){if(line.startsWith("event: ")) kind=line.slice(7); else if(line.startsWith("data: ")) data+=line.slice(6)}
+      const d=JSON.parse(data); if(on(kind, d)) last=[kind, d];
+    }
+  }
+  if(!last) failed(text, "the connection closed before the round ended"); else if(last[0]==="error") failed(text, last[1].detail);
 };
 load();
 </script>"""
-CHAT_HTML = _CHAT_PAGE.replace("SCRIPT", _CHAT_SCRIPT)
+CHAT_HTML = _CHAT_PAGE.replace("SCRIPT", _CHAT_SCRIPT + _CHAT_SEND_SCRIPT)
 MAX_MESSAGE_CHARS = 4000  # one message; the body limit leaves room for JSON escapes
 CHAT_HTML = CHAT_HTML.replace("MAX_CHARS", str(MAX_MESSAGE_CHARS))
 log = logging.getLogger("mascot.chat")
@@ -464,12 +563,18 @@ async def _take(lock: asyncio.Lock, stopping: asyncio.Event) -> bool:
     return True
 
 
-async def _web_round(session: ChatSession, text: str) -> dict:
-    "One message's round for the web: the new turns and where the conversation is saved, or the `HTTPException` that says why not."
+async def _web_round(session: ChatSession, text: str, put=None) -> dict:
+    """One message's round for the web: the new turns and where the conversation is saved, or the `HTTPException` that says why not;
+    `put(event, data)` gets what happens as it happens: progress lines, the director's choice, each piece of a reply, each turn."""
     from fastapi import HTTPException
 
     if session.rounds >= session.cfg.max_rounds:
         raise HTTPException(409, f"the conversation reached --max-rounds {session.cfg.max_rounds}")
+    if put:
+        session.on_progress = lambda s: put("progress", {"progress": s})
+        session.on_directive = lambda d, parsed: put("director", {**d.to_dict(), "fallback": parsed is False})
+        session.on_text = lambda name, piece: put("text", {"name": name, "text": piece})
+        session.on_turn = lambda t: put("turn", turn_view(session.roster, t))
     try:
         new = await session.send(text)
     except LLMError as e:  # taken back by `send`: the person can send it again
@@ -479,12 +584,48 @@ async def _web_round(session: ChatSession, text: str) -> dict:
     except Exception:
         log.exception("mascot chat: /api/message failed")  # the traceback stays in the server's log
         raise HTTPException(500, "internal error (see the server's log); your message was taken back") from None
+    finally:
+        session.on_progress = session.on_directive = session.on_text = session.on_turn = None
     return {"turns": [turn_view(session.roster, t) for t in new], "saved": str(session.path)}
+
+# %% ../../nbs/studies/01_chat.ipynb #4836644b
+async def _sse(events: asyncio.Queue):
+    "Server-sent events from `events`: (event, data) pairs until None."
+    while (e := await events.get()) is not None:
+        yield f"event: {e[0]}\ndata: {json.dumps(e[1], ensure_ascii=False)}\n\n"
+
+
+def _outcome(task: asyncio.Task) -> tuple[str, dict]:
+    "A streamed round's last event: `done` with its turns, or `error` with the status and message a JSON reply would have had."
+    if task.cancelled():
+        return "error", {
+            "status": 503,
+            "detail": "the server stopped before the round ended; your message was taken back",
+        }
+    e = task.exception()
+    if e is not None:
+        return "error", {"status": getattr(e, "status_code", 500), "detail": getattr(e, "detail", "internal error")}
+    return "done", task.result()
+
+
+def _stream_route(app):
+    "`POST /api/message/stream`: the round as server-sent events, as it happens; then `done` (the JSON reply's body) or `error`."
+    from fastapi.responses import StreamingResponse
+
+    @app.post("/api/message/stream")
+    async def message_stream(m: ChatMessage):
+        text = await app.state.take(m)
+        events: asyncio.Queue = asyncio.Queue()
+        put = lambda kind, data: events.put_nowait((kind, data))
+        task = app.state.round_task(text, put)
+        task.add_done_callback(lambda t: (put(*_outcome(t)), events.put_nowait(None)))
+        return StreamingResponse(_sse(events), media_type="text/event-stream", headers={"Cache-Control": "no-store"})
 
 # %% ../../nbs/studies/01_chat.ipynb #a6b21397
 def chat_app(session: ChatSession, stopping: asyncio.Event | None = None):
-    """The web app of one chat session. Reading the conversation (`/api/state`) never waits for a round; messages take turns, and
-    once `stopping` is set those still waiting are answered 503 "server stopping". `app.state.rounds`: the rounds in progress."""
+    """The web app of one chat session. Reading the conversation (`/api/state`) never waits for a round; messages take turns (as JSON,
+    or streamed), and once `stopping` is set those still waiting are answered 503 "server stopping". `app.state.rounds`: the rounds
+    in progress."""
     from fastapi import FastAPI, HTTPException
     from fastapi.responses import HTMLResponse
 
@@ -500,9 +641,9 @@ def chat_app(session: ChatSession, stopping: asyncio.Event | None = None):
             raise HTTPException(503, SERVER_STOPPING)
         return m.text
 
-    def round_task(text: str) -> asyncio.Task:
+    def round_task(text: str, put=None) -> asyncio.Task:
         "The round as a task of its own, releasing `lock` when it ends: a client that leaves does not cut it short."
-        task = asyncio.ensure_future(_web_round(session, text))
+        task = asyncio.ensure_future(_web_round(session, text, put))
         app.state.rounds.add(task)
         task.add_done_callback(lambda t: (app.state.rounds.discard(t), lock.release()))
         return task
@@ -529,7 +670,8 @@ def chat_app(session: ChatSession, stopping: asyncio.Event | None = None):
     async def message(m: ChatMessage):
         return await asyncio.shield(round_task(await take(m)))
 
-    app.state.take, app.state.round_task = take, round_task  # for the streaming endpoint
+    app.state.take, app.state.round_task = take, round_task
+    _stream_route(app)  # POST /api/message/stream
     return app
 
 # %% ../../nbs/studies/01_chat.ipynb #66f12be6
