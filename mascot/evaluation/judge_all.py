@@ -81,7 +81,6 @@ class JudgeStageConfig(JudgePanelConfig, JobConfig):
 
 describe(
     JudgeStageConfig,
-    provider="the judge's API: vllm or openai (both need --judge-server-url, never defaulted), embedded (in this process, an explicit choice), anthropic or gemini (their SDK's endpoint, key from the environment or .env); unset: vllm at --judge-server-url",
     judges="more judge models on the same provider and URL as the (last) judge, scored beside it for the judges' agreement",
 )
 
@@ -96,7 +95,7 @@ async def judge_folder_async(cfg: JudgeStageConfig, embedded: EmbeddedBackend | 
     out.mkdir(parents=True, exist_ok=True)
     keep = cfg.fields_for(JudgeConfig, exclude=("output_dir",))
     if not cfg.panel:
-        require_judge(cfg)  # an in-process judge only when chosen (--provider embedded or --judge-provider embedded)
+        require_judge(cfg)  # an in-process judge only when chosen (--provider embedded)
     in_process = [s for s in cfg.judge_specs if s.provider == "embedded"]
     if embedded is None and in_process:
         embedded = embedded_backend(cfg, in_process[0].model or cfg.judge)

@@ -129,10 +129,13 @@ def judge_identity(client: LLMClient) -> dict | None:
     from mascot.llm.openai import OpenAIBackend
     from mascot.llm.embedded_backend import EmbeddedBackend
     from mascot.llm.embedded_weights import embedded_dtype, resolve_model_path
-    from mascot.llm.api_backends import AnthropicBackend, GeminiBackend
+    from mascot.llm.providers import PROVIDERS
 
     backend = client.backend("judge")
-    if not isinstance(backend, (OpenAIBackend, EmbeddedBackend, AnthropicBackend, GeminiBackend)):
+    api = (
+        getattr(PROVIDERS.get(getattr(backend, "kind", None)), "where", None) == "api"
+    )  # a registered vendor API's backend
+    if not (api or isinstance(backend, (OpenAIBackend, EmbeddedBackend))):
         return None
     route, ident = client.routes["judge"], client.identities.get("judge") or {}
     model = client._checked.get("judge", route.model)

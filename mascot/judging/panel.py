@@ -20,7 +20,7 @@ from .judgements import *
 from .cache import *
 from .calls import *
 from .pairwise import alpha_ci
-from ..llm.api_backends import AnthropicBackend, GeminiBackend
+from ..llm.providers import PROVIDERS, get_provider, provider_names
 from ..domain.personas import ROSTERS, Roster, roster_for_dataset
 from ..domain.prompts import render_history
 from ..core.jobs import Job
@@ -31,24 +31,23 @@ from fastcore.basics import patch
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 # %% auto #0
-__all__ = ['PROVIDERS', 'GROUP_KEYS', 'JudgeSpec', 'parse_judge_spec', 'JudgePanelConfig', 'JudgeConfig', 'judge_clients',
-           'JudgeItem', 'record_domain', 'persona_for', 'record_items', 'parsed_100', 'judged_scores', 'record_groups',
-           'mean_std', 'criterion_stats', 'build_metrics', 'RecordJudging', 'judge_file_async', 'StrictJudgeParseError',
+__all__ = ['GROUP_KEYS', 'JudgeSpec', 'parse_judge_spec', 'JudgePanelConfig', 'JudgeConfig', 'judge_clients', 'JudgeItem',
+           'record_domain', 'persona_for', 'record_items', 'parsed_100', 'judged_scores', 'record_groups', 'mean_std',
+           'criterion_stats', 'build_metrics', 'RecordJudging', 'judge_file_async', 'StrictJudgeParseError',
            'judge_file', 'main']
 
 # %% ../../nbs/judging/02_panel.ipynb #4ff7982a
-PROVIDERS = ("vllm", "openai", "embedded", "anthropic", "gemini")
 _log = logging.getLogger("mascot.judging.panel")
 
 
 @dataclass(frozen=True)
 class JudgeSpec:
-    "One judge of a panel: its provider, model (None: what the server serves) and URL (served providers only)."
+    "One judge of a panel: its provider (a name in `PROVIDERS`), model (None: what the server serves) and URL (served providers only)."
 
-    provider: Literal["vllm", "openai", "embedded", "anthropic", "gemini"]
+    provider: str
     model: str | None
     url: str | None = None
     key_env: str | None = (
@@ -73,17 +72,18 @@ def parse_judge_spec(spec: str, provider: str | None = None, url: str | None = N
     where = f"--judge {spec!r}" if model else "--judge"
     if provider is None:
         raise ConfigError(f"{where}: no provider: write provider:model[@url] (provider one of {', '.join(PROVIDERS)})")
-    if provider in ("vllm", "openai") and not url:
+    entry = get_provider(provider)
+    if entry.needs_url and not url:
         raise ConfigError(
             f"{where}: provider {provider} needs a URL (model@http://host:8000/v1, or --judge-server-url)"
         )
-    if provider in ("embedded", "anthropic", "gemini"):
+    if not entry.needs_url:
         if key_env:
             raise ConfigError(
-                f"{where}: #{key_env}: only a served judge (vllm, openai) takes a key variable; {provider} reads its own"
+                f"{where}: #{key_env}: only a served judge ({', '.join(provider_names('served'))}) takes a key variable; {provider} reads its own"
             )
         url = None  # no server URL: in this process, or the vendor's SDK endpoint
-    if provider in ("openai", "anthropic", "gemini") and not model:
+    if entry.needs_model and not model:
         raise ConfigError(f"--judge {provider}:...: provider {provider} needs a model name")
     return JudgeSpec(provider, model, url, key_env)
 
@@ -94,10 +94,10 @@ def _is_spec(s: str) -> bool:
 
 # %% ../../nbs/judging/02_panel.ipynb #c114f305
 class JudgePanelConfig(EndpointConfig):
-    "The judges of a stage: one judge (`--judge MODEL --provider P --judge-server-url URL`) or a panel (`--judge` repeated, each `[provider:]model[@url]`)."
+    """The judges of a stage: one judge (`--judge MODEL --provider P --judge-server-url URL`) or a panel (`--judge` repeated, each
+    `[provider:]model[@url]`). `--provider` is this command's spelling of `--judge-provider`, the one field naming the provider."""
 
-    # None: vllm with --judge-server-url; never defaulted
-    provider: Literal["vllm", "openai", "embedded", "anthropic", "gemini"] | None = None
+    api_judges: ClassVar[bool] = True  # `judge_clients` builds a vendor API's judge from its registry entry
     judges: list[str] = []  # more judge models, for agreement (same provider and URL)
     panel: list[str] = Field(
         [],
@@ -118,6 +118,11 @@ class JudgePanelConfig(EndpointConfig):
         "A repeated --judge (a list), or one --judge naming a provider or URL, is a panel; a plain --judge MODEL stays the one judge."
         if not isinstance(data, dict):
             return data
+        if "provider" in data:  # --provider: this command's spelling of --judge-provider
+            data, p = {k: v for k, v in data.items() if k != "provider"}, data["provider"]
+            if data.get("judge_provider") not in (None, p):
+                raise ConfigError(f"--provider {p} and --judge-provider {data['judge_provider']} disagree: give one")
+            data["judge_provider"] = p
         j = data.get("judge")
         specs = j if isinstance(j, list) else [j] if isinstance(j, str) and _is_spec(j) else None
         if specs is not None and len(specs) == 1 and not _is_spec(specs[0]):
@@ -128,7 +133,7 @@ class JudgePanelConfig(EndpointConfig):
 
     @classmethod
     def from_cli(cls, argv: list[str] | None = None, prog: str | None = None, description: str | None = None):
-        "As `Config.from_cli`; a repeated `--judge` (or one naming a provider or URL) becomes the panel."
+        "As `Config.from_cli`; a repeated `--judge` (or one naming a provider or URL) becomes the panel; --provider is --judge-provider."
         argv, judges, rest = list(sys.argv[1:] if argv is None else argv), [], []
         it = iter(argv)
         for a in it:
@@ -136,6 +141,8 @@ class JudgePanelConfig(EndpointConfig):
                 judges.append(next(it, ""))
             elif a.startswith("--judge="):
                 judges.append(a.split("=", 1)[1])
+            elif a == "--provider" or a.startswith("--provider="):
+                rest.append("--judge-provider" + a[len("--provider") :])
             else:
                 rest.append(a)
         if len(judges) > 1 or (judges and _is_spec(judges[0])):
@@ -150,12 +157,12 @@ def judge_specs(self: JudgePanelConfig) -> list[JudgeSpec]:
     "Every judge, in order: the panel's, or the one judge and --judges (same provider and URL)."
     url = self.judge_server_url
     if self.panel:
-        specs = [parse_judge_spec(s, self.provider, url) for s in self.panel]
+        specs = [parse_judge_spec(s, self.judge_provider, url) for s in self.panel]
         return specs + [parse_judge_spec(m, specs[-1].provider, specs[-1].url) for m in self.judges]
-    provider = self.provider or ("vllm" if url else "embedded")
+    provider = self.judge_provider or ("vllm" if url else "embedded")
     served = url and "model_name" not in self.model_fields_set
     models = list(dict.fromkeys([self.judge or (None if served else self.model_name), *self.judges]))
-    return [JudgeSpec(provider, m, url if provider in ("vllm", "openai") else None) for m in models]
+    return [JudgeSpec(provider, m, url if get_provider(provider).needs_url else None) for m in models]
 
 # %% ../../nbs/judging/02_panel.ipynb #1c21084c
 @patch
@@ -178,7 +185,7 @@ def endpoint_for_spec(self: JudgePanelConfig, spec: JudgeSpec) -> EndpointConfig
             "judge": spec.model,
             "judge_server_url": spec.url,
             "judge_api_key_env": spec.key_env or self.judge_api_key_env,
-            "judge_provider": "embedded" if spec.provider == "embedded" else None,
+            "judge_provider": spec.provider,
         }
     )
 
@@ -205,7 +212,7 @@ class JudgeConfig(JudgePanelConfig, JobConfig):
     )
 
     def model_post_init(self, _):
-        p, url = self.provider, self.judge_server_url
+        p, url = self.judge_provider, self.judge_server_url
         if self.dataset:
             self.__dict__["dataset"] = canonical_dataset(
                 self.dataset
@@ -213,19 +220,21 @@ class JudgeConfig(JudgePanelConfig, JobConfig):
         if self.panel:
             self.judge_specs  # each spec checked now, naming it
             return
-        if p in ("vllm", "openai") and not url:
+        entry = get_provider(p) if p else None
+        if entry is None and not url:
             raise ConfigError(
-                f"--provider {p} needs --judge-server-url (e.g. {'https://api.openai.com/v1' if p == 'openai' else 'http://127.0.0.1:8000/v1'}): "
+                f"no judge chosen: give --judge-server-url URL (a served judge, --provider {' or '.join(provider_names('served'))}), "
+                f"--provider {' or '.join(provider_names('in-process'))} (the judge runs in this process), or --provider "
+                f"{'/'.join(provider_names('api'))} (a vendor's API); a judge is never defaulted"
+            )
+        if entry and entry.needs_url and not url:
+            raise ConfigError(
+                f"--provider {p} needs --judge-server-url (e.g. http://127.0.0.1:8000/v1, https://api.openai.com/v1): "
                 "server URLs are never defaulted"
             )
-        if p is None and not url and self.judge_provider != "embedded":
-            raise ConfigError(
-                "no judge chosen: give --judge-server-url URL (a served judge, --provider vllm or openai), --provider embedded "
-                "(the judge runs in this process), or --provider anthropic/gemini; a judge is never defaulted"
-            )
-        if p in ("embedded", "anthropic", "gemini") and url:
+        if entry and not entry.needs_url and url:
             raise ConfigError(f"--provider {p} takes no --judge-server-url")
-        if p in ("openai", "anthropic", "gemini") and not self.judge:
+        if entry and entry.needs_model and not self.judge:
             raise ConfigError(f"--provider {p} needs --judge MODEL")
 
     @property
@@ -235,31 +244,24 @@ class JudgeConfig(JudgePanelConfig, JobConfig):
 
     def endpoint_for(self, model: str) -> EndpointConfig:
         "The endpoint config of one judge model."
-        in_process = self.provider == "embedded" or self.judge_provider == "embedded"
         given = [
             k for k in EndpointConfig.model_fields if k in self.model_fields_set
         ]  # what was not given stays unset (served model names)
-        return EndpointConfig(**{k: getattr(self, k) for k in given}).model_copy(
-            update={"judge": model, "judge_provider": "embedded" if in_process else None}
-        )
+        return EndpointConfig(**{k: getattr(self, k) for k in given}).model_copy(update={"judge": model})
 
 # %% ../../nbs/judging/02_panel.ipynb #b0ae6afa
 describe(
     JudgeConfig,
-    provider="the judge's API: vllm or openai (both need --judge-server-url, never defaulted), embedded (in this process, an explicit choice), anthropic or gemini (their SDK's endpoint, key from the environment or .env); unset: vllm at --judge-server-url",
     judges="more judge models on the same provider and URL as the (last) judge, scored beside it for the judges' agreement",
 )
 
 # %% ../../nbs/judging/02_panel.ipynb #52d7072e
 class _ProviderClient(LLMClient):
-    "An `LLMClient` whose judge role goes to an API backend."
+    "An `LLMClient` whose judge role goes to the backend its provider's factory built; the route (`route_roles`) already names the provider."
 
     def __init__(self, cfg: EndpointConfig, judge_backend: ChatBackend, run: RunDir | None = None):
         super().__init__(cfg, run=run)
         self.judge_backend = judge_backend
-        self.routes["judge"] = RoleRoute(
-            "judge", judge_backend.kind, None, self.routes["judge"].model
-        )  # the vendor's API, named by --provider
 
     def backend(self, role: str) -> ChatBackend:
         return self.judge_backend if role == "judge" else super().backend(role)
@@ -273,11 +275,9 @@ async def judge_clients(
     apis: dict[str, ChatBackend] = {}
     for spec in cfg.judge_specs:
         ep = cfg.endpoint_for_spec(spec)
-        if spec.provider in ("anthropic", "gemini"):
+        if get_provider(spec.provider).where == "api":  # one backend per vendor, built by its registry entry
             if spec.provider not in apis:
-                apis[spec.provider] = {"anthropic": AnthropicBackend, "gemini": GeminiBackend}[spec.provider](
-                    cfg.max_concurrency
-                )
+                apis[spec.provider] = PROVIDERS[spec.provider].build(ep)
             client = _ProviderClient(ep, apis[spec.provider], run=run)
         elif spec.url:
             client = LLMClient(ep, run=run)
@@ -587,7 +587,7 @@ def _record_judges(run: RunDir, cfg: JudgeConfig, clients: dict[str, LLMClient],
     "What the run's summary says of its judges (models, provider, specs, routes) and how many records it reads."
     run.extra.update(
         judges=list(clients),
-        provider=cfg.provider or ("vllm" if cfg.judge_server_url else "embedded"),
+        provider=cfg.judge_provider or ("vllm" if cfg.judge_server_url else "embedded"),
         judge_specs=[{"provider": s.provider, "model": s.model, "url": public_url(s.url)} for s in cfg.judge_specs],
         routes={m: c.describe()["judge"] for m, c in clients.items()},
         num_records=num_records,

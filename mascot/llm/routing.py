@@ -8,13 +8,14 @@ from ..core.config import *
 from .types import *
 from .openai import *
 from .embedded_weights import *
+from .providers import *
 from dataclasses import dataclass
-from typing import ClassVar, Literal
-from pydantic import Field, model_validator
+from typing import ClassVar
+from pydantic import Field, field_validator, model_validator
 
 # %% auto #0
-__all__ = ['GEN_ROLES', 'ROLES', 'API_PROVIDERS', 'NO_JUDGE', 'LOOPBACK_HOSTS', 'EndpointConfig', 'judging_config', 'RoleRoute',
-           'route_roles', 'require_judge', 'judge_record', 'parse_lora_modules', 'judge_repeatability']
+__all__ = ['GEN_ROLES', 'ROLES', 'NO_JUDGE', 'LOOPBACK_HOSTS', 'EndpointConfig', 'judging_config', 'RoleRoute', 'route_roles',
+           'require_judge', 'judge_record', 'parse_lora_modules', 'judge_repeatability']
 
 # %% ../../nbs/llm/05_routing.ipynb #37cfef9f
 GEN_ROLES = ("director", "speaker", "user")
@@ -54,15 +55,18 @@ class _RoleEndpoints(Config):
     judge: str | None = Field(
         None, description="the judge's model (name on the judge server, or a local model); default: --model-name"
     )
-    # the judge in this process is an explicit choice; with neither this nor --judge-server-url, judging stops
-    judge_provider: Literal["embedded"] | None = Field(
-        None,
-        description="embedded: run the judge in this process on the embedded model (an explicit choice); unset: judging needs --judge-server-url",
-    )
+    # the one field naming the judge's provider (`providers`); `mascot judge` spells it --provider
+    judge_provider: str | None = Field(None, description=provider_help())
     share_model: bool = Field(
         False,
         description="load one model and reuse it for every generating role (the authors' code's flag); the role flags may name at most one model",
     )
+
+    @field_validator("judge_provider")
+    @classmethod
+    def _registered(cls, name):
+        "A provider the registry knows, or one line naming them."
+        return name if name is None else get_provider(name).name
 
 # %% ../../nbs/llm/05_routing.ipynb #441fcaaf
 class _CallSettings(_RoleEndpoints):
@@ -118,6 +122,13 @@ class EndpointConfig(_CallSettings):
         "change under the same name and its server reports nothing that changes with them (local weights are hashed anyway)",
     )
     uses_judge: ClassVar[bool] = False  # set by `judging_config` on the configs of stages that judge
+    api_judges: ClassVar[bool] = False  # True where the stage builds a vendor API's judge itself (the judge panel)
+
+    @classmethod
+    def add_arguments(cls, parser):
+        "As `Config.add_arguments`; --judge-provider's help lists the providers registered now."
+        cls.model_fields["judge_provider"].description = provider_help()
+        return super().add_arguments(parser)
 
     @model_validator(mode="after")
     def _served_model_name(self):
@@ -148,7 +159,7 @@ def judging_config(cls):
 @dataclass
 class RoleRoute:
     role: str
-    backend: Literal["openai", "embedded", "unset"]  # unset: the judge when none was chosen
+    backend: str  # openai (served), embedded, a vendor API's provider name, or unset: the judge when none was chosen
     url: str | None  # one server, or several comma-separated (balanced)
     model: str
     key_env: str | None = None  # the variable naming the server's key (None: the default for its host, `key_variable`)
@@ -174,12 +185,12 @@ def route_roles(cfg: EndpointConfig) -> dict[str, RoleRoute]:
             named.pop() if named else cfg.model_name
         )  # e.g. --directive-model Qwen/Qwen3-8B --agent-model Qwen/Qwen3-8B --share-model
         model.update({r: shared for r in GEN_ROLES})
-    in_process = (
-        cfg.judge_provider == "embedded" or getattr(cfg, "provider", None) == "embedded"
-    )  # `mascot judge --provider embedded` too
-    if in_process and url["judge"]:
-        raise ConfigError("--judge-provider embedded runs the judge in this process: it takes no --judge-server-url")
-    judge_backend = "openai" if url["judge"] else "embedded" if in_process else "unset"  # never inherited nor defaulted
+    named = get_provider(cfg.judge_provider) if cfg.judge_provider else None
+    if named and not named.needs_url and url["judge"]:
+        raise ConfigError(f"--judge-provider {named.name} ({named.where}) takes no --judge-server-url")
+    judge_backend = "openai" if url["judge"] else "unset"  # never inherited nor defaulted
+    if named and not named.needs_url:  # in this process, or a vendor's API named by its provider
+        judge_backend = "embedded" if named.where == "in-process" else named.name
     # a served role with no model named takes what its server serves (`served_base`); --model-name (default: the CPU model) otherwise
     fallback = {r: None if url[r] and "model_name" not in cfg.model_fields_set else cfg.model_name for r in ROLES}
     return {
@@ -194,7 +205,6 @@ def route_roles(cfg: EndpointConfig) -> dict[str, RoleRoute]:
     }
 
 # %% ../../nbs/llm/05_routing.ipynb #00985c43
-API_PROVIDERS = ("anthropic", "gemini")  # `mascot judge --provider`: a vendor's API, reached through its SDK
 NO_JUDGE = (
     "no judge chosen: give --judge-server-url URL (a served judge) or --judge-provider embedded (the judge runs in this process); "
     "a judge is never defaulted"
@@ -202,21 +212,23 @@ NO_JUDGE = (
 
 
 def require_judge(cfg: EndpointConfig) -> RoleRoute:
-    "The judge's route, or one clear error when none was chosen; stages that judge call it before any work."
+    "The judge's route, or one clear error when none was chosen or the stage cannot reach it; stages that judge call it before any work."
     route = route_roles(cfg)["judge"]
-    if route.backend == "unset" and getattr(cfg, "provider", None) not in API_PROVIDERS:
+    if route.backend == "unset":
         raise ConfigError(NO_JUDGE)
+    if route.backend in PROVIDERS and PROVIDERS[route.backend].where == "api" and not type(cfg).api_judges:
+        raise ConfigError(f"--judge-provider {route.backend}: a vendor's API judges in mascot judge and judge-all only")
     return route
 
 # %% ../../nbs/llm/05_routing.ipynb #aabf207b
 def judge_record(cfg: EndpointConfig, ask_server: bool = True) -> dict:
     "Which judge runs where: provider, model, URL (without secrets), in this process or served (`ask_server`: a served judge named by no model is asked for it)."
-    route, named = route_roles(cfg)["judge"], getattr(cfg, "provider", None)
-    if named in API_PROVIDERS:
-        return {"provider": named, "model": route.model, "url": None, "where": f"{named} API"}
+    route = route_roles(cfg)["judge"]
+    if route.backend not in ("openai", "embedded", "unset"):  # a vendor's API, named by its provider
+        return {"provider": route.backend, "model": route.model, "url": None, "where": f"{route.backend} API"}
     where = {"openai": "served", "embedded": "in-process", "unset": "none chosen"}[route.backend]
     provider = (
-        named or {"openai": "vllm", "embedded": "embedded", "unset": None}[route.backend]
+        cfg.judge_provider or {"openai": "vllm", "embedded": "embedded", "unset": None}[route.backend]
     )  # served: any OpenAI-compatible server
     model = route.model or (
         served_model(route.url, cfg.request_timeout, cfg.judge_api_key_env) if route.url and ask_server else None

@@ -161,7 +161,8 @@ def unconstrained_warnings(k: str, scfg, answers: dict, managed: set[str]) -> li
     that did not answer is already a problem). Its replies are checked either way, and violations counted."""
     from mascot.domain.episodes import EpisodeConfig
     from mascot.llm.openai import OPENAI_API_HOST
-    from mascot.llm.routing import API_PROVIDERS, route_roles
+    from mascot.llm.providers import PROVIDERS
+    from mascot.llm.routing import route_roles
     from packaging.version import InvalidVersion, Version
     from urllib.parse import urlsplit
 
@@ -176,8 +177,8 @@ def unconstrained_warnings(k: str, scfg, answers: dict, managed: set[str]) -> li
     for role in roles:
         url = routes[role].url
         why = None
-        if role == "judge" and getattr(scfg, "provider", None) in API_PROVIDERS:
-            why = f"the {scfg.provider} API takes no output constraint"
+        if role == "judge" and getattr(PROVIDERS.get(routes[role].backend), "where", None) == "api":
+            why = f"the {routes[role].backend} API takes no output constraint"
         elif routes[role].backend != "openai":
             continue  # the embedded model: its grammar mask
         elif not scfg.constrained_decoding:
@@ -196,7 +197,7 @@ def unconstrained_warnings(k: str, scfg, answers: dict, managed: set[str]) -> li
             why = f"vLLM {v} ignores structured_outputs (taken from {STRUCTURED_OUTPUTS_SINCE} on)" if old else None
         if why:
             out.append(
-                f"warning: stage {k}: the {role} at {redact_url(url) if url else scfg.provider} runs unconstrained ({why}); "
+                f"warning: stage {k}: the {role} at {redact_url(url) if url else routes[role].backend} runs unconstrained ({why}); "
                 "its replies are checked and violations counted"
             )
     return out
