@@ -25,9 +25,9 @@ import pandas as pd
 
 # %% auto #0
 __all__ = ['SCORE_SCALE', 'DELTA_SCALE', 'CARD_METRICS', 'COMPARISON_COLUMNS', 'EMBEDDED_NOTE', 'CARD_MARK', 'CARD_NOTE',
-           'N_LEGEND', 'paired_cell', 'failure_cell', 'holm', 'generic_speakers', 'comparable', 'pick_reference',
-           'compare_table', 'agreement_table', 'with_extras', 'power_markdown', 'comparison_markdown', 'comparison_png',
-           'CompareConfig', 'comparison_table', 'run_compare', 'main']
+           'N_LEGEND', 'PNG_COLUMNS', 'paired_cell', 'failure_cell', 'holm', 'generic_speakers', 'comparable',
+           'pick_reference', 'compare_table', 'agreement_table', 'with_extras', 'power_markdown', 'comparison_markdown',
+           'comparison_png', 'CompareConfig', 'comparison_table', 'run_compare', 'main']
 
 # %% ../../nbs/evaluation/33_compare.ipynb #6d391ab6
 SCORE_SCALE = (0, 100)  # the range every paper metric lives in: a judge's integer mapped to 0-100
@@ -339,58 +339,76 @@ def _png_notes(table: pd.DataFrame, hollow: bool, left_out: int, clipped: int) -
         + [f"{clipped} interval(s) with a bound not finite or outside {lo}..{hi}: drawn clipped to it."] * bool(clipped)
     )
 
+# %% ../../nbs/evaluation/33_compare.ipynb #c0a9d001
+PNG_COLUMNS = 4  # panels per row of the comparison PNG: a 40-judge panel wraps into rows instead of one strip metres wide
+
+
+def _draw_delta_panel(ax, g: pd.DataFrame, systems: list[str], metrics: list[str]) -> tuple[int, int, bool]:
+    """One judge × dataset panel of the comparison PNG: each system's Δ per metric with its interval (hollow across persona cards).
+    Returns how many Δ `_plot_rows` left out, how many intervals it clipped, and whether a hollow marker was drawn."""
+    left_out = clipped = 0
+    hollow = False
+    for k, s in enumerate(systems):
+        d = g[g["system"] == s].set_index("metric").reindex(metrics)
+        d["y"] = np.arange(len(metrics)) + (k - (len(systems) - 1) / 2) * 0.8 / max(1, len(systems))
+        d, n_out, n_clip = _plot_rows(d)
+        left_out, clipped = left_out + n_out, clipped + n_clip
+        for like in (True, False):
+            e = d[d["comparable"].ne(False) == like]
+            if e.empty:
+                continue
+            hollow |= not like
+            err = np.array([(e["delta"] - e["delta_lo"]).fillna(0), (e["delta_hi"] - e["delta"]).fillna(0)]).clip(0)
+            kw = dict(fmt="o", ms=4, capsize=2, color=f"C{k % 10}", label=s)
+            ax.errorbar(e["delta"], e["y"], xerr=err, **kw, **({} if like else dict(mfc="white", mew=1.2)))
+    ax.axvline(0, color="#888", lw=1)
+    ax.set_yticks(range(len(metrics)), metrics)
+    ax.invert_yaxis()
+    ax.grid(axis="x", alpha=0.3)
+    return left_out, clipped, hollow
+
 # %% ../../nbs/evaluation/33_compare.ipynb #08c615eb
 def comparison_png(table: pd.DataFrame, path: str | Path, reference: str, metrics: list[str] | None = None) -> Path:
-    """Δ vs the reference with 95% intervals: one panel per judge and dataset, one row per metric, one colour per system; a Δ across
-    persona cards (`comparable` False, † in the Markdown) hollow; what `_plot_rows` leaves out or clips is said under the plot."""
-    import matplotlib
+    """Δ vs the reference with 95% intervals: one panel per judge and dataset (`PNG_COLUMNS` a row, `_draw_delta_panel`), one row per
+    metric, one colour per system; what `_plot_rows` leaves out or clips is said under the plot, beside the legend; titles, legend and
+    notes are checked not to hide each other or the data (`layout_overlaps`: a defect is said on stderr, the PNG still written)."""
+    import matplotlib, textwrap
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from mascot.evaluation.figure_plots import layout_overlaps
 
     metrics = metrics or [m for m in PAPER_METRICS if m in set(table["metric"])]
     t = table[table["metric"].isin(metrics) & (table["system"] != reference)]
     panels, systems = list(dict.fromkeys(zip(table["judge"], table["dataset"]))), list(dict.fromkeys(t["system"]))
-    n_panels, left_out, clipped, hollow = max(1, len(panels)), 0, 0, False
     has_ci = t["delta_lo"].notna().any()
-    xlabel = f"Δ vs {reference} (0-100)" + (", 95% CI" if has_ci else f", no interval (< {MIN_CLUSTERS} clusters)")
+    cols = min(PNG_COLUMNS, max(1, len(panels)))
+    rows = -(-max(1, len(panels)) // cols)
     fig, axes = plt.subplots(
-        1, n_panels, figsize=(4.2 * n_panels, 0.45 * len(metrics) + 1.8), squeeze=False, sharey=True
+        rows, cols, figsize=(4.4 * cols, (0.45 * len(metrics) + 2.2) * rows + 1.2), squeeze=False, sharey=True, layout="constrained"
     )
-    for ax, (judge, dataset) in zip(axes[0], panels or [("", "")]):
-        g = t[(t["judge"] == judge) & (t["dataset"] == dataset)]
-        for k, s in enumerate(systems):
-            d = g[g["system"] == s].set_index("metric").reindex(metrics)
-            d["y"] = np.arange(len(metrics)) + (k - (len(systems) - 1) / 2) * 0.8 / max(1, len(systems))
-            d, n_out, n_clip = _plot_rows(d)
-            left_out, clipped = left_out + n_out, clipped + n_clip
-            for like in (True, False):
-                e = d[d["comparable"].ne(False) == like]
-                if e.empty:
-                    continue
-                hollow |= not like
-                err = np.array([(e["delta"] - e["delta_lo"]).fillna(0), (e["delta_hi"] - e["delta"]).fillna(0)]).clip(0)
-                kw = dict(fmt="o", ms=4, capsize=2, color=f"C{k % 10}", label=s)
-                ax.errorbar(e["delta"], e["y"], xerr=err, **kw, **({} if like else dict(mfc="white", mew=1.2)))
-        ax.axvline(0, color="#888", lw=1)
-        small = g["embedded_small"].any() or table[(table["judge"] == judge)]["embedded_small"].any()
-        title = f"{judge} · {dataset}" + ("\n(135M judge: plumbing check)" if small else "")
+    for ax in axes.flat[max(1, len(panels)) :]:
+        ax.set_visible(False)
+    left_out = clipped = 0
+    hollow = False
+    for ax, (judge, dataset) in zip(axes.flat, panels or [("", "")]):
+        out, clip, hol = _draw_delta_panel(ax, t[(t["judge"] == judge) & (t["dataset"] == dataset)], systems, metrics)
+        left_out, clipped, hollow = left_out + out, clipped + clip, hollow or hol
+        small = table[(table["judge"] == judge)]["embedded_small"].any()
+        title = textwrap.fill(f"{judge} · {dataset}", 44) + ("\n(135M judge: plumbing check)" if small else "")
         ax.set_title(title, fontsize=9, color="#b00" if small else "black")
-        ax.set_yticks(range(len(metrics)), metrics)
-        ax.invert_yaxis()
-        ax.grid(axis="x", alpha=0.3)
-        ax.set_xlabel(xlabel)
-    handles = {}  # one legend entry per system
-    for a in axes[0]:
-        for h, label in zip(*a.get_legend_handles_labels()):
-            handles.setdefault(label, h)
+        ax.set_xlabel(f"Δ vs {reference} (0-100)" + (", 95% CI" if has_ci else f", no interval (< {MIN_CLUSTERS} clusters)"), fontsize=8)
+    handles = {}  # one legend entry per system, below the panels where it covers none of them
+    for a in axes.flat:
+        handles |= {label: h for h, label in zip(*a.get_legend_handles_labels()) if label not in handles}
     if handles:
-        axes[0][-1].legend(handles.values(), handles.keys(), fontsize=8, loc="best")
-    notes = _png_notes(table, hollow, left_out, clipped)
-    color = "#b00" if table["embedded_small"].any() else "#444"
-    fig.text(0.01, -0.02, "\n".join(notes), fontsize=8, color=color, ha="left", va="top")
+        fig.legend(handles.values(), handles.keys(), fontsize=8, loc="outside lower center", ncols=min(4, len(handles)))
+    if notes := _png_notes(table, hollow, left_out, clipped):
+        fig.supxlabel("\n".join(notes), fontsize=8, color="#b00" if table["embedded_small"].any() else "#444", x=0.01, ha="left")
     how = "studentized cluster bootstrap 95% CI" if has_ci else "no interval"
-    fig.suptitle(f"Paired differences vs {reference}: mean over contexts, {how}", fontsize=10, y=1.06)
+    fig.suptitle(f"Paired differences vs {reference}: mean over contexts, {how}", fontsize=10)
+    if problems := layout_overlaps(fig):
+        print(f"comparison.png: {'; '.join(problems)}", file=sys.stderr)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=130, bbox_inches="tight")
