@@ -53,7 +53,10 @@ def main():
                     "finite_inside": {n: c["finite"] for n, c in checks.items()},
                 }
                 if delta:
-                    null = {n: interval_check(method, n, data, True, a.reps, a.resamples, 2, effect=False, **kw) for n in NULL_SIZES}
+                    null = {
+                        n: interval_check(method, n, data, True, a.reps, a.resamples, 2, effect=False, **kw)
+                        for n in NULL_SIZES
+                    }
                     row["false_positive"] = {n: 1 - c["coverage"] for n, c in null.items()}
                 rows.append(row)
                 print(rows[-1], flush=True)

