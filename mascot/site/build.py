@@ -325,7 +325,9 @@ def tables_section(info: dict, out: Path, jobs: list) -> str:
         small_judge_banner(info, "The scores in these tables and figures")
         + "<p>Each table shows the statistic of the PNG below it (the version for papers): the paper tables are read from "
         "<code>mascot compare</code>'s table, a cell the mean over contexts [95% bootstrap CI] per judge; other tables give mean ± std; "
-        "hover for n (and failed judgements); click a header to sort.</p>" + "".join(blocks)
+        "hover for n (and failed judgements); click a header to sort.</p>"
+        + floor_note_html(judge_files(stage_output(info, "31_judge_all", "output_dir"))[1])
+        + "".join(blocks)
     )
 
 # %% ../../nbs/site/02_build.ipynb #reprosite0
@@ -488,7 +490,7 @@ def overview_section(info: dict, out: Path, jobs: list) -> str:
             f"<td class='num'>{fmt(s['peak_rss_mb'], 0)} MB</td><td>{link}</td><td>{esc(s['error'] or '')}</td></tr>"
         )
     peak = max((s["peak_rss_mb"] or 0 for s in info["stages"]), default=0)
-    metrics, _, _ = judge_files(stage_output(info, "31_judge_all", "output_dir"))
+    metrics, jlines, _ = judge_files(stage_output(info, "31_judge_all", "output_dir"))
     small = any(is_embedded_small(j) for m in metrics for j in m.get("judges", []))
     return (
         f"<p>Status: <b class='{esc(info['status'])}'>{esc(info['status'])}</b>; stage time {info['duration_s']:.0f} s; highest peak memory {peak:.0f} MB.</p>"
@@ -504,6 +506,7 @@ def overview_section(info: dict, out: Path, jobs: list) -> str:
         )
         + "<p>Overall per system and judge (0-100): mean over contexts [95% bootstrap CI], as <code>mascot compare</code> gives it.</p>"
         + compare_runs([info]).replace("id='compare'", "id='headline'")
+        + floor_note_html(jlines)
         + "<h3>The director's directives</h3><p>A fallback turn's speaker and directive were drawn at random because the director's "
         "output did not parse; single-agent baselines have no director (not recorded).</p>"
         + directive_rates_table(info)

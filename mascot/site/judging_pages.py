@@ -11,8 +11,9 @@ from ..evaluation.judged_scores import is_embedded_small
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['judge_files', 'parse_rates', 'histogram_svg', 'judges_html', 'parse_rate_html', 'score_distribution_html',
-           'systems_compared_html', 'agreement_html', 'judge_section', 'ci_table_html', 'comparison_html']
+__all__ = ['FLOOR_CAUSE_SMALL', 'judge_files', 'parse_rates', 'histogram_svg', 'judges_html', 'parse_rate_html',
+           'score_distribution_html', 'systems_compared_html', 'floor_judgements', 'floor_note_html', 'agreement_html',
+           'judge_section', 'ci_table_html', 'comparison_html']
 
 # %% ../../nbs/site/01_judging_pages.ipynb #15f4a1be
 def judge_files(judge_dir: Path | None) -> tuple[list[dict], list[dict], list[dict]]:
@@ -141,6 +142,80 @@ def systems_compared_html(judge_dir: Path | None) -> list[str]:
         )
     return b
 
+# %% ../../nbs/site/01_judging_pages.ipynb #b123c693
+FLOOR_CAUSE_SMALL = (
+    "Cause: the embedded 135M judge, not the parser or the 0–100 scale. Its raw answers write 1 on every line (on the demo's few-shot "
+    "replies: 'Emotion (names the sadness): 1', 'Empathy (warm and validating): 1', ...); at the first score its next-token probabilities "
+    "are nearly flat over 1–10 (1: 0.16–0.18; 7 and 8: 0.11–0.15 each), greedy decoding takes 1, and each later line copies the first "
+    "score (1 at 0.5–0.9). Its reasons copy the worked example in its prompt ('warm and validating' is that example's Empathy reason), so "
+    "they do not describe the reply. The parser reads the integers written, and 1 is 0 on 0–100."
+)
+
+
+def floor_judgements(lines: list[dict]) -> list[dict]:
+    """Each (judge, kind, system) with judgements at the scale's floor (0 on 0–100, a 1 of 10, on every criterion): how many of how many,
+    and the probability-weighted first criterion (0–100) of those and of the judge's other judgements of that kind, where logprobs were kept."""
+    groups: dict[tuple, list[dict]] = {}
+    for l in lines:
+        for judge, part in judged_parts(l):
+            for it in part.get("items") or []:
+                if not it.get("failed") and it.get("scores"):
+                    groups.setdefault((judge, l["kind"], l.get("system", "")), []).append(it)
+    at_floor = lambda it: all(v == 0 for v in it["scores"].values())
+    first = lambda its: [
+        round(next(iter(it["weighted_scores"].values())), 1) for it in its if it.get("weighted_scores")
+    ]
+    out = []
+    for (judge, kind, system), items in groups.items():
+        low = [it for it in items if at_floor(it)]
+        if low:
+            rest = [
+                it for (j, k, _), its in groups.items() if (j, k) == (judge, kind) for it in its if not at_floor(it)
+            ]
+            crit = next(iter(low[0]["scores"]))
+            out.append(
+                dict(
+                    judge=judge,
+                    kind=kind,
+                    system=system,
+                    floor=len(low),
+                    n=len(items),
+                    criterion=crit,
+                    weighted=first(low),
+                    weighted_rest=first(rest),
+                )
+            )
+    return sorted(out, key=lambda f: (f["judge"], f["kind"], -f["floor"] / f["n"]))
+
+# %% ../../nbs/site/01_judging_pages.ipynb #b65c0cf7
+def floor_note_html(lines: list[dict]) -> str:
+    "A note beside the tables for judgements at the scale's floor: which system, how many, this run's evidence and the cause; '' when none."
+    notes = floor_judgements(lines)
+    if not notes:
+        return ""
+    span = lambda xs: (
+        "–" if not xs else f"{min(xs):.0f}" if round(min(xs)) == round(max(xs)) else f"{min(xs):.0f}–{max(xs):.0f}"
+    )
+    rows = []
+    for f in notes:
+        s = (
+            f"<b>{esc(f['system'])}</b>: {'all ' if f['floor'] == f['n'] else ''}{f['floor']} of {f['n']} {esc(f['kind'])} judgements "
+            f"by {esc(f['judge'])} are 1 of 10 on every criterion (0 on 0–100)"
+        )
+        if f["weighted"]:
+            s += (
+                f"; their probability-weighted {esc(f['criterion'])} is {span(f['weighted'])}, against {span(f['weighted_rest'])} "
+                f"for the judge's other {esc(f['kind'])} judgements"
+            )
+        rows.append(s + ".")
+    small = any(is_embedded_small(f["judge"]) for f in notes)
+    cause = (
+        FLOOR_CAUSE_SMALL
+        if small
+        else "Read the judge's raw answers (the judge cache) before reading these rows as results."
+    )
+    return f"<div class='warn floor-note'><b>Scores at the floor.</b><br>{'<br>'.join(rows)}<br>{esc(cause)}</div>"
+
 # %% ../../nbs/site/01_judging_pages.ipynb #fe37775b
 def agreement_html(judge_dir: Path | None, metrics: list[dict]) -> list[str]:
     "Agreement between the judges of a panel (Krippendorff's alpha with its CI), or why none was measured."
@@ -201,6 +276,7 @@ def judge_section(info: dict) -> str:
         *parse_rate_html(lines, metrics, summaries),
         *score_distribution_html(judge_dir),
         *systems_compared_html(judge_dir),
+        floor_note_html(lines),
         *agreement_html(judge_dir, metrics),
     ]
     b.append(
