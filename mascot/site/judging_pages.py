@@ -148,7 +148,8 @@ FLOOR_CAUSE_SMALL = (
     "replies: 'Emotion (names the sadness): 1', 'Empathy (warm and validating): 1', ...); at the first score its next-token probabilities "
     "are nearly flat over 1–10 (1: 0.16–0.18; 7 and 8: 0.11–0.15 each), greedy decoding takes 1, and each later line copies the first "
     "score (1 at 0.5–0.9). Its reasons copy the worked example in its prompt ('warm and validating' is that example's Empathy reason), so "
-    "they do not describe the reply. The parser reads the integers written, and 1 is 0 on 0–100."
+    "they do not describe the reply; its other answers repeat that example's scores (8, 8, 9, 8, 7) or one score on every line. "
+    "The parser reads the integers written, and 1 is 0 on 0–100."
 )
 
 
