@@ -1,5 +1,6 @@
 """GPU layouts beyond one card: a stage's trainer under `accelerate launch` through `mascot run` (two processes on gloo here, the GPUs' code
-path), the plan of an 8-GPU node, and the sbatch script of a two-node layout."""
+path), the plan of an 8-GPU node, every shipped layout's plan with the GPU-hours it estimates, and the sbatch script of a two-node
+layout."""
 
 import json, os, subprocess, sys
 from pathlib import Path
@@ -112,6 +113,72 @@ def test_plan_of_the_8_gpu_layout(tmp_path, monkeypatch, capsys):
         want = trainer_batch(STAGE_BY_KEY[k], {f: v for f, v in paper[k].items() if f != "rollout_server_url"})["total"]
         got = next(l for l in batches if l.split()[0] == f"{k}:").split()
         assert got[4:7] == ["x", "4", "="] and int(got[7]) == want, (k, got, want)
+
+
+PAPER = sorted(ROOT.glob("configs/paper-*.yaml"))
+PAPER = [p for p in PAPER if p.name != "paper-base.yaml"]  # the shared base the paper configs extend, not a run
+LAYOUTS = sorted(ROOT.glob("configs/gpu/*.yaml"))
+UNSET = ("VLLM_SERVER_URL", "JUDGE_SERVER_URL", "JUDGE_MODEL")
+
+
+def test_every_layout_plans_clean_with_gpu_hours(tmp_path, monkeypatch):
+    """Every layout of configs/gpu/ over a paper config (the CPU layout over the smoke config it is written for) plans with no problem
+    on this machine, checked against its `machine:` where nvidia-smi does not answer, and ends with the GPU-hours it estimates: a row
+    per stage, then the total."""
+    from mascot.pipeline.run import load_pipeline_config
+    from mascot.pipeline.plan import load_for_plan, plan_report
+
+    for var in UNSET:
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.chdir(ROOT)
+    assert PAPER and len(LAYOUTS) >= 7, (PAPER, LAYOUTS)
+    for layout in LAYOUTS:
+        gpu = "machine:" in layout.read_text()
+        assert gpu or layout.name.startswith("cpu-"), f"{layout.name}: a GPU layout has a machine: entry"
+        # each layout over the ED config, the one-H200 layout over every paper config (they differ in dataset and run name only)
+        configs = (
+            ([ROOT / "configs/paper-ed.yaml"] + (PAPER if layout.name == "1xh200.yaml" else []))
+            if gpu
+            else [ROOT / "configs/smoke.yaml"]
+        )
+        for config in dict.fromkeys(configs):
+            cfg = load_for_plan(load_pipeline_config, config, layout, runs_dir=str(tmp_path / "runs"))
+            lines, problems = plan_report(cfg, config.name)
+            assert problems == [], (config.name, layout.name, problems)
+            trainers = [
+                l for l in lines if l.startswith("  ") and (": trainer in its" in l or ": accelerate launch" in l)
+            ]
+            if gpu:  # each trainer on a GPU of the layout's machine, with the memory it needs of it
+                assert trainers and all(l.rstrip().endswith(("each", "below 1B)")) for l in trainers), trainers
+            head = next(i for i, l in enumerate(lines) if l.startswith("GPU-hours, estimated for "))
+            rows = [l.split()[0] for l in lines[head + 2 : -1]]
+            assert rows == list(cfg.stages), (layout.name, rows)
+            assert lines[-1].startswith("GPU-hours in total (estimate): "), (layout.name, lines[-1])
+            assert float(lines[-1].split(": ")[1].split()[0]) > 0, lines[-1]
+    assert not (tmp_path / "runs").exists()
+
+
+def test_plan_without_a_layout_lists_the_stages_then_one_problem(monkeypatch, tmp_path, capsys):
+    """`mascot run configs/paper-ed.yaml --plan` without a layout or the server's URL in the environment: every stage with what it needs,
+    the GPU-hours for a reference GPU, and exactly one problem, naming VLLM_SERVER_URL."""
+    from mascot.pipeline.run import main
+    from mascot.pipeline.managed_vllm import gpus_here
+
+    for var in UNSET:
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.chdir(ROOT)
+    with pytest.raises(SystemExit) as exit_:
+        main(["configs/paper-ed.yaml", "--plan", "--runs-dir", str(tmp_path / "runs")])
+    out = capsys.readouterr().out
+    assert exit_.value.code == 2, out[-2000:]
+    lines = out.splitlines()
+    stages = list(read_yaml(ROOT / "configs/paper-ed.yaml")["stages"])
+    assert [l.split()[0] for l in lines[1 : 1 + len(stages)]] == stages, lines[: 1 + len(stages)]
+    assert "GPU >= 24.0 GiB estimated (LoRA)" in next(l for l in lines if l.startswith("sft "))
+    assert any(l.startswith("GPU-hours in total (estimate): ") for l in lines)
+    tail = lines[lines.index("1 problem(s)") :]
+    assert len(tail) == 2 and "VLLM_SERVER_URL" in tail[1], tail
+    assert gpus_here() or any(l.startswith("warning: no GPU here") for l in lines)
 
 
 def test_emit_slurm_writes_a_two_node_script_bash_accepts(tmp_path, monkeypatch, capsys):

@@ -160,23 +160,22 @@ def test_plan_checks_everything_and_runs_nothing(tmp_path):
     listed = [
         l.split()[0]
         for l in out.splitlines()[1:]
-        if l and not l.startswith((" ", "-", "reproducibility:", "warning:")) and "problem" not in l
+        if l and not l.startswith((" ", "-", "reproducibility:", "warning:", "GPU-hours")) and "problem" not in l
     ]
     assert listed == stages, out
     assert all(
         "Qwen/Qwen3-8B" in l
         for l in out.splitlines()
-        if l.split()[:1] and l.split()[0] in ("candidates", "speaker_grpo", "evaluate")
+        if l.split(" ")[0] in ("candidates", "speaker_grpo", "evaluate")  # (the stage lines, not the estimate's rows)
     )
     import subprocess as sp
 
     has_gpu = sp.run("nvidia-smi", shell=True, capture_output=True).returncode == 0
-    if not has_gpu:
-        assert r.returncode == 2, out
-        for k in ("speaker_grpo", "sft", "director_grpo", "director_dpo"):
-            assert f"stage {k} trains Qwen/Qwen3-8B (LoRA): needs a CUDA GPU" in out, out
+    if not has_gpu:  # without a layout, the trainers' GPU needs are one warning (a layout's `machine:` is what a plan checks them on)
+        assert r.returncode == 0 and out.rstrip().endswith("0 problem(s)"), out
+        warned = next(l for l in out.splitlines() if l.startswith("warning: no GPU here"))
+        assert "speaker_grpo, sft, director_grpo, director_dpo need a CUDA GPU with >= 24.0 GiB" in warned, warned
         assert "/models" not in out and "does not serve" not in out  # the endpoints answered and serve the named models
-        assert len([l for l in out.splitlines() if l.startswith("  - ")]) == 4, out
 
 
 @pytest.mark.integration
@@ -232,7 +231,7 @@ def test_secrets_stay_out_of_executed_notebooks_and_output_is_quiet(tmp_path):
 def test_gpu_layout_plans_the_paper_without_env_urls(tmp_path, layout, paper, monkeypatch):
     """`mascot run configs/paper-*.yaml --layout configs/gpu/<layout>.yaml --plan`: the managed server takes the place of the config's
     `${VLLM_SERVER_URL}` (not set here), every stage is valid with the layout's sizes, the plan names which GPU the server and each stage
-    hold, and on a machine without a GPU its only problems are that the server and the training stages need one; no folder is created."""
+    hold, and on a machine without a GPU it is checked against the layout's `machine:` with no problem; no folder is created."""
     from mascot.pipeline.run import load_pipeline_config
     from mascot.pipeline.plan import plan_report, gpus_here
 
@@ -253,16 +252,14 @@ def test_gpu_layout_plans_the_paper_without_env_urls(tmp_path, layout, paper, mo
     assert lines[0].startswith(f"serve: vLLM Qwen/Qwen3-8B on GPU 0 at {share:g} of memory"), lines[0]
     assert not any("not valid" in line for line in lines), lines
     stage_gpu = lay["gpus"]["stages"]
-    for line in lines[1:]:
-        if line.split()[0] in ("speaker_grpo", "director_grpo", "candidates"):
+    for line in lines[1:]:  # the stage lines (the estimate's rows are indented)
+        if line.split(" ")[0] in ("speaker_grpo", "director_grpo", "candidates"):
             assert f"CUDA_VISIBLE_DEVICES={stage_gpu}" in line and "Qwen/Qwen3-8B" in line, line
     if not gpus_here():
-        assert "serve: the vLLM server needs GPU 0; this machine has none (nvidia-smi does not answer)" in problems
-        others = [
-            p for p in problems if not p.startswith("serve: the vLLM server needs GPU") and "needs a CUDA GPU" not in p
-        ]
-        assert not others, others
-        assert any(p.startswith("stage director_grpo trains Qwen/Qwen3-8B (LoRA): needs a CUDA GPU") for p in problems)
+        assert problems == [], problems
+        assert any(l.startswith(f"machine: the layout's, 1 node(s) of {lay['machine']['gpus']} x ") for l in lines), (
+            lines
+        )
     assert not any("/models" in p or "does not serve" in p or "unknown key" in p for p in problems), problems
 
 

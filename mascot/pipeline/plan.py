@@ -8,14 +8,18 @@ from ..core.config import *
 from ..stages import *
 from .managed_vllm import *
 from ..training.launch import launch_spec
-import functools, importlib, json, re
+import functools, importlib, json, os, re
+from typing import NamedTuple
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['MODEL_FIELDS', 'URL_FIELDS', 'SIZE_FIELDS', 'ADAPTER_FIELDS', 'STRUCTURED_OUTPUTS_SINCE', 'served_models',
-           'redact_url', 'endpoint_problems', 'training_gpu_plan', 'server_version', 'unconstrained_warnings',
+__all__ = ['MODEL_FIELDS', 'URL_FIELDS', 'SIZE_FIELDS', 'ADAPTER_FIELDS', 'STRUCTURED_OUTPUTS_SINCE', 'THROUGHPUT',
+           'IN_PROCESS_SHARE', 'FILL', 'PROMPT_TOKENS', 'REFERENCE_GPU', 'served_models', 'redact_url',
+           'endpoint_problems', 'is_layout', 'training_gpu_plan', 'server_version', 'unconstrained_warnings',
            'is_trainer', 'stage_launch', 'plan_gpus', 'apart', 'server_rows', 'process_table', 'batch_lines',
-           'stage_reproducibility', 'reproducibility_lines', 'plan_report']
+           'stage_reproducibility', 'reproducibility_lines', 'GpuThroughput', 'throughput_for', 'rate', 'StageWork',
+           'trainer_work', 'stage_work', 'gpu_hour_estimate', 'estimate_lines', 'load_for_plan', 'unset_variables',
+           'unset_problem', 'no_gpu_warning', 'plan_report']
 
 # %% ../../nbs/pipeline/02_plan.ipynb #89acd147
 def served_models(url: str, timeout: float = 5.0) -> list[str]:
@@ -115,6 +119,11 @@ def endpoint_problems(k: str, urls: dict, models: dict, answers: dict, users: di
     return problems
 
 
+def is_layout(cfg: PipelineConfig) -> bool:
+    "Whether a GPU layout lies over the config (a managed server, GPUs, launches or a machine): what `--plan` checks GPUs against."
+    return bool(cfg.serve or cfg.gpus or cfg.launch or cfg.machine)
+
+
 def training_gpu_plan(cfg: PipelineConfig, k: str, scfg, gpus: list) -> tuple[str, list[str]]:
     """What training stage `k` needs of a GPU (estimated) against what this machine and the run's layout give it: the plan line's part
     and the problems."""
@@ -125,12 +134,14 @@ def training_gpu_plan(cfg: PipelineConfig, k: str, scfg, gpus: list) -> tuple[st
     if not need:
         return "CPU or GPU", []
     problems, kind = [], "full weights" if full else "LoRA"
-    if not gpus:  # (with a layout, `process_table` checks each GPU the trainer takes, beside the server)
+    if not gpus and is_layout(
+        cfg
+    ):  # (without one, `no_gpu_warning`; with one, `process_table` checks each GPU the trainer takes)
         problems.append(
             f"stage {k} trains {base} ({kind}): needs a CUDA GPU with >= {need} GiB "
             "(estimated); this machine has none (nvidia-smi does not answer)"
         )
-    elif max(m for _, m in gpus) < need:
+    elif gpus and max(m for _, m in gpus) < need:
         problems.append(
             f"stage {k} trains {base}: needs >= {need} GiB (estimated), the largest GPU has {max(m for _, m in gpus)} GiB"
         )
@@ -379,6 +390,253 @@ def reproducibility_lines(cfg: PipelineConfig, found: dict[str, dict]) -> list[s
     lines += [f"  not exact: {k}: {'; '.join(d['why_not'])}" for k, d in found.items() if not d["exact"]]
     return lines
 
+# %% ../../nbs/pipeline/02_plan.ipynb #gh1thr
+class GpuThroughput(NamedTuple):
+    """Tokens per second of one GPU, estimated, by model size in billions of parameters: `generate` decoding under vLLM with tens of
+    requests in flight, `train` bf16 training (LoRA or full weights) under TRL."""
+
+    generate: dict[float, float]
+    train: dict[float, float]
+
+
+# Estimates, not measurements; a run's meta.json records what it took. Sources:
+# - generate: H100 from Lambda's vLLM benchmark (github.com/LambdaLabsML/vllm-benchmark: Llama-3.1-8B, one H100 SXM, vLLM 0.6; H100
+#   about 2x A100) and the vLLM v0.6.0 release post (blog.vllm.ai, 2024-09): thousands of output tokens/s for an 8B model, up to ~12,000
+#   at full batch; the run keeps max_concurrency 64 requests in flight with short replies, so 5,000 for 8B, scaled as 1/size.
+#   H200 x1.4 and L40S x0.26 of H100: memory bandwidth from NVIDIA's datasheets (4.8, 0.86 against 3.35 TB/s); A100 x0.5 (Lambda).
+# - train: 6 x parameters FLOPs per trained token at 30% of the dense bf16 peak in NVIDIA's datasheets (H100/H200 SXM 989 TFLOPS,
+#   A100 312, L40S 362), a utilisation TRL + PEFT runs commonly reach; below 1B capped at 40,000 (small models are overhead-bound).
+THROUGHPUT: dict[str, GpuThroughput] = {
+    "H100": GpuThroughput(generate={0.6: 30000, 8: 5000, 14: 2900}, train={0.6: 40000, 8: 6200, 14: 3500}),
+    "H200": GpuThroughput(generate={0.6: 40000, 8: 7000, 14: 4000}, train={0.6: 40000, 8: 6200, 14: 3500}),
+    "A100": GpuThroughput(generate={0.6: 15000, 8: 2500, 14: 1400}, train={0.6: 19000, 8: 1950, 14: 1100}),
+    "L40S": GpuThroughput(generate={0.6: 8000, 8: 1300, 14: 750}, train={0.6: 20000, 8: 2250, 14: 1300}),
+}
+IN_PROCESS_SHARE = (
+    0.1  # a trainer's own sampling (transformers' generate, no paged attention) against vLLM's rate: an assumption
+)
+FILL = 0.5  # the share of a length cap a reply or training sequence fills on average: an assumption
+PROMPT_TOKENS = 512  # a GRPO prompt's tokens (a context's transcript and instructions): an assumption
+REFERENCE_GPU = "NVIDIA H100 80GB HBM3"  # what a plan with no GPU here and no layout's machine estimates for
+
+
+def throughput_for(gpu: str) -> GpuThroughput | None:
+    "The table's entry for a GPU named as nvidia-smi names it (`NVIDIA H200`, `NVIDIA A100-SXM4-80GB`); None for a GPU it lacks."
+    return next((t for k, t in THROUGHPUT.items() if k.lower() in gpu.lower()), None)
+
+
+def rate(table: dict[float, float], billions: float | None) -> float:
+    "Tokens/s for a model of `billions` parameters: the nearest size in `table`, scaled by size (8B where the name gives none)."
+    b = billions or 8.0
+    near = min(table, key=lambda s: abs(s - b))
+    return table[near] * near / b
+
+# %% ../../nbs/pipeline/02_plan.ipynb #gh4work
+class StageWork(NamedTuple):
+    "What one stage asks of the GPUs, in tokens (estimated from its config): generated by the server, sampled in its trainer, trained."
+
+    served: float = 0
+    sampled: float = 0
+    trained: float = 0
+    how: str = ""
+
+
+def trainer_work(k: str, s, size, personas: int, completions: int = 0) -> StageWork:
+    """Training stage `k`'s tokens from its config `s` and `size(stage, field)` (the stage whose data it reads): sequences at `FILL` of
+    their cap, pairs as half of each prompt's K(K-1)/2; a GRPO trainer's `completions` per optimiser step sampled, rolled out, trained."""
+    F, g = FILL, lambda f, d=0: getattr(s, f, None) or d
+    pairs = lambda n, K: n * K * (K - 1) / 4
+    epochs, L = g("num_train_epochs", 1), g("max_length") * F
+    if k in ("speaker_grpo", "director_grpo"):
+        n = g("max_steps") * completions
+        rollout = g("horizon") * (g("speaker_max_tokens") + g("user_response_probability") * g("user_max_tokens"))
+        return StageWork(
+            served=n * rollout * F,
+            sampled=n * g("max_completion_length") * F,
+            trained=n * (PROMPT_TOKENS + g("max_completion_length") * F),
+            how=f"{g('max_steps')} steps x {completions} completions",
+        )
+    c, b = lambda f: size("candidates", f) or 0, lambda f: size("branching", f) or 0
+    examples = {  # what each trainer reads: pairs of candidates, best candidates, pairs of episodes, pairs of directives
+        "reward_model": lambda: pairs(c("num_samples") * personas, c("num_candidates")),
+        "sft": lambda: c("num_samples") * personas,
+        "group_reward_model": lambda: pairs(
+            size("group_data", "num_samples") or 0, size("group_data", "num_episodes") or 0
+        ),
+        "director_dpo": lambda: pairs(b("num_samples") * b("num_turns"), b("num_candidates")),
+    }
+    if k not in examples:
+        return StageWork()  # no GPU work: metrics and figures on CPUs
+    n = examples[k]()
+    seqs = 1 if k == "sft" else 2
+    return StageWork(
+        trained=epochs * n * seqs * L,
+        how=f"{epochs:g} epochs x {n:,.0f} {'examples' if seqs == 1 else 'pairs x 2'} x {g('max_length')} tokens",
+    )
+
+# %% ../../nbs/pipeline/02_plan.ipynb #gh4gen
+def stage_work(k: str, s, size, personas: int, completions: int = 0) -> StageWork:
+    """Stage `k`'s tokens from its config `s` and `size(stage, field)` (another stage's field): replies and judgements at `FILL` of their
+    caps; a training stage's from `trainer_work`."""
+    F, g = FILL, lambda f, d=0: getattr(s, f, None) or d
+    turn = lambda t: (
+        g("director_max_tokens") + g("speaker_max_tokens") + g("user_response_probability") * g("user_max_tokens")
+    )
+    if k == "candidates":
+        n = g("num_samples") * personas * g("num_candidates")
+        return StageWork(
+            served=n * (g("max_tokens") + g("judge_max_tokens")) * F,
+            how=f"{g('num_samples')} contexts x {personas} personas x {g('num_candidates')} x (reply + judgement)",
+        )
+    if k in ("group_data", "branching") and g("generation_mode") == "independent":
+        eps = g("num_samples") * g("num_episodes")
+        return StageWork(
+            served=eps * (g("num_turns") * turn(s) + g("judge_max_tokens")) * F,
+            how=f"{g('num_samples')} contexts x {g('num_episodes')} episodes x ({g('num_turns')} turns + judgement)",
+        )
+    if k in ("group_data", "branching"):
+        states = g("num_samples") * g("num_turns")
+        each = g("director_max_tokens") + g("horizon") * turn(s) + g("judge_max_tokens")
+        return StageWork(
+            served=states * g("num_candidates") * each * F,
+            how=f"{states} states x {g('num_candidates')} directives x ({g('horizon')} turns + judgement)",
+        )
+    if k == "evaluate":
+        n = g("num_samples") * len(g("systems", [1]))
+        return StageWork(
+            served=n * g("num_turns") * turn(s) * F,
+            how=f"{g('num_samples')} contexts x {len(g('systems', [1]))} systems x {g('num_turns')} turns",
+        )
+    if k == "judge":
+        n = (size("evaluate", "num_samples") or 0) * len(size("evaluate", "systems") or [1])
+        return StageWork(served=n * g("judge_max_tokens") * F, how=f"{n} conversations x a judgement")
+    return trainer_work(k, s, size, personas, completions)
+
+# %% ../../nbs/pipeline/02_plan.ipynb #gh7est
+def gpu_hour_estimate(cfg: PipelineConfig, scfgs: dict, gpus: list) -> dict:
+    """GPU-hours of each stage and of the run, estimated: `stage_work`'s tokens over `THROUGHPUT`'s rates for the layout's GPU (this
+    machine's, else the layout's `machine:`, else `REFERENCE_GPU`), the server's replicas generating and each trainer's processes
+    training; a stage holds every GPU of the layout while it runs. `scfgs`: stage key -> its typed config. A dict to print or record."""
+    import tempfile
+    from mascot.domain.personas import roster_for_dataset
+    from mascot.training.configs import TrainingConfig, effective_batch
+
+    gpu = gpus[0][0] if gpus else REFERENCE_GPU
+    held = cfg.machine.gpus * cfg.machine.nodes if cfg.machine and not gpus_here() else max(1, len(gpus))
+    t, replicas = throughput_for(gpu), len(managed_urls(cfg.serve)) if cfg.serve else 1
+    try:
+        personas = len(roster_for_dataset(cfg.dataset).names)
+    except (ConfigError, KeyError, ValueError, FileNotFoundError):
+        personas = 3
+    size = lambda k, f: getattr(scfgs[k], f, None) if k in scfgs else (cfg.stages.get(k) or {}).get(f)
+    served_b = model_billions(cfg.serve.model if cfg.serve else cfg.model_name)
+    out = {"gpu": gpu, "gpus": held, "estimate": True, "reference": not gpus, "stages": {}}
+    for k, s in scfgs.items():
+        launch = stage_launch(cfg, k)
+        world = (
+            launch["world_size"] if launch else 1
+        )  # (a CPU layout's too: the completions per step are its processes')
+        completions = 0
+        if isinstance(s, TrainingConfig) and hasattr(s, "num_generations"):
+            with tempfile.TemporaryDirectory() as d:
+                completions = effective_batch(s.trl_config(d), world)["total"]
+        w = stage_work(k, s, size, personas, completions)
+        train_b = model_billions(getattr(s, "group_reward_model_name", None) or getattr(s, "model_name", None))
+        secs = (
+            w.served / (replicas * rate(t.generate, served_b))
+            + w.sampled / (world * IN_PROCESS_SHARE * rate(t.generate, train_b))
+            + w.trained / (world * rate(t.train, train_b))
+            if t
+            else None
+        )
+        hours = None if secs is None else secs / 3600
+        out["stages"][k] = {**w._asdict(), "hours": hours, "gpu_hours": None if hours is None else hours * held}
+    if t:
+        out["hours"] = sum(v["hours"] for v in out["stages"].values())
+        out["gpu_hours"] = out["hours"] * held
+    return out
+
+# %% ../../nbs/pipeline/02_plan.ipynb #gh8lines
+def estimate_lines(est: dict) -> list[str]:
+    "`--plan`'s account of `gpu_hour_estimate`: a row per stage (tokens served, sampled in the trainer, trained; hours), then the total."
+    tok = lambda n: "-" if not n else f"{n / 1e6:.1f}M" if n >= 1e5 else f"{n / 1e3:.0f}k" if n >= 1e3 else f"{n:.0f}"
+    hrs = lambda h: "?" if h is None else f"{h:.1f}" if h >= 1 else f"{h:.2f}" if h >= 0.01 else f"{h:.1g}"
+    lines = [
+        f"GPU-hours, estimated for {est['gpus']} x {est['gpu']}"
+        + (" (no GPU here and no layout's machine: a reference GPU)" if est.get("reference") else "")
+        + f" (the config's tokens at FILL {FILL:g} of each length cap x "
+        "mascot.pipeline.plan.THROUGHPUT's tokens/s per GPU, from vLLM's and Lambda's published benchmarks and NVIDIA's datasheets):",
+        f"  {'stage':<19} {'served':>8} {'sampled':>8} {'trained':>8} {'hours':>6} {'GPU-h':>6}  tokens from",
+    ]
+    for k, v in est["stages"].items():
+        row = f"  {k:<19} {tok(v['served']):>8} {tok(v['sampled']):>8} {tok(v['trained']):>8} {hrs(v['hours']):>6}"
+        lines.append(f"{row} {hrs(v['gpu_hours']):>6}  {v['how']}".rstrip())
+    if "gpu_hours" in est:
+        lines.append(
+            f"GPU-hours in total (estimate): {hrs(est['gpu_hours'])} ({hrs(est['hours'])} hours on {est['gpus']} x {est['gpu']})"
+        )
+    else:
+        lines.append(
+            f"GPU-hours in total: not estimated (THROUGHPUT has no figures for {est['gpu']}: {', '.join(THROUGHPUT)})"
+        )
+    return lines
+
+# %% ../../nbs/pipeline/02_plan.ipynb #gh12load
+def load_for_plan(load, *args, **kw):
+    """`load(*args, **kw)` (a pipeline config's loader) with each environment variable the config reads and the environment lacks standing
+    as `${NAME}` while it loads, so that `--plan` shows every stage; `unset_variables` names them, and the plan makes them one problem."""
+    added = []
+    try:
+        while True:
+            try:
+                return load(*args, **kw)
+            except ConfigError as e:
+                m = re.search(r"environment variable (\w+) is not set", str(e))
+                if not m or m.group(1) in added:
+                    raise
+                added.append(m.group(1))
+                os.environ[m.group(1)] = "${" + m.group(1) + "}"
+    finally:
+        for v in added:
+            os.environ.pop(v, None)
+
+
+def unset_variables(cfg: PipelineConfig) -> list[str]:
+    "The environment variables the config reads that `load_for_plan` stood in for."
+    return [v for v, val in cfg._from_env.items() if val == "${" + v + "}"]
+
+
+def unset_problem(unset: list[str], users: dict) -> list[str]:
+    "One problem naming every unset variable the config reads and the stages whose endpoints need them (`users`: value -> stages)."
+    if not unset:
+        return []
+    needed = dict.fromkeys(k for v in unset for k in users.get("${" + v + "}", []))
+    return [
+        f"environment variable{'s' if len(unset) > 1 else ''} {', '.join(unset)} not set (the vLLM server's URL and the judge the "
+        f"config's endpoints read; needed by {', '.join(needed) or 'no stage to run'}): export them for servers you started "
+        "(mascot serve), or lay a GPU layout over the config, whose managed server takes their place (--layout configs/gpu/1xh200.yaml)"
+    ]
+
+# %% ../../nbs/pipeline/02_plan.ipynb #gh14nogpu
+def no_gpu_warning(cfg: PipelineConfig, trainers: dict, gpus: list) -> list[str]:
+    """Without a layout and with no GPU here, one line naming the trainers that need a GPU (estimated) and how to check a machine for them:
+    a warning, since the plan then knows of no machine the run is meant for."""
+    if gpus or is_layout(cfg):
+        return []
+    need = {
+        k: training_gib(
+            getattr(s, "group_reward_model_name", None) or s.model_name, bool(getattr(s, "full_finetune", False))
+        )
+        for k, s in trainers.items()
+    }
+    need = {k: n for k, n in need.items() if n}
+    if not need:
+        return []
+    return [
+        f"warning: no GPU here (nvidia-smi does not answer) and no layout: {', '.join(need)} need a CUDA GPU with >= "
+        f"{max(need.values())} GiB (estimated); --layout configs/gpu/*.yaml checks the machine a layout is written for"
+    ]
+
 # %% ../../nbs/pipeline/02_plan.ipynb #d295c196
 def _stage_parts(
     cfg: PipelineConfig, st, scfg, params: dict, models: dict, urls: dict, gpus: list, trainers: dict, problems: list
@@ -424,13 +682,15 @@ def plan_report(
     only: str | None = None,
     resume: bool = False,
 ) -> tuple[list[str], list[str]]:
-    """`mascot run --plan`: each stage to run with its models, adapters, endpoint, data and sizes, and every problem found (endpoints, data,
-    adapters, GPUs against the memory each training stage needs), one line each. Runs no stage and creates no folder."""
+    """`mascot run --plan`: each stage to run with its models, adapters, endpoint, data and sizes, the layout's processes and batches,
+    reproducibility and the GPU-hours estimated, and every problem found (endpoints, data, adapters, GPUs against the memory each training
+    stage needs, unset variables), one line each. Runs no stage and creates no folder."""
     run_dir, lines, problems = run_dir_of(cfg), [], []
     keys, todo = stages_to_run(cfg, from_stage, only)
     if run_dir.exists() and (why := existing_run_problem(run_dir, keys, resume, from_stage, only)):
         problems.append(why)
-    (gpus, lines), answers, users, trainers, repro = plan_gpus(cfg), {}, {}, {}, {}
+    (gpus, lines), users, trainers, repro, scfgs = plan_gpus(cfg), {}, {}, {}, {}
+    answers = {"${" + v + "}": "unset" for v in unset_variables(cfg)}  # one problem at the end, never asked
     if (
         cfg.serve
     ):  # the managed server answers once the run starts it: it will serve the base (the adapters come as trained)
@@ -438,13 +698,12 @@ def plan_report(
         lines.insert(0, line)
         problems += found
         answers[cfg.endpoints["vllm_server_url"]] = [cfg.serve.model]
-    head = len(lines)  # the layout's table goes here, once every stage is read
-    outputs = completed_outputs(run_dir, keys, todo)
+    head, outputs = len(lines), completed_outputs(run_dir, keys, todo)  # the layout's table goes at `head`
     for k in todo:
         st = STAGE_BY_KEY[k]
         try:
             params = checked_stage_params(cfg, st, run_dir, todo, outputs, source)
-            scfg = config_class(st).from_params(params, source=f"{source}: stages.{k}")
+            scfgs[k] = scfg = config_class(st).from_params(params, source=f"{source}: stages.{k}")
         except (ConfigError, ValueError, FileNotFoundError) as e:
             problems.append(f"stage {k}: {' '.join(str(e).split())}")
             lines.append(f"{k:<19} (not valid: see the problems)")
@@ -460,14 +719,15 @@ def plan_report(
         repro[k] = stage_reproducibility(cfg, st, scfg, on_gpu=bool(gpus))
         lines.append(f"{k:<19} " + "; ".join(p for p in parts if p))
         lines += warnings
-    if (
-        cfg.serve or cfg.gpus or cfg.launch or cfg.machine
-    ):  # a layout: which process holds which GPU, each trainer's batch
+    if is_layout(cfg):  # which process holds which GPU, each trainer's batch
         (table, found), (batches, off) = process_table(cfg, trainers, gpus), batch_lines(cfg, trainers, source)
         lines[head:head] = table + batches
         problems += found + off
-    lines += reproducibility_lines(cfg, repro) if repro else []
+    lines += no_gpu_warning(cfg, trainers, gpus) + (reproducibility_lines(cfg, repro) if repro else [])
+    lines += estimate_lines(gpu_hour_estimate(cfg, scfgs, gpus))
     problems += [
-        f"{why}: needed by {', '.join(dict.fromkeys(users[u]))}" for u, why in answers.items() if isinstance(why, str)
+        f"{why}: needed by {', '.join(dict.fromkeys(users[u]))}"
+        for u, why in answers.items()
+        if isinstance(why, str) and why != "unset"
     ]
-    return lines, problems
+    return lines, problems + unset_problem(unset_variables(cfg), users)

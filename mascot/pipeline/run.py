@@ -13,7 +13,7 @@ from ..stages import *
 from .serve import ServerFailed
 from .managed_vllm import *
 from .job_notebooks import *
-from .plan import plan_report, stage_reproducibility, is_trainer, stage_launch
+from .plan import plan_report, stage_reproducibility, is_trainer, stage_launch, load_for_plan
 from .slurm import attach_server_node, attached_server, emit_slurm, forwarded_flags, server_apart
 from ..training.launch import LAUNCH_ENV, LAUNCH_FILE, LaunchSection, MachineSection, accumulation_for
 from ..training.configs import effective_batch
@@ -520,8 +520,8 @@ def _exit_before_running(a: RunFlags, overrides: dict) -> None:
         print(f"wrote {path}: submit it with sbatch {path}")
         raise SystemExit(0)
     if a.plan:
-        try:
-            cfg = load_pipeline_config(a.config, a.layout, **overrides)
+        try:  # an unset variable the config reads is one problem of the plan, after every stage
+            cfg = load_for_plan(load_pipeline_config, a.config, a.layout, **overrides)
             lines, problems = plan_report(cfg, a.config, a.from_stage, a.only, a.resume)
         except ConfigError as e:
             lines, problems = [], [" ".join(str(e).split())]
