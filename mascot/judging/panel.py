@@ -27,7 +27,6 @@ from ..core.jobs import Job
 from ..domain.datasets import canonical_dataset
 import asyncio, json, logging, math, re, statistics, sys
 from pydantic import Field, model_validator
-from fastcore.basics import patch
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -151,43 +150,38 @@ class JudgePanelConfig(EndpointConfig):
             rest += ["--judge", judges[0]]
         return super().from_cli(rest, prog, description)
 
-# %% ../../nbs/judging/02_panel.ipynb #65c5cfc8
-@patch(as_prop=True)
-def judge_specs(self: JudgePanelConfig) -> list[JudgeSpec]:
-    "Every judge, in order: the panel's, or the one judge and --judges (same provider and URL)."
-    url = self.judge_server_url
-    if self.panel:
-        specs = [parse_judge_spec(s, self.judge_provider, url) for s in self.panel]
-        return specs + [parse_judge_spec(m, specs[-1].provider, specs[-1].url) for m in self.judges]
-    provider = self.judge_provider or ("vllm" if url else "embedded")
-    served = url and "model_name" not in self.model_fields_set
-    models = list(dict.fromkeys([self.judge or (None if served else self.model_name), *self.judges]))
-    return [JudgeSpec(provider, m, url if get_provider(provider).needs_url else None) for m in models]
+    @property
+    def judge_specs(self) -> list[JudgeSpec]:
+        "Every judge, in order: the panel's, or the one judge and --judges (same provider and URL)."
+        url = self.judge_server_url
+        if self.panel:
+            specs = [parse_judge_spec(s, self.judge_provider, url) for s in self.panel]
+            return specs + [parse_judge_spec(m, specs[-1].provider, specs[-1].url) for m in self.judges]
+        provider = self.judge_provider or ("vllm" if url else "embedded")
+        served = url and "model_name" not in self.model_fields_set
+        models = list(dict.fromkeys([self.judge or (None if served else self.model_name), *self.judges]))
+        return [JudgeSpec(provider, m, url if get_provider(provider).needs_url else None) for m in models]
 
-# %% ../../nbs/judging/02_panel.ipynb #1c21084c
-@patch
-def resolved(self: JudgePanelConfig) -> dict:
-    "As `EndpointConfig.resolved`, with every judge of a panel (provider, model, URL without secrets)."
-    out = super(JudgePanelConfig, self).resolved()
-    if self.panel:
-        out["judge_route"] = [
-            {"provider": s.provider, "model": s.model, "url": public_url(s.url)} for s in self.judge_specs
-        ]
-    return out
+    def resolved(self) -> dict:
+        "As `EndpointConfig.resolved`, with every judge of a panel (provider, model, URL without secrets)."
+        out = super(JudgePanelConfig, self).resolved()
+        if self.panel:
+            out["judge_route"] = [
+                {"provider": s.provider, "model": s.model, "url": public_url(s.url)} for s in self.judge_specs
+            ]
+        return out
 
-
-@patch
-def endpoint_for_spec(self: JudgePanelConfig, spec: JudgeSpec) -> EndpointConfig:
-    "The endpoint config of one judge."
-    given = [k for k in EndpointConfig.model_fields if k in self.model_fields_set]
-    return EndpointConfig(**{k: getattr(self, k) for k in given if k != "judge_server_url"}).model_copy(
-        update={
-            "judge": spec.model,
-            "judge_server_url": spec.url,
-            "judge_api_key_env": spec.key_env or self.judge_api_key_env,
-            "judge_provider": spec.provider,
-        }
-    )
+    def endpoint_for_spec(self, spec: JudgeSpec) -> EndpointConfig:
+        "The endpoint config of one judge."
+        given = [k for k in EndpointConfig.model_fields if k in self.model_fields_set]
+        return EndpointConfig(**{k: getattr(self, k) for k in given if k != "judge_server_url"}).model_copy(
+            update={
+                "judge": spec.model,
+                "judge_server_url": spec.url,
+                "judge_api_key_env": spec.key_env or self.judge_api_key_env,
+                "judge_provider": spec.provider,
+            }
+        )
 
 # %% ../../nbs/judging/02_panel.ipynb #e6f9a7f8
 @judging_config
@@ -511,76 +505,76 @@ class RecordJudging:
     def __post_init__(self):
         self.sem = asyncio.Semaphore(self.cfg.max_concurrency)
 
-# %% ../../nbs/judging/02_panel.ipynb #e89adfed
-@patch
-async def judgement(self: RecordJudging, model: str, rid: str, kind: str, item: JudgeItem) -> Judgement | None:
-    "One judge's judgement of one item; None (counted) when it does not parse or the server failed after its retries."
-    cfg = self.cfg
-    async with self.sem:
-        try:
-            return await judge_call(
-                self.clients[model], item.rubric, item.messages, cfg.judge_max_tokens, cfg.top_logprobs, self.cache
-            )
-        except ModelNotFound:
-            raise
-        except (JudgeParseError, LLMError) as e:
-            where = f"{rid} ({kind}{'' if item.turn_idx is None else f', turn {item.turn_idx}'}, judge {model})"
-            raw = getattr(e, "raw", None)
-            if cfg.strict:
-                reason = str(e).split("; raw judge output")[0] if raw is not None else " ".join(str(e).split())[:300]
-                raise StrictJudgeParseError(f"--strict: {where}: {reason}", raw if raw is not None else "") from None
-            self.run.count("num_annotation_failures")
-            self.run.extra.setdefault("annotation_failures", []).append(
-                {"where": where, "raw": (raw if raw is not None else str(e))[:500]}
-            )
-            return None
+    async def judgement(self, model: str, rid: str, kind: str, item: JudgeItem) -> Judgement | None:
+        "One judge's judgement of one item; None (counted) when it does not parse or the server failed after its retries."
+        cfg = self.cfg
+        async with self.sem:
+            try:
+                return await judge_call(
+                    self.clients[model], item.rubric, item.messages, cfg.judge_max_tokens, cfg.top_logprobs, self.cache
+                )
+            except ModelNotFound:
+                raise
+            except (JudgeParseError, LLMError) as e:
+                where = f"{rid} ({kind}{'' if item.turn_idx is None else f', turn {item.turn_idx}'}, judge {model})"
+                raw = getattr(e, "raw", None)
+                if cfg.strict:
+                    reason = (
+                        str(e).split("; raw judge output")[0] if raw is not None else " ".join(str(e).split())[:300]
+                    )
+                    raise StrictJudgeParseError(
+                        f"--strict: {where}: {reason}", raw if raw is not None else ""
+                    ) from None
+                self.run.count("num_annotation_failures")
+                self.run.extra.setdefault("annotation_failures", []).append(
+                    {"where": where, "raw": (raw if raw is not None else str(e))[:500]}
+                )
+                return None
 
-# %% ../../nbs/judging/02_panel.ipynb #2fd719a9
-@patch
-async def record(self: RecordJudging, task: tuple[dict, str, str]) -> dict | None:
-    "The score row of one record and rubric kind (every judge of the panel), or None when it is skipped."
-    rec, kind, domain = task
-    rid, run = record_id(rec), self.run
-    try:
-        items = record_items(rec, kind, domain, self.cfg.judge_examples)
-    except (KeyError, TypeError, ValueError) as e:  # a malformed record: skipped, or fatal under --strict
-        if self.cfg.strict:
-            raise StrictModeError(
-                f"--strict: num_skipped_samples at {rid} ({kind}): malformed record: {e.__class__.__name__}: {e}"
-            ) from None
-        run.count("num_skipped_samples")
-        run.extra.setdefault("errors", []).append(f"{rid} ({kind}): {e.__class__.__name__}: {e}")
-        return None
-    results = await asyncio.gather(
-        *[asyncio.gather(*[self.judgement(m, rid, kind, it) for it in items]) for m in self.clients]
-    )
-    parts = {m: judged_scores(items, res) for m, res in zip(self.clients, results)}
-    meta = rec.get("metadata") or {}
-    if not any(p["scores"] for p in parts.values()):  # nothing parsed: not written, so --resume tries it again
-        self.unwritten_failures[kind] += sum(p["num_failures"] for p in parts.values())
-        self.unwritten[kind].append(
-            {
-                "conv_id": rid,
-                "system": meta.get("system"),
-                "dataset": meta.get("dataset"),
-                "by_judge": {m: p["num_failures"] for m, p in parts.items()},
-            }
+    async def record(self, task: tuple[dict, str, str]) -> dict | None:
+        "The score row of one record and rubric kind (every judge of the panel), or None when it is skipped."
+        rec, kind, domain = task
+        rid, run = record_id(rec), self.run
+        try:
+            items = record_items(rec, kind, domain, self.cfg.judge_examples)
+        except (KeyError, TypeError, ValueError) as e:  # a malformed record: skipped, or fatal under --strict
+            if self.cfg.strict:
+                raise StrictModeError(
+                    f"--strict: num_skipped_samples at {rid} ({kind}): malformed record: {e.__class__.__name__}: {e}"
+                ) from None
+            run.count("num_skipped_samples")
+            run.extra.setdefault("errors", []).append(f"{rid} ({kind}): {e.__class__.__name__}: {e}")
+            return None
+        results = await asyncio.gather(
+            *[asyncio.gather(*[self.judgement(m, rid, kind, it) for it in items]) for m in self.clients]
         )
-        run.count("num_skipped_samples")
-        return None
-    primary, *others = self.clients
-    return {
-        "conv_id": rid,
-        "kind": kind,
-        "rubric": items[0].rubric.name,
-        "rubric_version": items[0].rubric.version,
-        "dataset": meta.get("dataset"),
-        "system": meta.get("system"),
-        "groups": record_groups(rec),
-        "judge": primary,
-        **parts[primary],
-        **({"by_judge": {m: parts[m] for m in others}} if others else {}),
-    }
+        parts = {m: judged_scores(items, res) for m, res in zip(self.clients, results)}
+        meta = rec.get("metadata") or {}
+        if not any(p["scores"] for p in parts.values()):  # nothing parsed: not written, so --resume tries it again
+            self.unwritten_failures[kind] += sum(p["num_failures"] for p in parts.values())
+            self.unwritten[kind].append(
+                {
+                    "conv_id": rid,
+                    "system": meta.get("system"),
+                    "dataset": meta.get("dataset"),
+                    "by_judge": {m: p["num_failures"] for m, p in parts.items()},
+                }
+            )
+            run.count("num_skipped_samples")
+            return None
+        primary, *others = self.clients
+        return {
+            "conv_id": rid,
+            "kind": kind,
+            "rubric": items[0].rubric.name,
+            "rubric_version": items[0].rubric.version,
+            "dataset": meta.get("dataset"),
+            "system": meta.get("system"),
+            "groups": record_groups(rec),
+            "judge": primary,
+            **parts[primary],
+            **({"by_judge": {m: parts[m] for m in others}} if others else {}),
+        }
 
 # %% ../../nbs/judging/02_panel.ipynb #6bee970a
 def _record_judges(run: RunDir, cfg: JudgeConfig, clients: dict[str, LLMClient], num_records: int):

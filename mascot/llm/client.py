@@ -16,7 +16,6 @@ from .adapters import *
 import dataclasses
 import asyncio, contextlib, json
 from pathlib import Path
-from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['embedded_backend', 'LLMClient']
@@ -69,97 +68,166 @@ class LLMClient:
                 if alias not in embedded.adapters and alias not in embedded._pending_adapters:
                     embedded.load_adapter(alias, path)
 
-# %% ../../nbs/llm/06_client.ipynb #00effd11
-@patch
-def backend(self: LLMClient, role: str) -> ChatBackend:
-    route = self.routes[role]
-    if route.backend == "unset":
-        raise ConfigError(NO_JUDGE)
-    if route.backend == "openai":
-        key = (route.url, route.key_env)  # one HTTP client per server and key
-        if key not in self._backends:
-            self._backends[key] = openai_backend(
-                route.url,
-                max_concurrency=self.cfg.max_concurrency,
-                timeout=self.cfg.request_timeout,
-                max_retries=self.cfg.max_retries,
-                key_env=route.key_env,
-                reconnect_s=getattr(self.cfg, "reconnect_wait", 0.0),
-            )
-        return self._backends[key]
-    if self._embedded is None:
-        self._embedded = embedded_backend(self.cfg, adapters=self.adapters)
-    return self._embedded
-
-
-@patch
-async def aclose(self: LLMClient):
-    for b in self._backends.values():
-        await b.aclose()
-
-# %% ../../nbs/llm/06_client.ipynb #6dd91df7
-@patch
-async def check(self: LLMClient) -> dict[str, str]:
-    "Resolve every role's model now, so a wrong name stops the run before any work; learn the base and adapter behind each."
-    for role, route in self.routes.items():
+    def backend(self, role: str) -> ChatBackend:
+        route = self.routes[role]
         if route.backend == "unset":
-            continue  # no judge chosen: only a stage that judges needs one, and `require_judge` stops it first
-        backend = self.backend(role)
-        try:
-            self._checked[role] = await backend.check_model(route.model)
-        except ModelNotFound as e:
-            raise ModelNotFound(f"role {role}: {e}") from None
-        self.identities[role] = self._identity_of(role, await backend.describe_model(self._checked[role]))
-    if self.run:
-        self.run.extra["routes"] = self.describe()
-    return dict(self._checked)
+            raise ConfigError(NO_JUDGE)
+        if route.backend == "openai":
+            key = (route.url, route.key_env)  # one HTTP client per server and key
+            if key not in self._backends:
+                self._backends[key] = openai_backend(
+                    route.url,
+                    max_concurrency=self.cfg.max_concurrency,
+                    timeout=self.cfg.request_timeout,
+                    max_retries=self.cfg.max_retries,
+                    key_env=route.key_env,
+                    reconnect_s=getattr(self.cfg, "reconnect_wait", 0.0),
+                )
+            return self._backends[key]
+        if self._embedded is None:
+            self._embedded = embedded_backend(self.cfg, adapters=self.adapters)
+        return self._embedded
 
+    async def aclose(self):
+        for b in self._backends.values():
+            await b.aclose()
 
-@patch
-def _identity_of(self: LLMClient, role: str, ident: dict) -> dict:
-    "A served alias's identity, checked against the local adapter folder this run was given for it."
-    route, local = self.routes[role], self.adapters.get(ident["model"])
-    if (
-        route.backend == "openai"
-        and local
-        and ident["adapter_path"]
-        and Path(ident["adapter_path"]).is_absolute()
-        and Path(ident["adapter_path"]).resolve() != Path(local).expanduser().resolve()
-    ):
-        raise ModelNotFound(
-            f"role {role}: {public_url(route.url)} serves {ident['model']!r} from {ident['adapter_path']}, but this run was given {local}"
-        )
-    if route.backend == "openai" and local and not ident["adapter"]:
-        ident = {
-            **ident,
-            "adapter": ident["model"],
-            "adapter_path": local,
-        }  # a server that does not list parents (not vLLM)
-    return {**ident, "backend": f"openai:{public_url(route.url)}" if route.backend == "openai" else route.backend}
+    async def check(self) -> dict[str, str]:
+        "Resolve every role's model now, so a wrong name stops the run before any work; learn the base and adapter behind each."
+        for role, route in self.routes.items():
+            if route.backend == "unset":
+                continue  # no judge chosen: only a stage that judges needs one, and `require_judge` stops it first
+            backend = self.backend(role)
+            try:
+                self._checked[role] = await backend.check_model(route.model)
+            except ModelNotFound as e:
+                raise ModelNotFound(f"role {role}: {e}") from None
+            self.identities[role] = self._identity_of(role, await backend.describe_model(self._checked[role]))
+        if self.run:
+            self.run.extra["routes"] = self.describe()
+        return dict(self._checked)
 
-# %% ../../nbs/llm/06_client.ipynb #18e09830
-@patch
-def identity(self: LLMClient, role: str) -> dict:
-    "Model, base, adapter, adapter folder and backend of `role` (known exactly after `check`; else from the local flags)."
-    if role in self.identities:
-        return self.identities[role]
-    route = self.routes[role]
-    path = self.adapters.get(route.model)
-    return self._identity_of(role, _identity(route.model, self.cfg.model_name if path else None, path))
+    def _identity_of(self, role: str, ident: dict) -> dict:
+        "A served alias's identity, checked against the local adapter folder this run was given for it."
+        route, local = self.routes[role], self.adapters.get(ident["model"])
+        if (
+            route.backend == "openai"
+            and local
+            and ident["adapter_path"]
+            and Path(ident["adapter_path"]).is_absolute()
+            and Path(ident["adapter_path"]).resolve() != Path(local).expanduser().resolve()
+        ):
+            raise ModelNotFound(
+                f"role {role}: {public_url(route.url)} serves {ident['model']!r} from {ident['adapter_path']}, but this run was given {local}"
+            )
+        if route.backend == "openai" and local and not ident["adapter"]:
+            ident = {
+                **ident,
+                "adapter": ident["model"],
+                "adapter_path": local,
+            }  # a server that does not list parents (not vLLM)
+        return {**ident, "backend": f"openai:{public_url(route.url)}" if route.backend == "openai" else route.backend}
 
+    def identity(self, role: str) -> dict:
+        "Model, base, adapter, adapter folder and backend of `role` (known exactly after `check`; else from the local flags)."
+        if role in self.identities:
+            return self.identities[role]
+        route = self.routes[role]
+        path = self.adapters.get(route.model)
+        return self._identity_of(role, _identity(route.model, self.cfg.model_name if path else None, path))
 
-@patch
-def describe(self: LLMClient) -> dict:
-    "The routing table as recorded in run_config.json and the run summary."
-    return {
-        r: {
-            "backend": x.backend,
-            "url": public_url(x.url),
-            "model": x.model,
-            **{k: v for k, v in self.identity(r).items() if k in ("base", "adapter", "adapter_path") and v},
+    def describe(self) -> dict:
+        "The routing table as recorded in run_config.json and the run summary."
+        return {
+            r: {
+                "backend": x.backend,
+                "url": public_url(x.url),
+                "model": x.model,
+                **{k: v for k, v in self.identity(r).items() if k in ("base", "adapter", "adapter_path") and v},
+            }
+            for r, x in self.routes.items()
         }
-        for r, x in self.routes.items()
-    }
+
+    def _without_reasoning(self, resp: ChatResponse) -> ChatResponse:
+        "`resp` with every `<think>` block removed from its texts (and its logprobs), each one counted (`num_reasoning_stripped`)."
+        stripped = [strip_reasoning(t) for t in resp.texts]
+        hits = sum(hit for _, hit in stripped)
+        if not hits:
+            return resp
+        self.num_reasoning_stripped += hits
+        if self.run:
+            self.run.count("num_reasoning_stripped", hits)
+        lps = resp.logprobs
+        if lps is not None:
+            lps = [_answer_logprobs(lp) if hit else lp for (_, hit), lp in zip(stripped, lps)]
+        return dataclasses.replace(resp, texts=[t for t, _ in stripped], logprobs=lps)
+
+    def _checked_constraint(self, req: ChatRequest, resp: ChatResponse) -> ChatResponse:
+        """`resp` with each text checked against the request's constraint (`violations`): a server may ignore it silently, so a reply
+        that breaks it is counted (`num_constraint_violations`) and left to its caller's parser, which falls back or fails as without one."""
+        if req.constraint is None:
+            return resp
+        resp.violations = [req.constraint.violation(t) for t in resp.texts]
+        bad = sum(v is not None for v in resp.violations)
+        if bad:
+            self.num_constraint_violations += bad
+            if self.run:
+                self.run.count("num_constraint_violations", bad)
+        return resp
+
+    async def _chat_once(self, role: str, req: ChatRequest, on_text=None) -> ChatResponse:
+        backend = self.backend(role)
+        streamed = on_text is not None and req.n == 1 and not req.logprobs and hasattr(backend, "chat_stream")
+        resp = self._without_reasoning(await (backend.chat_stream(req, on_text) if streamed else backend.chat(req)))
+        if self.run:
+            self.run.add_usage(role, resp.prompt_tokens, resp.completion_tokens, resp.latency_s)
+        if self.trace_path:
+            ident = self.identity(role)
+            with open(self.trace_path, "a") as f:
+                f.write(
+                    json.dumps(
+                        {
+                            "system": self.system,
+                            "role": role,
+                            "model": resp.model,
+                            "adapter": ident["adapter"],
+                            "base": ident["base"],
+                            "backend": strip_credentials(resp.backend),
+                            "prompt_tokens": resp.prompt_tokens,
+                            "completion_tokens": resp.completion_tokens,
+                            "latency_s": round(resp.latency_s, 4),
+                        }
+                    )
+                    + "\n"
+                )
+        return resp
+
+    async def chat(self, role: str, messages: list[dict], on_text=None, **params) -> ChatResponse:
+        """`role`'s reply to `messages` (`params`: `ChatRequest`'s fields). `on_text` (or the role's listener, `streaming`) gets each piece
+        of the reply as the backend writes it, where the backend streams and the request asks for one sample without logprobs."""
+        on_text = on_text or getattr(self, "_listeners", {}).get(role)
+        if role not in self.routes:
+            raise ValueError(f"unknown role {role!r}; roles are {ROLES}")
+        route = self.routes[role]
+        params.setdefault("enable_thinking", getattr(self.cfg, "enable_thinking", False))
+        if not getattr(self.cfg, "constrained_decoding", True):
+            params.pop("constraint", None)  # --no-constrained-decoding: free text, as the reference asks it
+        req = ChatRequest(messages, model=self._checked.get(role, route.model), **params)
+        resp = await self._chat_once(role, req, on_text)
+        empty = [i for i, t in enumerate(resp.texts) if not t.strip()]
+        if empty:  # an empty reply is asked for once more (another seed); one still empty is the caller's to count
+            again = await self._chat_once(
+                role,
+                ChatRequest(**{**req.__dict__, "n": len(empty), "seed": None if req.seed is None else req.seed + 7919}),
+                on_text,
+            )
+            resp = _fill_empty(resp, empty, again)
+        return self._checked_constraint(req, resp)
+
+    def streaming(self, role: str, on_text):
+        """Within `with client.streaming(role, on_text):`, every `chat` of `role` streams its reply to `on_text`, as `chat(..., on_text=)`
+        does: for a caller that does not make the calls itself (an episode runner's speaker)."""
+        return _listening(self, role, on_text)
 
 # %% ../../nbs/llm/06_client.ipynb #e3aaecc2
 def _answer_logprobs(lps: list[TokenLogprob]) -> list[TokenLogprob]:
@@ -170,66 +238,6 @@ def _answer_logprobs(lps: list[TokenLogprob]) -> list[TokenLogprob]:
         if "</think>" in seen.lower():
             return lps[i + 1 :]
     return []
-
-
-@patch
-def _without_reasoning(self: LLMClient, resp: ChatResponse) -> ChatResponse:
-    "`resp` with every `<think>` block removed from its texts (and its logprobs), each one counted (`num_reasoning_stripped`)."
-    stripped = [strip_reasoning(t) for t in resp.texts]
-    hits = sum(hit for _, hit in stripped)
-    if not hits:
-        return resp
-    self.num_reasoning_stripped += hits
-    if self.run:
-        self.run.count("num_reasoning_stripped", hits)
-    lps = resp.logprobs
-    if lps is not None:
-        lps = [_answer_logprobs(lp) if hit else lp for (_, hit), lp in zip(stripped, lps)]
-    return dataclasses.replace(resp, texts=[t for t, _ in stripped], logprobs=lps)
-
-# %% ../../nbs/llm/06_client.ipynb #1c43f67c
-@patch
-def _checked_constraint(self: LLMClient, req: ChatRequest, resp: ChatResponse) -> ChatResponse:
-    """`resp` with each text checked against the request's constraint (`violations`): a server may ignore it silently, so a reply
-    that breaks it is counted (`num_constraint_violations`) and left to its caller's parser, which falls back or fails as without one."""
-    if req.constraint is None:
-        return resp
-    resp.violations = [req.constraint.violation(t) for t in resp.texts]
-    bad = sum(v is not None for v in resp.violations)
-    if bad:
-        self.num_constraint_violations += bad
-        if self.run:
-            self.run.count("num_constraint_violations", bad)
-    return resp
-
-# %% ../../nbs/llm/06_client.ipynb #3f95f481
-@patch
-async def _chat_once(self: LLMClient, role: str, req: ChatRequest, on_text=None) -> ChatResponse:
-    backend = self.backend(role)
-    streamed = on_text is not None and req.n == 1 and not req.logprobs and hasattr(backend, "chat_stream")
-    resp = self._without_reasoning(await (backend.chat_stream(req, on_text) if streamed else backend.chat(req)))
-    if self.run:
-        self.run.add_usage(role, resp.prompt_tokens, resp.completion_tokens, resp.latency_s)
-    if self.trace_path:
-        ident = self.identity(role)
-        with open(self.trace_path, "a") as f:
-            f.write(
-                json.dumps(
-                    {
-                        "system": self.system,
-                        "role": role,
-                        "model": resp.model,
-                        "adapter": ident["adapter"],
-                        "base": ident["base"],
-                        "backend": strip_credentials(resp.backend),
-                        "prompt_tokens": resp.prompt_tokens,
-                        "completion_tokens": resp.completion_tokens,
-                        "latency_s": round(resp.latency_s, 4),
-                    }
-                )
-                + "\n"
-            )
-    return resp
 
 # %% ../../nbs/llm/06_client.ipynb #4520b0d8
 def _fill_empty(resp: ChatResponse, empty: list[int], again: ChatResponse) -> ChatResponse:
@@ -252,30 +260,6 @@ def _fill_empty(resp: ChatResponse, empty: list[int], again: ChatResponse) -> Ch
         resp.constrained and again.constrained,
     )
 
-# %% ../../nbs/llm/06_client.ipynb #2bf17cf8
-@patch
-async def chat(self: LLMClient, role: str, messages: list[dict], on_text=None, **params) -> ChatResponse:
-    """`role`'s reply to `messages` (`params`: `ChatRequest`'s fields). `on_text` (or the role's listener, `streaming`) gets each piece
-    of the reply as the backend writes it, where the backend streams and the request asks for one sample without logprobs."""
-    on_text = on_text or getattr(self, "_listeners", {}).get(role)
-    if role not in self.routes:
-        raise ValueError(f"unknown role {role!r}; roles are {ROLES}")
-    route = self.routes[role]
-    params.setdefault("enable_thinking", getattr(self.cfg, "enable_thinking", False))
-    if not getattr(self.cfg, "constrained_decoding", True):
-        params.pop("constraint", None)  # --no-constrained-decoding: free text, as the reference asks it
-    req = ChatRequest(messages, model=self._checked.get(role, route.model), **params)
-    resp = await self._chat_once(role, req, on_text)
-    empty = [i for i, t in enumerate(resp.texts) if not t.strip()]
-    if empty:  # an empty reply is asked for once more (another seed); one still empty is the caller's to count
-        again = await self._chat_once(
-            role,
-            ChatRequest(**{**req.__dict__, "n": len(empty), "seed": None if req.seed is None else req.seed + 7919}),
-            on_text,
-        )
-        resp = _fill_empty(resp, empty, again)
-    return self._checked_constraint(req, resp)
-
 # %% ../../nbs/llm/06_client.ipynb #cab7a5ee
 @contextlib.contextmanager
 def _listening(client: LLMClient, role: str, on_text):
@@ -288,10 +272,3 @@ def _listening(client: LLMClient, role: str, on_text):
             listeners.pop(role, None)
         else:
             listeners[role] = before
-
-
-@patch
-def streaming(self: LLMClient, role: str, on_text):
-    """Within `with client.streaming(role, on_text):`, every `chat` of `role` streams its reply to `on_text`, as `chat(..., on_text=)`
-    does: for a caller that does not make the calls itself (an episode runner's speaker)."""
-    return _listening(self, role, on_text)

@@ -8,7 +8,6 @@ from ..core.config import *
 from .types import *
 import asyncio, functools, json, os, time
 from urllib.parse import urlsplit
-from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['OPENAI_API_HOST', 'KEY_FLAGS', 'key_variable', 'api_key', 'HTTPStatus', 'served_base', 'served_model', 'ServerDown',
@@ -138,11 +137,11 @@ def _model_page(r):
         raise MalformedResponse(f"no model list in the reply ({str(r)[:80]!r})")
     return r
 
-# %% ../../nbs/llm/01_openai.ipynb #9ceefe28
+# %% ../../nbs/llm/01_openai.ipynb #a992c927
 class ServerDown(BackendUnavailable):
     "A server that cannot be reached at all (refused or dropped connections, no reply in time); a pool of replicas sends the request elsewhere."
 
-
+# %% ../../nbs/llm/01_openai.ipynb #9ceefe28
 class OpenAIBackend(ChatBackend):
     "Any OpenAI-compatible server (vLLM, `transformers serve`, llama.cpp, OpenAI) over HTTP with `aiohttp`."
 
@@ -181,6 +180,253 @@ class OpenAIBackend(ChatBackend):
         self.constraints_refused = (
             False  # the server answered 400 to a request carrying a constraint: sent without from then on
         )
+
+    async def _request(self, method: str, path: str, body: bytes | None = None, check=None):
+        "One HTTP exchange: the reply's JSON (checked by `check`), or `HTTPStatus` with the server's message."
+        session = await _http(self)
+        async with session.request(method, self.base_url + path, data=body) as r:
+            raw, status = await r.read(), r.status
+        if not 200 <= status < 300:
+            raise HTTPStatus(status, _error_message(raw))
+        d = json.loads(raw)
+        return check(d) if check else d
+
+    async def _call(self, method: str, path: str, body: bytes | None = None, check=None):
+        """One request with one deadline per attempt; connection errors, time-outs, 5xx/429 and malformed bodies are retried with backoff
+        (`max_retries` times, and for `reconnect_s` seconds while the server cannot be reached at all)."""
+        import aiohttp, random
+
+        last, attempt, down_since = ("unreachable", "no attempt made"), 0, None
+        while True:
+            try:
+                return await self._request(method, path, body, check)
+            except HTTPStatus as e:
+                if e.status_code == 404:
+                    raise ModelNotFound(f"server {self.name}: {_status_line(e)}") from None
+                if e.status_code in (401, 403):  # never the body: a server may echo the key
+                    raise EndpointRefused(self._refused(e.status_code)) from None
+                if e.status_code < 500 and e.status_code not in (408, 409, 429):  # a refused request is not retried
+                    # 422: a body the server could not process (`transformers serve` refuses structured_outputs so)
+                    cls = BadRequestError if e.status_code in (400, 422) else LLMError
+                    raise cls(f"server {self.name} refused the request: {_status_line(e)}") from None
+                last = ("kept failing", _status_line(e))
+            except asyncio.TimeoutError:
+                last = ("unreachable", f"no complete reply within --request-timeout {self.timeout:g} s")
+            except aiohttp.ClientError as e:
+                last = ("unreachable", f"{e.__class__.__name__}: {strip_credentials(str(e))}")
+            except (
+                MalformedResponse,
+                ValueError,
+                AttributeError,
+                TypeError,
+                KeyError,
+            ) as e:  # a body that is not a completion
+                last = ("kept failing", f"malformed reply: {e.__class__.__name__}: {redact_text(str(e))[:200]}")
+            down = last[0] == "unreachable"
+            down_since = (down_since or time.monotonic()) if down else None
+            if down and self.pooled:  # another replica takes it
+                raise ServerDown(f"server {self.name} unreachable: {last[1]}")
+            waiting = down and time.monotonic() - down_since < self.reconnect_s
+            if attempt >= self.max_retries and not waiting:
+                raise (ServerDown if down else BackendUnavailable)(
+                    f"server {self.name} {last[0]} after {self.max_retries} retries"
+                    + (f" and {self.reconnect_s:g} s" if down and self.reconnect_s else "")
+                    + f": {last[1]}"
+                )
+            attempt += 1
+            await asyncio.sleep(min(self.backoff_s * 2 ** (attempt - 1), 8.0) * random.uniform(0.75, 1.25))
+
+    def _refused(self, status: int) -> str:
+        "Why a server refused us, naming the key variable consulted (never the key, never the server's body)."
+        var = self.key_var
+        sent = (
+            f"the key in {var}"
+            if var and os.environ.get(var)
+            else f"no key ({var} is not set)"
+            if var
+            else "no key (none is sent over plain HTTP to another host unless a variable is named)"
+        )
+        return (
+            f"server {self.name} refused {sent}: HTTP {status}, not retried; name the key's variable with {KEY_FLAGS}"
+        )
+
+    async def _model_entries(self) -> list[dict]:
+        "The server's /v1/models entries (fetched once)."
+        if self._entries is None:
+            self._entries = (await self._call("GET", "/models", check=_model_page))["data"]
+        return self._entries
+
+    async def served_models(self) -> list[str]:
+        return [m["id"] for m in await self._model_entries()]
+
+    async def check_model(self, model: str | None) -> str:
+        if model is None:
+            self._entries = None  # what it serves now
+            return served_base(self.name, await self._model_entries())
+        served = await self.served_models()
+        if model not in served:
+            raise ModelNotFound(
+                f"model {model!r} is not served at {self.name} (it serves: {', '.join(served) or 'nothing'})"
+            )
+        return model
+
+    def constraint_fields(self, constraint: OutputConstraint | None) -> dict:
+        """The request fields that carry `constraint`: vLLM's `structured_outputs` (JSON schema or regex); the OpenAI API's strict JSON
+        schema mode, without the length bounds it does not take (the client still checks them), and nothing for a regex it cannot take."""
+        if constraint is None or self.constraints_refused:
+            return {}
+        if self.template_kwargs:
+            return {"extra_body": {"structured_outputs": constraint.vllm_form()}}
+        if constraint.schema is None:
+            return {}
+        schema = json.loads(
+            constraint.schema, object_hook=lambda o: {k: v for k, v in o.items() if k not in ("minLength", "maxLength")}
+        )
+        return {
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {"name": constraint.name, "schema": schema, "strict": True},
+            }
+        }
+
+    def _body(self, req: ChatRequest, model: str, n: int, constrained: dict) -> bytes:
+        "The JSON body of one chat request."
+        kw = {
+            "model": model,
+            "messages": req.messages,
+            "temperature": req.temperature,
+            "top_p": req.top_p,
+            "max_tokens": req.max_tokens,
+            "n": n,
+        }
+        if req.seed is not None:
+            kw["seed"] = req.seed
+        if req.stop:
+            kw["stop"] = req.stop
+        if req.logprobs:
+            kw["logprobs"] = True
+            if req.top_logprobs:
+                kw["top_logprobs"] = req.top_logprobs
+        if (
+            self.template_kwargs
+        ):  # vLLM and `transformers serve` pass these to the chat template (Qwen3 reasons unless told not to)
+            kw["chat_template_kwargs"] = {"enable_thinking": req.enable_thinking}
+        for k, v in constrained.items():  # `extra_body` fields go at the top level, as the openai client sends them
+            kw.update(v) if k == "extra_body" else kw.__setitem__(k, v)
+        return json.dumps(kw).encode()
+
+    async def _one(self, req: ChatRequest, model: str, n: int):
+        constrained = self.constraint_fields(req.constraint)
+        try:
+            return await self._one_try(req, model, n, constrained), bool(constrained)
+        except BadRequestError:
+            if not constrained:
+                raise
+        # a server that refuses the constraint's fields (400 or 422) answers without them; the client still checks every reply
+        r = await self._one_try(req, model, n, {})
+        self.constraints_refused = True
+        return r, False
+
+    async def _one_try(self, req: ChatRequest, model: str, n: int, constrained: dict):
+        body = self._body(req, model, n, constrained)
+        async with self.sem:
+            return await self._call("POST", "/chat/completions", body, check=_completion)
+
+    async def aclose(self):
+        if self._session is not None:
+            await self._session[2].close()
+            self._session = None
+
+    async def chat(self, req: ChatRequest) -> ChatResponse:
+        t0 = time.perf_counter()
+        model = await self.check_model(req.model)
+        # greedy samples are identical, and vLLM refuses n > 1 under greedy decoding (400 "n must be 1 when using greedy sampling"): ask once
+        greedy = req.temperature == 0
+        first, constrained = await self._one(req, model, 1 if greedy else req.n)
+        resps = [first]
+        got = len(first["choices"])
+        if (
+            got < req.n and not greedy
+        ):  # server ignored n: ask for the rest concurrently, with distinct seeds so samples differ
+            more = [
+                ChatRequest(**{**req.__dict__, "seed": None if req.seed is None else req.seed + i, "n": 1})
+                for i in range(1, req.n - got + 1)
+            ]
+            resps += [r for r, _ in await asyncio.gather(*[self._one(m, model, 1) for m in more])]
+        choices = [c for r in resps for c in r["choices"]]
+        choices = (choices * req.n if greedy else choices)[: req.n]
+        lps = [_token_logprobs(c) for c in choices] if req.logprobs else None
+        lps = lps if lps and all(lps) else None
+        usage = [r["usage"] for r in resps if isinstance(r.get("usage"), dict)]
+        tokens = lambda u, k: u.get(k, 0) if isinstance(u.get(k, 0), int) else 0
+        return ChatResponse(
+            texts=[c["message"].get("content") or "" for c in choices],
+            finish_reasons=[c.get("finish_reason") or "stop" for c in choices],
+            prompt_tokens=tokens(usage[0], "prompt_tokens") if usage else 0,
+            completion_tokens=sum(tokens(u, "completion_tokens") for u in usage),
+            model=resps[0].get("model") or model,
+            backend=f"openai:{self.name}",
+            latency_s=time.perf_counter() - t0,
+            logprobs=lps,
+            constrained=constrained,
+        )
+
+    async def _stream_once(self, body: bytes, on_text) -> dict:
+        "One streamed request: each piece of content to `on_text` as it comes; the reply assembled as a non-streamed one is."
+        session = await _http(self)
+        text, reason, usage, model = [], None, None, None
+        async with session.post(self.base_url + "/chat/completions", data=body) as r:
+            if not 200 <= r.status < 300:
+                raise HTTPStatus(r.status, _error_message(await r.read()))
+            if r.content_type != "text/event-stream":  # a server that answers whole
+                d = _completion(json.loads(await r.read()))
+                on_text(d["choices"][0]["message"].get("content") or "")
+                return d
+            async for line in r.content:
+                d = _stream_event(line)
+                if d is None:
+                    continue
+                usage, model = d.get("usage") or usage, d.get("model") or model
+                for c in d.get("choices") or []:
+                    piece = (c.get("delta") or {}).get("content")
+                    if piece:
+                        text.append(piece)
+                        on_text(piece)
+                    reason = c.get("finish_reason") or reason
+        message = {"role": "assistant", "content": "".join(text)}
+        return {"model": model, "choices": [{"message": message, "finish_reason": reason}], "usage": usage}
+
+    async def chat_stream(self, req: ChatRequest, on_text) -> ChatResponse:
+        """`chat` with the reply streamed (`stream: true`): `on_text` gets each piece as the server writes it. One sample, no logprobs;
+        a server that refuses to stream, or a stream cut short, is asked again as `chat` does (its retries, its fallbacks)."""
+        import aiohttp
+
+        t0 = time.perf_counter()
+        model = await self.check_model(req.model)
+        constrained = self.constraint_fields(req.constraint)
+        body = json.loads(self._body(req, model, 1, constrained))
+        try:
+            async with self.sem:
+                r = await self._stream_once(json.dumps({**body, "stream": True}).encode(), on_text)
+        except (LLMError, aiohttp.ClientError, asyncio.TimeoutError, ValueError, KeyError, TypeError):
+            return await self.chat(req)
+        c, usage = r["choices"][0], r.get("usage") if isinstance(r.get("usage"), dict) else {}
+        tokens = lambda k: usage.get(k, 0) if isinstance(usage.get(k, 0), int) else 0
+        return ChatResponse(
+            texts=[c["message"].get("content") or ""],
+            finish_reasons=[c.get("finish_reason") or "stop"],
+            prompt_tokens=tokens("prompt_tokens"),
+            completion_tokens=tokens("completion_tokens"),
+            model=r.get("model") or model,
+            backend=f"openai:{self.name}",
+            latency_s=time.perf_counter() - t0,
+            constrained=bool(constrained),
+        )
+
+    async def describe_model(self, model: str) -> dict:
+        "Base and adapter of `model` from the server's /v1/models entry (fetched once)."
+        e = next((m for m in await self._model_entries() if m.get("id") == model), {})
+        return _identity(model, e.get("parent"), e.get("root"))
 
 # %% ../../nbs/llm/01_openai.ipynb #d965c5a1
 @functools.cache
@@ -233,186 +479,10 @@ async def _http(self: OpenAIBackend):
     return self._session[2]
 
 # %% ../../nbs/llm/01_openai.ipynb #20474574
-@patch
-async def _request(self: OpenAIBackend, method: str, path: str, body: bytes | None = None, check=None):
-    "One HTTP exchange: the reply's JSON (checked by `check`), or `HTTPStatus` with the server's message."
-    session = await _http(self)
-    async with session.request(method, self.base_url + path, data=body) as r:
-        raw, status = await r.read(), r.status
-    if not 200 <= status < 300:
-        raise HTTPStatus(status, _error_message(raw))
-    d = json.loads(raw)
-    return check(d) if check else d
-
-
 def _status_line(e: HTTPStatus) -> str:
     "An HTTP error as one line: its code and the server's message, without URL credentials or secrets from the environment."
     msg = " ".join(str(e.message or "").split())
     return f"HTTP {e.status_code}" + (f": {redact_text(strip_credentials(msg))[:200]}" if msg else "")
-
-# %% ../../nbs/llm/01_openai.ipynb #a5494b70
-@patch
-async def _call(self: OpenAIBackend, method: str, path: str, body: bytes | None = None, check=None):
-    """One request with one deadline per attempt; connection errors, time-outs, 5xx/429 and malformed bodies are retried with backoff
-    (`max_retries` times, and for `reconnect_s` seconds while the server cannot be reached at all)."""
-    import aiohttp, random
-
-    last, attempt, down_since = ("unreachable", "no attempt made"), 0, None
-    while True:
-        try:
-            return await self._request(method, path, body, check)
-        except HTTPStatus as e:
-            if e.status_code == 404:
-                raise ModelNotFound(f"server {self.name}: {_status_line(e)}") from None
-            if e.status_code in (401, 403):  # never the body: a server may echo the key
-                raise EndpointRefused(self._refused(e.status_code)) from None
-            if e.status_code < 500 and e.status_code not in (408, 409, 429):  # a refused request is not retried
-                # 422: a body the server could not process (`transformers serve` refuses structured_outputs so)
-                cls = BadRequestError if e.status_code in (400, 422) else LLMError
-                raise cls(f"server {self.name} refused the request: {_status_line(e)}") from None
-            last = ("kept failing", _status_line(e))
-        except asyncio.TimeoutError:
-            last = ("unreachable", f"no complete reply within --request-timeout {self.timeout:g} s")
-        except aiohttp.ClientError as e:
-            last = ("unreachable", f"{e.__class__.__name__}: {strip_credentials(str(e))}")
-        except (
-            MalformedResponse,
-            ValueError,
-            AttributeError,
-            TypeError,
-            KeyError,
-        ) as e:  # a body that is not a completion
-            last = ("kept failing", f"malformed reply: {e.__class__.__name__}: {redact_text(str(e))[:200]}")
-        down = last[0] == "unreachable"
-        down_since = (down_since or time.monotonic()) if down else None
-        if down and self.pooled:  # another replica takes it
-            raise ServerDown(f"server {self.name} unreachable: {last[1]}")
-        waiting = down and time.monotonic() - down_since < self.reconnect_s
-        if attempt >= self.max_retries and not waiting:
-            raise (ServerDown if down else BackendUnavailable)(
-                f"server {self.name} {last[0]} after {self.max_retries} retries"
-                + (f" and {self.reconnect_s:g} s" if down and self.reconnect_s else "")
-                + f": {last[1]}"
-            )
-        attempt += 1
-        await asyncio.sleep(min(self.backoff_s * 2 ** (attempt - 1), 8.0) * random.uniform(0.75, 1.25))
-
-# %% ../../nbs/llm/01_openai.ipynb #66e411be
-@patch
-def _refused(self: OpenAIBackend, status: int) -> str:
-    "Why a server refused us, naming the key variable consulted (never the key, never the server's body)."
-    var = self.key_var
-    sent = (
-        f"the key in {var}"
-        if var and os.environ.get(var)
-        else f"no key ({var} is not set)"
-        if var
-        else "no key (none is sent over plain HTTP to another host unless a variable is named)"
-    )
-    return f"server {self.name} refused {sent}: HTTP {status}, not retried; name the key's variable with {KEY_FLAGS}"
-
-
-@patch
-async def _model_entries(self: OpenAIBackend) -> list[dict]:
-    "The server's /v1/models entries (fetched once)."
-    if self._entries is None:
-        self._entries = (await self._call("GET", "/models", check=_model_page))["data"]
-    return self._entries
-
-
-@patch
-async def served_models(self: OpenAIBackend) -> list[str]:
-    return [m["id"] for m in await self._model_entries()]
-
-
-@patch
-async def check_model(self: OpenAIBackend, model: str | None) -> str:
-    if model is None:
-        self._entries = None  # what it serves now
-        return served_base(self.name, await self._model_entries())
-    served = await self.served_models()
-    if model not in served:
-        raise ModelNotFound(
-            f"model {model!r} is not served at {self.name} (it serves: {', '.join(served) or 'nothing'})"
-        )
-    return model
-
-# %% ../../nbs/llm/01_openai.ipynb #980449d4
-@patch
-def constraint_fields(self: OpenAIBackend, constraint: OutputConstraint | None) -> dict:
-    """The request fields that carry `constraint`: vLLM's `structured_outputs` (JSON schema or regex); the OpenAI API's strict JSON
-    schema mode, without the length bounds it does not take (the client still checks them), and nothing for a regex it cannot take."""
-    if constraint is None or self.constraints_refused:
-        return {}
-    if self.template_kwargs:
-        return {"extra_body": {"structured_outputs": constraint.vllm_form()}}
-    if constraint.schema is None:
-        return {}
-    schema = json.loads(
-        constraint.schema, object_hook=lambda o: {k: v for k, v in o.items() if k not in ("minLength", "maxLength")}
-    )
-    return {
-        "response_format": {
-            "type": "json_schema",
-            "json_schema": {"name": constraint.name, "schema": schema, "strict": True},
-        }
-    }
-
-# %% ../../nbs/llm/01_openai.ipynb #df105460
-@patch
-def _body(self: OpenAIBackend, req: ChatRequest, model: str, n: int, constrained: dict) -> bytes:
-    "The JSON body of one chat request."
-    kw = {
-        "model": model,
-        "messages": req.messages,
-        "temperature": req.temperature,
-        "top_p": req.top_p,
-        "max_tokens": req.max_tokens,
-        "n": n,
-    }
-    if req.seed is not None:
-        kw["seed"] = req.seed
-    if req.stop:
-        kw["stop"] = req.stop
-    if req.logprobs:
-        kw["logprobs"] = True
-        if req.top_logprobs:
-            kw["top_logprobs"] = req.top_logprobs
-    if (
-        self.template_kwargs
-    ):  # vLLM and `transformers serve` pass these to the chat template (Qwen3 reasons unless told not to)
-        kw["chat_template_kwargs"] = {"enable_thinking": req.enable_thinking}
-    for k, v in constrained.items():  # `extra_body` fields go at the top level, as the openai client sends them
-        kw.update(v) if k == "extra_body" else kw.__setitem__(k, v)
-    return json.dumps(kw).encode()
-
-
-@patch
-async def _one(self: OpenAIBackend, req: ChatRequest, model: str, n: int):
-    constrained = self.constraint_fields(req.constraint)
-    try:
-        return await self._one_try(req, model, n, constrained), bool(constrained)
-    except BadRequestError:
-        if not constrained:
-            raise
-    # a server that refuses the constraint's fields (400 or 422) answers without them; the client still checks every reply
-    r = await self._one_try(req, model, n, {})
-    self.constraints_refused = True
-    return r, False
-
-
-@patch
-async def _one_try(self: OpenAIBackend, req: ChatRequest, model: str, n: int, constrained: dict):
-    body = self._body(req, model, n, constrained)
-    async with self.sem:
-        return await self._call("POST", "/chat/completions", body, check=_completion)
-
-
-@patch
-async def aclose(self: OpenAIBackend):
-    if self._session is not None:
-        await self._session[2].close()
-        self._session = None
 
 # %% ../../nbs/llm/01_openai.ipynb #c59d55f5
 def _token_logprobs(c: dict) -> list[TokenLogprob] | None:
@@ -425,42 +495,6 @@ def _token_logprobs(c: dict) -> list[TokenLogprob] | None:
         for t in content
     ]
 
-
-@patch
-async def chat(self: OpenAIBackend, req: ChatRequest) -> ChatResponse:
-    t0 = time.perf_counter()
-    model = await self.check_model(req.model)
-    # greedy samples are identical, and vLLM refuses n > 1 under greedy decoding (400 "n must be 1 when using greedy sampling"): ask once
-    greedy = req.temperature == 0
-    first, constrained = await self._one(req, model, 1 if greedy else req.n)
-    resps = [first]
-    got = len(first["choices"])
-    if (
-        got < req.n and not greedy
-    ):  # server ignored n: ask for the rest concurrently, with distinct seeds so samples differ
-        more = [
-            ChatRequest(**{**req.__dict__, "seed": None if req.seed is None else req.seed + i, "n": 1})
-            for i in range(1, req.n - got + 1)
-        ]
-        resps += [r for r, _ in await asyncio.gather(*[self._one(m, model, 1) for m in more])]
-    choices = [c for r in resps for c in r["choices"]]
-    choices = (choices * req.n if greedy else choices)[: req.n]
-    lps = [_token_logprobs(c) for c in choices] if req.logprobs else None
-    lps = lps if lps and all(lps) else None
-    usage = [r["usage"] for r in resps if isinstance(r.get("usage"), dict)]
-    tokens = lambda u, k: u.get(k, 0) if isinstance(u.get(k, 0), int) else 0
-    return ChatResponse(
-        texts=[c["message"].get("content") or "" for c in choices],
-        finish_reasons=[c.get("finish_reason") or "stop" for c in choices],
-        prompt_tokens=tokens(usage[0], "prompt_tokens") if usage else 0,
-        completion_tokens=sum(tokens(u, "completion_tokens") for u in usage),
-        model=resps[0].get("model") or model,
-        backend=f"openai:{self.name}",
-        latency_s=time.perf_counter() - t0,
-        logprobs=lps,
-        constrained=constrained,
-    )
-
 # %% ../../nbs/llm/01_openai.ipynb #7c5bdda9
 def _stream_event(line: bytes) -> dict | None:
     "One line of a streamed chat completion (server-sent events): its chunk, or None (a comment, a blank line, `[DONE]`)."
@@ -471,62 +505,6 @@ def _stream_event(line: bytes) -> dict | None:
     if not isinstance(d, dict) or "error" in d:
         raise MalformedResponse(f"a streamed chunk that is no completion ({str(d)[:80]!r})")
     return d
-
-
-@patch
-async def _stream_once(self: OpenAIBackend, body: bytes, on_text) -> dict:
-    "One streamed request: each piece of content to `on_text` as it comes; the reply assembled as a non-streamed one is."
-    session = await _http(self)
-    text, reason, usage, model = [], None, None, None
-    async with session.post(self.base_url + "/chat/completions", data=body) as r:
-        if not 200 <= r.status < 300:
-            raise HTTPStatus(r.status, _error_message(await r.read()))
-        if r.content_type != "text/event-stream":  # a server that answers whole
-            d = _completion(json.loads(await r.read()))
-            on_text(d["choices"][0]["message"].get("content") or "")
-            return d
-        async for line in r.content:
-            d = _stream_event(line)
-            if d is None:
-                continue
-            usage, model = d.get("usage") or usage, d.get("model") or model
-            for c in d.get("choices") or []:
-                piece = (c.get("delta") or {}).get("content")
-                if piece:
-                    text.append(piece)
-                    on_text(piece)
-                reason = c.get("finish_reason") or reason
-    message = {"role": "assistant", "content": "".join(text)}
-    return {"model": model, "choices": [{"message": message, "finish_reason": reason}], "usage": usage}
-
-# %% ../../nbs/llm/01_openai.ipynb #bccb5e18
-@patch
-async def chat_stream(self: OpenAIBackend, req: ChatRequest, on_text) -> ChatResponse:
-    """`chat` with the reply streamed (`stream: true`): `on_text` gets each piece as the server writes it. One sample, no logprobs;
-    a server that refuses to stream, or a stream cut short, is asked again as `chat` does (its retries, its fallbacks)."""
-    import aiohttp
-
-    t0 = time.perf_counter()
-    model = await self.check_model(req.model)
-    constrained = self.constraint_fields(req.constraint)
-    body = json.loads(self._body(req, model, 1, constrained))
-    try:
-        async with self.sem:
-            r = await self._stream_once(json.dumps({**body, "stream": True}).encode(), on_text)
-    except (LLMError, aiohttp.ClientError, asyncio.TimeoutError, ValueError, KeyError, TypeError):
-        return await self.chat(req)
-    c, usage = r["choices"][0], r.get("usage") if isinstance(r.get("usage"), dict) else {}
-    tokens = lambda k: usage.get(k, 0) if isinstance(usage.get(k, 0), int) else 0
-    return ChatResponse(
-        texts=[c["message"].get("content") or ""],
-        finish_reasons=[c.get("finish_reason") or "stop"],
-        prompt_tokens=tokens("prompt_tokens"),
-        completion_tokens=tokens("completion_tokens"),
-        model=r.get("model") or model,
-        backend=f"openai:{self.name}",
-        latency_s=time.perf_counter() - t0,
-        constrained=bool(constrained),
-    )
 
 # %% ../../nbs/llm/01_openai.ipynb #ebdcaf0e
 def _identity(model: str, base: str | None = None, adapter_path: str | None = None) -> dict:
@@ -545,13 +523,6 @@ async def _base_describe(self: ChatBackend, model: str) -> dict:
 
 
 ChatBackend.describe_model = _base_describe
-
-
-@patch
-async def describe_model(self: OpenAIBackend, model: str) -> dict:
-    "Base and adapter of `model` from the server's /v1/models entry (fetched once)."
-    e = next((m for m in await self._model_entries() if m.get("id") == model), {})
-    return _identity(model, e.get("parent"), e.get("root"))
 
 # %% ../../nbs/llm/01_openai.ipynb #d799d5d1
 class BalancedBackend(ChatBackend):
@@ -580,70 +551,56 @@ class BalancedBackend(ChatBackend):
         self._next = (i + 1) % n
         return i
 
-# %% ../../nbs/llm/01_openai.ipynb #d19ef2e7
-@patch
-async def chat(self: BalancedBackend, req: ChatRequest) -> ChatResponse:
-    "`req` on a reachable replica; one that cannot be reached leaves the rotation and the request goes to another."
-    return await self._balanced(lambda b: b.chat(req))
+    async def chat(self, req: ChatRequest) -> ChatResponse:
+        "`req` on a reachable replica; one that cannot be reached leaves the rotation and the request goes to another."
+        return await self._balanced(lambda b: b.chat(req))
 
+    async def chat_stream(self, req: ChatRequest, on_text) -> ChatResponse:
+        "`chat`, streamed from the replica that takes it (one that fails over streams again from the start)."
+        return await self._balanced(lambda b: b.chat_stream(req, on_text))
 
-@patch
-async def chat_stream(self: BalancedBackend, req: ChatRequest, on_text) -> ChatResponse:
-    "`chat`, streamed from the replica that takes it (one that fails over streams again from the start)."
-    return await self._balanced(lambda b: b.chat_stream(req, on_text))
+    async def _balanced(self, call) -> ChatResponse:
+        import random
 
+        tries, down_since = 0, None
+        while True:
+            i = self._pick()
+            self.inflight[i] += 1
+            try:
+                return await call(self.backends[i])
+            except ServerDown as e:
+                self.down_until[i] = time.monotonic() + self.revive_s
+                self.num_failovers += 1
+                if any(t <= time.monotonic() for t in self.down_until):
+                    continue  # another replica is in the rotation: it takes the request now
+                down_since, tries = down_since or time.monotonic(), tries + 1
+                if tries > self.max_retries and time.monotonic() - down_since >= self.reconnect_s:
+                    raise ServerDown(f"servers {self.name}: none answers ({e})") from None
+            finally:
+                self.inflight[i] -= 1
+            await asyncio.sleep(min(0.5 * 2 ** (tries - 1), 8.0) * random.uniform(0.75, 1.25))
 
-@patch
-async def _balanced(self: BalancedBackend, call) -> ChatResponse:
-    import random
+    async def served_models(self) -> list[str]:
+        lists = [await b.served_models() for b in self.backends]
+        return [m for m in lists[0] if all(m in other for other in lists[1:])]
 
-    tries, down_since = 0, None
-    while True:
-        i = self._pick()
-        self.inflight[i] += 1
-        try:
-            return await call(self.backends[i])
-        except ServerDown as e:
-            self.down_until[i] = time.monotonic() + self.revive_s
-            self.num_failovers += 1
-            if any(t <= time.monotonic() for t in self.down_until):
-                continue  # another replica is in the rotation: it takes the request now
-            down_since, tries = down_since or time.monotonic(), tries + 1
-            if tries > self.max_retries and time.monotonic() - down_since >= self.reconnect_s:
-                raise ServerDown(f"servers {self.name}: none answers ({e})") from None
-        finally:
-            self.inflight[i] -= 1
-        await asyncio.sleep(min(0.5 * 2 ** (tries - 1), 8.0) * random.uniform(0.75, 1.25))
+    async def check_model(self, model: str | None) -> str:
+        "The model every server serves (each is checked: a replica without it would fail a share of the run's requests)."
+        ids = [await b.check_model(model) for b in self.backends]
+        if len(set(ids)) > 1:
+            raise ModelNotFound(
+                f"servers {self.name} serve different models ({', '.join(ids)}): name one with --model-name (or the role's model flag)"
+            )
+        return ids[0]
+
+    async def describe_model(self, model: str) -> dict:
+        return await self.backends[0].describe_model(model)
+
+    async def aclose(self):
+        for b in self.backends:
+            await b.aclose()
 
 # %% ../../nbs/llm/01_openai.ipynb #61ea3e35
-@patch
-async def served_models(self: BalancedBackend) -> list[str]:
-    lists = [await b.served_models() for b in self.backends]
-    return [m for m in lists[0] if all(m in other for other in lists[1:])]
-
-
-@patch
-async def check_model(self: BalancedBackend, model: str | None) -> str:
-    "The model every server serves (each is checked: a replica without it would fail a share of the run's requests)."
-    ids = [await b.check_model(model) for b in self.backends]
-    if len(set(ids)) > 1:
-        raise ModelNotFound(
-            f"servers {self.name} serve different models ({', '.join(ids)}): name one with --model-name (or the role's model flag)"
-        )
-    return ids[0]
-
-
-@patch
-async def describe_model(self: BalancedBackend, model: str) -> dict:
-    return await self.backends[0].describe_model(model)
-
-
-@patch
-async def aclose(self: BalancedBackend):
-    for b in self.backends:
-        await b.aclose()
-
-
 def openai_backend(url: str, **kw) -> ChatBackend:
     "An `OpenAIBackend` for one URL, or a `BalancedBackend` over a comma-separated list of them (`kw`: `OpenAIBackend`'s)."
     urls = [u.strip() for u in url.split(",") if u.strip()]

@@ -25,7 +25,6 @@ from ..domain.systems import get_system
 from .web_guard import guard_web_app
 from .chat_config import *
 import asyncio, contextlib, datetime, json, logging, os, re, sys, threading, uuid
-from fastcore.basics import patch
 from pathlib import Path
 from pydantic import BaseModel, Field
 
@@ -90,6 +89,139 @@ class ChatSession:
             out[r] = text + (f" at {public_url(route.url)}" if route.url else "")
         return out
 
+    def _publish(self):
+        "Bring the conversation's view for readers up to date: after each turn, the person's message and a round taken back."
+        v = session_view(self)
+        with self._view_lock:  # held only to swap the view: a reader never waits for a round
+            self._view = v
+
+    def view(self) -> dict:
+        "The conversation as last published (`session_view`), read without waiting for the round in progress."
+        with self._view_lock:
+            v = self._view
+        return v if v is not None else session_view(self)
+
+    def _say(self, line: str):
+        self.progress = line
+        if self.on_progress:
+            self.on_progress(line)
+
+    async def _step(self):
+        "One director -> speaker step, saying what happens as it happens (a fallback speaker is marked on its turn by the runner)."
+        r, st = self.runner, self.state
+        n = len(st.turns)
+        if not r.system.multi_agent:
+            self._say(f"{baseline_name(self.roster)} is replying…")
+            with self._streaming(baseline_name(self.roster)):
+                await r.step(st)
+            return self._new_turns(n)
+        if r.system.directed:
+            self._say("the director is choosing who speaks…")
+        d, raw, parsed, constrained = await r.directive(st)
+        detail = f" ({d.action}, {d.tone})" if self.cfg.show_directives else ""
+        mark = " [FALLBACK: the director's output did not parse; a random speaker]" if parsed is False else ""
+        self._say(f"director → {d.agent_name}{detail}{mark}" if r.system.directed else f"next: {d.agent_name}")
+        if self.on_directive:
+            self.on_directive(d, parsed)
+        self._say(f"{d.agent_name} is replying…")
+        with self._streaming(d.agent_name):
+            await r.step(st, d, raw, parsed, constrained)
+        self._new_turns(n)
+
+    def _streaming(self, name: str):
+        "While `name` replies, each piece of the reply as it will be shown goes to `on_text` as the model writes it."
+        if self.on_text is None:
+            return contextlib.nullcontext()
+        return self.client.streaming("speaker", _ShownReply(self.roster, lambda piece: self.on_text(name, piece)))
+
+    def _new_turns(self, n: int):
+        self._publish()
+        for t in self.state.turns[n:]:
+            if self.on_turn:
+                self.on_turn(t)
+
+    def record(self) -> dict:
+        "The conversation in the episode schema."
+        ep = episode_record(self.runner, self.state)
+        ep.metadata.extra.update(
+            user="human",
+            source="mascot chat",
+            session_id=self.session_id,
+            num_turns=self.state.steps,
+            **({"untrained": True} if self.cfg.share_model and get_system(self.cfg.system).trained_roles else {}),
+        )
+        d = ep.to_dict()
+        if self.context.split == "chat":
+            d["situation"] = self.context.situation
+        return d
+
+    def save(self) -> Path:
+        _atomic_write(self.path, json.dumps(validate_episode(self.record(), str(self.path)), ensure_ascii=False) + "\n")
+        return self.path
+
+    async def aclose(self):
+        await self.client.aclose()
+
+    def _snapshot(self):
+        st = (
+            self.state
+        )  # its random draws derive from (seed, context, turn, role): the turns and round are all it holds
+        return len(st.turns), st.round_id, list(st.emotion_trajectory), self.rounds
+
+    def _restore(self, snap):
+        "Take back everything since `snap`: a failed round leaves the conversation as it was before the person's message."
+        n, rid, emo, rounds = snap
+        del self.state.turns[n:]
+        self.state.round_id, self.state.emotion_trajectory, self.rounds = rid, emo, rounds
+        self._publish()
+
+    async def _group(self) -> list[Turn]:
+        n = len(self.state.turns)
+        try:
+            for _ in range(self.cfg.agent_turns):
+                await self._step()
+        finally:
+            self.progress = ""
+        self.save()
+        return self.state.turns[n:]
+
+    async def start(self) -> list[Turn]:
+        "Check the models; the group answers the context's opening lines, if any."
+        if self.started:
+            return []
+        await self.client.check()
+        self.started = True
+        self._publish()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if not self.state.turns:
+            return []
+        snap = self._snapshot()
+        try:
+            return await self._group()
+        except BaseException:
+            self._restore(snap)
+            raise
+
+    async def send(self, text: str) -> list[Turn]:
+        "The person's message, then the group's replies (the new turns, the person's first); if they fail, the message is taken back."
+        text = text.strip()
+        if not text:
+            raise ValueError("empty message")
+        if not self.started:
+            await self.start()
+        st, snap = self.state, self._snapshot()
+        try:
+            t = st.add(self.roster.user_label, text, turn_type="user")
+            if st.steps:  # the person's reply ends the round of the reply it answers, as the simulated user's does
+                t.round_id = st.round_id - 1
+            self.rounds += 1
+            self._publish()
+            await self._group()
+            return st.turns[snap[0] :]
+        except BaseException:
+            self._restore(snap)
+            raise
+
 # %% ../../nbs/studies/01_chat.ipynb #70f8681a
 def turn_view(roster: Roster, t: Turn) -> dict:
     "A turn as the web page gets it."
@@ -126,22 +258,6 @@ def session_view(session: ChatSession) -> dict:
         "turns": [turn_view(session.roster, t) for t in session.turns],
     }
 
-# %% ../../nbs/studies/01_chat.ipynb #1b96be25
-@patch
-def _publish(self: ChatSession):
-    "Bring the conversation's view for readers up to date: after each turn, the person's message and a round taken back."
-    v = session_view(self)
-    with self._view_lock:  # held only to swap the view: a reader never waits for a round
-        self._view = v
-
-
-@patch
-def view(self: ChatSession) -> dict:
-    "The conversation as last published (`session_view`), read without waiting for the round in progress."
-    with self._view_lock:
-        v = self._view
-    return v if v is not None else session_view(self)
-
 # %% ../../nbs/studies/01_chat.ipynb #1938f5ee
 _MAYBE_NAME = re.compile(
     r"\s*(\*\*)?([^\W\d_][\w .'-]{0,40})?(\*\*)?"
@@ -163,149 +279,6 @@ class _ShownReply:
         if text.startswith(self.shown) and len(text) > len(self.shown):
             self.emit(text[len(self.shown) :])
             self.shown = text
-
-# %% ../../nbs/studies/01_chat.ipynb #efd0ee88
-@patch
-def _say(self: ChatSession, line: str):
-    self.progress = line
-    if self.on_progress:
-        self.on_progress(line)
-
-
-@patch
-async def _step(self: ChatSession):
-    "One director -> speaker step, saying what happens as it happens (a fallback speaker is marked on its turn by the runner)."
-    r, st = self.runner, self.state
-    n = len(st.turns)
-    if not r.system.multi_agent:
-        self._say(f"{baseline_name(self.roster)} is replying…")
-        with self._streaming(baseline_name(self.roster)):
-            await r.step(st)
-        return self._new_turns(n)
-    if r.system.directed:
-        self._say("the director is choosing who speaks…")
-    d, raw, parsed, constrained = await r.directive(st)
-    detail = f" ({d.action}, {d.tone})" if self.cfg.show_directives else ""
-    mark = " [FALLBACK: the director's output did not parse; a random speaker]" if parsed is False else ""
-    self._say(f"director → {d.agent_name}{detail}{mark}" if r.system.directed else f"next: {d.agent_name}")
-    if self.on_directive:
-        self.on_directive(d, parsed)
-    self._say(f"{d.agent_name} is replying…")
-    with self._streaming(d.agent_name):
-        await r.step(st, d, raw, parsed, constrained)
-    self._new_turns(n)
-
-
-@patch
-def _streaming(self: ChatSession, name: str):
-    "While `name` replies, each piece of the reply as it will be shown goes to `on_text` as the model writes it."
-    if self.on_text is None:
-        return contextlib.nullcontext()
-    return self.client.streaming("speaker", _ShownReply(self.roster, lambda piece: self.on_text(name, piece)))
-
-
-@patch
-def _new_turns(self: ChatSession, n: int):
-    self._publish()
-    for t in self.state.turns[n:]:
-        if self.on_turn:
-            self.on_turn(t)
-
-# %% ../../nbs/studies/01_chat.ipynb #5c9e1350
-@patch
-def record(self: ChatSession) -> dict:
-    "The conversation in the episode schema."
-    ep = episode_record(self.runner, self.state)
-    ep.metadata.extra.update(
-        user="human",
-        source="mascot chat",
-        session_id=self.session_id,
-        num_turns=self.state.steps,
-        **({"untrained": True} if self.cfg.share_model and get_system(self.cfg.system).trained_roles else {}),
-    )
-    d = ep.to_dict()
-    if self.context.split == "chat":
-        d["situation"] = self.context.situation
-    return d
-
-
-@patch
-def save(self: ChatSession) -> Path:
-    _atomic_write(self.path, json.dumps(validate_episode(self.record(), str(self.path)), ensure_ascii=False) + "\n")
-    return self.path
-
-
-@patch
-async def aclose(self: ChatSession):
-    await self.client.aclose()
-
-# %% ../../nbs/studies/01_chat.ipynb #1657f6be
-@patch
-def _snapshot(self: ChatSession):
-    st = self.state  # its random draws derive from (seed, context, turn, role): the turns and round are all it holds
-    return len(st.turns), st.round_id, list(st.emotion_trajectory), self.rounds
-
-
-@patch
-def _restore(self: ChatSession, snap):
-    "Take back everything since `snap`: a failed round leaves the conversation as it was before the person's message."
-    n, rid, emo, rounds = snap
-    del self.state.turns[n:]
-    self.state.round_id, self.state.emotion_trajectory, self.rounds = rid, emo, rounds
-    self._publish()
-
-
-@patch
-async def _group(self: ChatSession) -> list[Turn]:
-    n = len(self.state.turns)
-    try:
-        for _ in range(self.cfg.agent_turns):
-            await self._step()
-    finally:
-        self.progress = ""
-    self.save()
-    return self.state.turns[n:]
-
-# %% ../../nbs/studies/01_chat.ipynb #6a416a6e
-@patch
-async def start(self: ChatSession) -> list[Turn]:
-    "Check the models; the group answers the context's opening lines, if any."
-    if self.started:
-        return []
-    await self.client.check()
-    self.started = True
-    self._publish()
-    self.path.parent.mkdir(parents=True, exist_ok=True)
-    if not self.state.turns:
-        return []
-    snap = self._snapshot()
-    try:
-        return await self._group()
-    except BaseException:
-        self._restore(snap)
-        raise
-
-
-@patch
-async def send(self: ChatSession, text: str) -> list[Turn]:
-    "The person's message, then the group's replies (the new turns, the person's first); if they fail, the message is taken back."
-    text = text.strip()
-    if not text:
-        raise ValueError("empty message")
-    if not self.started:
-        await self.start()
-    st, snap = self.state, self._snapshot()
-    try:
-        t = st.add(self.roster.user_label, text, turn_type="user")
-        if st.steps:  # the person's reply ends the round of the reply it answers, as the simulated user's does
-            t.round_id = st.round_id - 1
-        self.rounds += 1
-        self._publish()
-        await self._group()
-        return st.turns[snap[0] :]
-    except BaseException:
-        self._restore(snap)
-        raise
 
 # %% ../../nbs/studies/01_chat.ipynb #69fdc61e
 HELP = "commands: /quit (save and leave; end of input does the same), /directive (show or hide the director's directives), /help"
