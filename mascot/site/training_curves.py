@@ -10,8 +10,15 @@ import math, re, shutil
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['SKIP_KEYS', 'KEY_ORDER', 'SKIP_META', 'curve_family', 'training_series', 'curve_svg', 'heldout_figures',
-           'training_log', 'training_section']
+__all__ = ['SKIP_KEYS', 'KEY_ORDER', 'SKIP_META', 'watch_chart', 'curve_family', 'training_series', 'curve_svg',
+           'heldout_figures', 'training_log', 'training_section']
+
+# %% ../../nbs/site/00a_training_curves.ipynb #tcw0cd01
+def watch_chart(key: str) -> tuple[str, str]:
+    "(chart title, series name) of a collapse-watch key (`choice/share/<persona>`, `choice/entropy`, `choice/mutual_information`)."
+    if key.startswith("choice/share/"):
+        return "persona choice share on the probe states (collapse watch)", key.removeprefix("choice/share/")
+    return "persona choice: entropy and context information (nats)", key.removeprefix("choice/")
 
 # %% ../../nbs/site/00a_training_curves.ipynb #44643add
 SKIP_KEYS = {
@@ -48,6 +55,8 @@ def curve_family(key: str) -> tuple[str, str]:
         return "DPO rewards: chosen vs rejected", m.group(1)
     if m := re.fullmatch(r"(min|mean|max)_reward", key):
         return "reward model score: min, mean, max", m.group(1)  # TRL's RewardTrainer
+    if key.startswith("choice/"):
+        return watch_chart(key)
     if key.startswith("eval_") and key not in ("eval_runtime",):
         return key[5:], "eval"
     return key, "train"
@@ -119,7 +128,18 @@ def curve_svg(title: str, series: dict[str, list[tuple[float, float]]], width: i
     return "".join(parts) + "</svg>"
 
 # %% ../../nbs/site/00a_training_curves.ipynb #ae0a93d4
-SKIP_META = {"config", "versions", "lora", "seed", "heldout_contexts", "reward_log", "log", "reward_weights", "rollout"}
+SKIP_META = {
+    "config",
+    "versions",
+    "lora",
+    "seed",
+    "heldout_contexts",
+    "reward_log",
+    "log",
+    "reward_weights",
+    "rollout",
+    "collapse_watch",  # its series are in the log, drawn with the curves
+}
 
 
 def heldout_figures(meta: dict) -> list[tuple[str, float, str]]:

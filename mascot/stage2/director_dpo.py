@@ -14,6 +14,13 @@ from ..training.heldout import split_by_context
 from ..training.provenance import data_hash, fit_and_record, training_run
 from ..training.configs import EpochTrainingConfig, lora_config
 from ..training.models import load_causal_lm
+from mascot.training.director_objective import (
+    DirectorObjectiveConfig,
+    attach_watch,
+    balanced_rows,
+    decision_trainer,
+    watch_fields,
+)
 from ..domain.personas import roster_for_dataset
 from ..domain.prompts import parse_directive
 import json, sys
@@ -21,10 +28,10 @@ from pathlib import Path
 from typing import ClassVar
 
 # %% auto #0
-__all__ = ['DirectorDPOConfig', 'dpo_config', 'parsed_pairs', 'train_director_dpo', 'main']
+__all__ = ['DirectorDPOConfig', 'dpo_config', 'parsed_pairs', 'balanced_pairs', 'train_director_dpo', 'main']
 
 # %% ../../nbs/stage2/23_director_dpo.ipynb #72cbd548
-class DirectorDPOConfig(EpochTrainingConfig):
+class DirectorDPOConfig(EpochTrainingConfig, DirectorObjectiveConfig):
     "Flags of `mascot train-group --mode train-director-dpo`."
 
     episode_dataset_path: str | None = Field(
@@ -58,6 +65,12 @@ def parsed_pairs(pairs, roster, format_pairs: bool = False):
 
     return pairs.filter(keep)
 
+# %% ../../nbs/stage2/23_director_dpo.ipynb #ddbp0001
+def balanced_pairs(pairs, roster, seed: int = 0):
+    "`pairs` with the pairs of each chosen persona drawn again (seeded) up to the most frequent chosen persona's count (`balanced_rows`)."
+    chosen = [getattr(parse_directive(r[-1]["content"], roster), "agent_name", None) for r in pairs["chosen"]]
+    return pairs.select(balanced_rows(list(range(len(pairs))), lambda i: chosen[i], seed))
+
 # %% ../../nbs/stage2/23_director_dpo.ipynb #72cbd5s2
 def train_director_dpo(cfg: DirectorDPOConfig) -> Path:
     from transformers import set_seed
@@ -68,7 +81,7 @@ def train_director_dpo(cfg: DirectorDPOConfig) -> Path:
         raise ValueError(
             f"{cfg.episode_dataset_path}: no directive pairs (generate branching data with more candidates or a lower margin)"
         )
-    pairs = parsed_pairs(all_pairs := pairs, roster_for_dataset(cfg.dataset), cfg.format_pairs)
+    pairs = parsed_pairs(all_pairs := pairs, roster := roster_for_dataset(cfg.dataset), cfg.format_pairs)
     if len(pairs) == 0:
         raise ValueError(
             f"{cfg.episode_dataset_path}: none of the {len(all_pairs)} directive pairs has two parseable directives "
@@ -77,17 +90,21 @@ def train_director_dpo(cfg: DirectorDPOConfig) -> Path:
     train, held_ids = pairs, []
     if cfg.holdout_fraction > 0:
         train, _, held_ids = split_by_context(pairs, cfg.holdout_fraction, cfg.seed)
+    n_train, train = len(train), balanced_pairs(train, roster, cfg.seed) if cfg.class_balance else train
     out = Path(cfg.output_dir) / (cfg.run_name or f"dpo_Director_{cfg.dataset}_{model_slug(cfg.model_name)}")
     with training_run(out, cfg) as run:
         set_seed(cfg.seed)
         model, tok = load_causal_lm(cfg.model_name)
-        trainer = DPOTrainer(
+        trainer = decision_trainer(DPOTrainer, tok, roster.names, cfg.decision_weight)(
             model=model,
             args=dpo_config(cfg, str(out / "trainer")),
             train_dataset=train.select_columns(["prompt", "chosen", "rejected"]),
             processing_class=tok,
             peft_config=lora_config(cfg, "CAUSAL_LM"),
         )
+        watch = attach_watch(
+            trainer, tok, [p for p in pairs["prompt"]], roster.names, cfg
+        )  # the held-out states' prompts too
         fit_and_record(
             trainer,
             tok,
@@ -98,7 +115,9 @@ def train_director_dpo(cfg: DirectorDPOConfig) -> Path:
             algorithm="dpo",
             episode_dataset_path=cfg.episode_dataset_path,
             data_sha256=data_hash(cfg.episode_dataset_path),
-            num_train_pairs=len(train),
+            check=lambda: watch_fields(watch),
+            num_train_pairs=n_train,
+            num_train_pairs_balanced=len(train),
             heldout_contexts=held_ids,  # never trained on: where a check of what was learnt belongs
             num_pairs_dropped_unparsed=len(all_pairs) - len(pairs),
             format_pairs=cfg.format_pairs,

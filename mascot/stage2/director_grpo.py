@@ -24,6 +24,7 @@ from ..training.pairs import model_slug
 from ..training.heldout import split_by_context, paired_summary
 from ..training.provenance import data_hash, save_trained, record_training, training_run, process_rank
 from ..training.configs import lora_config, grpo_config, GRPOTrainingConfig
+from ..training.director_objective import CollapseWatchConfig, attach_watch, strict_directive, watch_fields
 from ..training.models import load_causal_lm, trainable_snapshot, weights_changed
 import asyncio, json, statistics, sys
 from fastcore.basics import patch
@@ -31,13 +32,35 @@ from pydantic import Field
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['DirectorGRPOConfig', 'make_directive_format_reward', 'make_speaker_diversity_reward', 'rollout_states',
-           'make_rollout_reward', 'load_served_adapter', 'heldout_director_backend', 'director_group_reward',
-           'director_prompts', 'heldout_directors', 'director_policy', 'director_rewards', 'constrain_generation',
-           'heldout_report', 'director_record', 'train_director_grpo', 'main']
+__all__ = ['DirectorSampling', 'DirectorGRPOConfig', 'make_directive_format_reward', 'make_speaker_diversity_reward',
+           'rollout_states', 'make_rollout_reward', 'load_served_adapter', 'heldout_director_backend',
+           'director_group_reward', 'director_prompts', 'heldout_directors', 'director_policy', 'director_rewards',
+           'constrain_generation', 'heldout_report', 'director_record', 'train_director_grpo', 'main']
+
+# %% ../../nbs/stage2/22_director_grpo.ipynb #dgs0cf01
+class DirectorSampling(CollapseWatchConfig):
+    "How director GRPO samples and checks its directives, with defaults that do not collapse on a biased prior; and the collapse watch."
+
+    temperature: float = Field(
+        1.0,
+        description="sampling temperature of the policy's directives (TRL's temperature): 1.0 samples the policy as it is, so a prior "
+        "biased towards one persona still puts the others in a group and its rewards can tell them apart",
+    )
+    num_generations: int = Field(
+        8,
+        description="directives sampled per state (TRL's num_generations): 8 makes a group with more than one persona likely even when "
+        "the prior gives one persona most of its mass",
+    )
+    format_reward: Literal["strict", "parse", "none"] = Field(
+        "strict",
+        description="the second reward: strict pays 1 for exactly one complete JSON directive naming a roster persona with an action and a "
+        "tone that are not persona names (strict_directive), parse for anything the episodes can read (parse_directive), none leaves it out",
+    )
+    reward_weights: list[float] = [1.0, 0.5]
+    mask_truncated_completions: bool = False
 
 # %% ../../nbs/stage2/22_director_grpo.ipynb #ac38dd7a
-class DirectorGRPOConfig(EndpointConfig, GRPOTrainingConfig):
+class DirectorGRPOConfig(DirectorSampling, EndpointConfig, GRPOTrainingConfig):
     "Flags of `mascot train-group --mode train-director-grpo`."
 
     episode_dataset_path: str | None = Field(
@@ -71,8 +94,6 @@ class DirectorGRPOConfig(EndpointConfig, GRPOTrainingConfig):
         0.25, description="share of the contexts held out for the random/untrained/trained comparison"
     )
     max_steps: int = 10
-    reward_weights: list[float] = [1.0, 0.5]
-    mask_truncated_completions: bool = False
     unparsed_directive_reward: float | Literal["group_mean"] | None = Field(
         -5.0,
         description="reward of a directive that does not parse (not rolled out); group_mean: the mean reward of its group's parsed directives (zero rollout advantage); None rolls it out with a random speaker",
@@ -83,7 +104,7 @@ class DirectorGRPOConfig(EndpointConfig, GRPOTrainingConfig):
     )
     init_adapter_path: str | None = Field(
         None,
-        description="a LoRA adapter folder (PEFT) to start from and train further, e.g. an SFT'd or DPO'd director; the held-out check then also compares with it (paired_diff_vs_start); unset: a fresh LoRA on the base",
+        description="a LoRA adapter folder (PEFT) to start from and train further, e.g. the director's SFT (mascot.stage2.director_sft) or DPO; the held-out check then also compares with it (paired_diff_vs_start); unset: a fresh LoRA on the base",
     )
     eval_samples_per_state: int = Field(
         4, description="directives sampled per held-out state, for every director compared"
@@ -135,9 +156,12 @@ def _text(c) -> str:
     return c[-1]["content"] if isinstance(c, list) else str(c)
 
 
-def make_directive_format_reward(roster: Roster):
+def make_directive_format_reward(roster: Roster, strict: bool = True):
+    "1 for a completion that is one complete directive (`strict_directive`; `strict=False`: one `parse_directive` reads), else 0."
+    check = strict_directive if strict else parse_directive
+
     def directive_format_reward(completions, **kwargs) -> list[float]:
-        return [1.0 if parse_directive(_text(c), roster) else 0.0 for c in completions]
+        return [1.0 if check(_text(c), roster) else 0.0 for c in completions]
 
     return directive_format_reward
 
@@ -406,9 +430,11 @@ def director_rewards(cfg: DirectorGRPOConfig, runner: EpisodeRunner, grm: GroupR
         make_rollout_reward(
             runner, grm, cfg.horizon, cfg.num_turns, cfg.seed, cfg.num_generations, cfg.unparsed_directive_reward
         ),
-        make_directive_format_reward(runner.roster),
     ]
-    weights = list(cfg.reward_weights)
+    weights = list(cfg.reward_weights)[:1]
+    if cfg.format_reward != "none":
+        rewards.append(make_directive_format_reward(runner.roster, strict=cfg.format_reward == "strict"))
+        weights += list(cfg.reward_weights)[1:2]
     if cfg.speaker_diversity_weight:
         rewards.append(make_speaker_diversity_reward(runner.roster, cfg.num_generations))
         weights.append(cfg.speaker_diversity_weight)
@@ -557,6 +583,7 @@ def train_director_grpo(cfg: DirectorGRPOConfig, embedded: EmbeddedBackend | Non
             ecfg.constrained_decoding
         ):  # the policy samples its directives under the constraint; the loss scores them as sampled
             constrain_generation(trainer.model, tok, directive_constraint(runner.roster))
+        watch = attach_watch(trainer, tok, train["prompt"], runner.roster.names, cfg, cfg.chat_template_kwargs())
         before = trainable_snapshot(trainer.model)
         result = trainer.train()
         change = weights_changed(before, trainer.model)
@@ -575,6 +602,7 @@ def train_director_grpo(cfg: DirectorGRPOConfig, embedded: EmbeddedBackend | Non
             algorithm="grpo",
             change=change,
             **director_record(cfg, runner, report, len(train), len(held), held_ids),
+            **watch_fields(watch),
         )
     return out
 

@@ -70,6 +70,11 @@ CURVE_PANELS = [  # (title, predicate on a log key); a panel is drawn when the l
         lambda k: k in ("accuracy", "rewards/accuracies", "mean_token_accuracy", "margin", "rewards/margins"),
     ),
     ("reward spread", lambda k: k in ("reward_std", "frac_reward_zero_std")),
+    ("persona choice share (collapse watch)", lambda k: k.startswith("choice/share/")),
+    (
+        "persona choice entropy, context information (nats)",
+        lambda k: k in ("choice/entropy", "choice/mutual_information"),
+    ),
 ]
 
 
