@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
-from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['SECRET_KEY', 'SECRET_ENV', 'ConfigError', 'numeric_problem', 'Config', 'merge_over', 'read_yaml', 'CliParser',
@@ -96,6 +95,73 @@ class Config(BaseModel):
             raise ValueError("; ".join(problems))
         return self
 
+    @classmethod
+    def from_yaml(cls, path: str | Path, **overrides):
+        "From a YAML file (`read_yaml`: an `extends:` base first); keyword overrides win, and every key must be a field."
+        return cls.from_dict({**read_yaml(path), **overrides}, source=str(path))
+
+    @classmethod
+    def from_params(cls, params: dict, source: str = "parameters"):
+        "From papermill parameters / notebook globals: keys that are not fields are errors too."
+        return cls.from_dict(params, source)
+
+    @classmethod
+    def add_arguments(cls, parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        """One flag per field, its description the help. A field declared with `json_schema_extra={"flag": "--from"}` takes that
+        spelling; one with `{"positional": True}` is a positional argument (a list field takes any number)."""
+        for name, f in cls.model_fields.items():
+            extra = f.json_schema_extra if isinstance(f.json_schema_extra, dict) else {}
+            ann, kw = (
+                f.annotation,
+                {
+                    "dest": name,
+                    "default": argparse.SUPPRESS,
+                    "help": (field_description(cls, name) or "").replace("%", "%%"),
+                },
+            )
+            base = (
+                [a for a in get_args(ann) if a is not type(None)]
+                if get_origin(ann) in (typing.Union, types.UnionType)
+                else [ann]
+            )
+            typ, flag = (base[0] if len(base) == 1 else str), extra.get("flag", _flag(name))
+            if extra.get("positional"):
+                many = get_origin(typ) in (list, tuple)
+                default = {} if f.is_required() else {"default": f.default}
+                parser.add_argument(name, nargs="*" if many else None, help=kw["help"], **default)
+            elif typ is bool:
+                parser.add_argument(flag, action=argparse.BooleanOptionalAction, **kw)
+            elif get_origin(typ) in (list, tuple):
+                parser.add_argument(flag, nargs="*", **kw)
+            elif get_origin(typ) is dict or (isinstance(typ, type) and issubclass(typ, BaseModel)):
+                parser.add_argument(flag, type=json.loads, **kw)
+            else:
+                parser.add_argument(flag, **kw)
+        return parser
+
+    @classmethod
+    def cli_parser(cls, prog: str | None = None, description: str | None = None) -> CliParser:
+        "The command's parser: `--config FILE.yaml`, `--print-config`, and one flag per field, each with the field's description as its help."
+        p = CliParser(prog=prog, description=description or cls.__doc__)
+        p.add_argument("--config", default=None, help="YAML file with any of the flags below (flags win)")
+        p.add_argument(
+            "--print-config",
+            action="store_true",
+            help="print the resolved configuration (YAML, secrets redacted) and exit without running anything",
+        )
+        return cls.add_arguments(p)
+
+    @classmethod
+    def from_cli(cls, argv: list[str] | None = None, prog: str | None = None, description: str | None = None):
+        "Flags override `--config FILE.yaml`, which overrides the defaults; `--print-config` prints the result and exits 0."
+        ns = vars(cls.cli_parser(prog, description).parse_args(argv))
+        path, show = ns.pop("config"), ns.pop("print_config")
+        cfg = cls.from_yaml(path, **ns) if path else cls.from_dict(ns, source="command line")
+        if show:  # before any model, server or folder: what this command would run with
+            print(yaml.safe_dump(cfg.resolved(), sort_keys=False, allow_unicode=True), end="")
+            raise SystemExit(0)
+        return cfg
+
 # %% ../../nbs/core/03_config.ipynb #e7d1a001
 def merge_over(base: dict, top: dict) -> dict:
     "`top` laid over `base`: mappings merge key by key (at any depth), any other value of `top` replaces the base's."
@@ -126,18 +192,6 @@ def read_yaml(path: str | Path, expected: str = "", _chain: tuple = ()) -> dict:
     if base_path in _chain or base_path == path.resolve():
         raise ConfigError(f"{path}: extends: {base} extends itself (a cycle)")
     return merge_over(read_yaml(base_path, expected, (*_chain, path.resolve())), d)
-
-# %% ../../nbs/core/03_config.ipynb #5afb7d68
-@patch(cls_method=True)
-def from_yaml(cls: Config, path: str | Path, **overrides):
-    "From a YAML file (`read_yaml`: an `extends:` base first); keyword overrides win, and every key must be a field."
-    return cls.from_dict({**read_yaml(path), **overrides}, source=str(path))
-
-
-@patch(cls_method=True)
-def from_params(cls: Config, params: dict, source: str = "parameters"):
-    "From papermill parameters / notebook globals: keys that are not fields are errors too."
-    return cls.from_dict(params, source)
 
 # %% ../../nbs/core/03_config.ipynb #a1c0c001
 class CliParser(argparse.ArgumentParser):
@@ -189,66 +243,6 @@ def field_description(cls: type[Config], name: str) -> str | None:
         if f is not None and f.description:
             return f.description
     return None
-
-# %% ../../nbs/core/03_config.ipynb #7ce75362
-@patch(cls_method=True)
-def add_arguments(cls: Config, parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """One flag per field, its description the help. A field declared with `json_schema_extra={"flag": "--from"}` takes that
-    spelling; one with `{"positional": True}` is a positional argument (a list field takes any number)."""
-    for name, f in cls.model_fields.items():
-        extra = f.json_schema_extra if isinstance(f.json_schema_extra, dict) else {}
-        ann, kw = (
-            f.annotation,
-            {
-                "dest": name,
-                "default": argparse.SUPPRESS,
-                "help": (field_description(cls, name) or "").replace("%", "%%"),
-            },
-        )
-        base = (
-            [a for a in get_args(ann) if a is not type(None)]
-            if get_origin(ann) in (typing.Union, types.UnionType)
-            else [ann]
-        )
-        typ, flag = (base[0] if len(base) == 1 else str), extra.get("flag", _flag(name))
-        if extra.get("positional"):
-            many = get_origin(typ) in (list, tuple)
-            default = {} if f.is_required() else {"default": f.default}
-            parser.add_argument(name, nargs="*" if many else None, help=kw["help"], **default)
-        elif typ is bool:
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, **kw)
-        elif get_origin(typ) in (list, tuple):
-            parser.add_argument(flag, nargs="*", **kw)
-        elif get_origin(typ) is dict or (isinstance(typ, type) and issubclass(typ, BaseModel)):
-            parser.add_argument(flag, type=json.loads, **kw)
-        else:
-            parser.add_argument(flag, **kw)
-    return parser
-
-# %% ../../nbs/core/03_config.ipynb #8cdacd83
-@patch(cls_method=True)
-def cli_parser(cls: Config, prog: str | None = None, description: str | None = None) -> CliParser:
-    "The command's parser: `--config FILE.yaml`, `--print-config`, and one flag per field, each with the field's description as its help."
-    p = CliParser(prog=prog, description=description or cls.__doc__)
-    p.add_argument("--config", default=None, help="YAML file with any of the flags below (flags win)")
-    p.add_argument(
-        "--print-config",
-        action="store_true",
-        help="print the resolved configuration (YAML, secrets redacted) and exit without running anything",
-    )
-    return cls.add_arguments(p)
-
-
-@patch(cls_method=True)
-def from_cli(cls: Config, argv: list[str] | None = None, prog: str | None = None, description: str | None = None):
-    "Flags override `--config FILE.yaml`, which overrides the defaults; `--print-config` prints the result and exits 0."
-    ns = vars(cls.cli_parser(prog, description).parse_args(argv))
-    path, show = ns.pop("config"), ns.pop("print_config")
-    cfg = cls.from_yaml(path, **ns) if path else cls.from_dict(ns, source="command line")
-    if show:  # before any model, server or folder: what this command would run with
-        print(yaml.safe_dump(cfg.resolved(), sort_keys=False, allow_unicode=True), end="")
-        raise SystemExit(0)
-    return cfg
 
 # %% ../../nbs/core/03_config.ipynb #7df7fad3
 # Names that hold secrets (OPENAI_API_KEY, HF_TOKEN, api_key ...), but not counters like `completion_tokens`.

@@ -11,7 +11,6 @@ import os
 import json, random, socket, time, uuid, datetime
 from pathlib import Path
 from typing import Any, Iterable
-from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['COUNTERS', 'NOT_FINGERPRINTED', 'FINGERPRINT_FILE', 'QUIET_KERNEL', 'new_run_id', 'RunDir', 'mark_stale_runs',
@@ -83,70 +82,58 @@ class RunDir:
             self._mark_failed_in_place(p, str(e))
             raise
 
-# %% ../../nbs/core/04_runtime.ipynb #6e82f6af
-@patch
-def count(self: RunDir, name: str, k: int = 1):
-    if name not in self.counters:
-        raise KeyError(f"unknown counter {name!r}; known: {list(self.counters)}")
-    self.counters[name] += k
+    def count(self, name: str, k: int = 1):
+        if name not in self.counters:
+            raise KeyError(f"unknown counter {name!r}; known: {list(self.counters)}")
+        self.counters[name] += k
 
+    def add_usage(self, role: str, prompt_tokens: int = 0, completion_tokens: int = 0, latency_s: float = 0.0):
+        r = self.roles.setdefault(role, {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "latency_s": 0.0})
+        r["calls"] += 1
+        r["prompt_tokens"] += prompt_tokens
+        r["completion_tokens"] += completion_tokens
+        r["latency_s"] += latency_s
 
-@patch
-def add_usage(self: RunDir, role: str, prompt_tokens: int = 0, completion_tokens: int = 0, latency_s: float = 0.0):
-    r = self.roles.setdefault(role, {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "latency_s": 0.0})
-    r["calls"] += 1
-    r["prompt_tokens"] += prompt_tokens
-    r["completion_tokens"] += completion_tokens
-    r["latency_s"] += latency_s
+    def _mark_failed_in_place(self, p: Path, why: str):
+        "Overwrite the summary's own blocks with a compact `failed` one when it fits them (no new space needed): it must not say `running`."
+        self.status, self.ended, self.error = "failed", self.ended or _now(), self.error or why
+        full = redact(self.summary())
+        brief = {k: full[k] for k in ("status", "started", "ended", "pid", "host", *self.counters, "error")}
+        try:
+            st = p.stat()
+            room = max(st.st_size, st.st_blocks * 512)  # bytes already allocated to the file
+            text = next((t for d in (full, brief) if len(t := json.dumps(d, default=str).encode()) <= room), None)
+            if text is not None:
+                with open(p, "r+b") as f:
+                    f.write(text)
+                    f.truncate(len(text))
+        except OSError:
+            pass  # nothing more can be done on this disk; the one-line error still says why
 
-# %% ../../nbs/core/04_runtime.ipynb #11401f56
-@patch
-def _mark_failed_in_place(self: RunDir, p: Path, why: str):
-    "Overwrite the summary's own blocks with a compact `failed` one when it fits them (no new space needed): it must not say `running`."
-    self.status, self.ended, self.error = "failed", self.ended or _now(), self.error or why
-    full = redact(self.summary())
-    brief = {k: full[k] for k in ("status", "started", "ended", "pid", "host", *self.counters, "error")}
-    try:
-        st = p.stat()
-        room = max(st.st_size, st.st_blocks * 512)  # bytes already allocated to the file
-        text = next((t for d in (full, brief) if len(t := json.dumps(d, default=str).encode()) <= room), None)
-        if text is not None:
-            with open(p, "r+b") as f:
-                f.write(text)
-                f.truncate(len(text))
-    except OSError:
-        pass  # nothing more can be done on this disk; the one-line error still says why
+    def finish(self, status: str = "completed", error: str | None = None):
+        self.status, self.ended, self.error = status, _now(), error
+        self.write_summary()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, et, ev, tb):
+        try:
+            if et is None:
+                self.finish("completed")
+            else:
+                self.finish("interrupted" if _is_interruption(et) else "failed", f"{et.__name__}: {ev}")
+        except OutputWriteError:
+            if et is None:
+                raise
+            # the error that ended the run stays the one reported
+        return False
 
 # %% ../../nbs/core/04_runtime.ipynb #f07e235f
 def _is_interruption(et) -> bool:
     import asyncio
 
     return issubclass(et, (KeyboardInterrupt, asyncio.CancelledError, RunInterrupted))
-
-
-@patch
-def finish(self: RunDir, status: str = "completed", error: str | None = None):
-    self.status, self.ended, self.error = status, _now(), error
-    self.write_summary()
-
-
-@patch
-def __enter__(self: RunDir):
-    return self
-
-
-@patch
-def __exit__(self: RunDir, et, ev, tb):
-    try:
-        if et is None:
-            self.finish("completed")
-        else:
-            self.finish("interrupted" if _is_interruption(et) else "failed", f"{et.__name__}: {ev}")
-    except OutputWriteError:
-        if et is None:
-            raise
-        # the error that ended the run stays the one reported
-    return False
 
 # %% ../../nbs/core/04_runtime.ipynb #d85725b8
 def _alive(pid) -> bool:

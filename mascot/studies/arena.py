@@ -18,7 +18,6 @@ from .web_guard import guard_web_app
 from .arena_stats import *  # the report's statistics and ArenaError
 import asyncio, datetime, hashlib, hmac, json, random, re, secrets, sys
 from dataclasses import dataclass
-from fastcore.basics import patch
 from pathlib import Path
 from pydantic import BaseModel, Field
 
@@ -140,7 +139,7 @@ def pair_sides(arena: Arena, annotator: str, pair_id: str, seed: int = 0) -> tup
     a, b = arena.systems
     return (a, b) if random.Random(f"{seed}:{arena.study}:{annotator}:{pair_id}").random() < 0.5 else (b, a)
 
-# %% ../../nbs/studies/03_arena.ipynb #a1f62be6
+# %% ../../nbs/studies/03_arena.ipynb #306d451e
 CHOICES = ("A", "B", "tie")
 ANNOTATOR_RE = re.compile(r"^[\w.@+-]{1,64}$")
 MAX_REASON_CHARS = 2000
@@ -149,7 +148,7 @@ MAX_REASON_CHARS = 2000
 def token_hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
-
+# %% ../../nbs/studies/03_arena.ipynb #a1f62be6
 class VoteStore:
     "The votes of one study, durably appended."
 
@@ -183,53 +182,47 @@ class VoteStore:
         "Release the vote file (another server may then open it)."
         self.store.close()
 
-# %% ../../nbs/studies/03_arena.ipynb #cd75fc0a
-@patch
-def done(self: VoteStore, annotator: str) -> set[str]:
-    return {v["pair_id"] for v in self.votes if v["annotator"] == annotator}
+    def done(self, annotator: str) -> set[str]:
+        return {v["pair_id"] for v in self.votes if v["annotator"] == annotator}
 
+    def next_pair(self, annotator: str) -> str | None:
+        done = self.done(annotator)
+        return next((p for p in pair_order(self.arena, annotator, self.seed) if p not in done), None)
 
-@patch
-def next_pair(self: VoteStore, annotator: str) -> str | None:
-    done = self.done(annotator)
-    return next((p for p in pair_order(self.arena, annotator, self.seed) if p not in done), None)
-
-# %% ../../nbs/studies/03_arena.ipynb #f92b0828
-@patch
-def vote(
-    self: VoteStore, annotator: str, pair_id: str, choice: str, reason: str = "", annotator_key: str | None = None
-) -> dict:
-    "Record one vote: `choice` A (left), B (right) or tie."
-    if not ANNOTATOR_RE.match(annotator or ""):
-        raise ArenaError(f"annotator id {annotator!r}: use 1-64 letters, digits or ._@+-")
-    if pair_id not in self.arena.records[self.arena.systems[0]]:
-        raise ArenaError(f"pair {pair_id!r} is not in study {self.arena.study!r}")
-    if choice not in CHOICES:
-        raise ArenaError(f"choice {choice!r}: one of {', '.join(CHOICES)}")
-    if pair_id in self.done(annotator):
-        raise ArenaError(f"{annotator} has already voted on pair {pair_id!r}")
-    left, right = pair_sides(self.arena, annotator, pair_id, self.seed)
-    v = {
-        "vote_id": f"{annotator}/{pair_id}",
-        "study": self.arena.study,
-        "pair_id": pair_id,
-        "annotator": annotator,
-        "dataset": self.arena.dataset,
-        "systems": sorted(self.arena.systems),
-        "left": left,
-        "right": right,
-        "choice": choice,
-        "winner": {"A": left, "B": right, "tie": "tie"}[choice],
-        "reason": (reason or "").strip()[:MAX_REASON_CHARS],
-        "speakers": "named" if self.show_names else "anonymous",
-        "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        **({"annotator_key": annotator_key} if annotator_key else {}),
-    }
-    self.store.append(v)
-    self.votes.append(v)
-    if annotator_key:
-        self.claims[annotator] = annotator_key
-    return v
+    def vote(
+        self, annotator: str, pair_id: str, choice: str, reason: str = "", annotator_key: str | None = None
+    ) -> dict:
+        "Record one vote: `choice` A (left), B (right) or tie."
+        if not ANNOTATOR_RE.match(annotator or ""):
+            raise ArenaError(f"annotator id {annotator!r}: use 1-64 letters, digits or ._@+-")
+        if pair_id not in self.arena.records[self.arena.systems[0]]:
+            raise ArenaError(f"pair {pair_id!r} is not in study {self.arena.study!r}")
+        if choice not in CHOICES:
+            raise ArenaError(f"choice {choice!r}: one of {', '.join(CHOICES)}")
+        if pair_id in self.done(annotator):
+            raise ArenaError(f"{annotator} has already voted on pair {pair_id!r}")
+        left, right = pair_sides(self.arena, annotator, pair_id, self.seed)
+        v = {
+            "vote_id": f"{annotator}/{pair_id}",
+            "study": self.arena.study,
+            "pair_id": pair_id,
+            "annotator": annotator,
+            "dataset": self.arena.dataset,
+            "systems": sorted(self.arena.systems),
+            "left": left,
+            "right": right,
+            "choice": choice,
+            "winner": {"A": left, "B": right, "tie": "tie"}[choice],
+            "reason": (reason or "").strip()[:MAX_REASON_CHARS],
+            "speakers": "named" if self.show_names else "anonymous",
+            "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            **({"annotator_key": annotator_key} if annotator_key else {}),
+        }
+        self.store.append(v)
+        self.votes.append(v)
+        if annotator_key:
+            self.claims[annotator] = annotator_key
+        return v
 
 # %% ../../nbs/studies/03_arena.ipynb #3328dd94
 def speaker_labels(turns: list[dict], show_names: bool = False) -> list[str]:
