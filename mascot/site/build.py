@@ -81,7 +81,7 @@ def boxed_tables(body: str) -> str:
 CSS = """body{font-family:system-ui,sans-serif;max-width:1200px;margin:1.5em auto;padding:0 1em;color:#222;line-height:1.4}
 table{border-collapse:collapse;margin:.6em 0}td,th{border:1px solid #ccc;padding:.25em .55em;text-align:left;font-size:.88em;vertical-align:top}
 th{background:#f3f3f3}td.num{text-align:right;font-variant-numeric:tabular-nums}.completed{color:#176b1a}.failed{color:#b00020}.running{color:#a66b00}
-img{max-width:100%;border:1px solid #ddd;margin:.5em 0}pre{background:#f7f7f7;padding:.8em;overflow:auto;font-size:.8em;max-height:30em}
+img{max-width:100%;box-sizing:border-box;border:1px solid #ddd;margin:.5em 0}pre{background:#f7f7f7;padding:.8em;overflow:auto;font-size:.8em;max-height:30em}
 nav a{margin-right:1em}nav.tabs{position:sticky;top:0;background:#fff;padding:.5em 0;border-bottom:1px solid #ddd;z-index:2}
 nav.tabs a{padding:.3em .6em;border-radius:4px;text-decoration:none}nav.tabs a.on{background:#1f6fb4;color:#fff}
 .nodata{color:#666;font-style:italic}.warn{background:#fff3cd;border:2px solid #d39e00;padding:.7em 1em;border-radius:6px;margin:.8em 0}
