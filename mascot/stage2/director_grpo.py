@@ -27,7 +27,6 @@ from ..training.configs import lora_config, grpo_config, GRPOTrainingConfig
 from ..training.director_objective import CollapseWatchConfig, attach_watch, strict_directive, watch_fields
 from ..training.models import load_causal_lm, trainable_snapshot, weights_changed
 import asyncio, json, statistics, sys
-from fastcore.basics import patch
 from pydantic import Field
 from pathlib import Path
 
@@ -116,34 +115,32 @@ class DirectorGRPOConfig(DirectorSampling, EndpointConfig, GRPOTrainingConfig):
     )
     roster_path: str | None = Field(None, description="a roster YAML instead of the dataset's built-in roster")
 
+    def episode_config(self) -> EpisodeConfig:
+        "The episode settings the rollouts use: every role without a server of its own on the rollout server, when one is given."
+        keep = self.fields_for(EndpointConfig)
+        if self.rollout_server_url:
+            for role in ("director", "speaker", "user"):
+                if not keep.get(f"{role}_server_url") and not (role == "director" and keep.get("vllm_server_url")):
+                    keep[f"{role}_server_url"] = self.rollout_server_url
+        return EpisodeConfig(
+            **keep,
+            dataset=self.dataset,
+            num_turns=self.num_turns,
+            enable_user_simulation=self.enable_user_simulation,
+            user_response_probability=self.user_response_probability,
+            speaker_max_tokens=self.speaker_max_tokens,
+            user_max_tokens=self.user_max_tokens,
+            roster_path=self.roster_path,
+            seed=self.seed,
+            director_temperature=self.director_temperature,
+            progress=False,
+        )
+
 # %% ../../nbs/stage2/22_director_grpo.ipynb #dgc0pd01
 DirectorGRPOConfig.PATH_DEFAULTS = {
     "episode_dataset_path": "data/rl/branching_{dataset}_{model}",
     "group_reward_model_path": "outputs/reward_model/group_reward_{dataset}_{reward_model}",
 }
-
-# %% ../../nbs/stage2/22_director_grpo.ipynb #dgc0ep01
-@patch
-def episode_config(self: DirectorGRPOConfig) -> EpisodeConfig:
-    "The episode settings the rollouts use: every role without a server of its own on the rollout server, when one is given."
-    keep = self.fields_for(EndpointConfig)
-    if self.rollout_server_url:
-        for role in ("director", "speaker", "user"):
-            if not keep.get(f"{role}_server_url") and not (role == "director" and keep.get("vllm_server_url")):
-                keep[f"{role}_server_url"] = self.rollout_server_url
-    return EpisodeConfig(
-        **keep,
-        dataset=self.dataset,
-        num_turns=self.num_turns,
-        enable_user_simulation=self.enable_user_simulation,
-        user_response_probability=self.user_response_probability,
-        speaker_max_tokens=self.speaker_max_tokens,
-        user_max_tokens=self.user_max_tokens,
-        roster_path=self.roster_path,
-        seed=self.seed,
-        director_temperature=self.director_temperature,
-        progress=False,
-    )
 
 # %% ../../nbs/stage2/22_director_grpo.ipynb #395142d1
 describe(

@@ -11,7 +11,6 @@ from ..core.runtime import *
 from ..llm.embedded_weights import EMBEDDED_DEFAULT
 from .pairs import model_slug
 import json, os
-from fastcore.basics import patch
 from pathlib import Path
 from typing import Any
 from typing import ClassVar
@@ -151,6 +150,32 @@ class TrainingConfig(Config):
         )  # a bad list is a config error now, not a PEFT error after the model loads
         fill_default_inputs(self)
 
+    def chat_template_kwargs(self) -> dict:
+        "What every prompt rendered in process passes to `apply_chat_template` (templates that do not take a key ignore it)."
+        return {"enable_thinking": self.enable_thinking}
+
+    def trl_args(self, config_cls, output_dir: str, **stage):
+        "TRL's `config_cls` from the shared fields and the stage's own (`stage`), then the user's `trl` keys."
+        import dataclasses
+
+        if "chat_template_kwargs" in {f.name for f in dataclasses.fields(config_cls)}:
+            stage.setdefault("chat_template_kwargs", self.chat_template_kwargs())
+        return trl_config(
+            config_cls,
+            dict(
+                output_dir=output_dir,
+                learning_rate=self.learning_rate,
+                seed=self.seed,
+                per_device_train_batch_size=self.per_device_train_batch_size,
+                **stage,
+            ),
+            self.trl,
+        )
+
+    def trl_config(self, output_dir: str):
+        "The stage's TRL config as its trainer builds it; `mascot run` builds it while checking the plan, so a bad `trl` key fails before any work."
+        raise NotImplementedError(f"{type(self).__name__} names no TRL config")
+
 # %% ../../nbs/training/00_configs.ipynb #cft0fi01
 def fill_default_inputs(self: TrainingConfig) -> None:
     """What a config left out, filled in after validation: with no --model-name, the model that made the stage's data (`MODEL_FROM_DATA`);
@@ -174,38 +199,6 @@ def fill_default_inputs(self: TrainingConfig) -> None:
             self.__dict__[name] = template.format(
                 dataset=self.dataset, model=model_slug(self.model_name), reward_model=model_slug(reward_model)
             )
-
-# %% ../../nbs/training/00_configs.ipynb #cft0me01
-@patch
-def chat_template_kwargs(self: TrainingConfig) -> dict:
-    "What every prompt rendered in process passes to `apply_chat_template` (templates that do not take a key ignore it)."
-    return {"enable_thinking": self.enable_thinking}
-
-
-@patch
-def trl_args(self: TrainingConfig, config_cls, output_dir: str, **stage):
-    "TRL's `config_cls` from the shared fields and the stage's own (`stage`), then the user's `trl` keys."
-    import dataclasses
-
-    if "chat_template_kwargs" in {f.name for f in dataclasses.fields(config_cls)}:
-        stage.setdefault("chat_template_kwargs", self.chat_template_kwargs())
-    return trl_config(
-        config_cls,
-        dict(
-            output_dir=output_dir,
-            learning_rate=self.learning_rate,
-            seed=self.seed,
-            per_device_train_batch_size=self.per_device_train_batch_size,
-            **stage,
-        ),
-        self.trl,
-    )
-
-
-@patch
-def trl_config(self: TrainingConfig, output_dir: str):
-    "The stage's TRL config as its trainer builds it; `mascot run` builds it while checking the plan, so a bad `trl` key fails before any work."
-    raise NotImplementedError(f"{type(self).__name__} names no TRL config")
 
 # %% ../../nbs/training/00_configs.ipynb #1bfedcc8
 class EpochTrainingConfig(TrainingConfig):

@@ -10,7 +10,6 @@ from ..domain.personas import Roster
 from ..domain.prompts import render_history, group_rm_instruction
 from .models import training_dtype
 import json
-from fastcore.basics import patch
 from pathlib import Path
 
 # %% auto #0
@@ -70,52 +69,44 @@ class RewardModel:
         rm.metadata = meta
         return rm
 
-# %% ../../nbs/training/01a_reward_scorer.ipynb #rmsc0001
-@patch
-def texts(self: RewardModel, prompts: list[list[dict]], replies: list[str | list[dict]]) -> list[str]:
-    out = []
-    for p, r in zip(prompts, replies):
-        reply = r if isinstance(r, list) else [{"role": "assistant", "content": r}]
-        out.append(
-            self.tokenizer.apply_chat_template(list(p) + list(reply), tokenize=False, **self.chat_template_kwargs)
-        )
-    return out
+    def texts(self, prompts: list[list[dict]], replies: list[str | list[dict]]) -> list[str]:
+        out = []
+        for p, r in zip(prompts, replies):
+            reply = r if isinstance(r, list) else [{"role": "assistant", "content": r}]
+            out.append(
+                self.tokenizer.apply_chat_template(list(p) + list(reply), tokenize=False, **self.chat_template_kwargs)
+            )
+        return out
 
+    def score(self, prompts: list[list[dict]], replies: list[str | list[dict]]) -> list[float]:
+        import torch
 
-@patch
-def score(self: RewardModel, prompts: list[list[dict]], replies: list[str | list[dict]]) -> list[float]:
-    import torch
+        texts, scores = self.texts(prompts, replies), []
+        for i in range(0, len(texts), self.batch_size):
+            enc = self.tokenizer(
+                texts[i : i + self.batch_size],
+                return_tensors="pt",
+                padding=True,
+                truncation=True,
+                max_length=self.max_length,
+                add_special_tokens=False,
+            ).to(self.model.device)
+            with torch.inference_mode():
+                scores += self.model(**enc).logits[:, 0].float().tolist()
+        return scores
 
-    texts, scores = self.texts(prompts, replies), []
-    for i in range(0, len(texts), self.batch_size):
-        enc = self.tokenizer(
-            texts[i : i + self.batch_size],
-            return_tensors="pt",
-            padding=True,
-            truncation=True,
-            max_length=self.max_length,
-            add_special_tokens=False,
-        ).to(self.model.device)
-        with torch.inference_mode():
-            scores += self.model(**enc).logits[:, 0].float().tolist()
-    return scores
+    def pairwise_accuracy(self, ds) -> float:
+        "Share of pairs whose chosen reply scores above the rejected one."
+        return self.pairwise_wins(ds)["accuracy"]
 
-# %% ../../nbs/training/01a_reward_scorer.ipynb #rmpw0001
-@patch
-def pairwise_accuracy(self: RewardModel, ds) -> float:
-    "Share of pairs whose chosen reply scores above the rejected one."
-    return self.pairwise_wins(ds)["accuracy"]
-
-
-@patch
-def pairwise_wins(self: RewardModel, ds) -> dict:
-    "Pairwise accuracy with its binomial 95% interval (Wilson) and the number of pairs."
-    if len(ds) == 0:
-        return {"accuracy": float("nan"), "ci95": [float("nan"), float("nan")], "n": 0}
-    c = self.score(ds["prompt"], ds["chosen"])
-    r = self.score(ds["prompt"], ds["rejected"])
-    wins = sum(a > b for a, b in zip(c, r))
-    return {"accuracy": wins / len(ds), "ci95": wilson_interval(wins, len(ds)), "n": len(ds)}
+    def pairwise_wins(self, ds) -> dict:
+        "Pairwise accuracy with its binomial 95% interval (Wilson) and the number of pairs."
+        if len(ds) == 0:
+            return {"accuracy": float("nan"), "ci95": [float("nan"), float("nan")], "n": 0}
+        c = self.score(ds["prompt"], ds["chosen"])
+        r = self.score(ds["prompt"], ds["rejected"])
+        wins = sum(a > b for a, b in zip(c, r))
+        return {"accuracy": wins / len(ds), "ci95": wilson_interval(wins, len(ds)), "n": len(ds)}
 
 # %% ../../nbs/training/01a_reward_scorer.ipynb #a365ef8f
 def render_conversation(turns: list[Turn], roster: Roster) -> str:
