@@ -16,7 +16,7 @@ from ..training.configs import GRPOTrainingConfig, grpo_config, lora_config
 from ..training.heldout import split_by_context, paired_summary
 from ..training.provenance import data_hash, save_trained, record_training, training_run, process_rank
 from ..training.models import load_causal_lm, trainable_snapshot, weights_changed
-from ..training.rewards import degenerate_reason, format_reward, make_conciseness_reward, _text
+from ..training.rewards import degenerate_reason, format_reward, make_conciseness_reward, completion_text
 import asyncio, json, statistics, sys
 from pathlib import Path
 from typing import ClassVar
@@ -35,7 +35,7 @@ class PersonaRMReward:
         self.rm, self.__name__, self.gate = rm, name, gate
 
     def __call__(self, prompts, completions, **kwargs) -> list[float]:
-        scores = self.rm.score(prompts, [_text(c) for c in completions])
+        scores = self.rm.score(prompts, [completion_text(c) for c in completions])
         if not self.gate:
             return scores
         ok = format_reward(completions, prompts)

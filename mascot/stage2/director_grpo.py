@@ -25,6 +25,7 @@ from ..training.heldout import split_by_context, paired_summary
 from ..training.provenance import data_hash, save_trained, record_training, training_run, process_rank
 from ..training.configs import lora_config, grpo_config, GRPOTrainingConfig
 from ..training.director_objective import CollapseWatchConfig, attach_watch, strict_directive, watch_fields
+from ..training.rewards import completion_text
 from ..training.models import load_causal_lm, trainable_snapshot, weights_changed
 import asyncio, json, statistics, sys
 from pydantic import Field
@@ -149,16 +150,12 @@ describe(
 )
 
 # %% ../../nbs/stage2/22_director_grpo.ipynb #41730534
-def _text(c) -> str:
-    return c[-1]["content"] if isinstance(c, list) else str(c)
-
-
 def make_directive_format_reward(roster: Roster, strict: bool = True):
     "1 for a completion that is one complete directive (`strict_directive`; `strict=False`: one `parse_directive` reads), else 0."
     check = strict_directive if strict else parse_directive
 
     def directive_format_reward(completions, **kwargs) -> list[float]:
-        return [1.0 if check(_text(c), roster) else 0.0 for c in completions]
+        return [1.0 if check(completion_text(c), roster) else 0.0 for c in completions]
 
     return directive_format_reward
 
@@ -169,7 +166,7 @@ def make_speaker_diversity_reward(roster: Roster, num_generations: int):
     so the rollout reward can still tell them apart; it says nothing about which name is right."""
 
     def speaker_diversity_reward(completions, **kwargs) -> list[float]:
-        names = [getattr(parse_directive(_text(c), roster), "agent_name", None) for c in completions]
+        names = [getattr(parse_directive(completion_text(c), roster), "agent_name", None) for c in completions]
         out = []
         for i, name in enumerate(names):
             start = i - i % num_generations
@@ -216,7 +213,7 @@ def make_rollout_reward(
 
     async def group_rm_reward(prompts, completions, state, **kwargs) -> list[float]:
         calls["n"] += 1
-        texts = [_text(c) for c in completions]
+        texts = [completion_text(c) for c in completions]
         parsed = [unparsed_reward is None or parse_directive(t, runner.roster) is not None for t in texts]
         keep = [i for i, ok in enumerate(parsed) if ok]
         # the group seed: the same for every completion of a prompt; never the directive's text, nor its place in the batch

@@ -8,10 +8,11 @@ from ..domain.personas import ROSTERS
 import re
 
 # %% auto #0
-__all__ = ['degenerate_reason', 'format_reward', 'make_conciseness_reward']
+__all__ = ['completion_text', 'degenerate_reason', 'format_reward', 'make_conciseness_reward']
 
 # %% ../../nbs/training/03_rewards.ipynb #a1d0e005
-def _text(c) -> str:
+def completion_text(c) -> str:
+    "The text of a completion as TRL passes it to a reward: a conversational completion's last message, else the string."
     return c[-1]["content"] if isinstance(c, list) else str(c)
 
 
@@ -76,7 +77,7 @@ def degenerate_reason(text: str, prompt=None, echo_words: int = 6) -> str | None
 def format_reward(completions, prompts=None, **kwargs) -> list[float]:
     "The gate: 1 for a clean in-role reply, 0 for a degenerate one (`degenerate_reason`)."
     prompts = prompts if prompts is not None else [None] * len(completions)
-    return [0.0 if degenerate_reason(_text(c), p) else 1.0 for c, p in zip(completions, prompts)]
+    return [0.0 if degenerate_reason(completion_text(c), p) else 1.0 for c, p in zip(completions, prompts)]
 
 
 def make_conciseness_reward(min_words: int = 8, max_words: int = 40):
@@ -85,7 +86,7 @@ def make_conciseness_reward(min_words: int = 8, max_words: int = 40):
     def conciseness_reward(completions, **kwargs) -> list[float]:
         out = []
         for c in completions:
-            n = len(_text(c).split())
+            n = len(completion_text(c).split())
             out.append(
                 1.0
                 if min_words <= n <= max_words
