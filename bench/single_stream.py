@@ -2,13 +2,14 @@
 ships (the file the embedded weights are converted from), the same prompt tokens, greedy, `--tokens` new tokens, both on `--threads`
 threads, interleaved in one run (llama.cpp, embedded, llama.cpp, ...) so that load on a shared machine hits both alike.
 
-    python bench/single_stream.py [--reps 3] [--tokens 128] [--threads 2] [--loop]
+    python bench/single_stream.py [--reps 3] [--tokens 128] [--threads 2] [--loop] [--int8]
 
 The first run builds llama-cpp-python from source into its own environment, bench/.venv-llamacpp (minutes; `--setup-only` stops
 there); it is never installed into `.venv`. llama.cpp runs in a worker process of that environment, driven over a pipe, and is timed
 inside the worker; the embedded backend is timed around `EmbeddedBackend.chat` (prefill and decode, as a caller waits). `--loop` adds a
 third side: a decode loop of its own on the backend's model (a static key/value cache, `model(...)` once a token, argmax), the candidate
-fast path, timed the same way. Both sides decode exactly `--tokens` tokens (end-of-sequence ignored), so tokens/s are comparable.
+fast path, timed the same way; `--int8` times that loop on a copy whose Linear layers are dynamically quantised to int8
+(fbgemm). Every side decodes exactly `--tokens` tokens (end-of-sequence ignored), so tokens/s are comparable.
 Writes bench/results/single_stream.json: tokens/s per repetition and side, the medians, the ratio embedded / llama.cpp, how many leading
 greedy tokens agree, and the machine, commit, date and load average.
 """
@@ -46,6 +47,11 @@ def parse():
     ap.add_argument("--tokens", type=int, default=128, help="greedy new tokens a request")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--loop", action="store_true", help="also time a decode loop of its own on the backend's model")
+    ap.add_argument(
+        "--int8",
+        action="store_true",
+        help="also time that loop on a copy with dynamically quantised int8 Linear layers",
+    )
     ap.add_argument("--setup-only", action="store_true", help="build bench/.venv-llamacpp and stop")
     ap.add_argument("--out", default="bench/results/single_stream.json")
     return ap.parse_args()
@@ -114,12 +120,12 @@ def embedded_run(emb, n: int) -> dict:
     return {"s": s, "completion_tokens": resp.completion_tokens, "tokens": emb._bench_tokens, "eos": eos}
 
 
-def loop_run(emb, prompt: list[int], n: int) -> dict:
+def loop_run(emb, prompt: list[int], n: int, int8: bool = False) -> dict:
     "The candidate fast path: a decode loop of its own (static cache, one forward a token, argmax), prefill included."
     import torch
     from transformers import StaticCache
 
-    m, name = emb.model, emb._cache_argument()
+    m, name = getattr(emb, "_bench_int8", None) if int8 else emb.model, emb._cache_argument()
     with torch.inference_mode():
         t0 = time.perf_counter()
         ids = torch.tensor([prompt])
@@ -188,7 +194,13 @@ def main():
     eb._responses = keep_tokens
     prompt = emb._prompt_ids(ChatRequest([{"role": "user", "content": PROMPT}]))
     worker = LlamaWorker(py, gguf, a.threads)
-    sides = ["llama_cpp", "embedded"] + (["loop"] if a.loop else [])
+    sides = ["llama_cpp", "embedded"] + (["loop"] if a.loop else []) + (["int8"] if a.int8 else [])
+    if a.int8:  # fbgemm's dynamic int8 Linear (one scale per tensor for the weights, per call for the activations)
+        import copy
+
+        emb._bench_int8 = torch.ao.quantization.quantize_dynamic(
+            copy.deepcopy(emb.model), {torch.nn.Linear}, dtype=torch.qint8
+        )
     runs = {s: [] for s in sides}
     toks = {}
     # one warm-up each (first-call costs: kernel selection, allocations), then the timed alternations
@@ -196,6 +208,8 @@ def main():
     embedded_run(emb, 8)
     if a.loop:
         loop_run(emb, prompt, 8)
+    if a.int8:
+        loop_run(emb, prompt, 8, int8=True)
     for rep in range(a.reps):
         order = sides if rep % 2 == 0 else sides[::-1]
         for s in order:
@@ -204,7 +218,7 @@ def main():
             elif s == "embedded":
                 r = embedded_run(emb, a.tokens)
             else:
-                r = loop_run(emb, prompt, a.tokens)
+                r = loop_run(emb, prompt, a.tokens, int8=s == "int8")
             runs[s].append(round(a.tokens / r["s"], 2))
             toks.setdefault(s, r["tokens"])
             print(rep, s, runs[s][-1], "tok/s", flush=True)
@@ -228,14 +242,13 @@ def main():
         "tokens_per_s": runs,
         "median_tokens_per_s": med,
         "ratio_embedded_to_llama_cpp": round(med["embedded"] / med["llama_cpp"], 3),
-        **({"ratio_loop_to_llama_cpp": round(med["loop"] / med["llama_cpp"], 3)} if a.loop else {}),
+        **{f"ratio_{s}_to_llama_cpp": round(med[s] / med["llama_cpp"], 3) for s in sides[2:]},
         "leading_tokens_agreeing_with_llama_cpp": {
             s: agree(toks[s], toks["llama_cpp"]) for s in sides if s != "llama_cpp"
         },
         "load_note": "one run on a shared 2-core machine with other jobs beside it: read the ratio, not the absolute figures",
     }
-    if a.loop:
-        result["leading_tokens_loop_agreeing_with_embedded"] = agree(toks["loop"], toks["embedded"])
+    result["leading_tokens_agreeing_with_embedded"] = {s: agree(toks[s], toks["embedded"]) for s in sides[2:]}
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps({k: result[k] for k in ("median_tokens_per_s", "ratio_embedded_to_llama_cpp")}))
