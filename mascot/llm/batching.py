@@ -8,7 +8,6 @@ from .types import *
 import asyncio, json, os, time
 from dataclasses import dataclass
 from typing import Callable
-from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['PREFIX_CACHE_MIN_TOKENS', 'MAX_SKIPS', 'shared_prefix_len', 'prefix_groups', 'canonical_key', 'BatchScheduler']
@@ -102,85 +101,77 @@ class BatchScheduler:
         self.queue: list[_Pending] = []
         self._worker: asyncio.Task | None = None
 
-# %% ../../nbs/llm/02a_batching.ipynb #cf3f6af5
-@patch
-async def settle(self: BatchScheduler, quiet_ticks: int = 3, max_ticks: int = 100):
-    "Yield to the other tasks until `quiet_ticks` ticks in a row add no request to the queue (or it holds a full batch)."
-    # an answered caller needs a few ticks to issue its next request (its future's callback, its task, a gather's callback),
-    # so one quiet tick is not the end of a wave; a tick costs microseconds against a batch's seconds
-    n, quiet = len(self.queue), 0
-    for _ in range(max_ticks):
-        if quiet >= quiet_ticks or sum(p.req.n for p in self.queue) >= self.max_batch_size:
-            return
-        await asyncio.sleep(0)
-        quiet = quiet + 1 if len(self.queue) == n else 0
-        n = len(self.queue)
+    async def settle(self, quiet_ticks: int = 3, max_ticks: int = 100):
+        "Yield to the other tasks until `quiet_ticks` ticks in a row add no request to the queue (or it holds a full batch)."
+        # an answered caller needs a few ticks to issue its next request (its future's callback, its task, a gather's callback),
+        # so one quiet tick is not the end of a wave; a tick costs microseconds against a batch's seconds
+        n, quiet = len(self.queue), 0
+        for _ in range(max_ticks):
+            if quiet >= quiet_ticks or sum(p.req.n for p in self.queue) >= self.max_batch_size:
+                return
+            await asyncio.sleep(0)
+            quiet = quiet + 1 if len(self.queue) == n else 0
+            n = len(self.queue)
 
-# %% ../../nbs/llm/02a_batching.ipynb #32dcfd50
-@patch
-def pick_batch(self: BatchScheduler, waiting: list[_Pending]) -> list[_Pending]:
-    "Requests for the next batch: all when they fit; else whole shared-prefix groups, overdue ones first, then the largest."
-    if sum(p.req.n for p in waiting) <= self.max_batch_size:
-        return waiting
-    for p in waiting:
-        if p.ids is None:
-            p.ids = self.tokenize(p.req)
-    groups = prefix_groups([p.ids for p in waiting])
+    def pick_batch(self, waiting: list[_Pending]) -> list[_Pending]:
+        "Requests for the next batch: all when they fit; else whole shared-prefix groups, overdue ones first, then the largest."
+        if sum(p.req.n for p in waiting) <= self.max_batch_size:
+            return waiting
+        for p in waiting:
+            if p.ids is None:
+                p.ids = self.tokenize(p.req)
+        groups = prefix_groups([p.ids for p in waiting])
 
-    def rank(group):
-        members, prefix = group
-        overdue = any(waiting[i].skipped >= MAX_SKIPS for i in members)
-        # overdue groups in arrival order (members index `waiting`, which is in arrival order), then the largest group
-        return (not overdue, members[0] if overdue else -(len(members) if prefix else 1), members[0])
+        def rank(group):
+            members, prefix = group
+            overdue = any(waiting[i].skipped >= MAX_SKIPS for i in members)
+            # overdue groups in arrival order (members index `waiting`, which is in arrival order), then the largest group
+            return (not overdue, members[0] if overdue else -(len(members) if prefix else 1), members[0])
 
-    batch, rows = [], 0
-    for members, _ in sorted(groups, key=rank):
-        for i in members:
-            if rows + waiting[i].req.n <= self.max_batch_size or not batch:
-                batch.append(waiting[i])
-                rows += waiting[i].req.n
-    chosen = {id(p) for p in batch}
-    for p in waiting:
-        if id(p) not in chosen:
-            p.skipped += 1
-    return batch
+        batch, rows = [], 0
+        for members, _ in sorted(groups, key=rank):
+            for i in members:
+                if rows + waiting[i].req.n <= self.max_batch_size or not batch:
+                    batch.append(waiting[i])
+                    rows += waiting[i].req.n
+        chosen = {id(p) for p in batch}
+        for p in waiting:
+            if id(p) not in chosen:
+                p.skipped += 1
+        return batch
 
-# %% ../../nbs/llm/02a_batching.ipynb #d6f92bba
-@patch
-async def submit(self: BatchScheduler, req: ChatRequest, adapter: str | None = None) -> ChatResponse:
-    "Queue `req` (on `adapter`, or the base) and wait for its reply; a worker is started on this event loop when none runs."
-    loop = asyncio.get_running_loop()
-    p = _Pending(req, adapter, loop.create_future(), time.perf_counter())
-    self.queue.append(p)
-    if (
-        self._worker is None or self._worker.done() or self._worker.get_loop() is not loop
-    ):  # e.g. TRL runs async rewards on its own loop
-        self._worker = loop.create_task(self._work())
-    return await p.future
+    async def submit(self, req: ChatRequest, adapter: str | None = None) -> ChatResponse:
+        "Queue `req` (on `adapter`, or the base) and wait for its reply; a worker is started on this event loop when none runs."
+        loop = asyncio.get_running_loop()
+        p = _Pending(req, adapter, loop.create_future(), time.perf_counter())
+        self.queue.append(p)
+        if (
+            self._worker is None or self._worker.done() or self._worker.get_loop() is not loop
+        ):  # e.g. TRL runs async rewards on its own loop
+            self._worker = loop.create_task(self._work())
+        return await p.future
 
-
-@patch
-async def _work(self: BatchScheduler):
-    "Drain the queue batch by batch; exit when it is empty (the next request starts a new worker)."
-    # let requests issued in the same tick, and those their callers are about to issue, join the first batch
-    await self.settle()
-    while self.queue:
-        if self.canonical_order:
-            self.queue.sort(key=canonical_key)
-        key = _group_key(self.queue[0], self.mixed_adapters)
-        batch = self.pick_batch([p for p in self.queue if _group_key(p, self.mixed_adapters) == key])
-        for p in batch:
-            self.queue.remove(p)
-        try:
-            results = await asyncio.to_thread(self.run_batch, [p.req for p in batch], [p.adapter for p in batch])
-        except Exception as e:
-            for p in batch:
-                if not p.future.done():
-                    p.future.set_exception(e)
-            continue
-        for p, r in zip(batch, results):
-            r.latency_s = time.perf_counter() - p.t0
-            if not p.future.done():
-                p.future.set_result(r)
-        # let the callers just answered (an episode's next role, its speakers' gather) queue their next calls before the next batch forms
+    async def _work(self):
+        "Drain the queue batch by batch; exit when it is empty (the next request starts a new worker)."
+        # let requests issued in the same tick, and those their callers are about to issue, join the first batch
         await self.settle()
+        while self.queue:
+            if self.canonical_order:
+                self.queue.sort(key=canonical_key)
+            key = _group_key(self.queue[0], self.mixed_adapters)
+            batch = self.pick_batch([p for p in self.queue if _group_key(p, self.mixed_adapters) == key])
+            for p in batch:
+                self.queue.remove(p)
+            try:
+                results = await asyncio.to_thread(self.run_batch, [p.req for p in batch], [p.adapter for p in batch])
+            except Exception as e:
+                for p in batch:
+                    if not p.future.done():
+                        p.future.set_exception(e)
+                continue
+            for p, r in zip(batch, results):
+                r.latency_s = time.perf_counter() - p.t0
+                if not p.future.done():
+                    p.future.set_result(r)
+            # let the callers just answered (an episode's next role, its speakers' gather) queue their next calls before the next batch forms
+            await self.settle()

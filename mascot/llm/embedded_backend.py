@@ -13,7 +13,6 @@ from .decoding import *
 from .decoding import _logits_processors
 import asyncio, contextlib, os, time, threading
 from pathlib import Path
-from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['EMBEDDED_STAT_KEYS', 'SUFFIX_PAD_SLACK', 'SUFFIX_CHUNK_ROWS', 'CHARS_PER_TOKEN_BOUND', 'embedded_stats',
@@ -173,6 +172,351 @@ class EmbeddedBackend(ChatBackend):
         self.batches: list[int] = []  # sizes of the batches run, for benchmarks and tests
         self.stats = {k: 0.0 if k.endswith("_s") else 0 for k in EMBEDDED_STAT_KEYS}
 
+    def _streamer(self, reqs: list[ChatRequest]) -> _RowStreamer | None:
+        "The streamer of a batch whose requests asked to stream (`chat_stream`): each one's first row; None when none did."
+        sinks, rows, row = getattr(self, "_streams", {}), {}, 0
+        for r in reqs:
+            if id(r) in sinks:
+                rows[row] = (sinks[id(r)], r.max_tokens)
+            row += r.n
+        return _RowStreamer(self.tokenizer, rows) if rows else None
+
+    def _generate(self, reqs: list[ChatRequest], adapters: list[str | None]) -> list[ChatResponse]:
+        "One batched `generate`: `adapters` holds each request's adapter (None: the base)."
+        import torch
+        from transformers import LogitsProcessorList
+
+        tok, r0 = self.tokenizer, reqs[0]
+        b = self._batch_inputs(reqs, adapters)
+        # several adapters: each row's by name (PEFT's mixed batch; "__base__" is the base weights), else the one adapter set as usual
+        mixed = len(set(b["row_adapters"])) > 1
+        lora_rows = {"adapter_names": [a or "__base__" for a in b["row_adapters"]]} if mixed else {}
+        input_ids, attention, max_new = b["input_ids"], b["attention"], b["max_new"]
+        prompt_len = input_ids.shape[1]
+        prof: dict = {}
+        processors = _logits_processors(reqs, prof, b["grammars"])
+        gen = _generation_config(tok, max_new, r0.logprobs)
+        streamer = self._streamer(reqs)  # rows that stream get their text as it is decoded
+        t0 = time.perf_counter()
+        with self._load_lock, torch.inference_mode():
+            with contextlib.nullcontext() if lora_rows else self._adapter_context(adapters[0]):
+                name = self._cache_argument()
+                cache = self._new_cache(prompt_len + max_new)
+                # every prompt token but each row's last into the cache, without computing padding; `generate` then starts
+                # from the last column
+                rows = (b["prompt_ids"], b["row_prefix"], b["row_group"], b["groups"], lora_rows.get("adapter_names"))
+                processed = self._prefill(cache, input_ids, attention, *rows)
+                out = self.model.generate(
+                    input_ids=input_ids,
+                    attention_mask=attention,
+                    generation_config=gen,
+                    logits_processor=LogitsProcessorList(processors),
+                    **{name: cache},
+                    **lora_rows,
+                    **({"streamer": streamer} if streamer else {}),
+                )
+        t1 = time.perf_counter()
+        self.batches.append(len(b["prompt_ids"]))
+        prompt_lens = attention.sum(1).tolist()
+        logits = out.logits if r0.logprobs else None
+        models = [a or self.model_id for a in adapters]
+        results = _responses(tok, reqs, out.sequences[:, prompt_len:], logits, prompt_lens, models)
+        for r, resp in zip(reqs, results):
+            resp.constrained = r.constraint is not None  # every constrained row decoded under its grammar's mask
+        self._count_batch(b, results, prompt_lens, processed, prof.get("prefill_end", t1) - t0, t1 - t0)
+        return results
+
+    def _prompt_ids(self, req: ChatRequest) -> list[int]:
+        "The request's prompt tokens as `generate` will see them: how the scheduler finds rows that share a prefix."
+        tok = self.tokenizer
+        return tok.apply_chat_template(
+            bounded_messages(req.messages, self.max_context * CHARS_PER_TOKEN_BOUND),
+            tokenize=True,
+            add_generation_prompt=True,
+            return_dict=False,
+            **_template_kwargs(tok, req),
+        )
+
+    def load(self) -> "EmbeddedBackend":
+        "Load the tokenizer and weights (once), then the adapters asked for before the load."
+        with self._load_lock, _quiet_loading():
+            t0 = time.perf_counter()
+            if self.model is None:
+                import torch
+                from transformers import AutoModelForCausalLM, AutoTokenizer
+
+                path = resolve_model_path(self.model_id)
+                try:
+                    self.tokenizer = AutoTokenizer.from_pretrained(path)
+                    kw = {"attn_implementation": self.attn_implementation} if self.attn_implementation else {}
+                    if self.dtype == "auto":
+                        self.dtype = embedded_dtype(self.device)
+                    self.model = (
+                        AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, self.dtype), **kw)
+                        .to(self.device)
+                        .eval()
+                    )
+                except OSError as e:
+                    raise ModelNotFound(
+                        f"model {self.model_id!r} is neither a local folder nor loadable from the hub ({e.__class__.__name__}: {str(e).splitlines()[0]})"
+                    ) from None
+                self.tokenizer.padding_side = "left"  # decoder-only batching pads on the left
+                if self.tokenizer.pad_token is None:
+                    self.tokenizer.pad_token = self.tokenizer.eos_token
+            for alias, path in list(self._pending_adapters.items()):
+                self._load_adapter(alias, path)
+                del self._pending_adapters[alias]
+            _count(self, load_s=time.perf_counter() - t0)
+        return self
+
+    def _load_adapter(self, alias: str, path: str):
+        if not (Path(path) / "adapter_config.json").exists():
+            raise ModelNotFound(f"adapter {alias!r}: {path} has no adapter_config.json (not a PEFT LoRA folder)")
+        # PEFT's own multi-adapter model (transformers' built-in adapter API needs a newer PEFT than PyPI has).
+        from peft import PeftModel
+
+        with _quiet_loading():
+            if isinstance(self.model, PeftModel):
+                self.model.load_adapter(str(path), adapter_name=alias)
+            else:
+                self.model = PeftModel.from_pretrained(self.model, str(path), adapter_name=alias).eval()
+        config = self.model.peft_config[alias]
+        if getattr(config, "peft_type", None) != "LORA" or getattr(config, "use_dora", False):
+            self.mixed_adapters = (
+                False  # PEFT mixes plain LoRA adapters in one batch only (not DoRA, not other methods)
+            )
+        self.adapters[alias] = str(path)
+
+    def load_adapter(self, alias: str, path: str | Path):
+        "Serve the LoRA adapter at `path` as model id `alias`, over the same base weights."
+        if self.model is None:
+            self._pending_adapters[alias] = str(path)
+        else:
+            with self._load_lock:
+                self._load_adapter(alias, str(path))
+
+    async def served_models(self) -> list[str]:
+        return [self.model_id, *self.adapters, *self._pending_adapters]
+
+    async def check_model(self, model: str | None) -> str:
+        if model in (None, self.model_id):
+            return self.model_id
+        if model in self.adapters or model in self._pending_adapters:
+            return model
+        raise ModelNotFound(
+            f"model {model!r} is not served by the embedded backend (base {self.model_id!r}; adapters: {', '.join(self.adapters) or 'none'})"
+        )
+
+    def _cache_argument(self) -> str:
+        "The name under which `forward` and `generate` take a cache: transformers 5.2x says `cache`, earlier 5.x `past_key_values`."
+        if not hasattr(self, "_cache_name"):  # the model's class decides it: looked up once, not on every generate
+            import inspect
+
+            base = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
+            params = inspect.signature(type(base).forward).parameters
+            self._cache_name = "cache" if "cache" in params else "past_key_values"
+        return self._cache_name
+
+    def _adapter_context(self, adapter: str | None):
+        "Base weights (adapters disabled) or the named adapter, for one generate."
+        import contextlib
+
+        if not self.adapters:
+            return contextlib.nullcontext()
+        if adapter is None:
+            return self.model.disable_adapter()
+        self.model.set_adapter(adapter)
+        return contextlib.nullcontext()
+
+    def _new_cache(self, max_len: int):
+        "The key/value cache of one `generate`: preallocated for `max_len` tokens (static), or grown step by step (dynamic)."
+        from transformers import DynamicCache, StaticCache
+
+        # preallocated for the whole generation: a DynamicCache concatenates every layer's cache at every step, a quarter of a decode
+        # step on 16 judge rows on 2 AVX2 cores (bench/results/static_cache-avx2.json)
+        if self.kv_cache == "static":
+            return StaticCache(config=self.model.config, max_cache_len=max_len)
+        return DynamicCache(config=self.model.config)
+
+    def _prefill(
+        self, cache, input_ids, attention, prompt_ids, row_prefix, row_group, groups, adapter_names=None
+    ) -> int:
+        """Write into `cache` the keys and values of every prompt token but each row's last, laid out as the left-padded batch `input_ids`
+        has them, without computing the padding; the tokens the model processed. `adapter_names`: each row's adapter in a mixed batch."""
+        import torch
+        from transformers import DynamicCache
+
+        name, prefix = self._cache_argument(), max(row_prefix)
+        width = input_ids.shape[1] - prefix
+        processed = len(groups) * prefix  # each group's shared prefix, once
+        shared = by_row = None
+        if prefix:  # each group's prefix keys and values, computed once and copied to the group's rows
+            shared = DynamicCache(config=self.model.config)
+            heads = [members[0] for members, _ in groups]
+            mask = attention[heads, :prefix]
+            positions = (mask.long().cumsum(-1) - 1).clamp(min=0)  # as generate numbers a left-padded row
+            self.model(
+                input_ids=input_ids[heads, :prefix],
+                attention_mask=mask,
+                position_ids=positions,
+                use_cache=True,
+                **{name: shared},
+                **({"adapter_names": [adapter_names[h] for h in heads]} if adapter_names else {}),
+            )
+            by_row = torch.tensor(row_group, device=self.device)
+            for slot, layer in zip(cache.layers, shared.layers):  # one layer's copy for every row at a time
+                slot.update(layer.keys[by_row], layer.values[by_row])  # positions [0, prefix) of every row
+        # each row's own tokens but its last, without the padding one batched forward computes on rows of different lengths
+        # (a fifth to a third of the tokens prefilled in the smoke run's episode, judge and GRPO stages): rows of similar
+        # length in chunks, their keys and values written where the left-padded batch has them; `generate` then processes
+        # only the last column
+        own = [len(x) - q - 1 for x, q in zip(prompt_ids, row_prefix)]
+        body = width - 1
+        chunks = suffix_chunks(own)
+        if body > 0:
+            config = self.model.config
+            heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+            dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+            blank = torch.zeros(len(prompt_ids), heads, body, dim, dtype=self.model.dtype, device=self.device)
+            for slot in cache.layers:  # columns [prefix, prefix + body): zeros where a row has padding
+                slot.update(blank, blank)
+            del blank
+            for chunk in chunks:
+                processed += self._prefill_chunk(
+                    cache, chunk, own, prompt_ids, row_prefix, attention, prefix, body, shared, by_row, adapter_names
+                )
+        if prefix:
+            del shared
+        return processed
+
+    def _prefill_chunk(
+        self,
+        cache,
+        chunk,
+        own,
+        prompt_ids,
+        row_prefix,
+        attention,
+        prefix,
+        body,
+        shared,
+        by_row,
+        adapter_names,
+    ) -> int:
+        "The keys and values of the rows in `chunk` (their own tokens but the last) into `cache`; the tokens the model processed."
+        import torch
+        from transformers import DynamicCache
+
+        pad, name = self.tokenizer.pad_token_id, self._cache_argument()
+        c = max(own[i] for i in chunk)
+        ids = torch.tensor(
+            [[pad] * (c - own[i]) + prompt_ids[i][row_prefix[i] : -1] for i in chunk],
+            device=self.device,
+        )
+        mask = torch.tensor([[0] * (c - own[i]) + [1] * own[i] for i in chunk], device=self.device)
+        step = DynamicCache(config=self.model.config)
+        if prefix:  # the chunk's rows' prefixes as the past
+            rows = torch.tensor(chunk, device=self.device)
+            for slot, layer in zip(step.layers, shared.layers):
+                slot.update(layer.keys[by_row[rows]], layer.values[by_row[rows]])
+            mask = torch.cat([attention[rows, :prefix], mask], 1)
+        positions = (mask.long().cumsum(-1) - 1).clamp(min=0)[:, -c:]
+        self.model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=positions,
+            use_cache=True,
+            **{name: step},
+            **({"adapter_names": [adapter_names[i] for i in chunk]} if adapter_names else {}),
+        )
+        for slot, layer in zip(cache.layers, step.layers):
+            for j, i in enumerate(chunk):
+                n = own[i]
+                slot.keys[i, :, prefix + body - n : prefix + body] = layer.keys[j, :, -n:]
+                slot.values[i, :, prefix + body - n : prefix + body] = layer.values[j, :, -n:]
+        del step
+        return len(chunk) * c
+
+    def _batch_inputs(self, reqs: list[ChatRequest], adapters: list[str | None]) -> dict:
+        """One batch's inputs: each row's prompt tokens (`n` rows per request; the end of an over-long prompt), adapter and compiled grammar,
+        the rows' layout (`batch_layout`, its ids and mask as tensors) and the most new tokens a request asks for."""
+        import torch
+
+        tok = self.tokenizer
+        max_chars = self.max_context * CHARS_PER_TOKEN_BOUND
+        prompts = [
+            tok.apply_chat_template(
+                bounded_messages(r.messages, max_chars),
+                tokenize=False,
+                add_generation_prompt=True,
+                **_template_kwargs(tok, r),
+            )
+            for r in reqs
+            for _ in range(r.n)
+        ]
+        max_new = max(r.max_tokens for r in reqs)
+        limit = max(16, self.max_context - max_new)  # keep the end of an over-long conversation, where the question is
+        prompt_ids = [x[-limit:] for x in tok(prompts, add_special_tokens=False)["input_ids"]]
+        row_adapters = [a for r, a in zip(reqs, adapters) for _ in range(r.n)]
+        layout = batch_layout(prompt_ids, row_adapters, tok.pad_token_id)
+        input_ids = torch.tensor(layout["input_ids"], device=self.device)
+        attention = torch.tensor(layout["attention"], device=self.device)
+        vocab = self.model.config.vocab_size
+        grammars = [
+            compiled_grammar(tok, vocab, r.constraint) if r.constraint else None for r in reqs for _ in range(r.n)
+        ]
+        return {
+            **layout,
+            "prompt_ids": prompt_ids,
+            "row_adapters": row_adapters,
+            "max_new": max_new,
+            "input_ids": input_ids,
+            "attention": attention,
+            "grammars": grammars,
+        }
+
+    def _count_batch(self, b: dict, results: list, prompt_lens: list, processed: int, prefill_s: float, total_s: float):
+        "One `generate`'s rows, tokens and times, added to the backend's and the process's statistics."
+        _count(
+            self,
+            generate_calls=1,
+            rows=len(b["prompt_ids"]),
+            new_tokens=sum(r.completion_tokens for r in results),
+            prompt_tokens=int(sum(prompt_lens)),
+            prefill_tokens=len(b["prompt_ids"])
+            + processed,  # what the model processed: the last column, and `_prefill`'s tokens
+            prefix_cached_tokens=sum(b["row_prefix"]) - sum(p for _, p in b["groups"]),
+            prefill_s=prefill_s,
+            decode_s=total_s - prefill_s,
+        )
+
+    async def chat(self, req: ChatRequest) -> ChatResponse:
+        model = await self.check_model(req.model)
+        loop = asyncio.get_running_loop()
+        if self.model is None:
+            # one load for all the requests of this loop that arrive before the model is there: they then wake in the same tick
+            # and join one batch (a thread each, they woke one by one and the first batch of a judge stage held 3 rows of 48)
+            if self._loading is None or self._loading.get_loop() is not loop:
+                self._loading = loop.create_task(asyncio.to_thread(self.load))
+            await asyncio.shield(self._loading)
+        return await self.scheduler.submit(req, None if model == self.model_id else model)
+
+    async def chat_stream(self, req: ChatRequest, on_text) -> ChatResponse:
+        """`chat`, handing `on_text` (on this event loop) each piece of the reply's first sample as the model writes it. The request is
+        batched as any other, and its tokens are those `chat` gives it: the streamer only reads them."""
+        loop = asyncio.get_running_loop()
+
+        def sink(piece: str):
+            with contextlib.suppress(RuntimeError):  # the loop is gone: nobody is listening
+                loop.call_soon_threadsafe(on_text, piece)
+
+        streams = self.__dict__.setdefault("_streams", {})
+        streams[id(req)] = sink
+        try:
+            return await self.chat(req)
+        finally:
+            streams.pop(id(req), None)
+
 # %% ../../nbs/llm/03_embedded_backend.ipynb #4fc7fd56
 class _RowStreamer:
     """A `generate` streamer for the rows that stream: each one's new tokens decoded as they come, each new piece of text to its sink
@@ -202,81 +546,10 @@ class _RowStreamer:
     def end(self):
         pass
 
-
-@patch
-def _streamer(self: EmbeddedBackend, reqs: list[ChatRequest]) -> _RowStreamer | None:
-    "The streamer of a batch whose requests asked to stream (`chat_stream`): each one's first row; None when none did."
-    sinks, rows, row = getattr(self, "_streams", {}), {}, 0
-    for r in reqs:
-        if id(r) in sinks:
-            rows[row] = (sinks[id(r)], r.max_tokens)
-        row += r.n
-    return _RowStreamer(self.tokenizer, rows) if rows else None
-
-# %% ../../nbs/llm/03_embedded_backend.ipynb #b15db0b2
-@patch
-def _generate(self: EmbeddedBackend, reqs: list[ChatRequest], adapters: list[str | None]) -> list[ChatResponse]:
-    "One batched `generate`: `adapters` holds each request's adapter (None: the base)."
-    import torch
-    from transformers import LogitsProcessorList
-
-    tok, r0 = self.tokenizer, reqs[0]
-    b = self._batch_inputs(reqs, adapters)
-    # several adapters: each row's by name (PEFT's mixed batch; "__base__" is the base weights), else the one adapter set as usual
-    mixed = len(set(b["row_adapters"])) > 1
-    lora_rows = {"adapter_names": [a or "__base__" for a in b["row_adapters"]]} if mixed else {}
-    input_ids, attention, max_new = b["input_ids"], b["attention"], b["max_new"]
-    prompt_len = input_ids.shape[1]
-    prof: dict = {}
-    processors = _logits_processors(reqs, prof, b["grammars"])
-    gen = _generation_config(tok, max_new, r0.logprobs)
-    streamer = self._streamer(reqs)  # rows that stream get their text as it is decoded
-    t0 = time.perf_counter()
-    with self._load_lock, torch.inference_mode():
-        with contextlib.nullcontext() if lora_rows else self._adapter_context(adapters[0]):
-            name = self._cache_argument()
-            cache = self._new_cache(prompt_len + max_new)
-            # every prompt token but each row's last into the cache, without computing padding; `generate` then starts
-            # from the last column
-            rows = (b["prompt_ids"], b["row_prefix"], b["row_group"], b["groups"], lora_rows.get("adapter_names"))
-            processed = self._prefill(cache, input_ids, attention, *rows)
-            out = self.model.generate(
-                input_ids=input_ids,
-                attention_mask=attention,
-                generation_config=gen,
-                logits_processor=LogitsProcessorList(processors),
-                **{name: cache},
-                **lora_rows,
-                **({"streamer": streamer} if streamer else {}),
-            )
-    t1 = time.perf_counter()
-    self.batches.append(len(b["prompt_ids"]))
-    prompt_lens = attention.sum(1).tolist()
-    logits = out.logits if r0.logprobs else None
-    models = [a or self.model_id for a in adapters]
-    results = _responses(tok, reqs, out.sequences[:, prompt_len:], logits, prompt_lens, models)
-    for r, resp in zip(reqs, results):
-        resp.constrained = r.constraint is not None  # every constrained row decoded under its grammar's mask
-    self._count_batch(b, results, prompt_lens, processed, prof.get("prefill_end", t1) - t0, t1 - t0)
-    return results
-
 # %% ../../nbs/llm/03_embedded_backend.ipynb #05b825ed
 def _template_kwargs(tok, req: ChatRequest) -> dict:
     "The request's thinking choice for the chat template (`chat_template_kwargs`; off unless the request asks)."
     return chat_template_kwargs(tok, getattr(req, "enable_thinking", False))
-
-
-@patch
-def _prompt_ids(self: EmbeddedBackend, req: ChatRequest) -> list[int]:
-    "The request's prompt tokens as `generate` will see them: how the scheduler finds rows that share a prefix."
-    tok = self.tokenizer
-    return tok.apply_chat_template(
-        bounded_messages(req.messages, self.max_context * CHARS_PER_TOKEN_BOUND),
-        tokenize=True,
-        add_generation_prompt=True,
-        return_dict=False,
-        **_template_kwargs(tok, req),
-    )
 
 # %% ../../nbs/llm/03_embedded_backend.ipynb #d18ea77a
 def _get_max_batch_size(self: EmbeddedBackend) -> int:
@@ -299,224 +572,6 @@ def _set_mixed_adapters(self: EmbeddedBackend, on: bool):
 
 EmbeddedBackend.max_batch_size = property(_get_max_batch_size, _set_max_batch_size)
 EmbeddedBackend.mixed_adapters = property(_get_mixed_adapters, _set_mixed_adapters)
-
-# %% ../../nbs/llm/03_embedded_backend.ipynb #78ede811
-@patch
-def load(self: EmbeddedBackend) -> "EmbeddedBackend":
-    "Load the tokenizer and weights (once), then the adapters asked for before the load."
-    with self._load_lock, _quiet_loading():
-        t0 = time.perf_counter()
-        if self.model is None:
-            import torch
-            from transformers import AutoModelForCausalLM, AutoTokenizer
-
-            path = resolve_model_path(self.model_id)
-            try:
-                self.tokenizer = AutoTokenizer.from_pretrained(path)
-                kw = {"attn_implementation": self.attn_implementation} if self.attn_implementation else {}
-                if self.dtype == "auto":
-                    self.dtype = embedded_dtype(self.device)
-                self.model = (
-                    AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, self.dtype), **kw)
-                    .to(self.device)
-                    .eval()
-                )
-            except OSError as e:
-                raise ModelNotFound(
-                    f"model {self.model_id!r} is neither a local folder nor loadable from the hub ({e.__class__.__name__}: {str(e).splitlines()[0]})"
-                ) from None
-            self.tokenizer.padding_side = "left"  # decoder-only batching pads on the left
-            if self.tokenizer.pad_token is None:
-                self.tokenizer.pad_token = self.tokenizer.eos_token
-        for alias, path in list(self._pending_adapters.items()):
-            self._load_adapter(alias, path)
-            del self._pending_adapters[alias]
-        _count(self, load_s=time.perf_counter() - t0)
-    return self
-
-# %% ../../nbs/llm/03_embedded_backend.ipynb #e19a6387
-@patch
-def _load_adapter(self: EmbeddedBackend, alias: str, path: str):
-    if not (Path(path) / "adapter_config.json").exists():
-        raise ModelNotFound(f"adapter {alias!r}: {path} has no adapter_config.json (not a PEFT LoRA folder)")
-    # PEFT's own multi-adapter model (transformers' built-in adapter API needs a newer PEFT than PyPI has).
-    from peft import PeftModel
-
-    with _quiet_loading():
-        if isinstance(self.model, PeftModel):
-            self.model.load_adapter(str(path), adapter_name=alias)
-        else:
-            self.model = PeftModel.from_pretrained(self.model, str(path), adapter_name=alias).eval()
-    config = self.model.peft_config[alias]
-    if getattr(config, "peft_type", None) != "LORA" or getattr(config, "use_dora", False):
-        self.mixed_adapters = False  # PEFT mixes plain LoRA adapters in one batch only (not DoRA, not other methods)
-    self.adapters[alias] = str(path)
-
-
-@patch
-def load_adapter(self: EmbeddedBackend, alias: str, path: str | Path):
-    "Serve the LoRA adapter at `path` as model id `alias`, over the same base weights."
-    if self.model is None:
-        self._pending_adapters[alias] = str(path)
-    else:
-        with self._load_lock:
-            self._load_adapter(alias, str(path))
-
-# %% ../../nbs/llm/03_embedded_backend.ipynb #33b14eba
-@patch
-async def served_models(self: EmbeddedBackend) -> list[str]:
-    return [self.model_id, *self.adapters, *self._pending_adapters]
-
-
-@patch
-async def check_model(self: EmbeddedBackend, model: str | None) -> str:
-    if model in (None, self.model_id):
-        return self.model_id
-    if model in self.adapters or model in self._pending_adapters:
-        return model
-    raise ModelNotFound(
-        f"model {model!r} is not served by the embedded backend (base {self.model_id!r}; adapters: {', '.join(self.adapters) or 'none'})"
-    )
-
-# %% ../../nbs/llm/03_embedded_backend.ipynb #7c57519d
-@patch
-def _cache_argument(self: EmbeddedBackend) -> str:
-    "The name under which `forward` and `generate` take a cache: transformers 5.2x says `cache`, earlier 5.x `past_key_values`."
-    if not hasattr(self, "_cache_name"):  # the model's class decides it: looked up once, not on every generate
-        import inspect
-
-        base = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
-        params = inspect.signature(type(base).forward).parameters
-        self._cache_name = "cache" if "cache" in params else "past_key_values"
-    return self._cache_name
-
-
-@patch
-def _adapter_context(self: EmbeddedBackend, adapter: str | None):
-    "Base weights (adapters disabled) or the named adapter, for one generate."
-    import contextlib
-
-    if not self.adapters:
-        return contextlib.nullcontext()
-    if adapter is None:
-        return self.model.disable_adapter()
-    self.model.set_adapter(adapter)
-    return contextlib.nullcontext()
-
-
-@patch
-def _new_cache(self: EmbeddedBackend, max_len: int):
-    "The key/value cache of one `generate`: preallocated for `max_len` tokens (static), or grown step by step (dynamic)."
-    from transformers import DynamicCache, StaticCache
-
-    # preallocated for the whole generation: a DynamicCache concatenates every layer's cache at every step, a quarter of a decode
-    # step on 16 judge rows on 2 AVX2 cores (bench/results/static_cache-avx2.json)
-    if self.kv_cache == "static":
-        return StaticCache(config=self.model.config, max_cache_len=max_len)
-    return DynamicCache(config=self.model.config)
-
-# %% ../../nbs/llm/03_embedded_backend.ipynb #23d0407e
-@patch
-def _prefill(
-    self: EmbeddedBackend, cache, input_ids, attention, prompt_ids, row_prefix, row_group, groups, adapter_names=None
-) -> int:
-    """Write into `cache` the keys and values of every prompt token but each row's last, laid out as the left-padded batch `input_ids`
-    has them, without computing the padding; the tokens the model processed. `adapter_names`: each row's adapter in a mixed batch."""
-    import torch
-    from transformers import DynamicCache
-
-    name, prefix = self._cache_argument(), max(row_prefix)
-    width = input_ids.shape[1] - prefix
-    processed = len(groups) * prefix  # each group's shared prefix, once
-    shared = by_row = None
-    if prefix:  # each group's prefix keys and values, computed once and copied to the group's rows
-        shared = DynamicCache(config=self.model.config)
-        heads = [members[0] for members, _ in groups]
-        mask = attention[heads, :prefix]
-        positions = (mask.long().cumsum(-1) - 1).clamp(min=0)  # as generate numbers a left-padded row
-        self.model(
-            input_ids=input_ids[heads, :prefix],
-            attention_mask=mask,
-            position_ids=positions,
-            use_cache=True,
-            **{name: shared},
-            **({"adapter_names": [adapter_names[h] for h in heads]} if adapter_names else {}),
-        )
-        by_row = torch.tensor(row_group, device=self.device)
-        for slot, layer in zip(cache.layers, shared.layers):  # one layer's copy for every row at a time
-            slot.update(layer.keys[by_row], layer.values[by_row])  # positions [0, prefix) of every row
-    # each row's own tokens but its last, without the padding one batched forward computes on rows of different lengths
-    # (a fifth to a third of the tokens prefilled in the smoke run's episode, judge and GRPO stages): rows of similar
-    # length in chunks, their keys and values written where the left-padded batch has them; `generate` then processes
-    # only the last column
-    own = [len(x) - q - 1 for x, q in zip(prompt_ids, row_prefix)]
-    body = width - 1
-    chunks = suffix_chunks(own)
-    if body > 0:
-        config = self.model.config
-        heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
-        dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-        blank = torch.zeros(len(prompt_ids), heads, body, dim, dtype=self.model.dtype, device=self.device)
-        for slot in cache.layers:  # columns [prefix, prefix + body): zeros where a row has padding
-            slot.update(blank, blank)
-        del blank
-        for chunk in chunks:
-            processed += self._prefill_chunk(
-                cache, chunk, own, prompt_ids, row_prefix, attention, prefix, body, shared, by_row, adapter_names
-            )
-    if prefix:
-        del shared
-    return processed
-
-# %% ../../nbs/llm/03_embedded_backend.ipynb #ef765c66
-@patch
-def _prefill_chunk(
-    self: EmbeddedBackend,
-    cache,
-    chunk,
-    own,
-    prompt_ids,
-    row_prefix,
-    attention,
-    prefix,
-    body,
-    shared,
-    by_row,
-    adapter_names,
-) -> int:
-    "The keys and values of the rows in `chunk` (their own tokens but the last) into `cache`; the tokens the model processed."
-    import torch
-    from transformers import DynamicCache
-
-    pad, name = self.tokenizer.pad_token_id, self._cache_argument()
-    c = max(own[i] for i in chunk)
-    ids = torch.tensor(
-        [[pad] * (c - own[i]) + prompt_ids[i][row_prefix[i] : -1] for i in chunk],
-        device=self.device,
-    )
-    mask = torch.tensor([[0] * (c - own[i]) + [1] * own[i] for i in chunk], device=self.device)
-    step = DynamicCache(config=self.model.config)
-    if prefix:  # the chunk's rows' prefixes as the past
-        rows = torch.tensor(chunk, device=self.device)
-        for slot, layer in zip(step.layers, shared.layers):
-            slot.update(layer.keys[by_row[rows]], layer.values[by_row[rows]])
-        mask = torch.cat([attention[rows, :prefix], mask], 1)
-    positions = (mask.long().cumsum(-1) - 1).clamp(min=0)[:, -c:]
-    self.model(
-        input_ids=ids,
-        attention_mask=mask,
-        position_ids=positions,
-        use_cache=True,
-        **{name: step},
-        **({"adapter_names": [adapter_names[i] for i in chunk]} if adapter_names else {}),
-    )
-    for slot, layer in zip(cache.layers, step.layers):
-        for j, i in enumerate(chunk):
-            n = own[i]
-            slot.keys[i, :, prefix + body - n : prefix + body] = layer.keys[j, :, -n:]
-            slot.values[i, :, prefix + body - n : prefix + body] = layer.values[j, :, -n:]
-    del step
-    return len(chunk) * c
 
 # %% ../../nbs/llm/03_embedded_backend.ipynb #121b5341
 def _step_logprobs(logits, new, k_max: int):
@@ -598,44 +653,6 @@ def _responses(
         )
     return results
 
-# %% ../../nbs/llm/03_embedded_backend.ipynb #c81fbd15
-@patch
-def _batch_inputs(self: EmbeddedBackend, reqs: list[ChatRequest], adapters: list[str | None]) -> dict:
-    """One batch's inputs: each row's prompt tokens (`n` rows per request; the end of an over-long prompt), adapter and compiled grammar,
-    the rows' layout (`batch_layout`, its ids and mask as tensors) and the most new tokens a request asks for."""
-    import torch
-
-    tok = self.tokenizer
-    max_chars = self.max_context * CHARS_PER_TOKEN_BOUND
-    prompts = [
-        tok.apply_chat_template(
-            bounded_messages(r.messages, max_chars),
-            tokenize=False,
-            add_generation_prompt=True,
-            **_template_kwargs(tok, r),
-        )
-        for r in reqs
-        for _ in range(r.n)
-    ]
-    max_new = max(r.max_tokens for r in reqs)
-    limit = max(16, self.max_context - max_new)  # keep the end of an over-long conversation, where the question is
-    prompt_ids = [x[-limit:] for x in tok(prompts, add_special_tokens=False)["input_ids"]]
-    row_adapters = [a for r, a in zip(reqs, adapters) for _ in range(r.n)]
-    layout = batch_layout(prompt_ids, row_adapters, tok.pad_token_id)
-    input_ids = torch.tensor(layout["input_ids"], device=self.device)
-    attention = torch.tensor(layout["attention"], device=self.device)
-    vocab = self.model.config.vocab_size
-    grammars = [compiled_grammar(tok, vocab, r.constraint) if r.constraint else None for r in reqs for _ in range(r.n)]
-    return {
-        **layout,
-        "prompt_ids": prompt_ids,
-        "row_adapters": row_adapters,
-        "max_new": max_new,
-        "input_ids": input_ids,
-        "attention": attention,
-        "grammars": grammars,
-    }
-
 # %% ../../nbs/llm/03_embedded_backend.ipynb #a66225c3
 def _generation_config(tok, max_new: int, logprobs: bool):
     "Greedy `generate` settings (the logits processors do any sampling), keeping the raw logits when the batch asks for logprobs."
@@ -652,56 +669,6 @@ def _generation_config(tok, max_new: int, logprobs: bool):
         return_dict_in_generate=True,
         output_logits=logprobs,
     )
-
-
-@patch
-def _count_batch(
-    self: EmbeddedBackend, b: dict, results: list, prompt_lens: list, processed: int, prefill_s: float, total_s: float
-):
-    "One `generate`'s rows, tokens and times, added to the backend's and the process's statistics."
-    _count(
-        self,
-        generate_calls=1,
-        rows=len(b["prompt_ids"]),
-        new_tokens=sum(r.completion_tokens for r in results),
-        prompt_tokens=int(sum(prompt_lens)),
-        prefill_tokens=len(b["prompt_ids"])
-        + processed,  # what the model processed: the last column, and `_prefill`'s tokens
-        prefix_cached_tokens=sum(b["row_prefix"]) - sum(p for _, p in b["groups"]),
-        prefill_s=prefill_s,
-        decode_s=total_s - prefill_s,
-    )
-
-# %% ../../nbs/llm/03_embedded_backend.ipynb #292ef55a
-@patch
-async def chat(self: EmbeddedBackend, req: ChatRequest) -> ChatResponse:
-    model = await self.check_model(req.model)
-    loop = asyncio.get_running_loop()
-    if self.model is None:
-        # one load for all the requests of this loop that arrive before the model is there: they then wake in the same tick
-        # and join one batch (a thread each, they woke one by one and the first batch of a judge stage held 3 rows of 48)
-        if self._loading is None or self._loading.get_loop() is not loop:
-            self._loading = loop.create_task(asyncio.to_thread(self.load))
-        await asyncio.shield(self._loading)
-    return await self.scheduler.submit(req, None if model == self.model_id else model)
-
-# %% ../../nbs/llm/03_embedded_backend.ipynb #ecce1833
-@patch
-async def chat_stream(self: EmbeddedBackend, req: ChatRequest, on_text) -> ChatResponse:
-    """`chat`, handing `on_text` (on this event loop) each piece of the reply's first sample as the model writes it. The request is
-    batched as any other, and its tokens are those `chat` gives it: the streamer only reads them."""
-    loop = asyncio.get_running_loop()
-
-    def sink(piece: str):
-        with contextlib.suppress(RuntimeError):  # the loop is gone: nobody is listening
-            loop.call_soon_threadsafe(on_text, piece)
-
-    streams = self.__dict__.setdefault("_streams", {})
-    streams[id(req)] = sink
-    try:
-        return await self.chat(req)
-    finally:
-        streams.pop(id(req), None)
 
 # %% ../../nbs/llm/03_embedded_backend.ipynb #bbaffe03
 def make_random_lora(base: str, out: str | Path, r: int = 8, seed: int = 0, scale: float = 0.5) -> Path:
