@@ -166,18 +166,9 @@ def interval_check(
     return dict(coverage=hits / reps, finite=ok / reps)
 
 
-def coverage(
-    method: str,
-    n: int,
-    data: str = "normal",
-    delta: bool = False,
-    reps: int = 1000,
-    n_resamples: int = 999,
-    seed: int = 0,
-    **kw,
-) -> float:
-    "The share of `interval_check`'s samples whose interval holds the truth."
-    return interval_check(method, n, data, delta, reps, n_resamples, seed, **kw)["coverage"]
+def coverage(method: str, n: int, data: str = "normal", delta: bool = False, **kw) -> float:
+    "The share of `interval_check`'s samples whose interval holds the truth (`kw`: `interval_check`'s other arguments)."
+    return interval_check(method, n, data, delta, **kw)["coverage"]
 
 # %% ../../nbs/evaluation/34_intervals.ipynb #fbfc4119
 def contexts_needed(sd: float, delta: float, power: float = 0.8, alpha: float = 0.05) -> float:
