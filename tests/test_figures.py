@@ -209,21 +209,18 @@ def test_other_figures(stage):
     )
 
 
-def test_f03_with_qmsum(tmp_path):
-    import papermill as pm
+def run_figure(name: str, out: Path, **parameters):
+    "A figure notebook executed into `out` (its working folder) with `parameters`, as the figures stage runs it."
+    from mascot.core.runtime import execute_notebook
 
+    return execute_notebook(figures_nbs() / f"{name}.ipynb", out / "executed.ipynb", parameters, cwd=str(out))
+
+
+def test_f03_with_qmsum(tmp_path):
     judge = write_scores(tmp_path / "judge", ed_rows() + qmsum_rows())
     out = tmp_path / "out"
     out.mkdir()
-    pm.execute_notebook(
-        str(figures_nbs() / "f03_qmsum_collective.ipynb"),
-        str(out / "executed.ipynb"),
-        cwd=str(out),
-        kernel_name="python3",
-        language="python",
-        progress_bar=False,
-        parameters={"judge_dir": str(judge), "out_dir": str(out)},
-    )
+    run_figure("f03_qmsum_collective", out, judge_dir=str(judge), out_dir=str(out))
     csv = pd.read_csv(out / "f03_qmsum_collective.csv")
     assert len(csv) == 3 * 2 * 6 and csv.group.drop_duplicates().tolist() == ["Academic", "Committee", "Product"]
     row = csv[(csv.group == "Committee") & (csv.system == "mascot") & (csv.criterion == "Coherence")].iloc[0]
@@ -254,8 +251,6 @@ def test_f04_names_the_interval_only_where_drawn_and_hides_nothing(stage, tmp_pa
     """Four contexts per system (below 5): f04 draws no whisker and its title says why; eight contexts judged by the embedded judge (its
     long name in the title): the intervals are drawn and named. Either way `save_fig` found no title, legend or footer over another or
     over the bars (it raises when one is)."""
-    import papermill as pm
-
     tmp, _ = stage
     assert (
         "mean over contexts (no interval: fewer than 5 contexts); judge judge-a"
@@ -264,15 +259,7 @@ def test_f04_names_the_interval_only_where_drawn_and_hides_nothing(stage, tmp_pa
     rows = [dict(r, judge="smollm2-135m-instruct", conv_id=f"{r['conv_id']}-{k}") for k in range(2) for r in ed_rows()]
     judge, out = write_scores(tmp_path / "judge", rows), tmp_path / "out"
     out.mkdir()
-    pm.execute_notebook(
-        str(figures_nbs() / "f04_ablation.ipynb"),
-        str(out / "executed.ipynb"),
-        cwd=str(out),
-        kernel_name="python3",
-        language="python",
-        progress_bar=False,
-        parameters={"judge_dir": str(judge), "metrics_dir": str(tmp / "metrics"), "out_dir": str(out)},
-    )
+    run_figure("f04_ablation", out, judge_dir=str(judge), metrics_dir=str(tmp / "metrics"), out_dir=str(out))
     assert (
         "[95% bootstrap CI]; judge smollm2-135m-instruct (135M: plumbing check)" in (out / "executed.ipynb").read_text()
     )
