@@ -14,7 +14,8 @@ from ..core.config import ConfigError
 
 # %% auto #0
 __all__ = ['DOMAINS', 'SUPPORT_ROSTER', 'MEETING_ROSTER', 'ROSTERS', 'PERSONA_SETS', 'BIG_FIVE_TRAITS', 'BIG_FIVE_PROFILES',
-           'RosterError', 'Roster', 'roster_for_dataset', 'load_roster', 'BigFiveProfile', 'get_big_five']
+           'RosterError', 'Roster', 'roster_for_dataset', 'load_roster', 'stage_roster', 'BigFiveProfile',
+           'get_big_five']
 
 # %% ../../nbs/domain/01_personas.ipynb #706f8fe4
 DOMAINS = ("support", "meeting")
@@ -273,6 +274,11 @@ def load_roster(path: str | Path) -> Roster:
         return Roster(str(d["name"]), d["domain"], personas, str(d.get("user_label") or "User"))
     except RosterError as e:
         raise RosterError(f"{path}: {e}") from None
+
+# %% ../../nbs/domain/01_personas.ipynb #strost02
+def stage_roster(dataset: str, roster_path: str | Path | None = None) -> Roster:
+    "The roster a stage works with: the roster YAML at `roster_path` when one is given, else the dataset's built-in roster."
+    return load_roster(roster_path) if roster_path else roster_for_dataset(dataset)
 
 # %% ../../nbs/domain/01_personas.ipynb #5ea67e0c
 PERSONA_SETS = ("default", "big5")

@@ -175,7 +175,7 @@ async def generate_individual_async(
     folder.mkdir(parents=True, exist_ok=True)
     # refuses existing output before any work; --overwrite replaces it only once the first new record is written
     store = JsonlStore(folder / "candidates.jsonl", resume=cfg.resume, overwrite=cfg.overwrite, id_key="query_id")
-    roster = load_roster(cfg.roster_path) if cfg.roster_path else roster_for_dataset(cfg.dataset)
+    roster = stage_roster(cfg.dataset, cfg.roster_path)
     personas = (
         [
             roster.find(n)

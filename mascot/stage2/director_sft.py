@@ -19,7 +19,7 @@ from mascot.training.director_objective import (
     directive_name,
     watch_fields,
 )
-from ..domain.personas import Roster, load_roster, roster_for_dataset
+from ..domain.personas import Roster, stage_roster
 from collections import Counter
 import sys
 from pathlib import Path
@@ -44,7 +44,7 @@ class DirectorSFTConfig(EpochTrainingConfig, DirectorObjectiveConfig):
         return self.trl_args(SFTConfig, output_dir)
 
     def roster(self) -> Roster:
-        return load_roster(self.roster_path) if self.roster_path else roster_for_dataset(self.dataset)
+        return stage_roster(self.dataset, self.roster_path)
 
 # %% ../../nbs/stage2/24_director_sft.ipynb #531128c8
 def train_director_sft(cfg: DirectorSFTConfig, rows: list[dict], out: str | Path | None = None, **meta) -> Path:

@@ -295,9 +295,6 @@ def watch_callback(watch: CollapseWatch):
 
     return CollapseWatchCallback()
 
-
-CollapseWatch.callback = watch_callback
-
 # %% ../../nbs/training/05_director_objective.ipynb #f5240b9b
 def attach_watch(
     trainer, tokenizer, prompts, names, cfg: CollapseWatchConfig, template_kwargs=None
@@ -313,7 +310,7 @@ def attach_watch(
         cfg.collapse_threshold,
         template_kwargs,
     )
-    trainer.add_callback(watch.callback())
+    trainer.add_callback(watch_callback(watch))
     return watch
 
 
