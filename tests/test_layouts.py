@@ -126,7 +126,7 @@ def test_every_layout_plans_clean_with_gpu_hours(tmp_path, monkeypatch):
     on this machine, checked against its `machine:` where nvidia-smi does not answer, and ends with the GPU-hours it estimates: a row
     per stage, then the total."""
     from mascot.pipeline.run import load_pipeline_config
-    from mascot.pipeline.plan import load_for_plan, plan_report
+    from mascot.pipeline.plan import plan_report
 
     for var in UNSET:
         monkeypatch.delenv(var, raising=False)
@@ -142,7 +142,7 @@ def test_every_layout_plans_clean_with_gpu_hours(tmp_path, monkeypatch):
             else [ROOT / "configs/smoke.yaml"]
         )
         for config in dict.fromkeys(configs):
-            cfg = load_for_plan(load_pipeline_config, config, layout, runs_dir=str(tmp_path / "runs"))
+            cfg = load_pipeline_config(config, layout, allow_unset=True, runs_dir=str(tmp_path / "runs"))
             lines, problems = plan_report(cfg, config.name)
             assert problems == [], (config.name, layout.name, problems)
             trainers = [

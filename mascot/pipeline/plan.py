@@ -18,8 +18,8 @@ __all__ = ['MODEL_FIELDS', 'URL_FIELDS', 'SIZE_FIELDS', 'ADAPTER_FIELDS', 'STRUC
            'endpoint_problems', 'is_layout', 'training_gpu_plan', 'server_version', 'unconstrained_warnings',
            'is_trainer', 'stage_launch', 'plan_gpus', 'apart', 'server_rows', 'process_table', 'batch_lines',
            'stage_reproducibility', 'reproducibility_lines', 'GpuThroughput', 'throughput_for', 'rate', 'StageWork',
-           'trainer_work', 'stage_work', 'gpu_hour_estimate', 'estimate_lines', 'load_for_plan', 'unset_variables',
-           'unset_problem', 'no_gpu_warning', 'plan_report']
+           'trainer_work', 'stage_work', 'gpu_hour_estimate', 'estimate_lines', 'unset_variables', 'unset_problem',
+           'no_gpu_warning', 'plan_report']
 
 # %% ../../nbs/pipeline/02_plan.ipynb #89acd147
 def served_models(url: str, timeout: float = 5.0) -> list[str]:
@@ -582,28 +582,9 @@ def estimate_lines(est: dict) -> list[str]:
     return lines
 
 # %% ../../nbs/pipeline/02_plan.ipynb #gh12load
-def load_for_plan(load, *args, **kw):
-    """`load(*args, **kw)` (a pipeline config's loader) with each environment variable the config reads and the environment lacks standing
-    as `${NAME}` while it loads, so that `--plan` shows every stage; `unset_variables` names them, and the plan makes them one problem."""
-    added = []
-    try:
-        while True:
-            try:
-                return load(*args, **kw)
-            except ConfigError as e:
-                m = re.search(r"environment variable (\w+) is not set", str(e))
-                if not m or m.group(1) in added:
-                    raise
-                added.append(m.group(1))
-                os.environ[m.group(1)] = "${" + m.group(1) + "}"
-    finally:
-        for v in added:
-            os.environ.pop(v, None)
-
-
 def unset_variables(cfg: PipelineConfig) -> list[str]:
-    "The environment variables the config reads that `load_for_plan` stood in for."
-    return [v for v, val in cfg._from_env.items() if val == "${" + v + "}"]
+    "The environment variables the config reads and the environment lacks (`load_pipeline_config(..., allow_unset=True)`)."
+    return list(cfg._unset_env)
 
 
 def unset_problem(unset: list[str], users: dict) -> list[str]:

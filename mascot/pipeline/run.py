@@ -13,7 +13,7 @@ from ..stages import *
 from .serve import ServerFailed
 from .managed_vllm import *
 from .job_notebooks import *
-from .plan import plan_report, stage_reproducibility, is_trainer, stage_launch, load_for_plan
+from .plan import plan_report, stage_reproducibility, is_trainer, stage_launch
 from .slurm import attach_server_node, attached_server, emit_slurm, forwarded_flags, server_apart
 from ..training.launch import LAUNCH_ENV, LAUNCH_FILE, LaunchSection, MachineSection, accumulation_for
 from ..training.configs import effective_batch
@@ -67,6 +67,7 @@ class PipelineConfig(DatasetConfig):
         description="the machine a layout is written for: `--plan` checks against it where nvidia-smi does not answer",
     )
     _from_env: dict[str, str] = PrivateAttr(default_factory=dict)  # ${VAR}s the file used -> their values
+    _unset_env: list[str] = PrivateAttr(default_factory=list)  # ${VAR}s the file uses that were unset, left as written (`--plan`)
     _config_batches: dict[str, dict] = PrivateAttr(
         default_factory=dict
     )  # a trainer the layout resizes -> the config's effective batch
@@ -85,15 +86,19 @@ class PipelineConfig(DatasetConfig):
             raise ConfigError(f"launch: '{bad[0]}' is not a training stage (valid: stages, {', '.join(trainers)})")
 
 # %% ../../nbs/pipeline/03_run.ipynb #52941d6e
-def expand_env(obj, where: str = "config", used: dict[str, str] | None = None):
-    "Replace ${VAR} by the environment's value (recording each in `used`); a missing variable is an error naming it."
+def expand_env(obj, where: str = "config", used: dict[str, str] | None = None, unset: list[str] | None = None):
+    """Replace ${VAR} by the environment's value (recording each in `used`); a missing variable is an error naming it, or, given an
+    `unset` list, is left as written and named there (a plan shows every stage before the servers' variables are exported)."""
     if isinstance(obj, dict):
-        return {k: expand_env(v, f"{where}.{k}", used) for k, v in obj.items()}
+        return {k: expand_env(v, f"{where}.{k}", used, unset) for k, v in obj.items()}
     if isinstance(obj, list):
-        return [expand_env(v, where, used) for v in obj]
+        return [expand_env(v, where, used, unset) for v in obj]
     if isinstance(obj, str) and "${" in obj:
 
         def sub(m):
+            if m.group(1) not in os.environ and unset is not None:
+                unset.extend([m.group(1)] * (m.group(1) not in unset))
+                return m.group(0)
             if m.group(1) not in os.environ:
                 raise ConfigError(f"{where}: environment variable {m.group(1)} is not set")
             if used is not None:
@@ -109,8 +114,11 @@ def _read_yaml(path: Path) -> dict:
     return read_yaml(path, expected=" (run_name, stages, ...)")
 
 
-def load_pipeline_config(path: str | Path, layout: str | Path | None = None, **overrides) -> PipelineConfig:
-    "A pipeline config from its YAML file, with a GPU layout file (`--layout`) laid over it and `--run-name`/`--runs-dir` overrides."
+def load_pipeline_config(
+    path: str | Path, layout: str | Path | None = None, allow_unset: bool = False, **overrides
+) -> PipelineConfig:
+    """A pipeline config from its YAML file, with a GPU layout file (`--layout`) laid over it and `--run-name`/`--runs-dir` overrides;
+    `allow_unset`: a ${VAR} the environment lacks stays as written and is named in `cfg._unset_env` (for `--plan`)."""
     path = Path(path)
     raw = _read_yaml(path)
     base_stages = raw.get("stages") if isinstance(raw.get("stages"), dict) else {}
@@ -124,8 +132,9 @@ def load_pipeline_config(path: str | Path, layout: str | Path | None = None, **o
     if cfg.serve:
         use_managed_server(cfg, raw, source)
         attach_server_node(cfg)  # a two-node layout inside its sbatch script: the server node's URLs
-    cfg.endpoints = expand_env(cfg.endpoints, f"{path}: endpoints", cfg._from_env)
-    cfg.stages = expand_env(cfg.stages, f"{path}: stages", cfg._from_env)
+    unset = cfg._unset_env if allow_unset else None
+    cfg.endpoints = expand_env(cfg.endpoints, f"{path}: endpoints", cfg._from_env, unset)
+    cfg.stages = expand_env(cfg.stages, f"{path}: stages", cfg._from_env, unset)
     bad = [k for k in cfg.endpoints if k not in EndpointConfig.model_fields]
     if bad:
         raise ConfigError(
@@ -521,7 +530,7 @@ def _exit_before_running(a: RunFlags, overrides: dict) -> None:
         raise SystemExit(0)
     if a.plan:
         try:  # an unset variable the config reads is one problem of the plan, after every stage
-            cfg = load_for_plan(load_pipeline_config, a.config, a.layout, **overrides)
+            cfg = load_pipeline_config(a.config, a.layout, allow_unset=True, **overrides)
             lines, problems = plan_report(cfg, a.config, a.from_stage, a.only, a.resume)
         except ConfigError as e:
             lines, problems = [], [" ".join(str(e).split())]
