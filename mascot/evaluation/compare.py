@@ -317,63 +317,41 @@ def comparison_markdown(table: pd.DataFrame, reference: str) -> str:
     return "\n".join(out) + "\n"
 
 # %% ../../nbs/evaluation/33_compare.ipynb #3daabd92
-def _plot_rows(d: pd.DataFrame, scale: tuple = DELTA_SCALE) -> tuple[pd.DataFrame, int, int]:
-    """The rows of `d` a plot can draw, how many it leaves out and how many it clips: a Δ not finite or outside `scale` is left
-    out (a missing Δ too, uncounted), interval bounds not finite or outside `scale` are clipped into it (a missing bound: no interval)."""
-    delta = pd.to_numeric(d["delta"], errors="coerce")
-    ok = delta.between(*scale)
-    t = d[ok].copy()
-    lo, hi = (pd.to_numeric(t[c], errors="coerce") for c in ("delta_lo", "delta_hi"))
-    clipped = (lo.notna() & ~lo.between(*scale)) | (hi.notna() & ~hi.between(*scale))
-    t["delta_lo"], t["delta_hi"] = lo.clip(*scale), hi.clip(*scale)
-    return t, int((delta.notna() & ~ok).sum()), int(clipped.sum())
-
-
-def _png_notes(table: pd.DataFrame, hollow: bool, left_out: int, clipped: int) -> list[str]:
-    "The lines under the comparison PNG: the 135M judge, the hollow markers, and what the plot left out or clipped."
-    lo, hi = DELTA_SCALE
-    return (
-        [f"Note: a {EMBEDDED_NOTE}."] * bool(table["embedded_small"].any())
-        + [f"Hollow: {CARD_MARK} a Δ across persona cards (not like for like; comparison.md says why)."] * hollow
-        + [f"{left_out} Δ not finite or outside {lo}..{hi}: not drawn (comparison.csv has them)."] * bool(left_out)
-        + [f"{clipped} interval(s) with a bound not finite or outside {lo}..{hi}: drawn clipped to it."] * bool(clipped)
-    )
+def _png_notes(table: pd.DataFrame, hollow: bool) -> list[str]:
+    "The lines under the comparison PNG: the 135M judge, and what a hollow marker means."
+    return [f"Note: a {EMBEDDED_NOTE}."] * bool(table["embedded_small"].any()) + [
+        f"Hollow: {CARD_MARK} a Δ across persona cards (not like for like; comparison.md says why)."
+    ] * hollow
 
 # %% ../../nbs/evaluation/33_compare.ipynb #c0a9d001
-PNG_COLUMNS = (
-    4  # panels per row of the comparison PNG: a 40-judge panel wraps into rows instead of one strip metres wide
-)
+PNG_COLUMNS = 4  # panels per row of the comparison PNG: a 40-judge panel wraps into rows instead of one strip metres wide
 
 
-def _draw_delta_panel(ax, g: pd.DataFrame, systems: list[str], metrics: list[str]) -> tuple[int, int, bool]:
-    """One judge × dataset panel of the comparison PNG: each system's Δ per metric with its interval (hollow across persona cards).
-    Returns how many Δ `_plot_rows` left out, how many intervals it clipped, and whether a hollow marker was drawn."""
-    left_out = clipped = 0
+def _draw_delta_panel(ax, g: pd.DataFrame, systems: list[str], metrics: list[str]) -> bool:
+    """One judge × dataset panel of the comparison PNG: each system's Δ per metric with its interval, hollow across persona cards;
+    whether a hollow marker was drawn."""
     hollow = False
     for k, s in enumerate(systems):
-        d = g[g["system"] == s].set_index("metric").reindex(metrics)
-        d["y"] = np.arange(len(metrics)) + (k - (len(systems) - 1) / 2) * 0.8 / max(1, len(systems))
-        d, n_out, n_clip = _plot_rows(d)
-        left_out, clipped = left_out + n_out, clipped + n_clip
+        d = g[g["system"] == s].set_index("metric").reindex(metrics).dropna(subset=["delta"])
+        d["y"] = [metrics.index(m) + (k - (len(systems) - 1) / 2) * 0.8 / max(1, len(systems)) for m in d.index]
         for like in (True, False):
             e = d[d["comparable"].ne(False) == like]
             if e.empty:
                 continue
             hollow |= not like
-            err = np.array([(e["delta"] - e["delta_lo"]).fillna(0), (e["delta_hi"] - e["delta"]).fillna(0)]).clip(0)
+            err = np.array([(e["delta"] - e["delta_lo"]).fillna(0), (e["delta_hi"] - e["delta"]).fillna(0)])
             kw = dict(fmt="o", ms=4, capsize=2, color=f"C{k % 10}", label=s)
             ax.errorbar(e["delta"], e["y"], xerr=err, **kw, **({} if like else dict(mfc="white", mew=1.2)))
     ax.axvline(0, color="#888", lw=1)
     ax.set_yticks(range(len(metrics)), metrics)
     ax.invert_yaxis()
     ax.grid(axis="x", alpha=0.3)
-    return left_out, clipped, hollow
+    return hollow
 
 # %% ../../nbs/evaluation/33_compare.ipynb #08c615eb
 def comparison_png(table: pd.DataFrame, path: str | Path, reference: str, metrics: list[str] | None = None) -> Path:
     """Δ vs the reference with 95% intervals: one panel per judge and dataset (`PNG_COLUMNS` a row, `_draw_delta_panel`), one row per
-    metric, one colour per system; what `_plot_rows` leaves out or clips is said under the plot; the legend sits below the panels, in
-    constrained layout, where it covers none of them."""
+    metric, one colour per system; the legend sits below the panels, in constrained layout, where it covers none of them."""
     import matplotlib, textwrap
 
     matplotlib.use("Agg")
@@ -395,11 +373,9 @@ def comparison_png(table: pd.DataFrame, path: str | Path, reference: str, metric
     )
     for ax in axes.flat[max(1, len(panels)) :]:
         ax.set_visible(False)
-    left_out = clipped = 0
     hollow = False
     for ax, (judge, dataset) in zip(axes.flat, panels or [("", "")]):
-        out, clip, hol = _draw_delta_panel(ax, t[(t["judge"] == judge) & (t["dataset"] == dataset)], systems, metrics)
-        left_out, clipped, hollow = left_out + out, clipped + clip, hollow or hol
+        hollow |= _draw_delta_panel(ax, t[(t["judge"] == judge) & (t["dataset"] == dataset)], systems, metrics)
         small = table[(table["judge"] == judge)]["embedded_small"].any()
         title = textwrap.fill(f"{judge} · {dataset}", 44) + ("\n(135M judge: plumbing check)" if small else "")
         ax.set_title(title, fontsize=9, color="#b00" if small else "black")
@@ -412,7 +388,7 @@ def comparison_png(table: pd.DataFrame, path: str | Path, reference: str, metric
         handles |= {label: h for h, label in zip(*a.get_legend_handles_labels()) if label not in handles}
     if handles:
         fig.legend(handles.values(), handles.keys(), fontsize=8, loc="outside lower center", ncols=min(4, len(handles)))
-    if notes := _png_notes(table, hollow, left_out, clipped):
+    if notes := _png_notes(table, hollow):
         fig.supxlabel(
             "\n".join(notes), fontsize=8, color="#b00" if table["embedded_small"].any() else "#444", x=0.01, ha="left"
         )
