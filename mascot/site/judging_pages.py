@@ -143,13 +143,11 @@ def systems_compared_html(judge_dir: Path | None) -> list[str]:
     return b
 
 # %% ../../nbs/site/01_judging_pages.ipynb #b123c693
-FLOOR_CAUSE_SMALL = (
-    "Cause: the embedded 135M judge, not the parser or the 0–100 scale. Its raw answers write 1 on every line (on the demo's few-shot "
-    "replies: 'Emotion (names the sadness): 1', 'Empathy (warm and validating): 1', ...); at the first score its next-token probabilities "
-    "are nearly flat over 1–10 (1: 0.16–0.18; 7 and 8: 0.11–0.15 each), greedy decoding takes 1, and each later line copies the first "
-    "score (1 at 0.5–0.9). Its reasons copy the worked example in its prompt ('warm and validating' is that example's Empathy reason), so "
-    "they do not describe the reply; its other answers repeat that example's scores (8, 8, 9, 8, 7) or one score on every line. "
-    "The parser reads the integers written, and 1 is 0 on 0–100."
+FLOOR_CAUSE_SMALL = (  # how the embedded judge reaches the floor; the rows above are this run's own counts and weighted scores
+    "Cause: the embedded 135M judge, not the parser or the 0–100 scale. Its next-token distribution at the first score is nearly flat "
+    "over 1–10, so greedy decoding often writes 1 there, and each later line copies the first score; its reasons copy the worked "
+    "example in its prompt, so they can read well of a reply it scored 1. The parser reads the integers written, and 1 is 0 on 0–100. "
+    "The judge's raw answers are in the judge cache; the probability-weighted score beside each row is what the judge leaned to."
 )
 
 
