@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 # %% auto #0
 __all__ = ['SCHEMA_VERSION', 'RUBRIC_VERSION', 'MEETING_DATASETS', 'Directive', 'Turn', 'Persona', 'EpisodeMetadata', 'Episode',
-           'SchemaError', 'validate_episode']
+           'episode_to_record', 'episode_fields', 'SchemaError', 'validate_episode']
 
 # %% ../../nbs/core/01_records.ipynb #3f3e15c2
 SCHEMA_VERSION = "1.0"
@@ -182,45 +182,56 @@ class Episode:
         return counts
 
     def to_dict(self) -> dict:
-        d: dict[str, Any] = (
-            {"id": self.conv_id, "start_idx": self.start_idx, "meeting": self.meeting}
-            if self.is_meeting
-            else {"conv_id": self.conv_id}
-        )
-        d["turns"] = [t.to_dict() for t in self.turns]
-        d["agents_spoken"] = self.agents_spoken
-        if (
-            self.is_meeting and self.user_big_five
-        ):  # a meeting participant simulated with a profile (extends the authors' code's schema)
-            d["user_big_five"] = self.user_big_five
-        if not self.is_meeting:
-            d.update(
-                initial_emotion=self.initial_emotion,
-                final_emotion=self.final_emotion,
-                emotion_trajectory=list(self.emotion_trajectory),
-                user_big_five=self.user_big_five,
-            )
-        d["metadata"] = self.metadata.to_dict()
-        return d
+        "The conversation's record, in its dataset's layout (`episode_to_record`)."
+        return episode_to_record(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> "Episode":
-        meta = (
-            EpisodeMetadata.from_dict(d["metadata"])
-            if "metadata" in d
-            else EpisodeMetadata("unknown", "unknown", None, None)
+        "A conversation from its record, in either layout (`episode_fields`)."
+        return cls(**episode_fields(d))
+
+# %% ../../nbs/core/01_records.ipynb #rc10a002
+def episode_to_record(ep: Episode) -> dict:
+    "The SPEC.md record of a conversation: a meeting keyed by `id`, `start_idx`, `meeting`; the others by `conv_id`, with emotions."
+    d: dict[str, Any] = (
+        {"id": ep.conv_id, "start_idx": ep.start_idx, "meeting": ep.meeting}
+        if ep.is_meeting
+        else {"conv_id": ep.conv_id}
+    )
+    d["turns"] = [t.to_dict() for t in ep.turns]
+    d["agents_spoken"] = ep.agents_spoken
+    # a meeting participant simulated with a profile (extends the authors' code's schema)
+    if ep.is_meeting and ep.user_big_five:
+        d["user_big_five"] = ep.user_big_five
+    if not ep.is_meeting:
+        d.update(
+            initial_emotion=ep.initial_emotion,
+            final_emotion=ep.final_emotion,
+            emotion_trajectory=list(ep.emotion_trajectory),
+            user_big_five=ep.user_big_five,
         )
-        return cls(
-            conv_id=str(d.get("conv_id", d.get("id"))),
-            turns=[Turn.from_dict(t) for t in d["turns"]],
-            metadata=meta,
-            initial_emotion=d.get("initial_emotion"),
-            final_emotion=d.get("final_emotion"),
-            emotion_trajectory=list(d.get("emotion_trajectory") or []),
-            user_big_five=d.get("user_big_five"),
-            start_idx=d.get("start_idx"),
-            meeting=d.get("meeting"),
-        )
+    d["metadata"] = ep.metadata.to_dict()
+    return d
+
+
+def episode_fields(d: dict) -> dict[str, Any]:
+    "The `Episode` fields of a record in either layout; a record without a metadata block has its producer unknown."
+    meta = (
+        EpisodeMetadata.from_dict(d["metadata"])
+        if "metadata" in d
+        else EpisodeMetadata("unknown", "unknown", None, None)
+    )
+    return dict(
+        conv_id=str(d.get("conv_id", d.get("id"))),
+        turns=[Turn.from_dict(t) for t in d["turns"]],
+        metadata=meta,
+        initial_emotion=d.get("initial_emotion"),
+        final_emotion=d.get("final_emotion"),
+        emotion_trajectory=list(d.get("emotion_trajectory") or []),
+        user_big_five=d.get("user_big_five"),
+        start_idx=d.get("start_idx"),
+        meeting=d.get("meeting"),
+    )
 
 # %% ../../nbs/core/01_records.ipynb #5fc0a525
 class SchemaError(ValueError):

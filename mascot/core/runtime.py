@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Any, Iterable
 
 # %% auto #0
-__all__ = ['COUNTERS', 'NOT_FINGERPRINTED', 'FINGERPRINT_FILE', 'QUIET_KERNEL', 'new_run_id', 'RunDir', 'mark_stale_runs',
-           'record_fingerprint', 'fingerprint_changes', 'check_fingerprint', 'write_fingerprint', 'seed_everything',
-           'cache_dir', 'run_sync', 'write_stage_outputs', 'execute_notebook']
+__all__ = ['COUNTERS', 'NOT_FINGERPRINTED', 'FINGERPRINT_FILE', 'QUIET_KERNEL', 'new_run_id', 'RunTally', 'SummaryFile',
+           'write_run_config', 'run_ending', 'RunDir', 'mark_stale_runs', 'record_fingerprint', 'fingerprint_changes',
+           'check_fingerprint', 'write_fingerprint', 'seed_everything', 'cache_dir', 'run_sync', 'write_stage_outputs',
+           'execute_notebook']
 
 # %% ../../nbs/core/04_runtime.ipynb #4e70856f
 COUNTERS = (
@@ -37,23 +38,88 @@ def _now() -> str:
 def new_run_id() -> str:
     return datetime.datetime.now().strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
 
-# %% ../../nbs/core/04_runtime.ipynb #aa1549a3
-class RunDir:
-    "A run folder with `run_config.json` and a live `run_summary.json`."
+# %% ../../nbs/core/04_runtime.ipynb #rt10a002
+class RunTally:
+    "What a run counts: the SPEC counters (a misspelt name is an error), and calls, tokens and latency per role."
 
-    def __init__(self, path: str | Path, config: Config | dict | None = None, extra_config: dict | None = None):
-        self.path = Path(path)
-        try:
-            self.path.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise OutputWriteError(os_error_line(self.path, e)) from None
-        cfg = config.resolved() if isinstance(config, Config) else redact(dict(config or {}))
-        if extra_config:
-            cfg.update(redact(extra_config))
-        self.config = cfg
-        write_text_atomic(self.path / "run_config.json", json.dumps(cfg, indent=2, default=str))
+    def __init__(self):
         self.counters = {k: 0 for k in COUNTERS}
         self.roles: dict[str, dict[str, float]] = {}
+
+    def count(self, name: str, k: int = 1):
+        if name not in self.counters:
+            raise KeyError(f"unknown counter {name!r}; known: {list(self.counters)}")
+        self.counters[name] += k
+
+    def add_usage(self, role: str, prompt_tokens: int = 0, completion_tokens: int = 0, latency_s: float = 0.0):
+        r = self.roles.setdefault(role, {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "latency_s": 0.0})
+        r["calls"] += 1
+        r["prompt_tokens"] += prompt_tokens
+        r["completion_tokens"] += completion_tokens
+        r["latency_s"] += latency_s
+
+# %% ../../nbs/core/04_runtime.ipynb #rt10a005
+class SummaryFile:
+    "A JSON summary replaced whole through a `.tmp` and a rename; when the disk refuses that, rewritten in the bytes it already has."
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+
+    def write(self, summary: dict) -> None:
+        "Replace the file atomically (never half a summary); an `OutputWriteError` says in one line why it could not be."
+        write_text_atomic(self.path, json.dumps(summary, indent=2, default=str))
+
+    def write_in_place(self, *versions: dict) -> bool:
+        "Overwrite the file with the first of `versions` that fits the blocks it already has (no new space needed); whether one did."
+        try:
+            st = self.path.stat()
+            room = max(st.st_size, st.st_blocks * 512)  # bytes already allocated to the file
+            text = next((t for d in versions if len(t := json.dumps(d, default=str).encode()) <= room), None)
+            if text is None:
+                return False
+            with open(self.path, "r+b") as f:
+                f.write(text)
+                f.truncate(len(text))
+            return True
+        except OSError:
+            return False  # nothing more can be done on this disk
+
+# %% ../../nbs/core/04_runtime.ipynb #rt10a008
+def write_run_config(folder: str | Path, config: Config | dict | None = None, extra_config: dict | None = None) -> dict:
+    "Create a run's folder and write its `run_config.json`, secrets redacted; the configuration as written."
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise OutputWriteError(os_error_line(folder, e)) from None
+    cfg = config.resolved() if isinstance(config, Config) else redact(dict(config or {}))
+    if extra_config:
+        cfg.update(redact(extra_config))
+    write_text_atomic(folder / "run_config.json", json.dumps(cfg, indent=2, default=str))
+    return cfg
+
+# %% ../../nbs/core/04_runtime.ipynb #f07e235f
+def _is_interruption(et) -> bool:
+    import asyncio
+
+    return issubclass(et, (KeyboardInterrupt, asyncio.CancelledError, RunInterrupted))
+
+
+def run_ending(et: type[BaseException] | None, ev: BaseException | None) -> tuple[str, str | None]:
+    "How a run ended, from the exception that ended it: its status (`completed`, `interrupted` or `failed`) and its error."
+    if et is None:
+        return "completed", None
+    return ("interrupted" if _is_interruption(et) else "failed"), f"{et.__name__}: {ev}"
+
+# %% ../../nbs/core/04_runtime.ipynb #aa1549a3
+class RunDir(RunTally):
+    "A run folder with `run_config.json` and a live `run_summary.json`; what the run counts is its `RunTally`."
+
+    def __init__(self, path: str | Path, config: Config | dict | None = None, extra_config: dict | None = None):
+        super().__init__()
+        self.path = Path(path)
+        self.config = write_run_config(self.path, config, extra_config)
+        self.summary_file = SummaryFile(self.path / "run_summary.json")
         self.extra: dict[str, Any] = {}
         self.status, self.started, self._t0, self.ended, self.error = "running", _now(), time.time(), None, None
         self.pid, self.host = os.getpid(), socket.gethostname()  # lets a later resume tell a killed run from a live one
@@ -75,40 +141,18 @@ class RunDir:
 
     def write_summary(self):
         "Replace `run_summary.json` atomically (never half a summary); when the disk is full, mark the run failed in place and say so in one line."
-        p = self.path / "run_summary.json"
         try:
-            write_text_atomic(p, json.dumps(redact(self.summary()), indent=2, default=str))
+            self.summary_file.write(redact(self.summary()))
         except OutputWriteError as e:
-            self._mark_failed_in_place(p, str(e))
+            self._mark_failed_in_place(str(e))
             raise
 
-    def count(self, name: str, k: int = 1):
-        if name not in self.counters:
-            raise KeyError(f"unknown counter {name!r}; known: {list(self.counters)}")
-        self.counters[name] += k
-
-    def add_usage(self, role: str, prompt_tokens: int = 0, completion_tokens: int = 0, latency_s: float = 0.0):
-        r = self.roles.setdefault(role, {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "latency_s": 0.0})
-        r["calls"] += 1
-        r["prompt_tokens"] += prompt_tokens
-        r["completion_tokens"] += completion_tokens
-        r["latency_s"] += latency_s
-
-    def _mark_failed_in_place(self, p: Path, why: str):
+    def _mark_failed_in_place(self, why: str):
         "Overwrite the summary's own blocks with a compact `failed` one when it fits them (no new space needed): it must not say `running`."
         self.status, self.ended, self.error = "failed", self.ended or _now(), self.error or why
         full = redact(self.summary())
         brief = {k: full[k] for k in ("status", "started", "ended", "pid", "host", *self.counters, "error")}
-        try:
-            st = p.stat()
-            room = max(st.st_size, st.st_blocks * 512)  # bytes already allocated to the file
-            text = next((t for d in (full, brief) if len(t := json.dumps(d, default=str).encode()) <= room), None)
-            if text is not None:
-                with open(p, "r+b") as f:
-                    f.write(text)
-                    f.truncate(len(text))
-        except OSError:
-            pass  # nothing more can be done on this disk; the one-line error still says why
+        self.summary_file.write_in_place(full, brief)
 
     def finish(self, status: str = "completed", error: str | None = None):
         self.status, self.ended, self.error = status, _now(), error
@@ -119,21 +163,12 @@ class RunDir:
 
     def __exit__(self, et, ev, tb):
         try:
-            if et is None:
-                self.finish("completed")
-            else:
-                self.finish("interrupted" if _is_interruption(et) else "failed", f"{et.__name__}: {ev}")
+            self.finish(*run_ending(et, ev))
         except OutputWriteError:
             if et is None:
                 raise
             # the error that ended the run stays the one reported
         return False
-
-# %% ../../nbs/core/04_runtime.ipynb #f07e235f
-def _is_interruption(et) -> bool:
-    import asyncio
-
-    return issubclass(et, (KeyboardInterrupt, asyncio.CancelledError, RunInterrupted))
 
 # %% ../../nbs/core/04_runtime.ipynb #d85725b8
 def _alive(pid) -> bool:

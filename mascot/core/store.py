@@ -9,12 +9,12 @@ import os, errno, contextlib
 from collections import Counter
 import json, time, sys
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, NamedTuple
 
 # %% auto #0
 __all__ = ['OutputExistsError', 'OutputLockedError', 'OutputWriteError', 'CorruptRecordError', 'StrictModeError',
-           'NothingWrittenError', 'RunInterrupted', 'os_error_line', 'write_text_atomic', 'record_id', 'JsonlStore',
-           'read_jsonl']
+           'NothingWrittenError', 'RunInterrupted', 'os_error_line', 'write_text_atomic', 'record_id', 'LockedOutput',
+           'DurableWriter', 'JsonlIndex', 'index_jsonl', 'resume_jsonl', 'JsonlStore', 'read_jsonl']
 
 # %% ../../nbs/core/02_store.ipynb #510d95fd
 class OutputExistsError(FileExistsError):
@@ -72,46 +72,25 @@ def record_id(rec: dict, id_key: str | tuple[str, ...] = ("conv_id", "id")) -> s
             return str(rec[k])
     raise KeyError(f"record has none of the id fields {keys}")
 
-# %% ../../nbs/core/02_store.ipynb #a1c0ffe1
-class JsonlStore:
-    "Append-only JSONL output with resume, torn-line repair, duplicate protection and one writer at a time."
+# %% ../../nbs/core/02_store.ipynb #st10a002
+class LockedOutput:
+    "An output written by one writer at a time: an exclusive `flock` on `<file>.lock`, naming its holder's PID, held for the object's life."
 
-    def __init__(
-        self,
-        path: str | Path,
-        resume: bool = False,
-        overwrite: bool = False,
-        id_key: str | tuple[str, ...] = ("conv_id", "id"),
-    ):
-        if resume and overwrite:
-            raise ValueError("--resume and --overwrite exclude each other")
-        self.path, self.id_key = Path(path), id_key
-        self.ids: set[str] = set()
-        self.repaired: Path | None = None
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
         self._lock_file = None
-        # --overwrite: the old file stays until the first new record is durably written beside it
-        self.replacing = False
-        self._lock()
-        try:
-            if self.path.exists() and self.path.stat().st_size > 0:
-                if overwrite:
-                    self.replacing = True
-                elif resume:
-                    self._scan()
-                else:
-                    raise OutputExistsError(
-                        f"{self.path} already exists: pass --resume to continue it or --overwrite to start afresh"
-                    )
-        except BaseException:
-            self.close()
-            raise
+        self.lock()
 
     @property
     def lock_path(self) -> Path:
         return self.path.with_name(self.path.name + ".lock")
 
-    def _lock(self):
-        "Hold an exclusive lock on `<file>.lock` for the writer's life (released by `close`, or by the OS when the process ends)."
+    @property
+    def locked(self) -> bool:
+        return self._lock_file is not None
+
+    def lock(self) -> None:
+        "Take the lock (released by `close`, or by the OS when the process ends); a holder elsewhere stops this writer with its PID."
         import fcntl
 
         try:
@@ -129,12 +108,10 @@ class JsonlStore:
                 f"{self.path} is being written by another process (PID {holder}); "
                 "wait for it to finish, or write to another file"
             ) from None
-        try:  # who holds it, for the message above (best effort: a full disk must not stop the writer here)
+        with contextlib.suppress(OSError):  # the holder's PID, for that message (a full disk must not stop the writer)
             f.seek(0)
             f.truncate()
             f.write(f"{os.getpid()}\n".encode())
-        except OSError:
-            pass
         self._lock_file = f
 
     def close(self) -> None:
@@ -144,7 +121,7 @@ class JsonlStore:
             with contextlib.suppress(OSError):
                 f.close()  # closing the descriptor releases the flock
 
-    def __enter__(self) -> "JsonlStore":
+    def __enter__(self):
         return self
 
     def __exit__(self, *exc) -> None:
@@ -153,88 +130,42 @@ class JsonlStore:
     def __del__(self):
         try:
             self.close()
-        except Exception:
+        except Exception:  # a half-made object, or interpreter shutdown (when even module globals may be gone)
             pass
 
-    def _scan(self):
-        "Read the ids already written; refuse a corrupt line inside or duplicated ids before changing anything; repair a torn last line."
-        raw = self.path.read_bytes()
-        lines = raw.split(b"\n")
-        torn = lines[-1] != b""  # a complete file ends with a newline
-        ids, cut, add_newline = [], None, False
-        for i, line in enumerate(lines[:-1] if not torn else lines):
-            if not line.strip():
-                continue
-            last = torn and i == len(lines) - 1
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                if last:
-                    cut = len(raw) - len(line)
-                    break
-                raise CorruptRecordError(
-                    f"{self.path}:{i + 1}: not valid JSON ({e.msg} at column {e.colno}); "
-                    "the file was not changed: fix or remove that line, or pass --overwrite"
-                ) from None
-            add_newline = last  # a whole record missing only its newline: keep it
-            ids.append(record_id(rec, self.id_key))
-        dups = [k for k, n in Counter(ids).items() if n > 1]
-        if dups:
-            raise CorruptRecordError(
-                f"{self.path}: record ids written more than once ({', '.join(map(repr, dups[:5]))}"
-                f"{f' and {len(dups) - 5} more' if len(dups) > 5 else ''}), as two writers at once leave; "
-                "the file was not changed: keep one line of each, or pass --overwrite"
-            )
-        if cut is not None:
-            self._repair(raw, cut)
-        elif add_newline:
-            with open(self.path, "ab") as f:
-                f.write(b"\n")
-        self.ids.update(ids)
+# %% ../../nbs/core/02_store.ipynb #st10a004
+class DurableWriter:
+    "Durable writes to one file: a line appended and fsynced (taken back when the disk refuses it), or the whole file renamed into place."
 
-    def _repair(self, raw: bytes, cut: int):
-        self.repaired = self.path.with_name(self.path.name + f".torn-{int(time.time())}")
-        self.repaired.write_bytes(raw[cut:])
-        with open(self.path, "r+b") as f:
-            f.truncate(cut)
-            f.flush()
-            os.fsync(f.fileno())
+    def __init__(self, path: str | Path, replacing: bool = False):
+        self.path = Path(path)
+        # --overwrite: the old file stays until the first new record is durably written beside it
+        self.replacing = replacing
 
-    def __contains__(self, rid) -> bool:
-        return str(rid) in self.ids
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-    def append(self, rec: dict | Any) -> None:
-        "Write one finished record durably; on a full disk the partial line is taken back and an `OutputWriteError` says so."
-        if not isinstance(rec, dict):
-            rec = rec.to_dict()
-        rid = record_id(rec, self.id_key)
-        if rid in self.ids:
-            raise ValueError(f"{self.path}: record id {rid!r} is already written")
-        if self._lock_file is None:
-            self._lock()  # a closed store that writes again takes the lock again
-        line = json.dumps(rec, ensure_ascii=False) + "\n"
+    def write(self, line: str, rid: str) -> None:
+        "Write the line of record `rid`: in place of the old output while that is still to go, else appended."
         if self.replacing:
-            self._replace_with(line)
+            self.replace_with(line)
         else:
-            size = self.path.stat().st_size if self.path.exists() else 0
-            try:
-                with open(self.path, "a", encoding="utf-8") as f:
-                    f.write(line)
-                    f.flush()
-                    os.fsync(f.fileno())
-            except OSError as e:
-                with contextlib.suppress(OSError):
-                    os.truncate(self.path, size)  # no torn line left behind (freeing space cannot fail for lack of it)
-                raise OutputWriteError(
-                    f"{os_error_line(self.path, e)} while writing record {rid!r}; earlier records are intact: "
-                    "make room and continue with --resume"
-                ) from None
-        self.ids.add(rid)
+            self.append(line, rid)
 
-    def _replace_with(self, text: str):
+    def append(self, line: str, rid: str) -> None:
+        "Append one record's line durably; on a full disk the partial line is taken back and an `OutputWriteError` says so."
+        size = self.path.stat().st_size if self.path.exists() else 0
+        try:
+            with open(self.path, "a", encoding="utf-8") as f:
+                f.write(line)
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                os.truncate(self.path, size)  # no torn line left behind (freeing space cannot fail for lack of it)
+            raise OutputWriteError(
+                f"{os_error_line(self.path, e)} while writing record {rid!r}; earlier records are intact: "
+                "make room and continue with --resume"
+            ) from None
+
+    def replace_with(self, text: str) -> None:
         "Write `text` beside the old output, then rename it over the old one: the old records go only once the new are on disk."
         new = self.path.with_name(self.path.name + ".new")
         try:
@@ -251,7 +182,122 @@ class JsonlStore:
     def commit(self) -> None:
         "At the end of a completed run: an --overwrite that wrote nothing still replaces the old output (by an empty file)."
         if self.replacing:
-            self._replace_with("")
+            self.replace_with("")
+
+# %% ../../nbs/core/02_store.ipynb #st10a008
+class JsonlIndex(NamedTuple):
+    "What resuming needs to know of a JSONL file: its record ids, and how its last line ends."
+
+    ids: list[str]
+    torn_at: int | None  # where a torn last line starts (a kill mid-write); None when no line is torn
+    missing_newline: bool  # the last record is whole but lacks its newline
+
+
+def index_jsonl(raw: bytes, path: str | Path, id_key: str | tuple[str, ...] = ("conv_id", "id")) -> JsonlIndex:
+    "Index the bytes `raw` of the JSONL file `path`; a corrupt line inside, or an id written twice, raises `CorruptRecordError`."
+    lines = raw.split(b"\n")
+    torn = lines[-1] != b""  # a complete file ends with a newline
+    ids, cut, add_newline = [], None, False
+    for i, line in enumerate(lines[:-1] if not torn else lines):
+        if not line.strip():
+            continue
+        last = torn and i == len(lines) - 1
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as e:
+            if last:
+                cut = len(raw) - len(line)
+                break
+            raise CorruptRecordError(
+                f"{path}:{i + 1}: not valid JSON ({e.msg} at column {e.colno}); "
+                "the file was not changed: fix or remove that line, or pass --overwrite"
+            ) from None
+        add_newline = last  # a whole record missing only its newline: keep it
+        ids.append(record_id(rec, id_key))
+    dups = [k for k, n in Counter(ids).items() if n > 1]
+    if dups:
+        raise CorruptRecordError(
+            f"{path}: record ids written more than once ({', '.join(map(repr, dups[:5]))}"
+            f"{f' and {len(dups) - 5} more' if len(dups) > 5 else ''}), as two writers at once leave; "
+            "the file was not changed: keep one line of each, or pass --overwrite"
+        )
+    return JsonlIndex(ids, cut, add_newline)
+
+# %% ../../nbs/core/02_store.ipynb #st10a011
+def resume_jsonl(path: Path, id_key: str | tuple[str, ...] = ("conv_id", "id")) -> tuple[list[str], Path | None]:
+    "Ready a JSONL output to be continued: its ids, and the `.torn-<time>` file its torn last line was cut into (None: none was torn)."
+    raw = path.read_bytes()
+    index = index_jsonl(raw, path, id_key)  # refuses before anything is changed
+    torn = None
+    if index.torn_at is not None:
+        torn = path.with_name(path.name + f".torn-{int(time.time())}")
+        torn.write_bytes(raw[index.torn_at :])
+        with open(path, "r+b") as f:
+            f.truncate(index.torn_at)
+            f.flush()
+            os.fsync(f.fileno())
+    elif index.missing_newline:
+        with open(path, "ab") as f:
+            f.write(b"\n")
+    return index.ids, torn
+
+# %% ../../nbs/core/02_store.ipynb #a1c0ffe1
+class JsonlStore(LockedOutput):
+    "Append-only JSONL output with resume, torn-line repair and duplicate protection; one writer at a time, by its `LockedOutput` lock."
+
+    def __init__(
+        self,
+        path: str | Path,
+        resume: bool = False,
+        overwrite: bool = False,
+        id_key: str | tuple[str, ...] = ("conv_id", "id"),
+    ):
+        if resume and overwrite:
+            raise ValueError("--resume and --overwrite exclude each other")
+        self.id_key = id_key
+        self.ids: set[str] = set()
+        self.repaired: Path | None = None
+        super().__init__(path)
+        try:
+            present = self.path.exists() and self.path.stat().st_size > 0
+            if present and not (resume or overwrite):
+                raise OutputExistsError(
+                    f"{self.path} already exists: pass --resume to continue it or --overwrite to start afresh"
+                )
+            self.writer = DurableWriter(self.path, replacing=present and overwrite)
+            if present and resume:
+                ids, self.repaired = resume_jsonl(self.path, id_key)
+                self.ids.update(ids)
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def replacing(self) -> bool:
+        "Whether an --overwrite store still keeps the old output (until its first record, or `commit`)."
+        return self.writer.replacing
+
+    def __contains__(self, rid) -> bool:
+        return str(rid) in self.ids
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def append(self, rec: dict | Any) -> None:
+        "Write one finished record durably; on a full disk the partial line is taken back and an `OutputWriteError` says so."
+        if not isinstance(rec, dict):
+            rec = rec.to_dict()
+        rid = record_id(rec, self.id_key)
+        if rid in self.ids:
+            raise ValueError(f"{self.path}: record id {rid!r} is already written")
+        if not self.locked:
+            self.lock()  # a closed store that writes again takes the lock again
+        self.writer.write(json.dumps(rec, ensure_ascii=False) + "\n", rid)
+        self.ids.add(rid)
+
+    def commit(self) -> None:
+        "At the end of a completed run: an --overwrite that wrote nothing still replaces the old output (by an empty file)."
+        self.writer.commit()
 
     def __iter__(self) -> Iterator[dict]:
         return iter(()) if self.replacing or not self.path.exists() else read_jsonl(self.path)
