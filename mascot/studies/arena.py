@@ -23,8 +23,8 @@ from pydantic import BaseModel, Field
 
 # %% auto #0
 __all__ = ['CHOICES', 'ANNOTATOR_RE', 'MAX_REASON_CHARS', 'ARENA_HTML', 'demo_record', 'demo_files', 'load_side', 'Arena',
-           'study_id', 'load_arena', 'pair_order', 'pair_sides', 'token_hash', 'VoteStore', 'speaker_labels',
-           'pair_view', 'VoteIn', 'ArenaAuth', 'arena_app', 'ArenaConfig', 'main']
+           'study_id', 'load_arena', 'pair_order', 'pair_sides', 'token_hash', 'open_votes', 'vote_record', 'VoteStore',
+           'speaker_labels', 'pair_view', 'VoteIn', 'ArenaAuth', 'arena_app', 'ArenaConfig', 'main']
 
 # %% ../../nbs/studies/03_arena.ipynb #a29162c3
 def demo_record(conv_id: str, system: str, reply: str, dataset: str = "ED") -> dict:
@@ -148,33 +148,74 @@ MAX_REASON_CHARS = 2000
 def token_hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
+# %% ../../nbs/studies/03_arena.ipynb #2959c52b
+def open_votes(path: str | Path, study: str) -> tuple[JsonlStore, list[dict]]:
+    """A study's vote file, locked while it is open (one server per vote file), and the votes it holds; an `ArenaError` when another
+    server holds it or it holds another study's votes."""
+    try:
+        store = JsonlStore(path, resume=True, id_key="vote_id")
+    except OutputLockedError:
+        lock = Path(path).with_name(Path(path).name + ".lock")
+        holder = lock.read_text(errors="replace").strip() if lock.exists() else "unknown"
+        raise ArenaError(
+            f"--votes {path} is in use by another mascot arena (PID {holder}); stop it or use another --votes file"
+        ) from None
+    votes = list(store) if store.path.exists() else []
+    others = {v.get("study") for v in votes} - {study}
+    if others:
+        store.close()
+        raise ArenaError(
+            f"--votes {store.path} holds votes of study {sorted(map(str, others))[0]!r}, not {study!r}; "
+            "use another --votes file for this study"
+        )
+    return store, votes
+
+# %% ../../nbs/studies/03_arena.ipynb #e30ec92c
+def vote_record(
+    arena: Arena,
+    annotator: str,
+    pair_id: str,
+    choice: str,
+    reason: str = "",
+    seed: int = 0,
+    show_names: bool = False,
+    annotator_key: str | None = None,
+) -> dict:
+    "One vote, checked: `choice` A (left), B (right) or tie on a pair of the study, with the sides as this annotator was shown them."
+    if not ANNOTATOR_RE.match(annotator or ""):
+        raise ArenaError(f"annotator id {annotator!r}: use 1-64 letters, digits or ._@+-")
+    if pair_id not in arena.records[arena.systems[0]]:
+        raise ArenaError(f"pair {pair_id!r} is not in study {arena.study!r}")
+    if choice not in CHOICES:
+        raise ArenaError(f"choice {choice!r}: one of {', '.join(CHOICES)}")
+    left, right = pair_sides(arena, annotator, pair_id, seed)
+    return {
+        "vote_id": f"{annotator}/{pair_id}",
+        "study": arena.study,
+        "pair_id": pair_id,
+        "annotator": annotator,
+        "dataset": arena.dataset,
+        "systems": sorted(arena.systems),
+        "left": left,
+        "right": right,
+        "choice": choice,
+        "winner": {"A": left, "B": right, "tie": "tie"}[choice],
+        "reason": (reason or "").strip()[:MAX_REASON_CHARS],
+        "speakers": "named" if show_names else "anonymous",
+        "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        **({"annotator_key": annotator_key} if annotator_key else {}),
+    }
+
 # %% ../../nbs/studies/03_arena.ipynb #a1f62be6
 class VoteStore:
-    "The votes of one study, durably appended."
+    """The votes of one study, durably appended to a file it holds open (`open_votes`): each annotator's pairs done and next, and
+    the hash of each annotator's token from their votes (`claims`)."""
 
     def __init__(self, path: str | Path, arena: Arena, seed: int = 0, show_names: bool = False):
-        self.arena, self.seed, self.show_names = (
-            arena,
-            seed,
-            show_names,
-        )  # show_names: persona names instead of Speaker 1, 2 ...
-        try:  # the store holds its file's lock for its life: one server per vote file
-            self.store = JsonlStore(path, resume=True, id_key="vote_id")
-        except OutputLockedError:
-            lock = Path(path).with_name(Path(path).name + ".lock")
-            holder = lock.read_text(errors="replace").strip() if lock.exists() else "unknown"
-            raise ArenaError(
-                f"--votes {path} is in use by another mascot arena (PID {holder}); stop it or use another --votes file"
-            ) from None
+        self.arena, self.seed = arena, seed
+        self.show_names = show_names  # persona names instead of Speaker 1, 2 ...
+        self.store, self.votes = open_votes(path, arena.study)  # the store holds its file's lock for its life
         self.path = self.store.path
-        self.votes: list[dict] = list(self.store) if self.path.exists() else []
-        studies = {v.get("study") for v in self.votes}
-        if studies - {arena.study}:
-            self.close()
-            raise ArenaError(
-                f"--votes {self.path} holds votes of study {sorted(map(str, studies - {arena.study}))[0]!r}, not {arena.study!r}; "
-                "use another --votes file for this study"
-            )
         # annotator -> hash of their token, from their votes: only that token reads their progress or gets their pairs
         self.claims = {v["annotator"]: v["annotator_key"] for v in self.votes if v.get("annotator_key")}
 
@@ -192,32 +233,10 @@ class VoteStore:
     def vote(
         self, annotator: str, pair_id: str, choice: str, reason: str = "", annotator_key: str | None = None
     ) -> dict:
-        "Record one vote: `choice` A (left), B (right) or tie."
-        if not ANNOTATOR_RE.match(annotator or ""):
-            raise ArenaError(f"annotator id {annotator!r}: use 1-64 letters, digits or ._@+-")
-        if pair_id not in self.arena.records[self.arena.systems[0]]:
-            raise ArenaError(f"pair {pair_id!r} is not in study {self.arena.study!r}")
-        if choice not in CHOICES:
-            raise ArenaError(f"choice {choice!r}: one of {', '.join(CHOICES)}")
+        "Record one vote (`vote_record`): `choice` A (left), B (right) or tie, once per annotator and pair."
+        v = vote_record(self.arena, annotator, pair_id, choice, reason, self.seed, self.show_names, annotator_key)
         if pair_id in self.done(annotator):
             raise ArenaError(f"{annotator} has already voted on pair {pair_id!r}")
-        left, right = pair_sides(self.arena, annotator, pair_id, self.seed)
-        v = {
-            "vote_id": f"{annotator}/{pair_id}",
-            "study": self.arena.study,
-            "pair_id": pair_id,
-            "annotator": annotator,
-            "dataset": self.arena.dataset,
-            "systems": sorted(self.arena.systems),
-            "left": left,
-            "right": right,
-            "choice": choice,
-            "winner": {"A": left, "B": right, "tie": "tie"}[choice],
-            "reason": (reason or "").strip()[:MAX_REASON_CHARS],
-            "speakers": "named" if self.show_names else "anonymous",
-            "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            **({"annotator_key": annotator_key} if annotator_key else {}),
-        }
         self.store.append(v)
         self.votes.append(v)
         if annotator_key:

@@ -29,9 +29,10 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 # %% auto #0
-__all__ = ['HELP', 'FALLBACK_MARK', 'CHAT_HTML', 'MAX_MESSAGE_CHARS', 'log', 'SERVER_STOPPING', 'is_fallback', 'ChatSession',
-           'turn_view', 'session_view', 'describe_speaker', 'format_turn', 'chat_header', 'chat_terminal',
-           'ChatMessage', 'chat_app', 'serve_chat', 'main']
+__all__ = ['HELP', 'FALLBACK_MARK', 'CHAT_HTML', 'MAX_MESSAGE_CHARS', 'log', 'SERVER_STOPPING', 'is_fallback', 'ChatEpisode',
+           'PublishedView', 'GroupRound', 'taken_back_on_failure', 'ChatSession', 'turn_view', 'session_view',
+           'describe_speaker', 'format_turn', 'chat_header', 'chat_terminal', 'ChatMessage', 'chat_app', 'serve_chat',
+           'main']
 
 # %% ../../nbs/studies/01_chat.ipynb #fa7c0170
 def _atomic_write(path: Path, text: str) -> None:
@@ -49,8 +50,9 @@ def is_fallback(t: Turn | dict) -> bool:
     return get("directive_source") == "fallback" or get("directive_parsed") is False
 
 # %% ../../nbs/studies/01_chat.ipynb #fa17f45c
-class ChatSession:
-    "One conversation between a person and the group."
+class ChatEpisode:
+    """A chat as an episode: the config it resolved (with the adapters it found), the client, the episode runner and its state; which
+    model answers each role; the conversation in the episode schema and the file it is saved to."""
 
     def __init__(self, cfg: ChatConfig, context: Context | None = None, embedded: ChatBackend | None = None):
         self.cfg, self.note = with_trained_adapters(cfg)
@@ -61,15 +63,6 @@ class ChatSession:
         self.state: EpisodeState = new_state(self.runner, self.context)
         self.session_id = datetime.datetime.now().strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:4]
         self.path = Path(self.cfg.output_dir) / f"{self.cfg.system}_{self.context.dataset}_{self.session_id}.jsonl"
-        self.started, self.rounds = False, 0
-        self.progress = ""  # what the group is doing now, for the web page's status line
-        self.on_progress = None  # called with each progress line (the terminal prints them)
-        self.on_turn = None  # called with each new turn as soon as it is there
-        self.on_directive = (
-            None  # called with the director's choice (directive, whether it parsed) as soon as it is made
-        )
-        self.on_text = None  # called with (speaker, piece) as the reply is written, where the model streams
-        self._view, self._view_lock = None, threading.Lock()  # the conversation as readers get it, and its lock
 
     @property
     def roster(self) -> Roster:
@@ -89,57 +82,6 @@ class ChatSession:
             out[r] = text + (f" at {public_url(route.url)}" if route.url else "")
         return out
 
-    def _publish(self):
-        "Bring the conversation's view for readers up to date: after each turn, the person's message and a round taken back."
-        v = session_view(self)
-        with self._view_lock:  # held only to swap the view: a reader never waits for a round
-            self._view = v
-
-    def view(self) -> dict:
-        "The conversation as last published (`session_view`), read without waiting for the round in progress."
-        with self._view_lock:
-            v = self._view
-        return v if v is not None else session_view(self)
-
-    def _say(self, line: str):
-        self.progress = line
-        if self.on_progress:
-            self.on_progress(line)
-
-    async def _step(self):
-        "One director -> speaker step, saying what happens as it happens (a fallback speaker is marked on its turn by the runner)."
-        r, st = self.runner, self.state
-        n = len(st.turns)
-        if not r.system.multi_agent:
-            self._say(f"{baseline_name(self.roster)} is replying…")
-            with self._streaming(baseline_name(self.roster)):
-                await r.step(st)
-            return self._new_turns(n)
-        if r.system.directed:
-            self._say("the director is choosing who speaks…")
-        d, raw, parsed, constrained = await r.directive(st)
-        detail = f" ({d.action}, {d.tone})" if self.cfg.show_directives else ""
-        mark = " [FALLBACK: the director's output did not parse; a random speaker]" if parsed is False else ""
-        self._say(f"director → {d.agent_name}{detail}{mark}" if r.system.directed else f"next: {d.agent_name}")
-        if self.on_directive:
-            self.on_directive(d, parsed)
-        self._say(f"{d.agent_name} is replying…")
-        with self._streaming(d.agent_name):
-            await r.step(st, d, raw, parsed, constrained)
-        self._new_turns(n)
-
-    def _streaming(self, name: str):
-        "While `name` replies, each piece of the reply as it will be shown goes to `on_text` as the model writes it."
-        if self.on_text is None:
-            return contextlib.nullcontext()
-        return self.client.streaming("speaker", _ShownReply(self.roster, lambda piece: self.on_text(name, piece)))
-
-    def _new_turns(self, n: int):
-        self._publish()
-        for t in self.state.turns[n:]:
-            if self.on_turn:
-                self.on_turn(t)
-
     def record(self) -> dict:
         "The conversation in the episode schema."
         ep = episode_record(self.runner, self.state)
@@ -156,34 +98,155 @@ class ChatSession:
         return d
 
     def save(self) -> Path:
+        "The record, written whole or not at all."
         _atomic_write(self.path, json.dumps(validate_episode(self.record(), str(self.path)), ensure_ascii=False) + "\n")
         return self.path
 
     async def aclose(self):
         await self.client.aclose()
 
-    def _snapshot(self):
-        st = (
-            self.state
-        )  # its random draws derive from (seed, context, turn, role): the turns and round are all it holds
-        return len(st.turns), st.round_id, list(st.emotion_trajectory), self.rounds
+# %% ../../nbs/studies/01_chat.ipynb #f30a5b40
+class PublishedView:
+    """The conversation as readers get it: `publish` takes a fresh copy from `build` (after each turn, the person's message and a round
+    taken back), `get` returns the last one without waiting for the round in progress (a fresh one before the first `publish`)."""
 
-    def _restore(self, snap):
-        "Take back everything since `snap`: a failed round leaves the conversation as it was before the person's message."
-        n, rid, emo, rounds = snap
-        del self.state.turns[n:]
-        self.state.round_id, self.state.emotion_trajectory, self.rounds = rid, emo, rounds
-        self._publish()
+    def __init__(self, build):
+        self.build, self._view, self._lock = build, None, threading.Lock()
 
-    async def _group(self) -> list[Turn]:
+    def publish(self):
+        v = self.build()
+        with self._lock:  # held only to swap the view: a reader never waits for a round
+            self._view = v
+
+    def get(self) -> dict:
+        with self._lock:
+            v = self._view
+        return v if v is not None else self.build()
+
+# %% ../../nbs/studies/01_chat.ipynb #1938f5ee
+_MAYBE_NAME = re.compile(
+    r"\s*(\*\*)?([^\W\d_][\w .'-]{0,40})?(\*\*)?"
+)  # the start of a reply that may still become "Name:"
+
+
+class _ShownReply:
+    """A reply as it is written, as the person will see it: `clean_reply` of the text so far (no leading "Name:"), each new piece handed
+    to `emit` once it is sure to stay (a start that may still be a speaker's name waits for the character that decides)."""
+
+    def __init__(self, roster: Roster, emit):
+        self.roster, self.emit, self.raw, self.shown = roster, emit, "", ""
+
+    def __call__(self, piece: str):
+        self.raw += piece
+        if _MAYBE_NAME.fullmatch(self.raw):
+            return
+        text = clean_reply(self.raw, self.roster)
+        if text.startswith(self.shown) and len(text) > len(self.shown):
+            self.emit(text[len(self.shown) :])
+            self.shown = text
+
+# %% ../../nbs/studies/01_chat.ipynb #59c8ad82
+class GroupRound:
+    """The group's turns after a message: `cfg.agent_turns` director → speaker steps of the episode runner on `state`, each told as it
+    happens: progress lines (`progress`, `on_progress`), the director's choice (`on_directive`), the reply as the model writes it
+    (`on_text`: the speaker and each piece as it will be shown) and each new turn (`on_turn`), once `publish` has updated the readers' view."""
+
+    def __init__(self, runner: EpisodeRunner, state: EpisodeState, cfg: ChatConfig, publish=lambda: None):
+        self.runner, self.state, self.cfg, self.publish = runner, state, cfg, publish
+        self.progress = ""  # what the group is doing now, for the web page's status line
+        self.on_progress = self.on_turn = self.on_directive = self.on_text = None
+
+    def say(self, line: str):
+        self.progress = line
+        if self.on_progress:
+            self.on_progress(line)
+
+    async def step(self):
+        "One director -> speaker step (a fallback speaker is marked on its turn by the runner)."
+        r, st, name = self.runner, self.state, baseline_name(self.runner.roster)
+        n = len(st.turns)
+        if not r.system.multi_agent:
+            self.say(f"{name} is replying…")
+            with self._streaming(name):
+                await r.step(st)
+            return self._new_turns(n)
+        if r.system.directed:
+            self.say("the director is choosing who speaks…")
+        d, raw, parsed, constrained = await r.directive(st)
+        detail = f" ({d.action}, {d.tone})" if self.cfg.show_directives else ""
+        mark = " [FALLBACK: the director's output did not parse; a random speaker]" if parsed is False else ""
+        self.say(f"director → {d.agent_name}{detail}{mark}" if r.system.directed else f"next: {d.agent_name}")
+        if self.on_directive:
+            self.on_directive(d, parsed)
+        self.say(f"{d.agent_name} is replying…")
+        with self._streaming(d.agent_name):
+            await r.step(st, d, raw, parsed, constrained)
+        self._new_turns(n)
+
+    def _streaming(self, name: str):
+        "While `name` replies, each piece of the reply as it will be shown goes to `on_text` as the model writes it."
+        if self.on_text is None:
+            return contextlib.nullcontext()
+        shown = _ShownReply(self.runner.roster, lambda piece: self.on_text(name, piece))
+        return self.runner.client.streaming("speaker", shown)
+
+    def _new_turns(self, n: int):
+        self.publish()
+        for t in self.state.turns[n:]:
+            if self.on_turn:
+                self.on_turn(t)
+
+    async def run(self) -> list[Turn]:
+        "The round's steps; the turns they added."
         n = len(self.state.turns)
         try:
             for _ in range(self.cfg.agent_turns):
-                await self._step()
+                await self.step()
         finally:
             self.progress = ""
-        self.save()
         return self.state.turns[n:]
+
+# %% ../../nbs/studies/01_chat.ipynb #f7a3e136
+@contextlib.contextmanager
+def taken_back_on_failure(state: EpisodeState, then=None):
+    """A round on `state` that fails is taken back whole: the turns, round id and emotion trajectory are as they were before it (its random
+    draws derive from (seed, context, turn, role): these are all it holds), then `then()` runs and the error goes on. Yields the number
+    of turns before the round."""
+    n, round_id, emotions = len(state.turns), state.round_id, list(state.emotion_trajectory)
+    try:
+        yield n
+    except BaseException:
+        del state.turns[n:]
+        state.round_id, state.emotion_trajectory = round_id, emotions
+        if then:
+            then()
+        raise
+
+# %% ../../nbs/studies/01_chat.ipynb #5bb52bed
+def _of_group(name: str) -> property:
+    "An attribute of the session's `GroupRound`, read and set on the session."
+    return property(lambda s: getattr(s.group, name), lambda s, v: setattr(s.group, name, v))
+
+
+class ChatSession(ChatEpisode):
+    """One conversation between a person and the group, as it happens: the person's messages, the group's turns after each (`group`),
+    the conversation published for readers (`view`) and saved after every round; a round that fails is taken back whole."""
+
+    on_progress = _of_group("on_progress")  # called with each progress line (the terminal prints them)
+    on_turn = _of_group("on_turn")  # called with each new turn as soon as it is there
+    on_directive = _of_group("on_directive")  # called with the director's choice (directive, whether it parsed)
+    on_text = _of_group("on_text")  # called with (speaker, piece) as the reply is written, where the model streams
+    progress = _of_group("progress")  # what the group is doing now, for the web page's status line
+
+    def __init__(self, cfg: ChatConfig, context: Context | None = None, embedded: ChatBackend | None = None):
+        super().__init__(cfg, context, embedded)
+        self.started, self.rounds = False, 0
+        self.published = PublishedView(lambda: session_view(self))
+        self.group = GroupRound(self.runner, self.state, self.cfg, self.published.publish)
+
+    def view(self) -> dict:
+        "The conversation as last published (`session_view`), read without waiting for the round in progress."
+        return self.published.get()
 
     async def start(self) -> list[Turn]:
         "Check the models; the group answers the context's opening lines, if any."
@@ -191,16 +254,14 @@ class ChatSession:
             return []
         await self.client.check()
         self.started = True
-        self._publish()
+        self.published.publish()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if not self.state.turns:
             return []
-        snap = self._snapshot()
-        try:
-            return await self._group()
-        except BaseException:
-            self._restore(snap)
-            raise
+        with taken_back_on_failure(self.state, self.published.publish):
+            new = await self.group.run()
+            self.save()
+            return new
 
     async def send(self, text: str) -> list[Turn]:
         "The person's message, then the group's replies (the new turns, the person's first); if they fail, the message is taken back."
@@ -209,18 +270,16 @@ class ChatSession:
             raise ValueError("empty message")
         if not self.started:
             await self.start()
-        st, snap = self.state, self._snapshot()
-        try:
+        st = self.state
+        with taken_back_on_failure(st, self.published.publish) as n:
             t = st.add(self.roster.user_label, text, turn_type="user")
             if st.steps:  # the person's reply ends the round of the reply it answers, as the simulated user's does
                 t.round_id = st.round_id - 1
-            self.rounds += 1
-            self._publish()
-            await self._group()
-            return st.turns[snap[0] :]
-        except BaseException:
-            self._restore(snap)
-            raise
+            self.published.publish()
+            await self.group.run()
+            self.save()
+        self.rounds += 1  # a round counts once the group has answered it: one taken back does not
+        return st.turns[n:]
 
 # %% ../../nbs/studies/01_chat.ipynb #70f8681a
 def turn_view(roster: Roster, t: Turn) -> dict:
@@ -257,28 +316,6 @@ def session_view(session: ChatSession) -> dict:
         ],
         "turns": [turn_view(session.roster, t) for t in session.turns],
     }
-
-# %% ../../nbs/studies/01_chat.ipynb #1938f5ee
-_MAYBE_NAME = re.compile(
-    r"\s*(\*\*)?([^\W\d_][\w .'-]{0,40})?(\*\*)?"
-)  # the start of a reply that may still become "Name:"
-
-
-class _ShownReply:
-    """A reply as it is written, as the person will see it: `clean_reply` of the text so far (no leading "Name:"), each new piece handed
-    to `emit` once it is sure to stay (a start that may still be a speaker's name waits for the character that decides)."""
-
-    def __init__(self, roster: Roster, emit):
-        self.roster, self.emit, self.raw, self.shown = roster, emit, "", ""
-
-    def __call__(self, piece: str):
-        self.raw += piece
-        if _MAYBE_NAME.fullmatch(self.raw):
-            return
-        text = clean_reply(self.raw, self.roster)
-        if text.startswith(self.shown) and len(text) > len(self.shown):
-            self.emit(text[len(self.shown) :])
-            self.shown = text
 
 # %% ../../nbs/studies/01_chat.ipynb #69fdc61e
 HELP = "commands: /quit (save and leave; end of input does the same), /directive (show or hide the director's directives), /help"
