@@ -33,10 +33,10 @@ from pathlib import Path
 from typing import ClassVar, Literal
 
 # %% auto #0
-__all__ = ['GROUP_KEYS', 'JudgeSpec', 'parse_judge_spec', 'JudgePanelConfig', 'JudgeConfig', 'judge_clients', 'JudgeItem',
-           'record_domain', 'persona_for', 'record_items', 'parsed_100', 'judged_scores', 'record_groups', 'mean_std',
-           'criterion_stats', 'build_metrics', 'RecordJudging', 'judge_file_async', 'StrictJudgeParseError',
-           'judge_file', 'main']
+__all__ = ['GROUP_KEYS', 'JudgeSpec', 'parse_judge_spec', 'JudgeCacheFields', 'JudgePanelFlags', 'JudgePanelConfig',
+           'JudgeConfig', 'judge_clients', 'JudgeItem', 'record_domain', 'persona_for', 'record_items', 'parsed_100',
+           'judged_scores', 'record_groups', 'mean_std', 'criterion_stats', 'build_metrics', 'JudgementCalls',
+           'record_score_row', 'RecordJudging', 'judge_file_async', 'StrictJudgeParseError', 'judge_file', 'main']
 
 # %% ../../nbs/judging/02_panel.ipynb #4ff7982a
 _log = logging.getLogger("mascot.judging.panel")
@@ -92,16 +92,9 @@ def _is_spec(s: str) -> bool:
     return s.partition(":")[0] in PROVIDERS or "@http" in s
 
 # %% ../../nbs/judging/02_panel.ipynb #c114f305
-class JudgePanelConfig(EndpointConfig):
-    """The judges of a stage: one judge (`--judge MODEL --provider P --judge-server-url URL`) or a panel (`--judge` repeated, each
-    `[provider:]model[@url]`). `--provider` is this command's spelling of `--judge-provider`, the one field naming the provider."""
+class JudgeCacheFields(Config):
+    "Whether and where judgements are cached: a judgement asked again (same judge, rubric version, prompt, sampling) is read, not asked."
 
-    api_judges: ClassVar[bool] = True  # `judge_clients` builds a vendor API's judge from its registry entry
-    judges: list[str] = []  # more judge models, for agreement (same provider and URL)
-    panel: list[str] = Field(
-        [],
-        description="the judge panel, `[provider:]model[@url][#KEY_VAR]` each (what a repeated --judge gives); parts left out come from --provider and --judge-server-url",
-    )
     cache: bool = Field(
         True,
         description="reuse cached judgements (same judge, rubric version, prompt, sampling): no server call for them",
@@ -109,6 +102,17 @@ class JudgePanelConfig(EndpointConfig):
     judge_cache: str | None = Field(
         None,
         description="the judgement cache (SQLite); default $MASCOT_JUDGE_CACHE, else ~/.cache/mascot/judgements.sqlite",
+    )
+
+# %% ../../nbs/judging/02_panel.ipynb #jpflags1
+class JudgePanelFlags(EndpointConfig):
+    """How the command line names a stage's judges: one judge (`--judge MODEL --provider P --judge-server-url URL`) or a panel (`--judge`
+    repeated, each `[provider:]model[@url]`). `--provider` is this command's spelling of `--judge-provider`, the one field naming the provider."""
+
+    judges: list[str] = []  # more judge models, for agreement (same provider and URL)
+    panel: list[str] = Field(
+        [],
+        description="the judge panel, `[provider:]model[@url][#KEY_VAR]` each (what a repeated --judge gives); parts left out come from --provider and --judge-server-url",
     )
 
     @model_validator(mode="before")
@@ -149,6 +153,12 @@ class JudgePanelConfig(EndpointConfig):
         elif judges:
             rest += ["--judge", judges[0]]
         return super().from_cli(rest, prog, description)
+
+# %% ../../nbs/judging/02_panel.ipynb #jppanel1
+class JudgePanelConfig(JudgeCacheFields, JudgePanelFlags):
+    "The judges of a stage, as the command line names them (`JudgePanelFlags`), each resolved to its provider, model, URL and endpoint config."
+
+    api_judges: ClassVar[bool] = True  # `judge_clients` builds a vendor API's judge from its registry entry
 
     @property
     def judge_specs(self) -> list[JudgeSpec]:
@@ -491,16 +501,14 @@ def build_metrics(lines: list[dict], kind: str, judges: list[str], extra_failure
 
 # %% ../../nbs/judging/02_panel.ipynb #58d501e9
 @dataclass
-class RecordJudging:
-    "Judging one file's records with a judge panel: each judgement under the concurrency cap, failures counted (or fatal under --strict)."
+class JudgementCalls:
+    """One judge's judgement of one item, under the run's concurrency cap: a reply that does not parse, or a server that failed after its
+    retries, is counted in the run and gives None (fatal under --strict)."""
 
     cfg: JudgeConfig
     clients: dict[str, LLMClient]
     run: RunDir
     cache: JudgeCache | None = None
-    # records none of whose judgements parsed: counted by system and judge in the metrics, and not written, so --resume tries them again
-    unwritten: dict[str, list[dict]] = field(default_factory=lambda: defaultdict(list))
-    unwritten_failures: dict[str, int] = field(default_factory=lambda: defaultdict(int))
 
     def __post_init__(self):
         self.sem = asyncio.Semaphore(self.cfg.max_concurrency)
@@ -531,6 +539,44 @@ class RecordJudging:
                 )
                 return None
 
+# %% ../../nbs/judging/02_panel.ipynb #rjrow001
+def record_score_row(rec: dict, kind: str, items: list[JudgeItem], parts: dict[str, dict]) -> dict:
+    "A record's score line from every judge's part (`judged_scores`): the first judge's scores, the others' under `by_judge`."
+    meta = rec.get("metadata") or {}
+    primary, *others = parts
+    return {
+        "conv_id": record_id(rec),
+        "kind": kind,
+        "rubric": items[0].rubric.name,
+        "rubric_version": items[0].rubric.version,
+        "dataset": meta.get("dataset"),
+        "system": meta.get("system"),
+        "groups": record_groups(rec),
+        "judge": primary,
+        **parts[primary],
+        **({"by_judge": {m: parts[m] for m in others}} if others else {}),
+    }
+
+# %% ../../nbs/judging/02_panel.ipynb #rjrec001
+@dataclass
+class RecordJudging:
+    "Judging one file's records with a judge panel: each record's items judged by every judge (`JudgementCalls`), its score line, what went unwritten."
+
+    cfg: JudgeConfig
+    clients: dict[str, LLMClient]
+    run: RunDir
+    cache: JudgeCache | None = None
+    # records none of whose judgements parsed: counted by system and judge in the metrics, and not written, so --resume tries them again
+    unwritten: dict[str, list[dict]] = field(default_factory=lambda: defaultdict(list))
+    unwritten_failures: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+
+    def __post_init__(self):
+        self.calls = JudgementCalls(self.cfg, self.clients, self.run, self.cache)
+
+    async def judgement(self, model: str, rid: str, kind: str, item: JudgeItem) -> Judgement | None:
+        "One judge's judgement of one item (`JudgementCalls.judgement`)."
+        return await self.calls.judgement(model, rid, kind, item)
+
     async def record(self, task: tuple[dict, str, str]) -> dict | None:
         "The score row of one record and rubric kind (every judge of the panel), or None when it is skipped."
         rec, kind, domain = task
@@ -549,8 +595,8 @@ class RecordJudging:
             *[asyncio.gather(*[self.judgement(m, rid, kind, it) for it in items]) for m in self.clients]
         )
         parts = {m: judged_scores(items, res) for m, res in zip(self.clients, results)}
-        meta = rec.get("metadata") or {}
         if not any(p["scores"] for p in parts.values()):  # nothing parsed: not written, so --resume tries it again
+            meta = rec.get("metadata") or {}
             self.unwritten_failures[kind] += sum(p["num_failures"] for p in parts.values())
             self.unwritten[kind].append(
                 {
@@ -562,19 +608,7 @@ class RecordJudging:
             )
             run.count("num_skipped_samples")
             return None
-        primary, *others = self.clients
-        return {
-            "conv_id": rid,
-            "kind": kind,
-            "rubric": items[0].rubric.name,
-            "rubric_version": items[0].rubric.version,
-            "dataset": meta.get("dataset"),
-            "system": meta.get("system"),
-            "groups": record_groups(rec),
-            "judge": primary,
-            **parts[primary],
-            **({"by_judge": {m: parts[m] for m in others}} if others else {}),
-        }
+        return record_score_row(rec, kind, items, parts)
 
 # %% ../../nbs/judging/02_panel.ipynb #6bee970a
 def _record_judges(run: RunDir, cfg: JudgeConfig, clients: dict[str, LLMClient], num_records: int):

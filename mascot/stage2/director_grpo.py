@@ -32,10 +32,11 @@ from pydantic import Field
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['DirectorSampling', 'DirectorGRPOConfig', 'make_directive_format_reward', 'make_speaker_diversity_reward',
-           'rollout_states', 'make_rollout_reward', 'load_served_adapter', 'heldout_director_backend',
-           'director_group_reward', 'director_prompts', 'heldout_directors', 'director_policy', 'director_rewards',
-           'constrain_generation', 'heldout_report', 'director_record', 'train_director_grpo', 'main']
+__all__ = ['DirectorSampling', 'DirectorGRPOInputs', 'RolloutFields', 'DirectorGRPOConfig', 'make_directive_format_reward',
+           'make_speaker_diversity_reward', 'rollout_states', 'make_rollout_reward', 'load_served_adapter',
+           'heldout_director_backend', 'director_group_reward', 'director_prompts', 'heldout_directors',
+           'director_policy', 'director_rewards', 'constrain_generation', 'heldout_report', 'director_record',
+           'train_director_grpo', 'main']
 
 # %% ../../nbs/stage2/22_director_grpo.ipynb #dgs0cf01
 class DirectorSampling(CollapseWatchConfig):
@@ -60,21 +61,27 @@ class DirectorSampling(CollapseWatchConfig):
     mask_truncated_completions: bool = False
 
 # %% ../../nbs/stage2/22_director_grpo.ipynb #ac38dd7a
-class DirectorGRPOConfig(DirectorSampling, EndpointConfig, GRPOTrainingConfig):
-    "Flags of `mascot train-group --mode train-director-grpo`."
+class DirectorGRPOInputs(Config):
+    """What director GRPO reads: the branching folder whose director states are its prompts, and the group reward model that scores its
+    rollouts; a folder left out is named from --dataset and the models (`DirectorGRPOConfig.PATH_DEFAULTS`)."""
 
     episode_dataset_path: str | None = Field(
         None,
         description="the branching folder whose director states are the prompts; default: data/rl/branching_{dataset}_{model}",
-    )  # default data/rl/branching_{dataset}_{model}
+    )
     group_reward_model_path: str | None = Field(
         None,
         description="the group reward model that scores rollouts; default: outputs/reward_model/group_reward_{dataset}_{reward_model}",
-    )  # default outputs/reward_model/group_reward_{dataset}_{reward_model}
+    )
     group_reward_model_name: str | None = Field(
         None,
         description="the group reward model's base model, naming its default folder (train-group --mode train-reward-model names it so); default: --model-name",
     )  # names the default group RM folder, as train-reward-model names it
+
+# %% ../../nbs/stage2/22_director_grpo.ipynb #dgro0cf1
+class RolloutFields(Config):
+    "How a sampled directive is played forward before the group RM scores it: the rollouts' server, horizon and length, the simulated user, the token caps."
+
     rollout_server_url: str | None = Field(
         None,
         description="an OpenAI-compatible server (vLLM) for the rollouts' calls: the speakers, the user and the base director of later steps (a role with its own server keeps it); unset: the run's routes",
@@ -90,6 +97,14 @@ class DirectorGRPOConfig(DirectorSampling, EndpointConfig, GRPOTrainingConfig):
     )
     speaker_max_tokens: int = Field(48, description="token cap of a speaker turn in a rollout")
     user_max_tokens: int = Field(32, description="token cap of a user turn in a rollout")
+
+# %% ../../nbs/stage2/22_director_grpo.ipynb #dgc0cls1
+class DirectorGRPOConfig(RolloutFields, DirectorGRPOInputs, DirectorSampling, EndpointConfig, GRPOTrainingConfig):
+    "Flags of `mascot train-group --mode train-director-grpo`."
+
+    # the base classes hold its inputs, sampling and rollouts; its own fields are the reward of a directive that does not parse,
+    # the adapter it starts from and the held-out check, and `episode_config` turns the rollout fields into the episodes' settings
+
     holdout_fraction: float = Field(
         0.25, description="share of the contexts held out for the random/untrained/trained comparison"
     )

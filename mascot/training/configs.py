@@ -17,8 +17,8 @@ from typing import ClassVar
 
 # %% auto #0
 __all__ = ['DEFAULT_LORA_TARGETS', 'recorded_model', 'trained_group_reward_model', 'lora_target_modules', 'report_to',
-           'trl_config', 'TrainingConfig', 'fill_default_inputs', 'EpochTrainingConfig', 'GRPOTrainingConfig',
-           'grpo_config', 'lora_config', 'effective_batch']
+           'trl_config', 'TrainingRunFields', 'LoraFields', 'TrainerFields', 'fill_default_inputs', 'TrainingConfig',
+           'EpochTrainingConfig', 'GRPOTrainingConfig', 'grpo_config', 'lora_config', 'effective_batch']
 
 # %% ../../nbs/training/00_configs.ipynb #b5cf1cb7
 def recorded_model(folder: str | Path, role: str = "speaker") -> str | None:
@@ -104,8 +104,8 @@ def trl_config(config_cls, ours: dict, trl: dict):
 DEFAULT_LORA_TARGETS = LORA_TARGETS  # mascot.core.defaults
 
 # %% ../../nbs/training/00_configs.ipynb #fc2c2fef
-class TrainingConfig(Config):
-    "The fields every training stage shares; `trl` takes any argument of the stage's TRL config."
+class TrainingRunFields(Config):
+    "What a training stage trains and where it writes: the dataset and base model that name its folders, the output folder, the seed."
 
     dataset: str = Field("ESConv", description="ED, ESConv or QMSum: names the default input and output folders")
     model_name: str = Field(
@@ -117,11 +117,26 @@ class TrainingConfig(Config):
         description="the adapter folder's name; default: the authors' code's name from the stage, dataset and model",
     )
     seed: int = Field(0, description="seed of the held-out split, the model's new weights and TRL's sampling")
+
+# %% ../../nbs/training/00_configs.ipynb #cftlora1
+class LoraFields(Config):
+    "The LoRA adapter a stage trains: rank, scaling and the modules it adapts, checked when the config is made."
+
     lora_r: int = Field(LORA_R, description="LoRA rank")
     lora_alpha: int = Field(LORA_ALPHA, description="LoRA scaling alpha")
     lora_target_modules: str = Field(
         LORA_TARGETS, description="modules LoRA adapts: comma-separated names, or all-linear"
     )  # the authors' code's; "all-linear" is PEFT's keyword for every linear layer
+
+    def model_post_init(self, _):
+        # a bad list is a config error before anything loads, not a PEFT error after the model is in memory
+        lora_target_modules(self.lora_target_modules)
+        super().model_post_init(_)
+
+# %% ../../nbs/training/00_configs.ipynb #cfttrn01
+class TrainerFields(Config):
+    "How the trainer steps and renders its prompts: learning rate, batch, determinism, the chat template's thinking, and any other TRL argument."
+
     learning_rate: float = Field(5e-5, description="optimiser learning rate (TRL's learning_rate)")
     per_device_train_batch_size: int = Field(
         4, description="examples per device and optimiser micro-step (TRL's per_device_train_batch_size)"
@@ -139,42 +154,10 @@ class TrainingConfig(Config):
         description="torch.use_deterministic_algorithms and cuBLAS's fixed workspace (CUBLAS_WORKSPACE_CONFIG=:4096:8) for the trainer: "
         "repeatable GPU training, at the cost of slower deterministic kernels (an op with none warns); a CPU trains repeatably without it",
     )
-    # input folders left out are named as the authors' code names them, from --dataset and --model-name (not fixed to one dataset and model)
-    PATH_DEFAULTS: ClassVar[dict[str, str]] = {}
-    # input folder -> the role whose model it records: with no --model-name, the stage trains the model that made its data
-    MODEL_FROM_DATA: ClassVar[dict[str, str]] = {"episode_dataset_path": "director"}
-
-    def model_post_init(self, _):
-        lora_target_modules(
-            self.lora_target_modules
-        )  # a bad list is a config error now, not a PEFT error after the model loads
-        fill_default_inputs(self)
 
     def chat_template_kwargs(self) -> dict:
         "What every prompt rendered in process passes to `apply_chat_template` (templates that do not take a key ignore it)."
         return {"enable_thinking": self.enable_thinking}
-
-    def trl_args(self, config_cls, output_dir: str, **stage):
-        "TRL's `config_cls` from the shared fields and the stage's own (`stage`), then the user's `trl` keys."
-        import dataclasses
-
-        if "chat_template_kwargs" in {f.name for f in dataclasses.fields(config_cls)}:
-            stage.setdefault("chat_template_kwargs", self.chat_template_kwargs())
-        return trl_config(
-            config_cls,
-            dict(
-                output_dir=output_dir,
-                learning_rate=self.learning_rate,
-                seed=self.seed,
-                per_device_train_batch_size=self.per_device_train_batch_size,
-                **stage,
-            ),
-            self.trl,
-        )
-
-    def trl_config(self, output_dir: str):
-        "The stage's TRL config as its trainer builds it; `mascot run` builds it while checking the plan, so a bad `trl` key fails before any work."
-        raise NotImplementedError(f"{type(self).__name__} names no TRL config")
 
 # %% ../../nbs/training/00_configs.ipynb #cft0fi01
 def fill_default_inputs(self: TrainingConfig) -> None:
@@ -199,6 +182,41 @@ def fill_default_inputs(self: TrainingConfig) -> None:
             self.__dict__[name] = template.format(
                 dataset=self.dataset, model=model_slug(self.model_name), reward_model=model_slug(reward_model)
             )
+
+# %% ../../nbs/training/00_configs.ipynb #cfttc001
+class TrainingConfig(TrainerFields, LoraFields, TrainingRunFields):
+    "The fields every training stage shares (run, LoRA, trainer), and the TRL arguments built from them; `trl` takes any argument of the stage's TRL config."
+
+    # input folders left out are named as the authors' code names them, from --dataset and --model-name (not fixed to one dataset and model)
+    PATH_DEFAULTS: ClassVar[dict[str, str]] = {}
+    # input folder -> the role whose model it records: with no --model-name, the stage trains the model that made its data
+    MODEL_FROM_DATA: ClassVar[dict[str, str]] = {"episode_dataset_path": "director"}
+
+    def model_post_init(self, _):
+        super().model_post_init(_)
+        fill_default_inputs(self)
+
+    def trl_args(self, config_cls, output_dir: str, **stage):
+        "TRL's `config_cls` from the shared fields and the stage's own (`stage`), then the user's `trl` keys."
+        import dataclasses
+
+        if "chat_template_kwargs" in {f.name for f in dataclasses.fields(config_cls)}:
+            stage.setdefault("chat_template_kwargs", self.chat_template_kwargs())
+        return trl_config(
+            config_cls,
+            dict(
+                output_dir=output_dir,
+                learning_rate=self.learning_rate,
+                seed=self.seed,
+                per_device_train_batch_size=self.per_device_train_batch_size,
+                **stage,
+            ),
+            self.trl,
+        )
+
+    def trl_config(self, output_dir: str):
+        "The stage's TRL config as its trainer builds it; `mascot run` builds it while checking the plan, so a bad `trl` key fails before any work."
+        raise NotImplementedError(f"{type(self).__name__} names no TRL config")
 
 # %% ../../nbs/training/00_configs.ipynb #1bfedcc8
 class EpochTrainingConfig(TrainingConfig):

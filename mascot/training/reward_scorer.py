@@ -13,7 +13,8 @@ import json
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['wilson_interval', 'RewardModel', 'render_conversation', 'trajectory_messages', 'GroupRewardModel']
+__all__ = ['wilson_interval', 'pairwise_wins_of', 'load_reward_model_folder', 'RewardModel', 'render_conversation',
+           'trajectory_messages', 'GroupRewardModel']
 
 # %% ../../nbs/training/01a_reward_scorer.ipynb #1da06ddc
 def wilson_interval(successes: int, n: int, z: float = 1.96) -> list[float]:
@@ -28,8 +29,44 @@ def wilson_interval(successes: int, n: int, z: float = 1.96) -> list[float]:
     return [max(0.0, centre - half), min(1.0, centre + half)]
 
 # %% ../../nbs/training/01a_reward_scorer.ipynb #rmcls001
+def pairwise_wins_of(score, ds) -> dict:
+    "Pairwise accuracy of a scorer (`score(prompts, replies)` → floats) on preference pairs, with its Wilson 95% interval and the number of pairs."
+    if len(ds) == 0:
+        return {"accuracy": float("nan"), "ci95": [float("nan"), float("nan")], "n": 0}
+    c = score(ds["prompt"], ds["chosen"])
+    r = score(ds["prompt"], ds["rejected"])
+    wins = sum(a > b for a, b in zip(c, r))
+    return {"accuracy": wins / len(ds), "ci95": wilson_interval(wins, len(ds)), "n": len(ds)}
+
+# %% ../../nbs/training/01a_reward_scorer.ipynb #rmld00cf
+def load_reward_model_folder(path: str | Path) -> tuple:
+    "The (model, tokenizer, metadata) of a trained reward model folder: LoRA adapter + score head on its base, or full weights."
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    path = Path(path)
+    meta_p = path / "mascot_metadata.json"
+    if not meta_p.exists():
+        raise FileNotFoundError(f"{path}: no mascot_metadata.json (not a mascot reward model folder)")
+    meta = json.loads(meta_p.read_text())
+    tok = AutoTokenizer.from_pretrained(path)
+    if (path / "adapter_config.json").exists():
+        from peft import PeftModel
+
+        base = AutoModelForSequenceClassification.from_pretrained(
+            resolve_model_path(meta["base_model"]), num_labels=1, dtype=training_dtype()
+        )
+        base.config.pad_token_id = tok.pad_token_id
+        model = PeftModel.from_pretrained(base, path)
+    else:
+        model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1, dtype=training_dtype())
+    if torch.cuda.is_available():
+        model = model.to("cuda")  # the scorer of GRPO rewards and held-out checks runs beside the policy
+    return model, tok, meta
+
+# %% ../../nbs/training/01a_reward_scorer.ipynb #rmcls002
 class RewardModel:
-    "A scalar reward model: `score(prompts, replies)` → one float per pair."
+    "A scalar reward model: `score(prompts, replies)` → one float per pair, each pair rendered with the chat template the model trained on."
 
     def __init__(
         self, model, tokenizer, batch_size: int = 16, max_length: int = 1024, chat_template_kwargs: dict | None = None
@@ -43,28 +80,8 @@ class RewardModel:
 
     @classmethod
     def load(cls, path: str | Path, **kw) -> "RewardModel":
-        "Load a trained reward model folder (LoRA adapter + score head, or full weights)."
-        import torch
-        from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-        path = Path(path)
-        meta_p = path / "mascot_metadata.json"
-        if not meta_p.exists():
-            raise FileNotFoundError(f"{path}: no mascot_metadata.json (not a mascot reward model folder)")
-        meta = json.loads(meta_p.read_text())
-        tok = AutoTokenizer.from_pretrained(path)
-        if (path / "adapter_config.json").exists():
-            from peft import PeftModel
-
-            base = AutoModelForSequenceClassification.from_pretrained(
-                resolve_model_path(meta["base_model"]), num_labels=1, dtype=training_dtype()
-            )
-            base.config.pad_token_id = tok.pad_token_id
-            model = PeftModel.from_pretrained(base, path)
-        else:
-            model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1, dtype=training_dtype())
-        if torch.cuda.is_available():
-            model = model.to("cuda")  # the scorer of GRPO rewards and held-out checks runs beside the policy
+        "Load a trained reward model folder (`load_reward_model_folder`); its `mascot_metadata.json` becomes `metadata`."
+        model, tok, meta = load_reward_model_folder(path)
         rm = cls(model, tok, **kw)
         rm.metadata = meta
         return rm
@@ -100,13 +117,8 @@ class RewardModel:
         return self.pairwise_wins(ds)["accuracy"]
 
     def pairwise_wins(self, ds) -> dict:
-        "Pairwise accuracy with its binomial 95% interval (Wilson) and the number of pairs."
-        if len(ds) == 0:
-            return {"accuracy": float("nan"), "ci95": [float("nan"), float("nan")], "n": 0}
-        c = self.score(ds["prompt"], ds["chosen"])
-        r = self.score(ds["prompt"], ds["rejected"])
-        wins = sum(a > b for a, b in zip(c, r))
-        return {"accuracy": wins / len(ds), "ci95": wilson_interval(wins, len(ds)), "n": len(ds)}
+        "Pairwise accuracy with its binomial 95% interval (Wilson) and the number of pairs (`pairwise_wins_of`)."
+        return pairwise_wins_of(self.score, ds)
 
 # %% ../../nbs/training/01a_reward_scorer.ipynb #a365ef8f
 def render_conversation(turns: list[Turn], roster: Roster) -> str:
