@@ -124,8 +124,9 @@ def loop_run(emb, prompt: list[int], n: int, int8: bool = False) -> dict:
     "The candidate fast path: a decode loop of its own (static cache, one forward a token, argmax), prefill included."
     import torch
     from transformers import StaticCache
+    from mascot.llm.embedded_backend import _cache_argument
 
-    m, name = getattr(emb, "_bench_int8", None) if int8 else emb.model, emb._cache_argument()
+    m, name = getattr(emb, "_bench_int8", None) if int8 else emb.model, _cache_argument(emb.model)
     with torch.inference_mode():
         t0 = time.perf_counter()
         ids = torch.tensor([prompt])
@@ -192,7 +193,7 @@ def main():
         return base_responses(tok, reqs, new, *rest)
 
     eb._responses = keep_tokens
-    prompt = emb._prompt_ids(ChatRequest([{"role": "user", "content": PROMPT}]))
+    prompt = emb.generator.prompt_ids(ChatRequest([{"role": "user", "content": PROMPT}]))
     worker = LlamaWorker(py, gguf, a.threads)
     sides = ["llama_cpp", "embedded"] + (["loop"] if a.loop else []) + (["int8"] if a.int8 else [])
     if a.int8:  # fbgemm's dynamic int8 Linear (one scale per tensor for the weights, per call for the activations)

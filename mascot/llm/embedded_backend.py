@@ -11,12 +11,14 @@ from .embedded_weights import *
 from .batching import *
 from .decoding import *
 from .decoding import _logits_processors
-import asyncio, contextlib, os, time, threading
+import asyncio, contextlib, functools, inspect, os, time, threading
+from typing import Callable
 from pathlib import Path
 
 # %% auto #0
 __all__ = ['EMBEDDED_STAT_KEYS', 'SUFFIX_PAD_SLACK', 'SUFFIX_CHUNK_ROWS', 'CHARS_PER_TOKEN_BOUND', 'embedded_stats',
-           'suffix_chunks', 'batch_layout', 'bounded_messages', 'EmbeddedBackend', 'make_random_lora']
+           'suffix_chunks', 'batch_layout', 'bounded_messages', 'EmbeddedWeights', 'BatchGenerator', 'EmbeddedBackend',
+           'make_random_lora']
 
 # %% ../../nbs/llm/03_embedded_backend.ipynb #6cb2154b
 EMBEDDED_STAT_KEYS = (  # what `embedded_stats` and each backend's `stats` count
@@ -34,9 +36,10 @@ EMBEDDED_STAT_KEYS = (  # what `embedded_stats` and each backend's `stats` count
 _PROCESS_STATS: dict[str, float] = dict.fromkeys(EMBEDDED_STAT_KEYS, 0)
 
 
-def _count(backend: "EmbeddedBackend", **add) -> None:
+def _count(stats: dict, **add) -> None:
+    "Add to one backend's `stats` and to the process's totals."
     for k, v in add.items():
-        backend.stats[k] += v
+        stats[k] += v
         _PROCESS_STATS[k] += v
 
 
@@ -125,166 +128,78 @@ def bounded_messages(messages: list[dict], max_chars: int) -> list[dict]:
         for m in messages
     ]
 
-# %% ../../nbs/llm/03_embedded_backend.ipynb #0778bd1c
-class EmbeddedBackend(ChatBackend):
-    "An in-process transformers model; LoRA adapters served by alias; concurrent requests batched."
+# %% ../../nbs/llm/03_embedded_backend.ipynb #d8a8454d
+def _load_weights(model_id: str, dtype: str, device: str, attn_implementation: str | None = None):
+    """The tokenizer and the weights of `model_id` (a local folder or the hub's) in `dtype` on `device`, set up for batched decoding:
+    padding on the left, the end-of-sequence token as padding where the tokenizer has none. A name that loads nothing: `ModelNotFound`."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    kind = "embedded"
+    path = resolve_model_path(model_id)
+    try:
+        tok = AutoTokenizer.from_pretrained(path)
+        kw = {"attn_implementation": attn_implementation} if attn_implementation else {}
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype), **kw).to(device).eval()
+    except OSError as e:
+        raise ModelNotFound(
+            f"model {model_id!r} is neither a local folder nor loadable from the hub ({e.__class__.__name__}: {str(e).splitlines()[0]})"
+        ) from None
+    tok.padding_side = "left"  # decoder-only batching pads on the left
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return tok, model
 
-    def __init__(
-        self,
-        model: str = EMBEDDED_DEFAULT,
-        adapters: dict[str, str] | None = None,
-        dtype: str = "auto",
-        max_batch_size: int = 16,
-        max_context: int = 2048,
-        device: str = "cpu",
-        attn_implementation: str | None = None,
-        kv_cache: str = "static",
-        mixed_adapters: bool | None = None,
-    ):
-        # concurrent requests become batches there; this backend answers each batch with one `generate`
-        self.scheduler = BatchScheduler(self._generate, self._prompt_ids, max_batch_size)
-        self.model_id, self.dtype, self.max_batch_size, self.max_context, self.device = (
-            model,
-            dtype,
-            max_batch_size,
-            max_context,
-            device,
-        )
-        self.attn_implementation = attn_implementation
-        if kv_cache not in ("static", "dynamic"):
-            raise ValueError(
-                f"kv_cache={kv_cache!r}: use static (preallocated for each generate) or dynamic (grown step by step)"
-            )
-        self.kv_cache = kv_cache
-        # rows on different adapters (or the base) in one `generate`, through PEFT's mixed-batch LoRA (`adapter_names`): an
-        # evaluation's eight systems run on four sets of weights, and batches split by adapter held ~5 rows where 16 were waiting
-        # (None: on unless MASCOT_EMBEDDED_MIXED_ADAPTERS=0, the switch a benchmark compares with)
-        self.mixed_adapters = (
-            os.environ.get("MASCOT_EMBEDDED_MIXED_ADAPTERS", "1") != "0" if mixed_adapters is None else mixed_adapters
-        )
-        self.adapters: dict[str, str] = {}
-        self._pending_adapters = dict(adapters or {})
+# %% ../../nbs/llm/03_embedded_backend.ipynb #8f3ebc03
+def _attach_lora(model, alias: str, path: str | Path):
+    """`model` with the PEFT adapter at `path` attached as `alias`, and whether PEFT can batch the adapter's rows with other weights' rows
+    (`adapter_names`: plain LoRA only, not DoRA, not another method)."""
+    if not (Path(path) / "adapter_config.json").exists():
+        raise ModelNotFound(f"adapter {alias!r}: {path} has no adapter_config.json (not a PEFT LoRA folder)")
+    # PEFT's own multi-adapter model (transformers' built-in adapter API needs a newer PEFT than PyPI has)
+    from peft import PeftModel
+
+    with _quiet_loading():
+        if isinstance(model, PeftModel):
+            model.load_adapter(str(path), adapter_name=alias)
+        else:
+            model = PeftModel.from_pretrained(model, str(path), adapter_name=alias).eval()
+    config = model.peft_config[alias]
+    return model, getattr(config, "peft_type", None) == "LORA" and not getattr(config, "use_dora", False)
+
+# %% ../../nbs/llm/03_embedded_backend.ipynb #4f99afb2
+class EmbeddedWeights:
+    """A base model's tokenizer and weights, loaded once (`load`), and the LoRA adapters served over them by alias: the model ids a
+    backend answers for (`served_models`, `check_model`, `describe_model`). An adapter asked for before the load waits for it."""
+
+    def __init__(self, model: str, adapters: dict | None = None, dtype="auto", device="cpu", attn_implementation=None):
+        self.model_id, self.dtype, self.device, self.attn_implementation = model, dtype, device, attn_implementation
         self.model = self.tokenizer = None
-        self._loading: asyncio.Task | None = None  # the model load the requests of one event loop wait on
-        self._load_lock = threading.Lock()
-        self.batches: list[int] = []  # sizes of the batches run, for benchmarks and tests
+        self.adapters: dict[str, str] = {}  # alias -> folder, attached
+        self._pending_adapters = dict(adapters or {})  # alias -> folder, attached by `load`
+        self._load_lock = threading.Lock()  # no load or attach while a `generate` runs on the weights
+        # the load's seconds, counted here, and a backend's batches, counted by its `BatchGenerator`
         self.stats = {k: 0.0 if k.endswith("_s") else 0 for k in EMBEDDED_STAT_KEYS}
 
-    def _streamer(self, reqs: list[ChatRequest]) -> _RowStreamer | None:
-        "The streamer of a batch whose requests asked to stream (`chat_stream`): each one's first row; None when none did."
-        sinks, rows, row = getattr(self, "_streams", {}), {}, 0
-        for r in reqs:
-            if id(r) in sinks:
-                rows[row] = (sinks[id(r)], r.max_tokens)
-            row += r.n
-        return _RowStreamer(self.tokenizer, rows) if rows else None
-
-    def _generate(self, reqs: list[ChatRequest], adapters: list[str | None]) -> list[ChatResponse]:
-        "One batched `generate`: `adapters` holds each request's adapter (None: the base)."
-        import torch
-        from transformers import LogitsProcessorList
-
-        tok, r0 = self.tokenizer, reqs[0]
-        b = self._batch_inputs(reqs, adapters)
-        # several adapters: each row's by name (PEFT's mixed batch; "__base__" is the base weights), else the one adapter set as usual
-        mixed = len(set(b["row_adapters"])) > 1
-        lora_rows = {"adapter_names": [a or "__base__" for a in b["row_adapters"]]} if mixed else {}
-        input_ids, attention, max_new = b["input_ids"], b["attention"], b["max_new"]
-        prompt_len = input_ids.shape[1]
-        prof: dict = {}
-        processors = _logits_processors(reqs, prof, b["grammars"])
-        gen = _generation_config(tok, max_new, r0.logprobs)
-        streamer = self._streamer(reqs)  # rows that stream get their text as it is decoded
-        t0 = time.perf_counter()
-        with self._load_lock, torch.inference_mode():
-            with contextlib.nullcontext() if lora_rows else self._adapter_context(adapters[0]):
-                name = self._cache_argument()
-                cache = self._new_cache(prompt_len + max_new)
-                # every prompt token but each row's last into the cache, without computing padding; `generate` then starts
-                # from the last column
-                rows = (b["prompt_ids"], b["row_prefix"], b["row_group"], b["groups"], lora_rows.get("adapter_names"))
-                processed = self._prefill(cache, input_ids, attention, *rows)
-                out = self.model.generate(
-                    input_ids=input_ids,
-                    attention_mask=attention,
-                    generation_config=gen,
-                    logits_processor=LogitsProcessorList(processors),
-                    **{name: cache},
-                    **lora_rows,
-                    **({"streamer": streamer} if streamer else {}),
-                )
-        t1 = time.perf_counter()
-        self.batches.append(len(b["prompt_ids"]))
-        prompt_lens = attention.sum(1).tolist()
-        logits = out.logits if r0.logprobs else None
-        models = [a or self.model_id for a in adapters]
-        results = _responses(tok, reqs, out.sequences[:, prompt_len:], logits, prompt_lens, models)
-        for r, resp in zip(reqs, results):
-            resp.constrained = r.constraint is not None  # every constrained row decoded under its grammar's mask
-        self._count_batch(b, results, prompt_lens, processed, prof.get("prefill_end", t1) - t0, t1 - t0)
-        return results
-
-    def _prompt_ids(self, req: ChatRequest) -> list[int]:
-        "The request's prompt tokens as `generate` will see them: how the scheduler finds rows that share a prefix."
-        tok = self.tokenizer
-        return tok.apply_chat_template(
-            bounded_messages(req.messages, self.max_context * CHARS_PER_TOKEN_BOUND),
-            tokenize=True,
-            add_generation_prompt=True,
-            return_dict=False,
-            **_template_kwargs(tok, req),
-        )
-
-    def load(self) -> "EmbeddedBackend":
+    def load(self):
         "Load the tokenizer and weights (once), then the adapters asked for before the load."
         with self._load_lock, _quiet_loading():
             t0 = time.perf_counter()
             if self.model is None:
-                import torch
-                from transformers import AutoModelForCausalLM, AutoTokenizer
-
-                path = resolve_model_path(self.model_id)
-                try:
-                    self.tokenizer = AutoTokenizer.from_pretrained(path)
-                    kw = {"attn_implementation": self.attn_implementation} if self.attn_implementation else {}
-                    if self.dtype == "auto":
-                        self.dtype = embedded_dtype(self.device)
-                    self.model = (
-                        AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, self.dtype), **kw)
-                        .to(self.device)
-                        .eval()
-                    )
-                except OSError as e:
-                    raise ModelNotFound(
-                        f"model {self.model_id!r} is neither a local folder nor loadable from the hub ({e.__class__.__name__}: {str(e).splitlines()[0]})"
-                    ) from None
-                self.tokenizer.padding_side = "left"  # decoder-only batching pads on the left
-                if self.tokenizer.pad_token is None:
-                    self.tokenizer.pad_token = self.tokenizer.eos_token
+                if self.dtype == "auto":
+                    self.dtype = embedded_dtype(self.device)
+                self.tokenizer, self.model = _load_weights(
+                    self.model_id, self.dtype, self.device, self.attn_implementation
+                )
             for alias, path in list(self._pending_adapters.items()):
                 self._load_adapter(alias, path)
                 del self._pending_adapters[alias]
-            _count(self, load_s=time.perf_counter() - t0)
+            _count(self.stats, load_s=time.perf_counter() - t0)
         return self
 
     def _load_adapter(self, alias: str, path: str):
-        if not (Path(path) / "adapter_config.json").exists():
-            raise ModelNotFound(f"adapter {alias!r}: {path} has no adapter_config.json (not a PEFT LoRA folder)")
-        # PEFT's own multi-adapter model (transformers' built-in adapter API needs a newer PEFT than PyPI has).
-        from peft import PeftModel
-
-        with _quiet_loading():
-            if isinstance(self.model, PeftModel):
-                self.model.load_adapter(str(path), adapter_name=alias)
-            else:
-                self.model = PeftModel.from_pretrained(self.model, str(path), adapter_name=alias).eval()
-        config = self.model.peft_config[alias]
-        if getattr(config, "peft_type", None) != "LORA" or getattr(config, "use_dora", False):
-            self.mixed_adapters = (
-                False  # PEFT mixes plain LoRA adapters in one batch only (not DoRA, not other methods)
-            )
+        self.model, mixable = _attach_lora(self.model, alias, path)
+        if not mixable:  # PEFT batches only plain LoRA adapters' rows together (a backend's scheduler reads this)
+            self.mixed_adapters = False
         self.adapters[alias] = str(path)
 
     def load_adapter(self, alias: str, path: str | Path):
@@ -307,215 +222,9 @@ class EmbeddedBackend(ChatBackend):
             f"model {model!r} is not served by the embedded backend (base {self.model_id!r}; adapters: {', '.join(self.adapters) or 'none'})"
         )
 
-    def _cache_argument(self) -> str:
-        "The name under which `forward` and `generate` take a cache: transformers 5.2x says `cache`, earlier 5.x `past_key_values`."
-        if not hasattr(self, "_cache_name"):  # the model's class decides it: looked up once, not on every generate
-            import inspect
-
-            base = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
-            params = inspect.signature(type(base).forward).parameters
-            self._cache_name = "cache" if "cache" in params else "past_key_values"
-        return self._cache_name
-
-    def _adapter_context(self, adapter: str | None):
-        "Base weights (adapters disabled) or the named adapter, for one generate."
-        import contextlib
-
-        if not self.adapters:
-            return contextlib.nullcontext()
-        if adapter is None:
-            return self.model.disable_adapter()
-        self.model.set_adapter(adapter)
-        return contextlib.nullcontext()
-
-    def _new_cache(self, max_len: int):
-        "The key/value cache of one `generate`: preallocated for `max_len` tokens (static), or grown step by step (dynamic)."
-        from transformers import DynamicCache, StaticCache
-
-        # preallocated for the whole generation: a DynamicCache concatenates every layer's cache at every step, a quarter of a decode
-        # step on 16 judge rows on 2 AVX2 cores (bench/results/static_cache-avx2.json)
-        if self.kv_cache == "static":
-            return StaticCache(config=self.model.config, max_cache_len=max_len)
-        return DynamicCache(config=self.model.config)
-
-    def _prefill(
-        self, cache, input_ids, attention, prompt_ids, row_prefix, row_group, groups, adapter_names=None
-    ) -> int:
-        """Write into `cache` the keys and values of every prompt token but each row's last, laid out as the left-padded batch `input_ids`
-        has them, without computing the padding; the tokens the model processed. `adapter_names`: each row's adapter in a mixed batch."""
-        import torch
-        from transformers import DynamicCache
-
-        name, prefix = self._cache_argument(), max(row_prefix)
-        width = input_ids.shape[1] - prefix
-        processed = len(groups) * prefix  # each group's shared prefix, once
-        shared = by_row = None
-        if prefix:  # each group's prefix keys and values, computed once and copied to the group's rows
-            shared = DynamicCache(config=self.model.config)
-            heads = [members[0] for members, _ in groups]
-            mask = attention[heads, :prefix]
-            positions = (mask.long().cumsum(-1) - 1).clamp(min=0)  # as generate numbers a left-padded row
-            self.model(
-                input_ids=input_ids[heads, :prefix],
-                attention_mask=mask,
-                position_ids=positions,
-                use_cache=True,
-                **{name: shared},
-                **({"adapter_names": [adapter_names[h] for h in heads]} if adapter_names else {}),
-            )
-            by_row = torch.tensor(row_group, device=self.device)
-            for slot, layer in zip(cache.layers, shared.layers):  # one layer's copy for every row at a time
-                slot.update(layer.keys[by_row], layer.values[by_row])  # positions [0, prefix) of every row
-        # each row's own tokens but its last, without the padding one batched forward computes on rows of different lengths
-        # (a fifth to a third of the tokens prefilled in the smoke run's episode, judge and GRPO stages): rows of similar
-        # length in chunks, their keys and values written where the left-padded batch has them; `generate` then processes
-        # only the last column
-        own = [len(x) - q - 1 for x, q in zip(prompt_ids, row_prefix)]
-        body = width - 1
-        chunks = suffix_chunks(own)
-        if body > 0:
-            config = self.model.config
-            heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
-            dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-            blank = torch.zeros(len(prompt_ids), heads, body, dim, dtype=self.model.dtype, device=self.device)
-            for slot in cache.layers:  # columns [prefix, prefix + body): zeros where a row has padding
-                slot.update(blank, blank)
-            del blank
-            for chunk in chunks:
-                processed += self._prefill_chunk(
-                    cache, chunk, own, prompt_ids, row_prefix, attention, prefix, body, shared, by_row, adapter_names
-                )
-        if prefix:
-            del shared
-        return processed
-
-    def _prefill_chunk(
-        self,
-        cache,
-        chunk,
-        own,
-        prompt_ids,
-        row_prefix,
-        attention,
-        prefix,
-        body,
-        shared,
-        by_row,
-        adapter_names,
-    ) -> int:
-        "The keys and values of the rows in `chunk` (their own tokens but the last) into `cache`; the tokens the model processed."
-        import torch
-        from transformers import DynamicCache
-
-        pad, name = self.tokenizer.pad_token_id, self._cache_argument()
-        c = max(own[i] for i in chunk)
-        ids = torch.tensor(
-            [[pad] * (c - own[i]) + prompt_ids[i][row_prefix[i] : -1] for i in chunk],
-            device=self.device,
-        )
-        mask = torch.tensor([[0] * (c - own[i]) + [1] * own[i] for i in chunk], device=self.device)
-        step = DynamicCache(config=self.model.config)
-        if prefix:  # the chunk's rows' prefixes as the past
-            rows = torch.tensor(chunk, device=self.device)
-            for slot, layer in zip(step.layers, shared.layers):
-                slot.update(layer.keys[by_row[rows]], layer.values[by_row[rows]])
-            mask = torch.cat([attention[rows, :prefix], mask], 1)
-        positions = (mask.long().cumsum(-1) - 1).clamp(min=0)[:, -c:]
-        self.model(
-            input_ids=ids,
-            attention_mask=mask,
-            position_ids=positions,
-            use_cache=True,
-            **{name: step},
-            **({"adapter_names": [adapter_names[i] for i in chunk]} if adapter_names else {}),
-        )
-        for slot, layer in zip(cache.layers, step.layers):
-            for j, i in enumerate(chunk):
-                n = own[i]
-                slot.keys[i, :, prefix + body - n : prefix + body] = layer.keys[j, :, -n:]
-                slot.values[i, :, prefix + body - n : prefix + body] = layer.values[j, :, -n:]
-        del step
-        return len(chunk) * c
-
-    def _batch_inputs(self, reqs: list[ChatRequest], adapters: list[str | None]) -> dict:
-        """One batch's inputs: each row's prompt tokens (`n` rows per request; the end of an over-long prompt), adapter and compiled grammar,
-        the rows' layout (`batch_layout`, its ids and mask as tensors) and the most new tokens a request asks for."""
-        import torch
-
-        tok = self.tokenizer
-        max_chars = self.max_context * CHARS_PER_TOKEN_BOUND
-        prompts = [
-            tok.apply_chat_template(
-                bounded_messages(r.messages, max_chars),
-                tokenize=False,
-                add_generation_prompt=True,
-                **_template_kwargs(tok, r),
-            )
-            for r in reqs
-            for _ in range(r.n)
-        ]
-        max_new = max(r.max_tokens for r in reqs)
-        limit = max(16, self.max_context - max_new)  # keep the end of an over-long conversation, where the question is
-        prompt_ids = [x[-limit:] for x in tok(prompts, add_special_tokens=False)["input_ids"]]
-        row_adapters = [a for r, a in zip(reqs, adapters) for _ in range(r.n)]
-        layout = batch_layout(prompt_ids, row_adapters, tok.pad_token_id)
-        input_ids = torch.tensor(layout["input_ids"], device=self.device)
-        attention = torch.tensor(layout["attention"], device=self.device)
-        vocab = self.model.config.vocab_size
-        grammars = [
-            compiled_grammar(tok, vocab, r.constraint) if r.constraint else None for r in reqs for _ in range(r.n)
-        ]
-        return {
-            **layout,
-            "prompt_ids": prompt_ids,
-            "row_adapters": row_adapters,
-            "max_new": max_new,
-            "input_ids": input_ids,
-            "attention": attention,
-            "grammars": grammars,
-        }
-
-    def _count_batch(self, b: dict, results: list, prompt_lens: list, processed: int, prefill_s: float, total_s: float):
-        "One `generate`'s rows, tokens and times, added to the backend's and the process's statistics."
-        _count(
-            self,
-            generate_calls=1,
-            rows=len(b["prompt_ids"]),
-            new_tokens=sum(r.completion_tokens for r in results),
-            prompt_tokens=int(sum(prompt_lens)),
-            prefill_tokens=len(b["prompt_ids"])
-            + processed,  # what the model processed: the last column, and `_prefill`'s tokens
-            prefix_cached_tokens=sum(b["row_prefix"]) - sum(p for _, p in b["groups"]),
-            prefill_s=prefill_s,
-            decode_s=total_s - prefill_s,
-        )
-
-    async def chat(self, req: ChatRequest) -> ChatResponse:
-        model = await self.check_model(req.model)
-        loop = asyncio.get_running_loop()
-        if self.model is None:
-            # one load for all the requests of this loop that arrive before the model is there: they then wake in the same tick
-            # and join one batch (a thread each, they woke one by one and the first batch of a judge stage held 3 rows of 48)
-            if self._loading is None or self._loading.get_loop() is not loop:
-                self._loading = loop.create_task(asyncio.to_thread(self.load))
-            await asyncio.shield(self._loading)
-        return await self.scheduler.submit(req, None if model == self.model_id else model)
-
-    async def chat_stream(self, req: ChatRequest, on_text) -> ChatResponse:
-        """`chat`, handing `on_text` (on this event loop) each piece of the reply's first sample as the model writes it. The request is
-        batched as any other, and its tokens are those `chat` gives it: the streamer only reads them."""
-        loop = asyncio.get_running_loop()
-
-        def sink(piece: str):
-            with contextlib.suppress(RuntimeError):  # the loop is gone: nobody is listening
-                loop.call_soon_threadsafe(on_text, piece)
-
-        streams = self.__dict__.setdefault("_streams", {})
-        streams[id(req)] = sink
-        try:
-            return await self.chat(req)
-        finally:
-            streams.pop(id(req), None)
+    async def describe_model(self, model: str | None) -> dict:
+        path = self.adapters.get(model) or self._pending_adapters.get(model)
+        return _identity(model, self.model_id, str(path)) if path else _identity(self.model_id)
 
 # %% ../../nbs/llm/03_embedded_backend.ipynb #4fc7fd56
 class _RowStreamer:
@@ -546,32 +255,283 @@ class _RowStreamer:
     def end(self):
         pass
 
-# %% ../../nbs/llm/03_embedded_backend.ipynb #05b825ed
-def _template_kwargs(tok, req: ChatRequest) -> dict:
-    "The request's thinking choice for the chat template (`chat_template_kwargs`; off unless the request asks)."
-    return chat_template_kwargs(tok, getattr(req, "enable_thinking", False))
+# %% ../../nbs/llm/03_embedded_backend.ipynb #860ebe80
+class _StreamSinks:
+    """The requests that stream (`chat_stream`), each with the sink that hands its text to its caller's event loop, and the streamer
+    (`_RowStreamer`) of a batch that holds any of them: each one's first row streams."""
 
-# %% ../../nbs/llm/03_embedded_backend.ipynb #d18ea77a
-def _get_max_batch_size(self: EmbeddedBackend) -> int:
-    "Rows one `generate` holds at most (the scheduler's)."
-    return self.scheduler.max_batch_size
+    def __init__(self):
+        self.sinks: dict[int, Callable[[str], None]] = {}  # by the request's id
+
+    @contextlib.contextmanager
+    def open(self, req: ChatRequest, on_text: Callable[[str], None]):
+        "While the block runs, `req`'s pieces of text go to `on_text`, on the event loop running now."
+        loop = asyncio.get_running_loop()
+
+        def sink(piece: str):
+            with contextlib.suppress(RuntimeError):  # the loop is gone: nobody is listening
+                loop.call_soon_threadsafe(on_text, piece)
+
+        self.sinks[id(req)] = sink
+        try:
+            yield
+        finally:
+            self.sinks.pop(id(req), None)
+
+    def streamer(self, tok, reqs: list[ChatRequest]) -> _RowStreamer | None:
+        "The streamer of a batch of `reqs` (`n` rows each, in order); None when none of them streams."
+        rows, row = {}, 0
+        for r in reqs:
+            if id(r) in self.sinks:
+                rows[row] = (self.sinks[id(r)], r.max_tokens)
+            row += r.n
+        return _RowStreamer(tok, rows) if rows else None
+
+# %% ../../nbs/llm/03_embedded_backend.ipynb #340e4212
+class BatchGenerator:
+    """Answers one batch of requests with one `generate` (the scheduler's `run_batch`; `adapters`: each request's adapter, None the
+    base): the rows' inputs (`_batch_inputs`), the cache filled with every prompt token but each row's last (`_prefill`), one `generate`
+    with each row's sampling and grammar as logits processors, then a reply per request (`_responses`). Counts into `weights.stats`."""
+
+    def __init__(self, weights: EmbeddedWeights, max_context: int = 2048, kv_cache: str = "static"):
+        if kv_cache not in ("static", "dynamic"):
+            raise ValueError(
+                f"kv_cache={kv_cache!r}: use static (preallocated for each generate) or dynamic (grown step by step)"
+            )
+        self.weights, self.max_context, self.kv_cache = weights, max_context, kv_cache
+        self.streams = _StreamSinks()  # rows that stream get their text as it is decoded
+        self.batches: list[int] = []  # sizes of the batches run, for benchmarks and tests
+
+    def prompt_ids(self, req: ChatRequest) -> list[int]:
+        "The request's prompt tokens as `generate` will see them: how the scheduler finds rows that share a prefix."
+        return _prompt_ids(self.weights.tokenizer, req, self.max_context)
+
+    def __call__(self, reqs: list[ChatRequest], adapters: list[str | None]) -> list[ChatResponse]:
+        import torch
+        from transformers import LogitsProcessorList
+
+        w, logprobs = self.weights, reqs[0].logprobs
+        tok = w.tokenizer
+        b = _batch_inputs(tok, reqs, adapters, self.max_context, w.model.config.vocab_size, w.device)
+        # several adapters: each row's by name (PEFT's mixed batch; "__base__" is the base weights), else the one adapter set as usual
+        on = b["row_adapters"]
+        lora_rows = {"adapter_names": [a or "__base__" for a in on]} if len(set(on)) > 1 else {}
+        input_ids, attention, prof = b["input_ids"], b["attention"], {}
+        processors = LogitsProcessorList(_logits_processors(reqs, prof, b["grammars"]))
+        streamer = self.streams.streamer(tok, reqs)
+        t0 = time.perf_counter()
+        with w._load_lock, torch.inference_mode():
+            model = w.model  # read under the lock: attaching an adapter wraps the weights in another model
+            with contextlib.nullcontext() if lora_rows else _adapter_weights(model, adapters[0]):
+                cache = _new_cache(model.config, input_ids.shape[1] + b["max_new"], self.kv_cache)
+                # every prompt token but each row's last into the cache; `generate` then starts from the last column
+                processed = _prefill(model, cache, b, tok.pad_token_id, lora_rows.get("adapter_names"))
+                out = model.generate(
+                    input_ids=input_ids,
+                    attention_mask=attention,
+                    generation_config=_generation_config(tok, b["max_new"], logprobs),
+                    logits_processor=processors,
+                    **{_cache_argument(model): cache},
+                    **lora_rows,
+                    **({"streamer": streamer} if streamer else {}),
+                )
+        t1 = time.perf_counter()
+        self.batches.append(len(b["prompt_ids"]))
+        prompt_lens, models = attention.sum(1).tolist(), [a or w.model_id for a in adapters]
+        new, logits = out.sequences[:, input_ids.shape[1] :], out.logits if logprobs else None
+        results = _responses(tok, reqs, new, logits, prompt_lens, models)
+        for r, resp in zip(reqs, results):
+            resp.constrained = r.constraint is not None  # every constrained row decoded under its grammar's mask
+        prefill_s = prof.get("prefill_end", t1) - t0
+        _count(w.stats, **_batch_counts(b, results, prompt_lens, processed, prefill_s, t1 - t0))
+        return results
+
+# %% ../../nbs/llm/03_embedded_backend.ipynb #8c054f2c
+class EmbeddedBackend(EmbeddedWeights, ChatBackend):
+    """An in-process transformers model; LoRA adapters served by alias; concurrent requests batched. Its weights and adapters are
+    `EmbeddedWeights`; its `scheduler` batches the requests, and its `generator` answers each batch with one `generate`."""
+
+    kind = "embedded"
+
+    def __init__(
+        self,
+        model: str = EMBEDDED_DEFAULT,
+        adapters: dict[str, str] | None = None,
+        dtype: str = "auto",
+        max_batch_size: int = 16,
+        max_context: int = 2048,
+        device: str = "cpu",
+        attn_implementation: str | None = None,
+        kv_cache: str = "static",
+        mixed_adapters: bool | None = None,
+    ):
+        super().__init__(model, adapters, dtype, device, attn_implementation)
+        self.generator = BatchGenerator(self, max_context, kv_cache)
+        # concurrent requests become batches there; the generator answers each batch with one `generate`
+        self.scheduler = BatchScheduler(self.generator, self.generator.prompt_ids, max_batch_size)
+        # rows on different adapters (or the base) in one `generate`, through PEFT's mixed-batch LoRA (`adapter_names`): an
+        # evaluation's eight systems run on four sets of weights, and batches split by adapter held ~5 rows where 16 were waiting
+        # (None: on unless MASCOT_EMBEDDED_MIXED_ADAPTERS=0, the switch a benchmark compares with)
+        self.mixed_adapters = (
+            os.environ.get("MASCOT_EMBEDDED_MIXED_ADAPTERS", "1") != "0" if mixed_adapters is None else mixed_adapters
+        )
+        self._loading: asyncio.Task | None = None  # the model load the requests of one event loop wait on
+
+    # the settings and records of the parts, read and set through the backend
+    max_batch_size = property(
+        lambda self: self.scheduler.max_batch_size, lambda self, n: setattr(self.scheduler, "max_batch_size", n)
+    )
+    mixed_adapters = property(
+        lambda self: self.scheduler.mixed_adapters, lambda self, on: setattr(self.scheduler, "mixed_adapters", on)
+    )
+    kv_cache = property(
+        lambda self: self.generator.kv_cache, lambda self, kind: setattr(self.generator, "kv_cache", kind)
+    )
+    batches = property(lambda self: self.generator.batches)  # sizes of the batches run, for benchmarks and tests
+
+    async def chat(self, req: ChatRequest) -> ChatResponse:
+        model = await self.check_model(req.model)
+        loop = asyncio.get_running_loop()
+        if self.model is None:
+            # one load for all the requests of this loop that arrive before the model is there: they then wake in the same tick
+            # and join one batch (a thread each, they woke one by one and the first batch of a judge stage held 3 rows of 48)
+            if self._loading is None or self._loading.get_loop() is not loop:
+                self._loading = loop.create_task(asyncio.to_thread(self.load))
+            await asyncio.shield(self._loading)
+        return await self.scheduler.submit(req, None if model == self.model_id else model)
+
+    async def chat_stream(self, req: ChatRequest, on_text) -> ChatResponse:
+        """`chat`, handing `on_text` (on this event loop) each piece of the reply's first sample as the model writes it. The request is
+        batched as any other, and its tokens are those `chat` gives it: the streamer only reads them."""
+        with self.generator.streams.open(req, on_text):
+            return await self.chat(req)
+
+# %% ../../nbs/llm/03_embedded_backend.ipynb #90b1491f
+def _cache_argument(model) -> str:
+    "The name under which `forward` and `generate` take a cache: transformers 5.2x says `cache`, earlier 5.x `past_key_values`."
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return _forward_cache_name(type(base))
 
 
-def _set_max_batch_size(self: EmbeddedBackend, n: int):
-    self.scheduler.max_batch_size = n
+@functools.cache  # the model's class decides it: looked up once, not on every generate
+def _forward_cache_name(model_class: type) -> str:
+    return "cache" if "cache" in inspect.signature(model_class.forward).parameters else "past_key_values"
 
 
-def _get_mixed_adapters(self: EmbeddedBackend) -> bool:
-    "Whether rows on different adapters (and the base) share one `generate` (the scheduler's)."
-    return self.scheduler.mixed_adapters
+def _adapter_weights(model, adapter: str | None):
+    "For one generate: the model as it is when it holds no adapter, else its base weights (adapters disabled) or the named adapter."
+    if not getattr(model, "peft_config", None):
+        return contextlib.nullcontext()
+    if adapter is None:
+        return model.disable_adapter()
+    model.set_adapter(adapter)
+    return contextlib.nullcontext()
 
 
-def _set_mixed_adapters(self: EmbeddedBackend, on: bool):
-    self.scheduler.mixed_adapters = on
+def _new_cache(config, max_len: int, kind: str = "static"):
+    "The key/value cache of one `generate`: preallocated for `max_len` tokens (static), or grown step by step (dynamic)."
+    from transformers import DynamicCache, StaticCache
 
+    # preallocated for the whole generation: a DynamicCache concatenates every layer's cache at every step, a quarter of a decode
+    # step on 16 judge rows on 2 AVX2 cores (bench/results/static_cache-avx2.json)
+    if kind == "static":
+        return StaticCache(config=config, max_cache_len=max_len)
+    return DynamicCache(config=config)
 
-EmbeddedBackend.max_batch_size = property(_get_max_batch_size, _set_max_batch_size)
-EmbeddedBackend.mixed_adapters = property(_get_mixed_adapters, _set_mixed_adapters)
+# %% ../../nbs/llm/03_embedded_backend.ipynb #1cbfe08c
+def _prefill_prefixes(model, cache, b: dict, adapter_names: list[str] | None = None):
+    """Each group's shared prefix (`b`: `_batch_inputs`), computed once and copied to every row's columns [0, prefix) of `cache`, a layer at
+    a time; the groups' keys and values (one row a group), the past of the rows' own tokens. `adapter_names`: each row's in a mixed batch."""
+    import torch
+    from transformers import DynamicCache
+
+    prefix = max(b["row_prefix"])
+    shared = DynamicCache(config=model.config)
+    heads = [members[0] for members, _ in b["groups"]]
+    mask = b["attention"][heads, :prefix]
+    positions = (mask.long().cumsum(-1) - 1).clamp(min=0)  # as generate numbers a left-padded row
+    model(
+        input_ids=b["input_ids"][heads, :prefix],
+        attention_mask=mask,
+        position_ids=positions,
+        use_cache=True,
+        **{_cache_argument(model): shared},
+        **({"adapter_names": [adapter_names[h] for h in heads]} if adapter_names else {}),
+    )
+    by_row = torch.tensor(b["row_group"], device=b["input_ids"].device)
+    for slot, layer in zip(cache.layers, shared.layers):  # one layer's copy for every row at a time
+        slot.update(layer.keys[by_row], layer.values[by_row])  # positions [0, prefix) of every row
+    return shared
+
+# %% ../../nbs/llm/03_embedded_backend.ipynb #2ee92ace
+def _prefill_chunk(
+    model, cache, b: dict, chunk: list[int], shared, pad: int, adapter_names: list[str] | None = None
+) -> int:
+    """The keys and values of the rows in `chunk` (their own tokens but the last) into `cache`, in one forward with their prefixes' keys and
+    values (`shared`, from `_prefill_prefixes`) as the past, written where the left-padded batch has them; the tokens the model processed."""
+    import torch
+    from transformers import DynamicCache
+
+    prompt_ids, row_prefix, device = b["prompt_ids"], b["row_prefix"], b["input_ids"].device
+    prefix, end = (
+        max(row_prefix),
+        b["input_ids"].shape[1] - 1,
+    )  # each row's own tokens but its last end at the last column
+    own = {i: len(prompt_ids[i]) - row_prefix[i] - 1 for i in chunk}
+    c = max(own.values())
+    ids = torch.tensor([[pad] * (c - own[i]) + prompt_ids[i][row_prefix[i] : -1] for i in chunk], device=device)
+    mask = torch.tensor([[0] * (c - own[i]) + [1] * own[i] for i in chunk], device=device)
+    step = DynamicCache(config=model.config)
+    if prefix:  # the chunk's rows' prefixes as the past
+        rows = torch.tensor(chunk, device=device)
+        groups = torch.tensor([b["row_group"][i] for i in chunk], device=device)
+        for slot, layer in zip(step.layers, shared.layers):
+            slot.update(layer.keys[groups], layer.values[groups])
+        mask = torch.cat([b["attention"][rows, :prefix], mask], 1)
+    positions = (mask.long().cumsum(-1) - 1).clamp(min=0)[:, -c:]
+    model(
+        input_ids=ids,
+        attention_mask=mask,
+        position_ids=positions,
+        use_cache=True,
+        **{_cache_argument(model): step},
+        **({"adapter_names": [adapter_names[i] for i in chunk]} if adapter_names else {}),
+    )
+    for slot, layer in zip(cache.layers, step.layers):
+        for j, i in enumerate(chunk):
+            slot.keys[i, :, end - own[i] : end] = layer.keys[j, :, -own[i] :]
+            slot.values[i, :, end - own[i] : end] = layer.values[j, :, -own[i] :]
+    del step
+    return len(chunk) * c
+
+# %% ../../nbs/llm/03_embedded_backend.ipynb #afc4991e
+def _prefill(model, cache, b: dict, pad: int, adapter_names: list[str] | None = None) -> int:
+    """Write into `cache` the keys and values of every prompt token but each row's last, laid out as the left-padded batch `b["input_ids"]`
+    has them (`_batch_inputs`), without computing the padding; the tokens the model processed. `adapter_names`: each row's adapter in a
+    mixed batch."""
+    import torch
+
+    prefix = max(b["row_prefix"])
+    body = b["input_ids"].shape[1] - prefix - 1  # the columns between the prefix and each row's last token
+    processed = len(b["groups"]) * prefix  # each group's shared prefix, once
+    shared = _prefill_prefixes(model, cache, b, adapter_names) if prefix else None
+    # each row's own tokens but its last, without the padding one batched forward computes on rows of different lengths
+    # (a fifth to a third of the tokens prefilled in the smoke run's episode, judge and GRPO stages): rows of similar
+    # length in chunks, their keys and values written where the left-padded batch has them; `generate` then processes
+    # only the last column
+    own = [len(x) - q - 1 for x, q in zip(b["prompt_ids"], b["row_prefix"])]
+    if body > 0:
+        config = model.config
+        heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+        dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        blank = torch.zeros(len(own), heads, body, dim, dtype=model.dtype, device=b["input_ids"].device)
+        for slot in cache.layers:  # columns [prefix, prefix + body): zeros where a row has padding
+            slot.update(blank, blank)
+        del blank
+        for chunk in suffix_chunks(own):
+            processed += _prefill_chunk(model, cache, b, chunk, shared, pad, adapter_names)
+    del shared
+    return processed
 
 # %% ../../nbs/llm/03_embedded_backend.ipynb #121b5341
 def _step_logprobs(logits, new, k_max: int):
@@ -653,6 +613,58 @@ def _responses(
         )
     return results
 
+# %% ../../nbs/llm/03_embedded_backend.ipynb #05b825ed
+def _template_kwargs(tok, req: ChatRequest) -> dict:
+    "The request's thinking choice for the chat template (`chat_template_kwargs`; off unless the request asks)."
+    return chat_template_kwargs(tok, getattr(req, "enable_thinking", False))
+
+# %% ../../nbs/llm/03_embedded_backend.ipynb #fb7262c2
+def _prompt_ids(tok, req: ChatRequest, max_context: int) -> list[int]:
+    "The request's prompt tokens: its messages (each cut to what `max_context` tokens can hold) in the chat template, ending in the assistant's turn."
+    return tok.apply_chat_template(
+        bounded_messages(req.messages, max_context * CHARS_PER_TOKEN_BOUND),
+        tokenize=True,
+        add_generation_prompt=True,
+        return_dict=False,
+        **_template_kwargs(tok, req),
+    )
+
+# %% ../../nbs/llm/03_embedded_backend.ipynb #026dedd7
+def _batch_inputs(
+    tok, reqs: list[ChatRequest], adapters: list[str | None], max_context: int, vocab_size: int, device
+) -> dict:
+    """One batch's inputs: each row's prompt tokens (`n` rows per request; the end of an over-long prompt), adapter and compiled grammar,
+    the rows' layout (`batch_layout`, its ids and mask as tensors on `device`) and the most new tokens a request asks for."""
+    import torch
+
+    max_chars = max_context * CHARS_PER_TOKEN_BOUND
+    prompts = [
+        tok.apply_chat_template(
+            bounded_messages(r.messages, max_chars),
+            tokenize=False,
+            add_generation_prompt=True,
+            **_template_kwargs(tok, r),
+        )
+        for r in reqs
+        for _ in range(r.n)
+    ]
+    max_new = max(r.max_tokens for r in reqs)
+    limit = max(16, max_context - max_new)  # keep the end of an over-long conversation, where the question is
+    prompt_ids = [x[-limit:] for x in tok(prompts, add_special_tokens=False)["input_ids"]]
+    row_adapters = [a for r, a in zip(reqs, adapters) for _ in range(r.n)]
+    layout = batch_layout(prompt_ids, row_adapters, tok.pad_token_id)
+    return {
+        **layout,
+        "prompt_ids": prompt_ids,
+        "row_adapters": row_adapters,
+        "max_new": max_new,
+        "input_ids": torch.tensor(layout["input_ids"], device=device),
+        "attention": torch.tensor(layout["attention"], device=device),
+        "grammars": [
+            compiled_grammar(tok, vocab_size, r.constraint) if r.constraint else None for r in reqs for _ in range(r.n)
+        ],
+    }
+
 # %% ../../nbs/llm/03_embedded_backend.ipynb #a66225c3
 def _generation_config(tok, max_new: int, logprobs: bool):
     "Greedy `generate` settings (the logits processors do any sampling), keeping the raw logits when the batch asks for logprobs."
@@ -668,6 +680,23 @@ def _generation_config(tok, max_new: int, logprobs: bool):
         eos_token_id=tok.eos_token_id,
         return_dict_in_generate=True,
         output_logits=logprobs,
+    )
+
+# %% ../../nbs/llm/03_embedded_backend.ipynb #641ef2a2
+def _batch_counts(
+    b: dict, results: list[ChatResponse], prompt_lens: list, processed: int, prefill_s: float, total_s: float
+) -> dict:
+    "One `generate`'s rows, tokens and times, as the statistics count them (`EMBEDDED_STAT_KEYS`); `processed`: `_prefill`'s tokens."
+    return dict(
+        generate_calls=1,
+        rows=len(b["prompt_ids"]),
+        new_tokens=sum(r.completion_tokens for r in results),
+        prompt_tokens=int(sum(prompt_lens)),
+        prefill_tokens=len(b["prompt_ids"])
+        + processed,  # what the model processed: the last column, and `_prefill`'s tokens
+        prefix_cached_tokens=sum(b["row_prefix"]) - sum(p for _, p in b["groups"]),
+        prefill_s=prefill_s,
+        decode_s=total_s - prefill_s,
     )
 
 # %% ../../nbs/llm/03_embedded_backend.ipynb #bbaffe03
@@ -688,11 +717,3 @@ def make_random_lora(base: str, out: str | Path, r: int = 8, seed: int = 0, scal
                 p.normal_(0, scale)
     pm.save_pretrained(out)
     return Path(out)
-
-# %% ../../nbs/llm/03_embedded_backend.ipynb #b1d3e7a4
-async def _embedded_describe(self: EmbeddedBackend, model: str | None) -> dict:
-    path = self.adapters.get(model) or self._pending_adapters.get(model)
-    return _identity(model, self.model_id, str(path)) if path else _identity(self.model_id)
-
-
-EmbeddedBackend.describe_model = _embedded_describe
