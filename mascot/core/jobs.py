@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable, Iterable
 
 # %% auto #0
-__all__ = ['FATAL', 'FatalError', 'one_line', 'Job']
+__all__ = ['FATAL', 'FatalError', 'one_line', 'JobOutputs', 'nothing_written', 'interruption', 'gather_bounded', 'JobRunDir',
+           'ItemRunner', 'Job']
 
 # %% ../../nbs/core/05_jobs.ipynb #2e66c4a0
 _ACTIVE: dict[asyncio.Task, "Job"] = {}
@@ -62,9 +63,212 @@ def one_line(e: BaseException, limit: int = 300) -> str:
     "An exception as one short line: its class and its message with whitespace collapsed."
     return f"{e.__class__.__name__}: {' '.join(str(e).split())}"[:limit]
 
+# %% ../../nbs/core/05_jobs.ipynb #job1cd01
+class JobOutputs:
+    """A job's output files: its JSONL store(s) and, beside them, the fingerprint of the settings that made their records. Records made
+    under other settings are never continued; the fingerprint is written once no old output is left to describe (at once, or at an
+    `--overwrite`'s first record); the stores commit at a complete end and are let go however the job ends."""
+
+    def __init__(self, stores: JsonlStore | dict[str, JsonlStore], runs_root: str | Path, fingerprint: dict):
+        self.stores = stores if isinstance(stores, dict) else {"": stores}
+        self.runs_root, self.fingerprint = Path(runs_root), fingerprint
+        self._fingerprint_written = False
+
+    @property
+    def store(self) -> JsonlStore:
+        "The first store: where an item's records go unless the job says otherwise."
+        return next(iter(self.stores.values()))
+
+    def check(self) -> None:
+        "Refuse to continue a store whose records other settings made (a ConfigError naming what differs)."
+        for s in self.stores.values():
+            if len(s):
+                check_fingerprint(self.runs_root, self.fingerprint, s.path)
+
+    def open(self) -> None:
+        "Write the fingerprint unless a store is replacing old output: until its first record the old settings describe the file."
+        if not any(s.replacing for s in self.stores.values()):
+            self.write_fingerprint()
+
+    def write_fingerprint(self) -> None:
+        if not self._fingerprint_written:
+            write_fingerprint(self.runs_root, self.fingerprint)
+            self._fingerprint_written = True
+
+    def append(self, store: JsonlStore, recs: list[dict]) -> None:
+        "`recs` appended to `store`, each durable before this returns; the first record of an `--overwrite` makes its settings rule."
+        for rec in recs:
+            store.append(rec)
+        if recs:
+            self.write_fingerprint()
+
+    def commit(self) -> None:
+        "A complete end: every store commits (an `--overwrite` replaces the old output) and the fingerprint is written."
+        for s in self.stores.values():
+            s.commit()
+        self.write_fingerprint()
+
+    def release(self) -> None:
+        "Let go of the stores' locks: the output may be continued by another run."
+        for s in self.stores.values():
+            s.close()
+
+# %% ../../nbs/core/05_jobs.ipynb #job1cd02
+def nothing_written(run: RunDir, desc: str = "items") -> NothingWrittenError | None:
+    "The failure of a run that was asked for items and wrote none of them (tolerant mode tolerates partial failure only)."
+    x, c = run.extra, run.counters
+    if not x["num_requested"] or x["num_written"]:
+        return None
+    counts = ", ".join(f"{k} {v}" for k, v in c.items() if v) or "no failure counted"
+    first = f"; first: {x['errors'][0]}" if x.get("errors") else ""
+    return NothingWrittenError(f"0 of {x['num_requested']} {desc} written ({counts}){first}"[:400])
+
+
+def interruption(run: RunDir, signum: int) -> RunInterrupted:
+    "The error of a run that a signal stopped: how far it got, and how to continue it."
+    x = run.extra
+    err = RunInterrupted(
+        f"interrupted by {signal.Signals(signum).name} after {x['num_written']} of {x['num_requested']} items; "
+        "continue with --resume"
+    )
+    err.signum = signum
+    return err
+
+# %% ../../nbs/core/05_jobs.ipynb #job1cd03
+async def gather_bounded(items: Iterable, one: Callable[[Any], Awaitable[None]], concurrency: int) -> None:
+    "`one(item)` for every item, at most `concurrency` at once; when one raises, the others are cancelled and awaited before it propagates."
+    sem = asyncio.Semaphore(concurrency)
+
+    async def bounded(item):
+        async with sem:
+            await one(item)
+
+    tasks = [asyncio.create_task(bounded(i)) for i in items]
+    try:
+        await asyncio.gather(*tasks)
+    except BaseException:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+
+# %% ../../nbs/core/05_jobs.ipynb #job1cd04
+class JobRunDir:
+    """A job's run folder from start to end (`run_summary.json`): opened `running` once the outputs' settings are checked (killed runs
+    that still say `running` marked stale), and left with the true final status: `completed` with the stores committed, `failed` with
+    the reason (a run that wrote none of the items asked for included), or `interrupted` by SIGTERM/SIGINT."""
+
+    def __init__(self, cfg: Config, outputs: JobOutputs, desc: str = "items"):
+        self.cfg, self.outputs, self.desc = cfg, outputs, desc
+        self.run: RunDir | None = None
+        self._closing: list = []
+
+    def open(self) -> RunDir:
+        "The new run folder, `running`; when opening fails the stores are let go (another run may continue them)."
+        try:
+            self.outputs.check()  # records made under other settings are never continued
+            if self.outputs.runs_root.exists():
+                mark_stale_runs(self.outputs.runs_root)  # killed runs that still say "running"
+            self.run = RunDir(self.outputs.runs_root / new_run_id(), self.cfg)
+            self.run.extra.update(num_requested=0, num_written=0)
+            self.outputs.open()
+        except BaseException:
+            self.outputs.release()
+            raise
+        return self.run
+
+    def closing(self, obj):
+        "Close `obj` (`await obj.aclose()`) when the run ends, however it ends."
+        self._closing.append(obj)
+        return obj
+
+    async def close_held(self) -> None:
+        "Close what `closing` was given, last first."
+        for obj in reversed(self._closing):
+            try:
+                await obj.aclose()
+            except Exception:
+                pass  # closing must not hide what ended the job
+
+    def finish(self, et, ev, tb, signum: int | None = None) -> None:
+        "The run's final status from how the job ended (`signum`: the signal that cancelled it); raises the failure it records."
+        if et is None and (err := nothing_written(self.run, self.desc)) is not None:
+            self.run.__exit__(
+                NothingWrittenError, err, None
+            )  # failed, with the reason; an --overwrite keeps the old output
+            raise err
+        if et is None:
+            self.outputs.commit()
+        if signum is not None:
+            err = interruption(self.run, signum)
+            self.run.__exit__(RunInterrupted, err, None)
+            raise err from None
+        self.run.__exit__(et, ev, tb)
+
+# %% ../../nbs/core/05_jobs.ipynb #job1cd05
+class ItemRunner:
+    """How a job works through its items: `work(item)` for each, at most `concurrency` at once, behind a progress bar; an item's
+    record(s) written together and exactly once; an exception (after the client's retries) counted and the item skipped, or under
+    --strict the run stopped with a one-line reason; an error of a `FATAL` kind stops the run in any mode."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        outputs: JobOutputs,
+        desc: str = "items",
+        failure_counter: str = "num_generation_failures",
+        concurrency: int | None = None,
+    ):
+        if failure_counter not in COUNTERS:
+            raise KeyError(f"unknown counter {failure_counter!r}")
+        self.outputs, self.desc, self.failure_counter = outputs, desc, failure_counter
+        self.strict, self.progress = bool(getattr(cfg, "strict", False)), bool(getattr(cfg, "progress", True))
+        self.concurrency = max(1, concurrency or getattr(cfg, "max_concurrency", 16))
+
+    async def map(self, run: RunDir, items: list, work, name: Callable[[Any], str] = str, store=None) -> None:
+        "Every item of `items` through `work`, counted in `run`; `store(item)`: the store of an item's records (default: the first)."
+        run.extra["num_requested"] += len(items)
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(items), desc=self.desc, disable=not self.progress, file=sys.stderr)
+
+        async def one(item):
+            out = await self.attempt(run, work, item, name)
+            recs = [] if out is None else out if isinstance(out, list) else [out]
+            self.outputs.append(
+                store(item) if store else self.outputs.store, recs
+            )  # durable before the item counts as written
+            if out is not None:
+                run.extra["num_written"] += 1
+            bar.update(1)
+            run.write_summary()
+
+        try:
+            await gather_bounded(items, one, self.concurrency)
+        finally:
+            bar.close()
+
+    async def attempt(self, run: RunDir, work, item, name: Callable[[Any], str] = str):
+        "`work(item)`'s record(s), or None for a failure counted in `run` (its one line among the first 100 `errors`)."
+        try:
+            return await work(item)
+        except FATAL:
+            raise
+        except Exception as e:
+            what = f"{name(item)}: {one_line(e)}"
+            if self.strict:
+                raise StrictModeError(f"--strict: {self.failure_counter} at {what}") from None
+            run.count(self.failure_counter)
+            run.count("num_skipped_samples")
+            errors = run.extra.setdefault("errors", [])
+            if len(errors) < 100:
+                errors.append(what)
+            return None
+
 # %% ../../nbs/core/05_jobs.ipynb #956136c8
 class Job:
-    "One run of a generating or judging stage: `async with Job(...) as job: await job.map(items, work)`."
+    """One run of a generating or judging stage: `async with Job(...) as job: await job.map(items, work)`, in the task SIGTERM and SIGINT
+    cancel. Its parts: its outputs (`JobOutputs`), its run folder (`JobRunDir`) and how it works through the items (`ItemRunner`)."""
 
     def __init__(
         self,
@@ -76,55 +280,25 @@ class Job:
         fingerprint: dict | None = None,
         concurrency: int | None = None,
     ):
-        if failure_counter not in COUNTERS:
-            raise KeyError(f"unknown counter {failure_counter!r}")
-        self.cfg, self.desc, self.failure_counter = cfg, desc, failure_counter
-        self.stores = stores if isinstance(stores, dict) else {"": stores}
-        self.runs_root = Path(runs_root)
-        self.fingerprint = record_fingerprint(cfg) if fingerprint is None else fingerprint
-        self.strict, self.progress = bool(getattr(cfg, "strict", False)), bool(getattr(cfg, "progress", True))
-        self.concurrency = max(1, concurrency or getattr(cfg, "max_concurrency", 16))
-        self.run: RunDir | None = None
-        self.signal: int | None = None
-        self._closing: list = []
-        self._fingerprint_written = False
+        self.cfg, self.desc = cfg, desc
+        self.outputs = JobOutputs(stores, runs_root, record_fingerprint(cfg) if fingerprint is None else fingerprint)
+        self.runner = ItemRunner(cfg, self.outputs, desc, failure_counter, concurrency)
+        self.state = JobRunDir(cfg, self.outputs, desc)
+        self.run, self.signal = None, None  # the RunDir once entered; the signal that stopped the job
 
     @property
     def store(self) -> JsonlStore:
-        return next(iter(self.stores.values()))
+        return self.outputs.store
 
     def closing(self, obj):
         "Close `obj` (`await obj.aclose()`) when the job ends, however it ends."
-        self._closing.append(obj)
-        return obj
+        return self.state.closing(obj)
 
     async def __aenter__(self) -> "Job":
-        try:
-            for s in self.stores.values():  # records made under other settings are never continued
-                if len(s):
-                    check_fingerprint(self.runs_root, self.fingerprint, s.path)
-            if self.runs_root.exists():
-                mark_stale_runs(self.runs_root)  # killed runs that still say "running"
-            self.run = RunDir(self.runs_root / new_run_id(), self.cfg)
-            self.run.extra.update(num_requested=0, num_written=0)
-            if not any(s.replacing for s in self.stores.values()):
-                self._write_fingerprint()
-        except BaseException:
-            self._release()
-            raise
+        self.run = self.state.open()
         self.task = asyncio.current_task()
         _register(self)
         return self
-
-    def _release(self):
-        "Let go of the stores' locks: the output may be continued by another run."
-        for s in self.stores.values():
-            s.close()
-
-    def _write_fingerprint(self):
-        if not self._fingerprint_written:
-            write_fingerprint(self.runs_root, self.fingerprint)
-            self._fingerprint_written = True
 
     def interrupt(self, sig: int):
         "Stop the job as SIGTERM/SIGINT do: its status becomes `interrupted`."
@@ -133,99 +307,21 @@ class Job:
 
     async def __aexit__(self, et, ev, tb):
         try:
-            return await self._finish(et, ev, tb)
+            _unregister(self)
+            await self.state.close_held()
+            by_signal = self.signal is not None and et is not None and issubclass(et, asyncio.CancelledError)
+            if by_signal:
+                self.task.uncancel()
+            self.state.finish(et, ev, tb, self.signal if by_signal else None)
+            return False
         finally:
-            self._release()
+            self.outputs.release()
 
     def nothing_written(self) -> NothingWrittenError | None:
         "The failure of a run that was asked for items and wrote none of them (tolerant mode tolerates partial failure only)."
-        x, c = self.run.extra, self.run.counters
-        if not x["num_requested"] or x["num_written"]:
-            return None
-        counts = ", ".join(f"{k} {v}" for k, v in c.items() if v) or "no failure counted"
-        first = f"; first: {x['errors'][0]}" if x.get("errors") else ""
-        return NothingWrittenError(f"0 of {x['num_requested']} {self.desc} written ({counts}){first}"[:400])
+        return nothing_written(self.run, self.desc)
 
-    async def _finish(self, et, ev, tb):
-        _unregister(self)
-        for obj in reversed(self._closing):
-            try:
-                await obj.aclose()
-            except Exception:
-                pass  # closing must not hide what ended the job
-        if et is None and (err := self.nothing_written()) is not None:
-            self.run.__exit__(
-                NothingWrittenError, err, None
-            )  # failed, with the reason; an --overwrite keeps the old output
-            raise err
-        if et is None:
-            for s in self.stores.values():
-                s.commit()
-            self._write_fingerprint()
-        if self.signal is not None and et is not None and issubclass(et, asyncio.CancelledError):
-            self.task.uncancel()
-            x = self.run.extra
-            err = RunInterrupted(
-                f"interrupted by {signal.Signals(self.signal).name} after {x['num_written']} of {x['num_requested']} items; "
-                "continue with --resume"
-            )
-            err.signum = self.signal
-            self.run.__exit__(RunInterrupted, err, None)
-            raise err from None
-        self.run.__exit__(et, ev, tb)
-        return False
-
-    async def map(
-        self,
-        items: Iterable,
-        work: Callable[[Any], Awaitable[dict | list[dict] | None]],
-        name: Callable[[Any], str] = str,
-        store: Callable[[Any], JsonlStore] | None = None,
-    ) -> None:
-        """`work(item)` for every item, at most `concurrency` at once. It returns the item's record(s), written together and exactly once,
-        or None for an item it skipped and counted itself. An exception (after the client's retries) is counted and the item skipped;
-        under --strict it stops the run with a one-line reason."""
-        items, run = list(items), self.run
-        run.extra["num_requested"] += len(items)
-        sem = asyncio.Semaphore(self.concurrency)
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=len(items), desc=self.desc, disable=not self.progress, file=sys.stderr)
-
-        async def one(item):
-            async with sem:
-                try:
-                    out = await work(item)
-                except FATAL:
-                    raise
-                except Exception as e:
-                    what = f"{name(item)}: {one_line(e)}"
-                    if self.strict:
-                        raise StrictModeError(f"--strict: {self.failure_counter} at {what}") from None
-                    run.count(self.failure_counter)
-                    run.count("num_skipped_samples")
-                    errors = run.extra.setdefault("errors", [])
-                    if len(errors) < 100:
-                        errors.append(what)
-                    out = None
-            recs = [] if out is None else out if isinstance(out, list) else [out]
-            target = store(item) if store else self.store
-            for rec in recs:
-                target.append(rec)  # a record is durable before the item counts as written
-            if recs:
-                self._write_fingerprint()  # an --overwrite's first record has replaced the old output: its settings now rule
-            if out is not None:
-                run.extra["num_written"] += 1
-            bar.update(1)
-            run.write_summary()
-
-        tasks = [asyncio.create_task(one(i)) for i in items]
-        try:
-            await asyncio.gather(*tasks)
-        except BaseException:
-            for t in tasks:
-                t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            raise
-        finally:
-            bar.close()
+    async def map(self, items: Iterable, work: Callable[[Any], Awaitable], name=str, store=None) -> None:
+        """`work(item)` for every item (`ItemRunner.map`): the item's record(s), written together and exactly once, or None for an item it
+        skipped and counted itself. `store(item)`: the store of an item's records (default: the first)."""
+        await self.runner.map(self.run, list(items), work, name, store)

@@ -20,12 +20,13 @@ from mascot.pipeline.serve import (
 import json, re, signal, subprocess, threading, time
 from pathlib import Path
 from pydantic import Field
-from typing import Any, Literal
+from typing import Callable, Literal
 
 # %% auto #0
 __all__ = ['MANAGED_KEYS', 'STAGE_ALIASES', 'ALIAS_FIELDS', 'ServeSection', 'merge_layout', 'managed_urls', 'use_managed_server',
-           'gpu_env', 'serve_config', 'ManagedServer', 'model_billions', 'training_gib', 'gpus_here', 'server_gpus',
-           'serve_plan']
+           'gpu_env', 'serve_config', 'ServeRecord', 'AdapterServer', 'vllm_here', 'replica_commands',
+           'ReplicaProcesses', 'ReplicaWatcher', 'ManagedServer', 'model_billions', 'training_gib', 'gpus_here',
+           'server_gpus', 'serve_plan']
 
 # %% ../../nbs/pipeline/01_managed_vllm.ipynb #578b8d06
 class ServeSection(Config):
@@ -175,55 +176,52 @@ def serve_config(s: ServeSection) -> ServeConfig:
         hang_timeout=s.hang_timeout,
     )
 
-# %% ../../nbs/pipeline/01_managed_vllm.ipynb #272f37c3
-def _interrupt_main() -> None:
-    "A KeyboardInterrupt in the main thread (a real SIGINT, so a blocking wait there returns): how the watcher stops a run."
-    signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+# %% ../../nbs/pipeline/01_managed_vllm.ipynb #mvs0cd01
+class ServeRecord(dict):
+    """`<run>/serve.json` as a mapping: the server's command, PIDs, URLs, every adapter it loaded and every restart; the whole file is
+    written again at each change, so it says what happened up to a crash."""
 
-# %% ../../nbs/pipeline/01_managed_vllm.ipynb #971d4fa4
-class ManagedServer:
-    """The vLLM server(s) of a config's `serve:`: started on first use, adapters loaded by alias, watched (one that exits or stops answering
-    is restarted with the adapters loaded so far), stopped by PID (its process group)."""
+    def __init__(self, path: Path, model: str | None, urls: list[str]):
+        super().__init__(model=model, urls=urls, pids=[], adapters=[], restarts=[])
+        self.path = path
+
+    def write(self) -> None:
+        self.path.write_text(json.dumps(self, indent=2))
+
+    def note(self, **fields) -> None:
+        "Set `fields`, then write."
+        self.update(fields)
+        self.write()
+
+    def add(self, key: str, entry: dict) -> None:
+        "Append `entry` to the list under `key` (`adapters`, `restarts`), then write."
+        self[key].append(entry)
+        self.write()
+
+# %% ../../nbs/pipeline/01_managed_vllm.ipynb #mvs0cd02
+class AdapterServer:
+    """The server(s) a run's stages call, as the run feeds them trained adapters: their URLs, the LoRA adapters asked for by alias, each
+    loaded into every replica once (another folder under a loaded alias replaces it in place), and `<run>/serve.json` recording every
+    load. An adapter asked for while the servers are not `running` is loaded when they are (by the subclass that starts them)."""
+
+    running = False  # whether the servers answer now: an adapter asked for is loaded at once
 
     def __init__(self, serve: ServeSection, run_dir: Path, log=print):
         self.serve, self.scfg, self.log = serve, serve_config(serve), log
         self.urls = managed_urls(serve)
-        self.log_path, self.record_path = run_dir / "vllm_serve.log", run_dir / "serve.json"
-        self.replicas: list[Replica] = []
+        self.record = ServeRecord(run_dir / "serve.json", self.scfg.model, self.urls)
         self.wanted: dict[str, tuple[str, str]] = {}  # alias -> (adapter folder, stage)
         self.loaded: dict[str, str] = {}  # alias -> the folder the server has under it
-        self.record: dict[str, Any] = {
-            "model": self.scfg.model,
-            "urls": self.urls,
-            "pids": [],
-            "adapters": [],
-            "restarts": [],
-        }
-        self.num_restarts, self.failure = (
-            0,
-            None,
-        )  # failure: why the run stops (a server past serve.max_restarts), one line
-        self.current_run = None  # the RunDir of the stage running now: its summary counts the restarts during it
-        self._lock, self._halt, self._watcher = threading.RLock(), threading.Event(), None
-        self.on_failure = _interrupt_main  # called by the watcher once `failure` is set
-
-    @property
-    def procs(self) -> list[subprocess.Popen]:
-        return [r.proc for r in self.replicas]
+        # one load at a time, and none while a replica restarts: it comes back serving every one loaded so far
+        self._lock = threading.RLock()
 
     def _write(self):
-        self.record_path.write_text(json.dumps(self.record, indent=2))
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.stop()
+        self.record.write()
 
     def want(self, alias: str, path: str | Path, stage: str) -> None:
         "Serve the adapter folder `path` as `alias`: now when the server runs, else as soon as it starts."
         self.wanted[alias] = (str(Path(path).resolve()), stage)
-        if self.procs:
+        if self.running:
             self._load(alias)
 
     def want_trained(self, stage: str, outputs: dict) -> None:
@@ -232,141 +230,217 @@ class ManagedServer:
             self.want(STAGE_ALIASES[stage], outputs["path"], stage)
 
     def _load(self, alias: str) -> None:
-        with self._lock:  # not while a replica restarts: it comes back with every adapter loaded so far
-            self._load_now(alias)
-
-    def _load_now(self, alias: str) -> None:
-        path, stage = self.wanted[alias]
-        if self.loaded.get(alias) == path:
-            return
-        for url in self.urls:
-            answer = load_lora_adapter(url, alias, path, replace=alias in self.loaded)
-        self.loaded[alias] = path
-        self.record["adapters"].append(
-            {
-                "alias": alias,
-                "path": path,
-                "stage": stage,
-                "loaded": _utc_now(),
-                "answer": " ".join(answer.split())[:200],
-            }
-        )
-        self._write()
+        with self._lock:
+            path, stage = self.wanted[alias]
+            if self.loaded.get(alias) == path:
+                return
+            for url in self.urls:
+                answer = load_lora_adapter(url, alias, path, replace=alias in self.loaded)
+            self.loaded[alias] = path
+            answer = " ".join(answer.split())[:200]
+            self.record.add(
+                "adapters", {"alias": alias, "path": path, "stage": stage, "loaded": _utc_now(), "answer": answer}
+            )
         self.log(f"[serve] loaded {alias} from {stage}: {path}")
 
-    def _commands(self, adapters: dict[str, str] | None = None) -> list[tuple[list[str], dict[str, str]]]:
-        "Each replica's argv and environment; `adapters` (alias -> folder) are served from the start (`--lora-modules`)."
-        scfg = self.scfg.model_copy(update={"lora_modules": [f"{a}={p}" for a, p in (adapters or {}).items()]})
-        one_gpu = self.serve.gpus if self.serve.gpus and len(self.serve.gpus) == 1 else None
-        out = []
-        for i in range(scfg.replicas):
-            cmd, env = vllm_command(scfg, self.device, self.python, i)
-            gpu = {"CUDA_VISIBLE_DEVICES": str(one_gpu[0])} if one_gpu else {}
-            invariant = {"VLLM_BATCH_INVARIANT": "1"} if self.serve.batch_invariant else {}
-            out.append((cmd, {**gpu, **invariant, **env, **self.serve.env}))
-        return out
+# %% ../../nbs/pipeline/01_managed_vllm.ipynb #mvs0cd03
+def vllm_here(scfg: ServeConfig) -> tuple[str, str]:
+    "The device vLLM runs on here and the python that has it (a ConfigError where none has)."
+    device, python = serve_device(scfg), vllm_python(scfg)
+    if python is None:
+        raise ConfigError(
+            "serve: vLLM is not installed (make vllm builds .venv-vllm; make setup-gpu on a GPU machine), or set MASCOT_VLLM_PYTHON"
+        )
+    return device, python
 
-    def start(self) -> None:
-        "Start the server(s) unless running, wait until each answers `/v1/models`, load every adapter asked for so far, then watch them."
-        if self.replicas:
-            if self.failure:  # before the next stage calls it: the one line of why
-                raise ServerFailed(self.failure)
-            return
-        self.device, self.python = serve_device(self.scfg), vllm_python(self.scfg)
-        if self.python is None:
-            raise ConfigError(
-                "serve: vLLM is not installed (make vllm builds .venv-vllm; make setup-gpu on a GPU machine), or set MASCOT_VLLM_PYTHON"
-            )
+
+def replica_commands(
+    s: ServeSection, device: str, python: str, adapters: dict[str, str] | None = None
+) -> list[tuple[list[str], dict[str, str]]]:
+    "Each replica's argv and environment; `adapters` (alias -> folder) are served from the start (`--lora-modules`)."
+    scfg = serve_config(s).model_copy(update={"lora_modules": [f"{a}={p}" for a, p in (adapters or {}).items()]})
+    one_gpu = s.gpus if s.gpus and len(s.gpus) == 1 else None
+    out = []
+    for i in range(scfg.replicas):
+        cmd, env = vllm_command(scfg, device, python, i)
+        gpu = {"CUDA_VISIBLE_DEVICES": str(one_gpu[0])} if one_gpu else {}
+        invariant = {"VLLM_BATCH_INVARIANT": "1"} if s.batch_invariant else {}
+        out.append((cmd, {**gpu, **invariant, **env, **s.env}))
+    return out
+
+# %% ../../nbs/pipeline/01_managed_vllm.ipynb #mvs0cd04
+class ReplicaProcesses:
+    """The processes of a server's replicas, supervised by PID: each launched in its own process group with its output appended to the
+    log, waited for until it answers `/v1/models`, launched again after a failure, and stopped (SIGTERM to its group, SIGKILL after
+    `serve.stop_grace` seconds). `serve.json` records their commands, PIDs, restarts and exit statuses."""
+
+    def __init__(self, serve: ServeSection, log_path: Path, record: ServeRecord, log=print):
+        self.serve, self.log_path, self.record, self.log = serve, log_path, record, log
+        self.replicas: list[Replica] = []
+
+    @property
+    def procs(self) -> list[subprocess.Popen]:
+        return [r.proc for r in self.replicas]
+
+    def start(self, commands: list[tuple[list[str], dict[str, str]]], urls: list[str], device: str) -> None:
+        "A replica per command and URL, all launched, then each waited for (ServerFailed, on the log's last lines, if one dies first)."
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as out:
-            for (cmd, env), url in zip(self._commands(), self.urls):
+            for (cmd, env), url in zip(commands, urls):
                 self.replicas.append(Replica(cmd, env, url))
                 self.replicas[-1].launch(out)
                 self.record.setdefault("commands", []).append({"argv": cmd, "env": env})
-        self.record.update(pids=[p.pid for p in self.procs], device=self.device, started=_utc_now())
-        self._write()
+        self.record.note(pids=[p.pid for p in self.procs], device=device, started=_utc_now())
         self.log(
-            f"[serve] starting vLLM ({self.device}) for {self.scfg.model}: pid {', '.join(str(p.pid) for p in self.procs)}"
+            f"[serve] starting vLLM ({device}) for {self.serve.model}: pid {', '.join(str(p.pid) for p in self.procs)}"
         )
         t0 = time.time()
         for r in self.replicas:
-            ids = wait_ready(r.proc, r.url, self.scfg.ready_timeout, self.log_path)
+            ids = wait_ready(r.proc, r.url, self.serve.ready_timeout, self.log_path)
             self.log(f"[serve] {r.url} serves {', '.join(ids)} ({time.time() - t0:.0f}s)")
-        self.record["ready"] = _utc_now()
-        self._write()
-        for alias in list(self.wanted):
-            self._load(alias)
-        self._halt.clear()
-        self._watcher = threading.Thread(target=self._watch, name="vllm-watch", daemon=True)
-        self._watcher.start()
+        self.record.note(ready=_utc_now())
+
+    def relaunch(self, i: int, command: tuple[list[str], dict[str, str]], why: str, adapters: dict[str, str]) -> None:
+        "Replica `i` launched again with `command` and waited for; recorded with its old PID, why, and the adapters it serves."
+        r, old = self.replicas[i], self.replicas[i].proc.pid
+        (r.cmd, r.env), r.restarts = command, r.restarts + 1
+        with open(self.log_path, "ab") as out:
+            r.launch(out)
+        ids = wait_ready(r.proc, r.url, self.serve.ready_timeout, self.log_path)
+        entry = {"url": r.url, "pid": old, "why": why, "new_pid": r.proc.pid, "adapters": adapters, "ready": _utc_now()}
+        self.record["restarts"].append(entry)
+        self.record.note(pids=[p.pid for p in self.procs])
+        self.log(f"[serve] {r.url} serves {', '.join(ids)} again (pid {r.proc.pid}, restart {r.restarts})")
 
     def stop(self) -> None:
-        "Stop watching, then SIGTERM each server's process group, SIGKILL after the grace period; records the exit statuses."
-        self._halt.set()
+        "SIGTERM each replica's process group, SIGKILL after the grace period."
         for proc in self.procs:
             stop_group(proc, self.serve.stop_grace)
-        if self._watcher is not None:
-            self._watcher.join(60)  # a restart under way sees its server gone and gives up
-            for proc in self.procs:  # one it launched meanwhile
-                stop_group(proc, self.serve.stop_grace)
-            self._watcher = None
+
+    def finish(self) -> None:
+        "After `stop`: `serve.json` records the exit statuses, and the replicas are let go."
         if self.replicas:
-            self.record.update(stopped=_utc_now(), returncodes=[p.returncode for p in self.procs])
-            self._write()
+            self.record.note(stopped=_utc_now(), returncodes=[p.returncode for p in self.procs])
             self.log(f"[serve] stopped pid {', '.join(str(p.pid) for p in self.procs)}")
         self.replicas = []
 
+# %% ../../nbs/pipeline/01_managed_vllm.ipynb #mvs0cd05
+class ReplicaWatcher:
+    """The health checks of a server's replicas, from a thread: every `serve.health_interval` seconds, a replica that exited or left
+    `/v1/models` unanswered for `serve.hang_timeout` seconds is stopped and, after its backoff, handed to `restart(i, why)`; past
+    `serve.max_restarts` restarts (or when a restart fails), `failed` gets the one line of why and the watching ends."""
+
+    def __init__(
+        self, serve: ServeSection, processes: ReplicaProcesses, restart: Callable, failed: Callable, log=print
+    ):
+        self.serve, self.processes, self.restart, self.failed, self.log = serve, processes, restart, failed, log
+        self.halt, self._thread = threading.Event(), None
+
+    def start(self) -> None:
+        self.halt.clear()
+        self._thread = threading.Thread(target=self._watch, name="vllm-watch", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        "Stop watching, and the replicas: a restart under way sees its server gone and gives up; one it launched meanwhile is stopped too."
+        self.halt.set()
+        self.processes.stop()
+        if self._thread is not None:
+            self._thread.join(60)
+            self.processes.stop()
+            self._thread = None
+
     def _watch(self) -> None:
-        """Every `serve.health_interval` seconds: a replica that exited or left `/v1/models` unanswered for `serve.hang_timeout` is restarted;
-        past `serve.max_restarts` the run's main thread is interrupted and `failure` says why in one line."""
-        while not self._halt.wait(self.serve.health_interval):
-            for i, r in enumerate(self.replicas):
+        while not self.halt.wait(self.serve.health_interval):
+            for i, r in enumerate(self.processes.replicas):
                 why = r.trouble(self.serve.hang_timeout)
-                if why is None or self._halt.is_set():
+                if why is None or self.halt.is_set():
                     continue
                 try:
-                    self._restart(i, why)
+                    if self._back_off(r, why):
+                        self.restart(i, why)
                 except ServerFailed as e:
-                    if self._halt.is_set():
-                        return  # stopped meanwhile: nothing failed
-                    self.failure = " ".join(str(e).split())
-                    self.record["failed"] = self.failure
-                    self._write()
-                    self.log(f"[serve] {self.failure}")
-                    self.on_failure()  # the stage stops; run_pipeline says why
+                    if not self.halt.is_set():  # stopped meanwhile: nothing failed
+                        self.failed(" ".join(str(e).split()))
                     return
 
-    def _restart(self, i: int, why: str) -> None:
-        "Restart replica `i` after its backoff, serving every adapter loaded so far from the start; count it in the run and the current stage."
-        r, old = self.replicas[i], self.replicas[i].proc.pid
-        if r.restarts >= self.serve.max_restarts:
+    def _back_off(self, r: Replica, why: str) -> bool:
+        "Past serve.max_restarts a ServerFailed; else `r` stopped and its backoff waited: whether to restart it (not stopped meanwhile)."
+        s, log_path = self.serve, self.processes.log_path
+        if r.restarts >= s.max_restarts:
             raise ServerFailed(
-                f"the vLLM server at {r.url} (pid {old}) {why} during the run, after {r.restarts} restart(s) (serve.max_restarts "
-                f"{self.serve.max_restarts}); last lines of {self.log_path}: {log_tail(self.log_path)}"
+                f"the vLLM server at {r.url} (pid {r.proc.pid}) {why} during the run, after {r.restarts} restart(s) (serve.max_restarts "
+                f"{s.max_restarts}); last lines of {log_path}: {log_tail(log_path)}"
             )
-        wait = r.backoff(self.serve)
-        self.log(
-            f"[serve] {r.url} (pid {old}) {why}: restart {r.restarts + 1} of {self.serve.max_restarts} in {wait:g}s"
-        )
+        wait = r.backoff(s)
+        self.log(f"[serve] {r.url} (pid {r.proc.pid}) {why}: restart {r.restarts + 1} of {s.max_restarts} in {wait:g}s")
         stop_group(r.proc, 5.0)
-        if self._halt.wait(wait):
+        return not self.halt.wait(wait)
+
+# %% ../../nbs/pipeline/01_managed_vllm.ipynb #272f37c3
+def _interrupt_main() -> None:
+    "A KeyboardInterrupt in the main thread (a real SIGINT, so a blocking wait there returns): how the watcher stops a run."
+    signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+
+# %% ../../nbs/pipeline/01_managed_vllm.ipynb #971d4fa4
+class ManagedServer(AdapterServer):
+    """The vLLM server(s) of a config's `serve:`: started on first use, adapters loaded by alias, watched (one that exits or stops answering
+    is restarted with the adapters loaded so far), stopped by PID (its process group)."""
+
+    def __init__(self, serve: ServeSection, run_dir: Path, log=print):
+        super().__init__(serve, run_dir, log)
+        self.processes = ReplicaProcesses(serve, run_dir / "vllm_serve.log", self.record, log)
+        self.watcher = ReplicaWatcher(serve, self.processes, self._restart, self._failed, log)
+        # failure: why the run stops (a server past serve.max_restarts), one line
+        self.num_restarts, self.failure = 0, None
+        self.current_run = None  # the RunDir of the stage running now: its summary counts the restarts during it
+        self.on_failure = _interrupt_main  # called by the watcher once `failure` is set
+
+    @property
+    def procs(self) -> list[subprocess.Popen]:
+        return self.processes.procs
+
+    running = property(lambda self: bool(self.procs))  # an adapter asked for while the servers run is loaded at once
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    def start(self) -> None:
+        "Start the server(s) unless running, wait until each answers `/v1/models`, load every adapter asked for so far, then watch them."
+        if self.procs:
+            if self.failure:  # before the next stage calls it: the one line of why
+                raise ServerFailed(self.failure)
             return
-        with self._lock:  # no adapter load meanwhile: the restarted server gets every one loaded so far
+        self.device, self.python = vllm_here(self.scfg)
+        self.processes.start(replica_commands(self.serve, self.device, self.python), self.urls, self.device)
+        for alias in list(self.wanted):
+            self._load(alias)
+        self.watcher.start()
+
+    def stop(self) -> None:
+        "Stop watching, then SIGTERM each server's process group, SIGKILL after the grace period; records the exit statuses."
+        self.watcher.stop()
+        self.processes.finish()
+
+    def _restart(self, i: int, why: str) -> None:
+        "Replica `i` launched again, serving every adapter loaded so far from its start; counted in the run and in the stage running."
+        with self._lock:  # no adapter load meanwhile
             adapters = dict(self.loaded)
-            r.cmd, r.env = self._commands(adapters)[i]
-            r.restarts += 1
-            with open(self.log_path, "ab") as out:
-                r.launch(out)
-            ids = wait_ready(r.proc, r.url, self.scfg.ready_timeout, self.log_path)
+            command = replica_commands(self.serve, self.device, self.python, adapters)[i]
+            self.processes.relaunch(i, command, why, adapters)
             self.num_restarts += 1
-            self.record["restarts"].append(
-                {"url": r.url, "pid": old, "why": why, "new_pid": r.proc.pid, "adapters": adapters, "ready": _utc_now()}
-            )
-            self.record["pids"] = [p.pid for p in self.procs]
-            self._write()
         if self.current_run is not None:
             self.current_run.extra["server_restarts"] = self.current_run.extra.get("server_restarts", 0) + 1
-        self.log(f"[serve] {r.url} serves {', '.join(ids)} again (pid {r.proc.pid}, restart {r.restarts})")
+
+    def _failed(self, line: str) -> None:
+        "A server past serve.max_restarts: `failure` says why, `serve.json` records it, and `on_failure` stops the run."
+        self.failure = line
+        self.record.note(failed=line)
+        self.log(f"[serve] {line}")
+        self.on_failure()
 
 # %% ../../nbs/pipeline/01_managed_vllm.ipynb #1d8d43d1
 def model_billions(name: str | None) -> float | None:
