@@ -6,12 +6,13 @@
 from __future__ import annotations
 from ..core.config import *
 from .types import *
-import asyncio, functools, json, os, time
+import asyncio, functools, json, os, random, time
 from urllib.parse import urlsplit
 
 # %% auto #0
-__all__ = ['OPENAI_API_HOST', 'KEY_FLAGS', 'key_variable', 'api_key', 'HTTPStatus', 'served_base', 'served_model', 'ServerDown',
-           'OpenAIBackend', 'BalancedBackend', 'openai_backend']
+__all__ = ['OPENAI_API_HOST', 'KEY_FLAGS', 'key_variable', 'api_key', 'HTTPStatus', 'served_base', 'served_model', 'HTTPSession',
+           'ServerDown', 'RetryPolicy', 'ServedModels', 'ChatRequests', 'ServerConnection', 'OpenAIBackend',
+           'ReplicaRotation', 'BalancedBackend', 'openai_backend']
 
 # %% ../../nbs/llm/01_openai.ipynb #50942593
 OPENAI_API_HOST = "api.openai.com"
@@ -137,297 +138,6 @@ def _model_page(r):
         raise MalformedResponse(f"no model list in the reply ({str(r)[:80]!r})")
     return r
 
-# %% ../../nbs/llm/01_openai.ipynb #a992c927
-class ServerDown(BackendUnavailable):
-    "A server that cannot be reached at all (refused or dropped connections, no reply in time); a pool of replicas sends the request elsewhere."
-
-# %% ../../nbs/llm/01_openai.ipynb #9ceefe28
-class OpenAIBackend(ChatBackend):
-    "Any OpenAI-compatible server (vLLM, `transformers serve`, llama.cpp, OpenAI) over HTTP with `aiohttp`."
-
-    kind = "openai"
-
-    def __init__(
-        self,
-        base_url: str,
-        max_concurrency: int = 16,
-        timeout: float = 120.0,
-        max_retries: int = 3,
-        backoff_s: float = 0.5,
-        key_env: str | None = None,
-        reconnect_s: float = 0.0,
-    ):
-        if max_concurrency < 1:
-            raise ValueError(f"max_concurrency must be >= 1 (got {max_concurrency})")
-        if not timeout > 0:
-            raise ValueError(f"timeout must be > 0 seconds (got {timeout})")
-        self.base_url, self.max_retries, self.timeout = base_url.rstrip("/"), max_retries, float(timeout)
-        self.backoff_s, self.reconnect_s, self.pooled = backoff_s, float(reconnect_s), False
-        key, self.key_var = api_key(base_url, key_env)
-        self.name = public_url(self.base_url)  # what messages and records say: no credentials
-        u = urlsplit(self.base_url)
-        self.template_kwargs = u.hostname != OPENAI_API_HOST  # the OpenAI API refuses parameters it does not know
-        self.headers = {"Content-Type": "application/json"}
-        if (
-            u.username or u.password
-        ):  # credentials in the URL go as basic auth (as httpx sends them), the rest of it without them
-            self._auth = (u.username or "", u.password or "")
-            self.base_url = u._replace(netloc=u.netloc.rsplit("@", 1)[1]).geturl().rstrip("/")
-        else:
-            self._auth, self.headers["Authorization"] = None, f"Bearer {key}"
-        self.sem = asyncio.Semaphore(max_concurrency)
-        self._session, self._models, self._entries = None, None, None
-        self.constraints_refused = (
-            False  # the server answered 400 to a request carrying a constraint: sent without from then on
-        )
-
-    async def _request(self, method: str, path: str, body: bytes | None = None, check=None):
-        "One HTTP exchange: the reply's JSON (checked by `check`), or `HTTPStatus` with the server's message."
-        session = await _http(self)
-        async with session.request(method, self.base_url + path, data=body) as r:
-            raw, status = await r.read(), r.status
-        if not 200 <= status < 300:
-            raise HTTPStatus(status, _error_message(raw))
-        d = json.loads(raw)
-        return check(d) if check else d
-
-    async def _call(self, method: str, path: str, body: bytes | None = None, check=None):
-        """One request with one deadline per attempt; connection errors, time-outs, 5xx/429 and malformed bodies are retried with backoff
-        (`max_retries` times, and for `reconnect_s` seconds while the server cannot be reached at all)."""
-        import aiohttp, random
-
-        last, attempt, down_since = ("unreachable", "no attempt made"), 0, None
-        while True:
-            try:
-                return await self._request(method, path, body, check)
-            except HTTPStatus as e:
-                if e.status_code == 404:
-                    raise ModelNotFound(f"server {self.name}: {_status_line(e)}") from None
-                if e.status_code in (401, 403):  # never the body: a server may echo the key
-                    raise EndpointRefused(self._refused(e.status_code)) from None
-                if e.status_code < 500 and e.status_code not in (408, 409, 429):  # a refused request is not retried
-                    # 422: a body the server could not process (`transformers serve` refuses structured_outputs so)
-                    cls = BadRequestError if e.status_code in (400, 422) else LLMError
-                    raise cls(f"server {self.name} refused the request: {_status_line(e)}") from None
-                last = ("kept failing", _status_line(e))
-            except asyncio.TimeoutError:
-                last = ("unreachable", f"no complete reply within --request-timeout {self.timeout:g} s")
-            except aiohttp.ClientError as e:
-                last = ("unreachable", f"{e.__class__.__name__}: {strip_credentials(str(e))}")
-            except (
-                MalformedResponse,
-                ValueError,
-                AttributeError,
-                TypeError,
-                KeyError,
-            ) as e:  # a body that is not a completion
-                last = ("kept failing", f"malformed reply: {e.__class__.__name__}: {redact_text(str(e))[:200]}")
-            down = last[0] == "unreachable"
-            down_since = (down_since or time.monotonic()) if down else None
-            if down and self.pooled:  # another replica takes it
-                raise ServerDown(f"server {self.name} unreachable: {last[1]}")
-            waiting = down and time.monotonic() - down_since < self.reconnect_s
-            if attempt >= self.max_retries and not waiting:
-                raise (ServerDown if down else BackendUnavailable)(
-                    f"server {self.name} {last[0]} after {self.max_retries} retries"
-                    + (f" and {self.reconnect_s:g} s" if down and self.reconnect_s else "")
-                    + f": {last[1]}"
-                )
-            attempt += 1
-            await asyncio.sleep(min(self.backoff_s * 2 ** (attempt - 1), 8.0) * random.uniform(0.75, 1.25))
-
-    def _refused(self, status: int) -> str:
-        "Why a server refused us, naming the key variable consulted (never the key, never the server's body)."
-        var = self.key_var
-        sent = (
-            f"the key in {var}"
-            if var and os.environ.get(var)
-            else f"no key ({var} is not set)"
-            if var
-            else "no key (none is sent over plain HTTP to another host unless a variable is named)"
-        )
-        return (
-            f"server {self.name} refused {sent}: HTTP {status}, not retried; name the key's variable with {KEY_FLAGS}"
-        )
-
-    async def _model_entries(self) -> list[dict]:
-        "The server's /v1/models entries (fetched once)."
-        if self._entries is None:
-            self._entries = (await self._call("GET", "/models", check=_model_page))["data"]
-        return self._entries
-
-    async def served_models(self) -> list[str]:
-        return [m["id"] for m in await self._model_entries()]
-
-    async def check_model(self, model: str | None) -> str:
-        if model is None:
-            self._entries = None  # what it serves now
-            return served_base(self.name, await self._model_entries())
-        served = await self.served_models()
-        if model not in served:
-            raise ModelNotFound(
-                f"model {model!r} is not served at {self.name} (it serves: {', '.join(served) or 'nothing'})"
-            )
-        return model
-
-    def constraint_fields(self, constraint: OutputConstraint | None) -> dict:
-        """The request fields that carry `constraint`: vLLM's `structured_outputs` (JSON schema or regex); the OpenAI API's strict JSON
-        schema mode, without the length bounds it does not take (the client still checks them), and nothing for a regex it cannot take."""
-        if constraint is None or self.constraints_refused:
-            return {}
-        if self.template_kwargs:
-            return {"extra_body": {"structured_outputs": constraint.vllm_form()}}
-        if constraint.schema is None:
-            return {}
-        schema = json.loads(
-            constraint.schema, object_hook=lambda o: {k: v for k, v in o.items() if k not in ("minLength", "maxLength")}
-        )
-        return {
-            "response_format": {
-                "type": "json_schema",
-                "json_schema": {"name": constraint.name, "schema": schema, "strict": True},
-            }
-        }
-
-    def _body(self, req: ChatRequest, model: str, n: int, constrained: dict) -> bytes:
-        "The JSON body of one chat request."
-        kw = {
-            "model": model,
-            "messages": req.messages,
-            "temperature": req.temperature,
-            "top_p": req.top_p,
-            "max_tokens": req.max_tokens,
-            "n": n,
-        }
-        if req.seed is not None:
-            kw["seed"] = req.seed
-        if req.stop:
-            kw["stop"] = req.stop
-        if req.logprobs:
-            kw["logprobs"] = True
-            if req.top_logprobs:
-                kw["top_logprobs"] = req.top_logprobs
-        if (
-            self.template_kwargs
-        ):  # vLLM and `transformers serve` pass these to the chat template (Qwen3 reasons unless told not to)
-            kw["chat_template_kwargs"] = {"enable_thinking": req.enable_thinking}
-        for k, v in constrained.items():  # `extra_body` fields go at the top level, as the openai client sends them
-            kw.update(v) if k == "extra_body" else kw.__setitem__(k, v)
-        return json.dumps(kw).encode()
-
-    async def _one(self, req: ChatRequest, model: str, n: int):
-        constrained = self.constraint_fields(req.constraint)
-        try:
-            return await self._one_try(req, model, n, constrained), bool(constrained)
-        except BadRequestError:
-            if not constrained:
-                raise
-        # a server that refuses the constraint's fields (400 or 422) answers without them; the client still checks every reply
-        r = await self._one_try(req, model, n, {})
-        self.constraints_refused = True
-        return r, False
-
-    async def _one_try(self, req: ChatRequest, model: str, n: int, constrained: dict):
-        body = self._body(req, model, n, constrained)
-        async with self.sem:
-            return await self._call("POST", "/chat/completions", body, check=_completion)
-
-    async def aclose(self):
-        if self._session is not None:
-            await self._session[2].close()
-            self._session = None
-
-    async def chat(self, req: ChatRequest) -> ChatResponse:
-        t0 = time.perf_counter()
-        model = await self.check_model(req.model)
-        # greedy samples are identical, and vLLM refuses n > 1 under greedy decoding (400 "n must be 1 when using greedy sampling"): ask once
-        greedy = req.temperature == 0
-        first, constrained = await self._one(req, model, 1 if greedy else req.n)
-        resps = [first]
-        got = len(first["choices"])
-        if (
-            got < req.n and not greedy
-        ):  # server ignored n: ask for the rest concurrently, with distinct seeds so samples differ
-            more = [
-                ChatRequest(**{**req.__dict__, "seed": None if req.seed is None else req.seed + i, "n": 1})
-                for i in range(1, req.n - got + 1)
-            ]
-            resps += [r for r, _ in await asyncio.gather(*[self._one(m, model, 1) for m in more])]
-        choices = [c for r in resps for c in r["choices"]]
-        choices = (choices * req.n if greedy else choices)[: req.n]
-        lps = [_token_logprobs(c) for c in choices] if req.logprobs else None
-        lps = lps if lps and all(lps) else None
-        usage = [r["usage"] for r in resps if isinstance(r.get("usage"), dict)]
-        tokens = lambda u, k: u.get(k, 0) if isinstance(u.get(k, 0), int) else 0
-        return ChatResponse(
-            texts=[c["message"].get("content") or "" for c in choices],
-            finish_reasons=[c.get("finish_reason") or "stop" for c in choices],
-            prompt_tokens=tokens(usage[0], "prompt_tokens") if usage else 0,
-            completion_tokens=sum(tokens(u, "completion_tokens") for u in usage),
-            model=resps[0].get("model") or model,
-            backend=f"openai:{self.name}",
-            latency_s=time.perf_counter() - t0,
-            logprobs=lps,
-            constrained=constrained,
-        )
-
-    async def _stream_once(self, body: bytes, on_text) -> dict:
-        "One streamed request: each piece of content to `on_text` as it comes; the reply assembled as a non-streamed one is."
-        session = await _http(self)
-        text, reason, usage, model = [], None, None, None
-        async with session.post(self.base_url + "/chat/completions", data=body) as r:
-            if not 200 <= r.status < 300:
-                raise HTTPStatus(r.status, _error_message(await r.read()))
-            if r.content_type != "text/event-stream":  # a server that answers whole
-                d = _completion(json.loads(await r.read()))
-                on_text(d["choices"][0]["message"].get("content") or "")
-                return d
-            async for line in r.content:
-                d = _stream_event(line)
-                if d is None:
-                    continue
-                usage, model = d.get("usage") or usage, d.get("model") or model
-                for c in d.get("choices") or []:
-                    piece = (c.get("delta") or {}).get("content")
-                    if piece:
-                        text.append(piece)
-                        on_text(piece)
-                    reason = c.get("finish_reason") or reason
-        message = {"role": "assistant", "content": "".join(text)}
-        return {"model": model, "choices": [{"message": message, "finish_reason": reason}], "usage": usage}
-
-    async def chat_stream(self, req: ChatRequest, on_text) -> ChatResponse:
-        """`chat` with the reply streamed (`stream: true`): `on_text` gets each piece as the server writes it. One sample, no logprobs;
-        a server that refuses to stream, or a stream cut short, is asked again as `chat` does (its retries, its fallbacks)."""
-        import aiohttp
-
-        t0 = time.perf_counter()
-        model = await self.check_model(req.model)
-        constrained = self.constraint_fields(req.constraint)
-        body = json.loads(self._body(req, model, 1, constrained))
-        try:
-            async with self.sem:
-                r = await self._stream_once(json.dumps({**body, "stream": True}).encode(), on_text)
-        except (LLMError, aiohttp.ClientError, asyncio.TimeoutError, ValueError, KeyError, TypeError):
-            return await self.chat(req)
-        c, usage = r["choices"][0], r.get("usage") if isinstance(r.get("usage"), dict) else {}
-        tokens = lambda k: usage.get(k, 0) if isinstance(usage.get(k, 0), int) else 0
-        return ChatResponse(
-            texts=[c["message"].get("content") or ""],
-            finish_reasons=[c.get("finish_reason") or "stop"],
-            prompt_tokens=tokens("prompt_tokens"),
-            completion_tokens=tokens("completion_tokens"),
-            model=r.get("model") or model,
-            backend=f"openai:{self.name}",
-            latency_s=time.perf_counter() - t0,
-            constrained=bool(constrained),
-        )
-
-    async def describe_model(self, model: str) -> dict:
-        "Base and adapter of `model` from the server's /v1/models entry (fetched once)."
-        e = next((m for m in await self._model_entries() if m.get("id") == model), {})
-        return _identity(model, e.get("parent"), e.get("root"))
-
 # %% ../../nbs/llm/01_openai.ipynb #d965c5a1
 @functools.cache
 def _session_classes():
@@ -451,32 +161,65 @@ def _session_classes():
 
     return Session, Connector
 
+# %% ../../nbs/llm/01_openai.ipynb #ca08e298
+class HTTPSession:
+    """One server over HTTP: its URL, its key (or the basic auth its URL carries) and one `aiohttp` session per event loop, each exchange
+    with one deadline (`timeout`) covering connect and the whole body."""
 
-async def _session_life(self: OpenAIBackend):
-    "The HTTP session of the running event loop, closed when the loop shuts its async generators down (as `asyncio.run` does) or by `aclose`."
-    import aiohttp
+    def __init__(self, base_url: str, key: str, timeout: float):
+        self.base_url, self.timeout = base_url.rstrip("/"), timeout
+        self.headers, u = {"Content-Type": "application/json"}, urlsplit(self.base_url)
+        if (
+            u.username or u.password
+        ):  # credentials in the URL go as basic auth (as httpx sends them), the rest of it without them
+            self.auth = (u.username or "", u.password or "")
+            self.base_url = u._replace(netloc=u.netloc.rsplit("@", 1)[1]).geturl().rstrip("/")
+        else:
+            self.auth, self.headers["Authorization"] = None, f"Bearer {key}"
+        self._session = None  # (its event loop, the generator that closes it, the session)
 
-    Session, Connector = _session_classes()
-    auth = aiohttp.BasicAuth(*self._auth) if self._auth else None
-    # the deadline covers connect and the whole body (a server dripping its body byte by byte is cut off); no pool limit: `sem` bounds it
-    s = Session(
-        headers=self.headers,
-        auth=auth,
-        timeout=aiohttp.ClientTimeout(total=self.timeout),
-        connector=Connector(limit=0),
-    )
-    try:
-        yield s
-    finally:
-        await s.close()
+    async def _life(self):
+        "The session of one event loop, closed when the loop shuts its async generators down (as `asyncio.run` does) or by `aclose`."
+        import aiohttp
 
+        Session, Connector = _session_classes()
+        auth = aiohttp.BasicAuth(*self.auth) if self.auth else None
+        # a server dripping its body byte by byte is cut off at the deadline; no pool limit: the backend's semaphore bounds it
+        timeout = aiohttp.ClientTimeout(total=self.timeout)
+        s = Session(headers=self.headers, auth=auth, timeout=timeout, connector=Connector(limit=0))
+        try:
+            yield s
+        finally:
+            await s.close()
 
-async def _http(self: OpenAIBackend):
-    loop = asyncio.get_running_loop()
-    if self._session is None or self._session[0] is not loop or self._session[2].closed:
-        life = _session_life(self)
-        self._session = (loop, life, await life.__anext__())
-    return self._session[2]
+    async def session(self):
+        "The session of the running event loop, made on its first request."
+        loop = asyncio.get_running_loop()
+        if self._session is None or self._session[0] is not loop or self._session[2].closed:
+            life = self._life()
+            self._session = (loop, life, await life.__anext__())
+        return self._session[2]
+
+    async def request(self, method: str, path: str, body: bytes | None = None, check=None):
+        "One HTTP exchange: the reply's JSON (checked by `check`), or `HTTPStatus` with the server's message."
+        async with (await self.session()).request(method, self.base_url + path, data=body) as r:
+            raw, status = await r.read(), r.status
+        if not 200 <= status < 300:
+            raise HTTPStatus(status, _error_message(raw))
+        d = json.loads(raw)
+        return check(d) if check else d
+
+    async def stream(self, path: str, body: bytes, read):
+        "One POST whose reply `read` takes as it arrives; `HTTPStatus` with the server's message instead for a status other than 2xx."
+        async with (await self.session()).post(self.base_url + path, data=body) as r:
+            if not 200 <= r.status < 300:
+                raise HTTPStatus(r.status, _error_message(await r.read()))
+            return await read(r)
+
+    async def aclose(self):
+        if self._session is not None:
+            await self._session[2].close()
+            self._session = None
 
 # %% ../../nbs/llm/01_openai.ipynb #20474574
 def _status_line(e: HTTPStatus) -> str:
@@ -484,27 +227,91 @@ def _status_line(e: HTTPStatus) -> str:
     msg = " ".join(str(e.message or "").split())
     return f"HTTP {e.status_code}" + (f": {redact_text(strip_credentials(msg))[:200]}" if msg else "")
 
-# %% ../../nbs/llm/01_openai.ipynb #c59d55f5
-def _token_logprobs(c: dict) -> list[TokenLogprob] | None:
-    "A choice's tokens with their logprobs and top alternatives, or None when it has none."
-    content = (c.get("logprobs") or {}).get("content")
-    if not content:
-        return None
-    return [
-        TokenLogprob(t["token"], t["logprob"], {x["token"]: x["logprob"] for x in (t.get("top_logprobs") or [])})
-        for t in content
-    ]
 
-# %% ../../nbs/llm/01_openai.ipynb #7c5bdda9
-def _stream_event(line: bytes) -> dict | None:
-    "One line of a streamed chat completion (server-sent events): its chunk, or None (a comment, a blank line, `[DONE]`)."
-    line = line.strip()
-    if not line.startswith(b"data:") or line[5:].strip() == b"[DONE]":
-        return None
-    d = json.loads(line[5:])
-    if not isinstance(d, dict) or "error" in d:
-        raise MalformedResponse(f"a streamed chunk that is no completion ({str(d)[:80]!r})")
-    return d
+def _key_refused(name: str, key_var: str | None, status: int) -> str:
+    "Why a server refused us, naming the key variable consulted (never the key, never the server's body)."
+    sent = (
+        f"the key in {key_var}"
+        if key_var and os.environ.get(key_var)
+        else f"no key ({key_var} is not set)"
+        if key_var
+        else "no key (none is sent over plain HTTP to another host unless a variable is named)"
+    )
+    return f"server {name} refused {sent}: HTTP {status}, not retried; name the key's variable with {KEY_FLAGS}"
+
+
+def _refusal(e: HTTPStatus, name: str, key_var: str | None) -> LLMError | None:
+    "The error a status not worth retrying raises (a missing path, a refused key, a refused request); None for 5xx, 408, 409 and 429."
+    if e.status_code == 404:
+        return ModelNotFound(f"server {name}: {_status_line(e)}")
+    if e.status_code in (401, 403):  # never the body: a server may echo the key
+        return EndpointRefused(_key_refused(name, key_var, e.status_code))
+    if e.status_code < 500 and e.status_code not in (408, 409, 429):
+        # 422: a body the server could not process (`transformers serve` refuses structured_outputs so)
+        cls = BadRequestError if e.status_code in (400, 422) else LLMError
+        return cls(f"server {name} refused the request: {_status_line(e)}")
+    return None
+
+# %% ../../nbs/llm/01_openai.ipynb #a992c927
+class ServerDown(BackendUnavailable):
+    "A server that cannot be reached at all (refused or dropped connections, no reply in time); a pool of replicas sends the request elsewhere."
+
+# %% ../../nbs/llm/01_openai.ipynb #88088471
+class RetryPolicy:
+    """Which failed attempts at a request are made again, and when: connection errors, time-outs, 5xx/408/409/429 and malformed bodies
+    back off and retry (`max_retries` times, and for `reconnect_s` seconds while the server cannot be reached at all); a refused request
+    is not retried. `name`, `timeout` and `key_var` are what its messages say of the server."""
+
+    def __init__(
+        self,
+        name: str,
+        timeout: float,
+        max_retries: int = 3,
+        backoff_s: float = 0.5,
+        reconnect_s: float = 0.0,
+        key_var: str | None = None,
+    ):
+        self.name, self.timeout, self.max_retries, self.key_var = name, timeout, max_retries, key_var
+        self.backoff_s, self.reconnect_s = backoff_s, float(reconnect_s)
+
+    async def run(self, attempt, pooled: bool = False):
+        """`attempt()` until it answers, or the error that ends it. `pooled`: a server that cannot be reached raises `ServerDown` at once,
+        for a pool of replicas to send the request elsewhere."""
+        import aiohttp
+
+        last, tries, down_since = ("unreachable", "no attempt made"), 0, None
+        while True:
+            try:
+                return await attempt()
+            except HTTPStatus as e:
+                if (refused := _refusal(e, self.name, self.key_var)) is not None:
+                    raise refused from None
+                last = ("kept failing", _status_line(e))
+            except asyncio.TimeoutError:
+                last = ("unreachable", f"no complete reply within --request-timeout {self.timeout:g} s")
+            except aiohttp.ClientError as e:
+                last = ("unreachable", f"{e.__class__.__name__}: {strip_credentials(str(e))}")
+            except (
+                MalformedResponse,
+                ValueError,
+                AttributeError,
+                TypeError,
+                KeyError,
+            ) as e:  # a body that is no completion
+                last = ("kept failing", f"malformed reply: {e.__class__.__name__}: {redact_text(str(e))[:200]}")
+            down = last[0] == "unreachable"
+            down_since = (down_since or time.monotonic()) if down else None
+            if down and pooled:  # another replica takes it
+                raise ServerDown(f"server {self.name} unreachable: {last[1]}")
+            waiting = down and time.monotonic() - down_since < self.reconnect_s
+            if tries >= self.max_retries and not waiting:
+                raise (ServerDown if down else BackendUnavailable)(
+                    f"server {self.name} {last[0]} after {self.max_retries} retries"
+                    + (f" and {self.reconnect_s:g} s" if down and self.reconnect_s else "")
+                    + f": {last[1]}"
+                )
+            tries += 1
+            await asyncio.sleep(min(self.backoff_s * 2 ** (tries - 1), 8.0) * random.uniform(0.75, 1.25))
 
 # %% ../../nbs/llm/01_openai.ipynb #ebdcaf0e
 def _identity(model: str, base: str | None = None, adapter_path: str | None = None) -> dict:
@@ -524,32 +331,318 @@ async def _base_describe(self: ChatBackend, model: str) -> dict:
 
 ChatBackend.describe_model = _base_describe
 
+# %% ../../nbs/llm/01_openai.ipynb #66bb8e4a
+class ServedModels:
+    """What a server serves, from its /v1/models entries (`fetch()` answers the page; fetched once): the ids, the model a request names,
+    and each id's base model and adapter."""
+
+    def __init__(self, name: str, fetch):
+        self.name, self.fetch, self.entries = name, fetch, None
+
+    async def list(self) -> list[dict]:
+        "The server's /v1/models entries (fetched once)."
+        if self.entries is None:
+            self.entries = (await self.fetch())["data"]
+        return self.entries
+
+    async def ids(self) -> list[str]:
+        return [m["id"] for m in await self.list()]
+
+    async def check(self, model: str | None) -> str:
+        "`model` when the server serves it, else `ModelNotFound`; with none named, the one base model it serves now (asked again)."
+        if model is None:
+            self.entries = None  # what it serves now
+            return served_base(self.name, await self.list())
+        served = await self.ids()
+        if model not in served:
+            raise ModelNotFound(
+                f"model {model!r} is not served at {self.name} (it serves: {', '.join(served) or 'nothing'})"
+            )
+        return model
+
+    async def describe(self, model: str) -> dict:
+        "Base and adapter of `model` from its /v1/models entry."
+        e = next((m for m in await self.list() if m.get("id") == model), {})
+        return _identity(model, e.get("parent"), e.get("root"))
+
+# %% ../../nbs/llm/01_openai.ipynb #920d20a7
+class ChatRequests:
+    """The chat request bodies a server takes: sampling fields, the chat template's switch (`template_kwargs`: not for the OpenAI API,
+    which refuses parameters it does not know) and a constraint's fields, which a server that refuses them is sent without from then on."""
+
+    def __init__(self, template_kwargs: bool):
+        self.template_kwargs, self.constraints_refused = template_kwargs, False
+
+    def constraint_fields(self, constraint: OutputConstraint | None) -> dict:
+        """The request fields that carry `constraint`: vLLM's `structured_outputs` (JSON schema or regex); the OpenAI API's strict JSON
+        schema mode, without the length bounds it does not take (the client still checks them), and nothing for a regex it cannot take."""
+        if constraint is None or self.constraints_refused:
+            return {}
+        if self.template_kwargs:
+            return {"extra_body": {"structured_outputs": constraint.vllm_form()}}
+        if constraint.schema is None:
+            return {}
+        bounds = ("minLength", "maxLength")
+        schema = json.loads(constraint.schema, object_hook=lambda o: {k: v for k, v in o.items() if k not in bounds})
+        strict = {"name": constraint.name, "schema": schema, "strict": True}
+        return {"response_format": {"type": "json_schema", "json_schema": strict}}
+
+    def body(self, req: ChatRequest, model: str, n: int, constrained: dict, stream: bool = False) -> bytes:
+        "The JSON body of one chat request (`constrained`: the constraint's fields)."
+        kw = dict(
+            model=model, messages=req.messages, temperature=req.temperature, top_p=req.top_p, max_tokens=req.max_tokens
+        )
+        kw["n"] = n
+        if req.seed is not None:
+            kw["seed"] = req.seed
+        if req.stop:
+            kw["stop"] = req.stop
+        if req.logprobs:
+            kw["logprobs"] = True
+            if req.top_logprobs:
+                kw["top_logprobs"] = req.top_logprobs
+        # vLLM and `transformers serve` pass these to the chat template (Qwen3 reasons unless told not to)
+        if self.template_kwargs:
+            kw["chat_template_kwargs"] = {"enable_thinking": req.enable_thinking}
+        for k, v in constrained.items():  # `extra_body` fields go at the top level, as the openai client sends them
+            kw.update(v) if k == "extra_body" else kw.__setitem__(k, v)
+        return json.dumps({**kw, "stream": True} if stream else kw).encode()
+
+    async def send(self, req: ChatRequest, model: str, n: int, post) -> tuple[dict, bool]:
+        "`post(body)`'s reply to `req`, and whether its constraint went with it (a 400 or 422 to it: asked again without)."
+        constrained = self.constraint_fields(req.constraint)
+        try:
+            return await post(self.body(req, model, n, constrained)), bool(constrained)
+        except BadRequestError:
+            if not constrained:
+                raise
+        # the client still checks every reply
+        r = await post(self.body(req, model, n, {}))
+        self.constraints_refused = True
+        return r, False
+
+# %% ../../nbs/llm/01_openai.ipynb #ab0129dd
+async def _samples(req: ChatRequest, send) -> tuple[list[dict], bool]:
+    """The completions that answer `req`'s `n` samples (`send(req, n)`: one request's reply and whether its constraint went with it), and
+    whether the first carried the constraint. Greedy samples are one sample, asked once (vLLM refuses `n > 1` under greedy decoding with
+    a 400); a server that ignores `n` is asked for the rest concurrently, one at a time with distinct seeds so the samples differ."""
+    greedy = req.temperature == 0
+    first, constrained = await send(req, 1 if greedy else req.n)
+    got = len(first["choices"])
+    if got >= req.n or greedy:
+        return [first], constrained
+    seeds = [None if req.seed is None else req.seed + i for i in range(1, req.n - got + 1)]
+    more = await asyncio.gather(*[send(ChatRequest(**{**req.__dict__, "seed": s, "n": 1}), 1) for s in seeds])
+    return [first] + [r for r, _ in more], constrained
+
+# %% ../../nbs/llm/01_openai.ipynb #c59d55f5
+def _token_logprobs(c: dict) -> list[TokenLogprob] | None:
+    "A choice's tokens with their logprobs and top alternatives, or None when it has none."
+    content = (c.get("logprobs") or {}).get("content")
+    if not content:
+        return None
+    return [
+        TokenLogprob(t["token"], t["logprob"], {x["token"]: x["logprob"] for x in (t.get("top_logprobs") or [])})
+        for t in content
+    ]
+
+# %% ../../nbs/llm/01_openai.ipynb #9253fbb7
+def _chat_response(replies: list[dict], model: str, n: int, greedy: bool, logprobs: bool, **kw) -> ChatResponse:
+    """The `ChatResponse` of one request's completions (`replies`: those of the requests it took): its first `n` choices (greedy: the
+    one sample, `n` times), token counts added up, logprobs when every choice has them; `kw`: the fields the caller knows."""
+    choices = [c for r in replies for c in r["choices"]]
+    choices = (choices * n if greedy else choices)[:n]
+    lps = [_token_logprobs(c) for c in choices] if logprobs else None
+    usage = [r["usage"] for r in replies if isinstance(r.get("usage"), dict)]
+    tokens = lambda u, k: u.get(k, 0) if isinstance(u.get(k, 0), int) else 0
+    return ChatResponse(
+        texts=[c["message"].get("content") or "" for c in choices],
+        finish_reasons=[c.get("finish_reason") or "stop" for c in choices],
+        prompt_tokens=tokens(usage[0], "prompt_tokens") if usage else 0,
+        completion_tokens=sum(tokens(u, "completion_tokens") for u in usage),
+        model=replies[0].get("model") or model,
+        logprobs=lps if lps and all(lps) else None,
+        **kw,
+    )
+
+# %% ../../nbs/llm/01_openai.ipynb #7c5bdda9
+def _stream_event(line: bytes) -> dict | None:
+    "One line of a streamed chat completion (server-sent events): its chunk, or None (a comment, a blank line, `[DONE]`)."
+    line = line.strip()
+    if not line.startswith(b"data:") or line[5:].strip() == b"[DONE]":
+        return None
+    d = json.loads(line[5:])
+    if not isinstance(d, dict) or "error" in d:
+        raise MalformedResponse(f"a streamed chunk that is no completion ({str(d)[:80]!r})")
+    return d
+
+
+async def _read_stream(r, on_text) -> dict:
+    """A streamed reply (an `aiohttp` response) read to its end: each piece of content to `on_text` as it comes; the reply assembled as a
+    non-streamed one is (a server that answers whole: its reply, all of it to `on_text`)."""
+    if r.content_type != "text/event-stream":
+        d = _completion(json.loads(await r.read()))
+        on_text(d["choices"][0]["message"].get("content") or "")
+        return d
+    text, reason, usage, model = [], None, None, None
+    async for line in r.content:
+        d = _stream_event(line)
+        if d is None:
+            continue
+        usage, model = d.get("usage") or usage, d.get("model") or model
+        for c in d.get("choices") or []:
+            piece = (c.get("delta") or {}).get("content")
+            if piece:
+                text.append(piece)
+                on_text(piece)
+            reason = c.get("finish_reason") or reason
+    message = {"role": "assistant", "content": "".join(text)}
+    return {"model": model, "choices": [{"message": message, "finish_reason": reason}], "usage": usage}
+
+# %% ../../nbs/llm/01_openai.ipynb #2d973952
+class ServerConnection(ChatBackend):
+    """The way to one OpenAI-compatible server: its URL and key (`http`), the retries of each request (`retries`; in a pool, `pooled`,
+    an unreachable server hands the request back at once) and at most `max_concurrency` chat completions in flight (`sem`)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        max_concurrency: int = 16,
+        timeout: float = 120.0,
+        max_retries: int = 3,
+        backoff_s: float = 0.5,
+        key_env: str | None = None,
+        reconnect_s: float = 0.0,
+    ):
+        if max_concurrency < 1:
+            raise ValueError(f"max_concurrency must be >= 1 (got {max_concurrency})")
+        if not timeout > 0:
+            raise ValueError(f"timeout must be > 0 seconds (got {timeout})")
+        key, self.key_var = api_key(base_url, key_env)
+        self.name = public_url(base_url.rstrip("/"))  # what messages and records say: no credentials
+        self.http = HTTPSession(base_url, key, float(timeout))
+        self.base_url, self.sem, self.pooled = self.http.base_url, asyncio.Semaphore(max_concurrency), False
+        self.retries = RetryPolicy(self.name, float(timeout), max_retries, backoff_s, reconnect_s, self.key_var)
+
+    async def _call(self, method: str, path: str, body: bytes | None = None, check=None):
+        "One request, retried as `retries` says."
+        return await self.retries.run(lambda: self.http.request(method, path, body, check), self.pooled)
+
+    async def _post(self, body: bytes) -> dict:
+        "One chat completion, its reply checked (`MalformedResponse` is retried)."
+        async with self.sem:
+            return await self._call("POST", "/chat/completions", body, check=_completion)
+
+    async def _stream(self, body: bytes, on_text) -> dict:
+        "One streamed chat completion, not retried: each piece to `on_text`, the reply assembled at its end (`_read_stream`)."
+        async with self.sem:
+            return await self.http.stream("/chat/completions", body, lambda r: _read_stream(r, on_text))
+
+    async def aclose(self):
+        await self.http.aclose()
+
+# %% ../../nbs/llm/01_openai.ipynb #9ceefe28
+class OpenAIBackend(ServerConnection):
+    """Any OpenAI-compatible server (vLLM, `transformers serve`, llama.cpp, OpenAI) as a `ChatBackend`, over its `ServerConnection`: its
+    requests built by `requests`, what it serves listed by `models`."""
+
+    kind = "openai"
+
+    @functools.cached_property
+    def requests(self) -> ChatRequests:
+        return ChatRequests(template_kwargs=urlsplit(self.base_url).hostname != OPENAI_API_HOST)
+
+    @functools.cached_property
+    def models(self) -> ServedModels:
+        return ServedModels(self.name, lambda: self._call("GET", "/models", check=_model_page))
+
+    async def chat(self, req: ChatRequest) -> ChatResponse:
+        t0, model = time.perf_counter(), await self.check_model(req.model)
+        replies, constrained = await _samples(req, lambda r, n: self.requests.send(r, model, n, self._post))
+        kw = dict(backend=f"openai:{self.name}", latency_s=time.perf_counter() - t0, constrained=constrained)
+        return _chat_response(replies, model, req.n, req.temperature == 0, req.logprobs, **kw)
+
+    async def chat_stream(self, req: ChatRequest, on_text) -> ChatResponse:
+        """`chat` with the reply streamed (`stream: true`): `on_text` gets each piece as the server writes it. One sample, no logprobs;
+        a server that refuses to stream, or a stream cut short, is asked again as `chat` does (its retries, its fallbacks)."""
+        import aiohttp
+
+        t0, model = time.perf_counter(), await self.check_model(req.model)
+        constrained = self.constraint_fields(req.constraint)
+        body = self.requests.body(req, model, 1, constrained, stream=True)
+        try:
+            r = await self._stream(body, on_text)
+        except (LLMError, aiohttp.ClientError, asyncio.TimeoutError, ValueError, KeyError, TypeError):
+            return await self.chat(req)
+        kw = dict(backend=f"openai:{self.name}", latency_s=time.perf_counter() - t0, constrained=bool(constrained))
+        return _chat_response([r], model, 1, False, False, **kw)
+
+    def constraint_fields(self, constraint: OutputConstraint | None) -> dict:
+        "The request fields that carry `constraint` to this server (`ChatRequests.constraint_fields`)."
+        return self.requests.constraint_fields(constraint)
+
+    @property
+    def _entries(self) -> list[dict] | None:  # the /v1/models entries fetched so far (the judge cache's key reads them)
+        return self.models.entries
+
+    async def served_models(self) -> list[str]:
+        return await self.models.ids()
+
+    async def check_model(self, model: str | None) -> str:
+        return await self.models.check(model)
+
+    async def describe_model(self, model: str) -> dict:
+        return await self.models.describe(model)
+
+# %% ../../nbs/llm/01_openai.ipynb #0318ffb5
+class ReplicaRotation:
+    """Which of `n` replicas takes the next request: of those in the rotation, the one with the fewest requests in flight (`inflight`, kept
+    by the caller), ties going round the list; a replica that failed to answer sits out for `revive_s` seconds."""
+
+    def __init__(self, n: int, revive_s: float = 10.0):
+        self.inflight, self.down_until, self.revive_s, self._next = [0] * n, [0.0] * n, revive_s, 0
+
+    def pick(self) -> int:
+        "The replica for the next request (when every one sits out, the one back soonest)."
+        n, now = len(self.inflight), time.monotonic()
+        up = [j for j in range(n) if self.down_until[j] <= now] or [min(range(n), key=lambda j: self.down_until[j])]
+        order = sorted(up, key=lambda j: (j - self._next) % n)  # ties go round the list
+        i = min(order, key=lambda j: self.inflight[j])
+        self._next = (i + 1) % n
+        return i
+
+    def sit_out(self, i: int) -> bool:
+        "Replica `i` out of the rotation for `revive_s` seconds; whether another is in it still."
+        self.down_until[i] = time.monotonic() + self.revive_s
+        return any(t <= time.monotonic() for t in self.down_until)
+
+# %% ../../nbs/llm/01_openai.ipynb #3980409c
+def _agreed_model(name: str, ids: list[str]) -> str:
+    "The model id every server of a pool resolved a request's model to, or `ModelNotFound` naming each one's."
+    if len(set(ids)) > 1:
+        raise ModelNotFound(
+            f"servers {name} serve different models ({', '.join(ids)}): name one with --model-name (or the role's model flag)"
+        )
+    return ids[0]
+
 # %% ../../nbs/llm/01_openai.ipynb #d799d5d1
 class BalancedBackend(ChatBackend):
-    "Several servers of one model as one backend: each request goes to the reachable server with the fewest requests in flight."
+    """Several servers of one model as one backend: each request goes to the replica `rotation` picks; one that cannot be reached sits
+    out and the request goes to another, or, when none can be reached, waits as one server's would (`max_retries`, then `reconnect_s`)."""
 
     kind = "openai"
 
     def __init__(self, backends: list[ChatBackend], revive_s: float = 10.0):
         if not backends:
             raise ValueError("BalancedBackend needs at least one backend")
-        self.backends, self.inflight, self._next = list(backends), [0] * len(backends), 0
-        self.down_until = [0.0] * len(backends)  # a replica that failed to answer sits out until then
-        self.revive_s, self.num_failovers = revive_s, 0
+        self.backends, self.rotation, self.num_failovers = list(backends), ReplicaRotation(len(backends), revive_s), 0
         self.name = ",".join(getattr(b, "name", b.kind) for b in backends)
         self.key_var = getattr(backends[0], "key_var", None)
-        self.max_retries = max((getattr(b, "max_retries", 0) for b in backends), default=0)
-        self.reconnect_s = max((getattr(b, "reconnect_s", 0.0) for b in backends), default=0.0)
+        policies = [b.retries for b in backends if isinstance(getattr(b, "retries", None), RetryPolicy)]
+        self.max_retries = max((p.max_retries for p in policies), default=0)
+        self.reconnect_s = max((p.reconnect_s for p in policies), default=0.0)
         for b in backends:
             b.pooled = True  # an unreachable replica raises at once: the pool sends the request elsewhere
-
-    def _pick(self) -> int:
-        n, now = len(self.backends), time.monotonic()
-        up = [j for j in range(n) if self.down_until[j] <= now] or [min(range(n), key=lambda j: self.down_until[j])]
-        order = sorted(up, key=lambda j: (j - self._next) % n)  # ties go round the list
-        i = min(order, key=lambda j: self.inflight[j])
-        self._next = (i + 1) % n
-        return i
 
     async def chat(self, req: ChatRequest) -> ChatResponse:
         "`req` on a reachable replica; one that cannot be reached leaves the rotation and the request goes to another."
@@ -560,24 +653,21 @@ class BalancedBackend(ChatBackend):
         return await self._balanced(lambda b: b.chat_stream(req, on_text))
 
     async def _balanced(self, call) -> ChatResponse:
-        import random
-
         tries, down_since = 0, None
         while True:
-            i = self._pick()
-            self.inflight[i] += 1
+            i = self.rotation.pick()
+            self.rotation.inflight[i] += 1
             try:
                 return await call(self.backends[i])
             except ServerDown as e:
-                self.down_until[i] = time.monotonic() + self.revive_s
                 self.num_failovers += 1
-                if any(t <= time.monotonic() for t in self.down_until):
+                if self.rotation.sit_out(i):
                     continue  # another replica is in the rotation: it takes the request now
                 down_since, tries = down_since or time.monotonic(), tries + 1
                 if tries > self.max_retries and time.monotonic() - down_since >= self.reconnect_s:
                     raise ServerDown(f"servers {self.name}: none answers ({e})") from None
             finally:
-                self.inflight[i] -= 1
+                self.rotation.inflight[i] -= 1
             await asyncio.sleep(min(0.5 * 2 ** (tries - 1), 8.0) * random.uniform(0.75, 1.25))
 
     async def served_models(self) -> list[str]:
@@ -586,12 +676,7 @@ class BalancedBackend(ChatBackend):
 
     async def check_model(self, model: str | None) -> str:
         "The model every server serves (each is checked: a replica without it would fail a share of the run's requests)."
-        ids = [await b.check_model(model) for b in self.backends]
-        if len(set(ids)) > 1:
-            raise ModelNotFound(
-                f"servers {self.name} serve different models ({', '.join(ids)}): name one with --model-name (or the role's model flag)"
-            )
-        return ids[0]
+        return _agreed_model(self.name, [await b.check_model(model) for b in self.backends])
 
     async def describe_model(self, model: str) -> dict:
         return await self.backends[0].describe_model(model)
