@@ -11,11 +11,13 @@ from pathlib import Path
 from typing import Any, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic.fields import FieldInfo
 
 # %% auto #0
-__all__ = ['SECRET_KEY', 'SECRET_ENV', 'ConfigError', 'numeric_problem', 'Config', 'merge_over', 'read_yaml', 'CliParser',
-           'describe', 'field_description', 'register_secret', 'redact_text', 'redact', 'load_env_file',
-           'ProgressConfig', 'RunConfig', 'JobConfig', 'DatasetConfig', 'DataConfig', 'plain_name', 'flag_value']
+__all__ = ['SECRET_KEY', 'SECRET_ENV', 'ConfigError', 'numeric_problem', 'ConfigModel', 'add_field_argument', 'CliParser',
+           'describe', 'field_description', 'Config', 'merge_over', 'read_yaml', 'register_secret', 'redact_text',
+           'redact', 'load_env_file', 'ProgressConfig', 'RunConfig', 'JobConfig', 'DatasetConfig', 'DataConfig',
+           'plain_name', 'flag_value']
 
 # %% ../../nbs/core/03_config.ipynb #28fd656d
 class ConfigError(Exception):
@@ -55,8 +57,9 @@ def numeric_problem(name: str, value) -> str | None:
     return None
 
 # %% ../../nbs/core/03_config.ipynb #d3ad5b16
-class Config(BaseModel):
-    "Base of every typed config: unknown keys are errors; YAML, CLI flags and papermill parameters build the same object."
+class ConfigModel(BaseModel):
+    """A typed config as a value: unknown keys are errors naming the closest field, numeric settings follow the naming rules
+    (`numeric_problem`), and a dict, papermill parameters or a YAML file build it. `Config` adds the command line."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, protected_namespaces=())
 
@@ -105,38 +108,95 @@ class Config(BaseModel):
         "From papermill parameters / notebook globals: keys that are not fields are errors too."
         return cls.from_dict(params, source)
 
+# %% ../../nbs/core/03_config.ipynb #cfgm0003
+def add_field_argument(parser: argparse.ArgumentParser, name: str, field: FieldInfo, help: str = "") -> None:
+    """The command-line argument of one config field: `--name-with-dashes` (a field declared with `json_schema_extra={"flag": "--from"}`
+    takes that spelling), a `--x/--no-x` switch for a bool, any number of values for a list, JSON for a mapping or a model; one with
+    `{"positional": True}` is a positional argument (a list field takes any number). An unset flag stays out of the namespace, so the
+    config's default applies."""
+    extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+    ann = field.annotation
+    kw = {"dest": name, "default": argparse.SUPPRESS, "help": (help or "").replace("%", "%%")}
+    base = (
+        [a for a in get_args(ann) if a is not type(None)]
+        if get_origin(ann) in (typing.Union, types.UnionType)
+        else [ann]
+    )
+    typ, flag = (base[0] if len(base) == 1 else str), extra.get("flag", _flag(name))
+    if extra.get("positional"):
+        many = get_origin(typ) in (list, tuple)
+        default = {} if field.is_required() else {"default": field.default}
+        parser.add_argument(name, nargs="*" if many else None, help=kw["help"], **default)
+    elif typ is bool:
+        parser.add_argument(flag, action=argparse.BooleanOptionalAction, **kw)
+    elif get_origin(typ) in (list, tuple):
+        parser.add_argument(flag, nargs="*", **kw)
+    elif get_origin(typ) is dict or (isinstance(typ, type) and issubclass(typ, BaseModel)):
+        parser.add_argument(flag, type=json.loads, **kw)
+    else:
+        parser.add_argument(flag, **kw)
+
+# %% ../../nbs/core/03_config.ipynb #a1c0c001
+class CliParser(argparse.ArgumentParser):
+    """The parser of every `mascot` command: no abbreviated flags (`--num-sample` is not `--num-samples`), and any error — an unknown flag
+    (with the closest known one), a bad value — is one `ConfigError` line instead of a usage dump."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str):
+        raise ConfigError(message)
+
+    def parse_args(self, args=None, namespace=None):
+        ns, extra = self.parse_known_args(args, namespace)
+        if extra:
+            self.error(self.unknown(extra))
+        return ns
+
+    def unknown(self, extra: list[str]) -> str:
+        "What is wrong with the arguments left over: the first unknown flag and the known one it is closest to."
+        flag = next((a.split("=", 1)[0] for a in extra if a.startswith("-")), None)
+        if flag is None:
+            return f"unexpected argument {extra[0]!r}"
+        close = difflib.get_close_matches(flag, list(self._option_string_actions), n=1, cutoff=0.6)
+        return f"unknown flag {flag}" + (f" (did you mean {close[0]}?)" if close else "; see --help")
+
+# %% ../../nbs/core/03_config.ipynb #da998ce8
+def describe(cls: type[Config], **descriptions: str) -> type[Config]:
+    """Give fields of `cls` their description (what `--help` shows), in a cell beside the class so the field lines stay short.
+    A subclass that redeclares a field (another default) keeps the description unless it gives its own."""
+    for name, text in descriptions.items():
+        if name not in cls.model_fields:
+            raise ConfigError(f"describe({cls.__name__}): {name!r} is not one of its fields")
+        if not str(text).strip():
+            raise ConfigError(f"describe({cls.__name__}): the description of {name!r} is empty")
+        cls.model_fields[name].description = text
+    return cls
+
+
+def field_description(cls: type[Config], name: str) -> str | None:
+    "The description of field `name`: its own, else the nearest base class's (a redeclared default keeps its meaning)."
+    for base in cls.__mro__:
+        f = (
+            getattr(base, "model_fields", {}).get(name)
+            if isinstance(base, type) and issubclass(base, BaseModel)
+            else None
+        )
+        if f is not None and f.description:
+            return f.description
+    return None
+
+# %% ../../nbs/core/03_config.ipynb #cfgm0008
+class Config(ConfigModel):
+    """Base of every typed config: unknown keys are errors; YAML, CLI flags and papermill parameters build the same object. The command
+    line is one argument per field (`add_field_argument`), its help the field's description, over an optional `--config FILE.yaml`."""
+
     @classmethod
     def add_arguments(cls, parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-        """One flag per field, its description the help. A field declared with `json_schema_extra={"flag": "--from"}` takes that
-        spelling; one with `{"positional": True}` is a positional argument (a list field takes any number)."""
+        "One argument per field (`add_field_argument`), its help the field's description (a base class's for a redeclared field)."
         for name, f in cls.model_fields.items():
-            extra = f.json_schema_extra if isinstance(f.json_schema_extra, dict) else {}
-            ann, kw = (
-                f.annotation,
-                {
-                    "dest": name,
-                    "default": argparse.SUPPRESS,
-                    "help": (field_description(cls, name) or "").replace("%", "%%"),
-                },
-            )
-            base = (
-                [a for a in get_args(ann) if a is not type(None)]
-                if get_origin(ann) in (typing.Union, types.UnionType)
-                else [ann]
-            )
-            typ, flag = (base[0] if len(base) == 1 else str), extra.get("flag", _flag(name))
-            if extra.get("positional"):
-                many = get_origin(typ) in (list, tuple)
-                default = {} if f.is_required() else {"default": f.default}
-                parser.add_argument(name, nargs="*" if many else None, help=kw["help"], **default)
-            elif typ is bool:
-                parser.add_argument(flag, action=argparse.BooleanOptionalAction, **kw)
-            elif get_origin(typ) in (list, tuple):
-                parser.add_argument(flag, nargs="*", **kw)
-            elif get_origin(typ) is dict or (isinstance(typ, type) and issubclass(typ, BaseModel)):
-                parser.add_argument(flag, type=json.loads, **kw)
-            else:
-                parser.add_argument(flag, **kw)
+            add_field_argument(parser, name, f, field_description(cls, name) or "")
         return parser
 
     @classmethod
@@ -192,57 +252,6 @@ def read_yaml(path: str | Path, expected: str = "", _chain: tuple = ()) -> dict:
     if base_path in _chain or base_path == path.resolve():
         raise ConfigError(f"{path}: extends: {base} extends itself (a cycle)")
     return merge_over(read_yaml(base_path, expected, (*_chain, path.resolve())), d)
-
-# %% ../../nbs/core/03_config.ipynb #a1c0c001
-class CliParser(argparse.ArgumentParser):
-    """The parser of every `mascot` command: no abbreviated flags (`--num-sample` is not `--num-samples`), and any error — an unknown flag
-    (with the closest known one), a bad value — is one `ConfigError` line instead of a usage dump."""
-
-    def __init__(self, *args, **kwargs):
-        kwargs.setdefault("allow_abbrev", False)
-        super().__init__(*args, **kwargs)
-
-    def error(self, message: str):
-        raise ConfigError(message)
-
-    def parse_args(self, args=None, namespace=None):
-        ns, extra = self.parse_known_args(args, namespace)
-        if extra:
-            self.error(self.unknown(extra))
-        return ns
-
-    def unknown(self, extra: list[str]) -> str:
-        "What is wrong with the arguments left over: the first unknown flag and the known one it is closest to."
-        flag = next((a.split("=", 1)[0] for a in extra if a.startswith("-")), None)
-        if flag is None:
-            return f"unexpected argument {extra[0]!r}"
-        close = difflib.get_close_matches(flag, list(self._option_string_actions), n=1, cutoff=0.6)
-        return f"unknown flag {flag}" + (f" (did you mean {close[0]}?)" if close else "; see --help")
-
-# %% ../../nbs/core/03_config.ipynb #da998ce8
-def describe(cls: type[Config], **descriptions: str) -> type[Config]:
-    """Give fields of `cls` their description (what `--help` shows), in a cell beside the class so the field lines stay short.
-    A subclass that redeclares a field (another default) keeps the description unless it gives its own."""
-    for name, text in descriptions.items():
-        if name not in cls.model_fields:
-            raise ConfigError(f"describe({cls.__name__}): {name!r} is not one of its fields")
-        if not str(text).strip():
-            raise ConfigError(f"describe({cls.__name__}): the description of {name!r} is empty")
-        cls.model_fields[name].description = text
-    return cls
-
-
-def field_description(cls: type[Config], name: str) -> str | None:
-    "The description of field `name`: its own, else the nearest base class's (a redeclared default keeps its meaning)."
-    for base in cls.__mro__:
-        f = (
-            getattr(base, "model_fields", {}).get(name)
-            if isinstance(base, type) and issubclass(base, BaseModel)
-            else None
-        )
-        if f is not None and f.description:
-            return f.description
-    return None
 
 # %% ../../nbs/core/03_config.ipynb #7df7fad3
 # Names that hold secrets (OPENAI_API_KEY, HF_TOKEN, api_key ...), but not counters like `completion_tokens`.

@@ -25,9 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['DIRECTED', 'MULTI_AGENT', 'EpisodeConfig', 'EpisodeState', 'episode_rng', 'call_seed', 'clean_reply', 'EpisodeRunner',
-           'most_agreed', 'new_state', 'role_identities', 'episode_record', 'run_episode', 'run_episodes_async',
-           'run_episodes', 'main']
+__all__ = ['DIRECTED', 'MULTI_AGENT', 'ConversationFields', 'RoleSamplingFields', 'BaselineFields', 'EpisodeConfig',
+           'EpisodeState', 'episode_rng', 'call_seed', 'clean_reply', 'FailureCounter', 'RoleTurn', 'DirectorTurn',
+           'SpeakerTurn', 'SimulatedUserTurn', 'most_agreed', 'BaselineTurn', 'EpisodeRunner', 'new_state',
+           'role_identities', 'episode_record', 'run_episode', 'run_episodes_async', 'run_episodes', 'main']
 
 # %% ../../nbs/domain/04_episodes.ipynb #3287d2f3
 # What each system does (director or not, which roles are trained, how the reply is produced) is its entry in `mascot.domain.systems`;
@@ -35,12 +36,10 @@ __all__ = ['DIRECTED', 'MULTI_AGENT', 'EpisodeConfig', 'EpisodeState', 'episode_
 DIRECTED = tuple(n for n, s in SYSTEM_REGISTRY.items() if s.directed)  # a director chooses speaker, action and tone
 MULTI_AGENT = tuple(n for n, s in SYSTEM_REGISTRY.items() if s.multi_agent)  # the persona roster speaks
 
-# %% ../../nbs/domain/04_episodes.ipynb #ba3cac90
-class EpisodeConfig(EndpointConfig, JobConfig, RunConfig, DataConfig):
-    "Flags of `mascot episode`: the shared settings (`JobConfig`, `RunConfig`, `DataConfig`), the endpoints, and the loop's own."
+# %% ../../nbs/domain/04_episodes.ipynb #epc00001
+class ConversationFields(Config):
+    "How a conversation goes: how many steps, and whether a simulated user answers (with which Big Five profile)."
 
-    dataset: str = "ESConv"
-    num_samples: int | None = 4
     num_turns: int = Field(NUM_TURNS, description="director -> speaker steps per conversation")
     user_response_probability: float = Field(
         USER_RESPONSE_PROBABILITY, description="chance that the simulated user answers after a speaker's turn"
@@ -55,13 +54,20 @@ class EpisodeConfig(EndpointConfig, JobConfig, RunConfig, DataConfig):
     user_big_five_profile: str | None = Field(
         None, description="the profile's name (one of personas.BIG_FIVE_PROFILES); default: one drawn per context"
     )
-    system: str = Field(
-        "mascot",
-        description="the system that plays the conversation: mascot, an ablation or a baseline (systems.SYSTEMS), or untrained (base models in every role; what a trained system becomes under --share-model, so its records never say it was trained)",
-    )
-    roster_path: str | None = Field(None, description="a roster YAML instead of the dataset's built-in roster")
-    output_dir: str = "outputs/episodes"
-    output_name: str | None = Field(None, description="the output file's stem; default: the system and the model")
+
+    def model_post_init(self, _):
+        if not 0 <= self.user_response_probability <= 1:
+            raise ConfigError("--user-response-probability must be within [0, 1]")
+        if self.user_big_five_profile and not self.enable_big_five:
+            raise ConfigError("--user-big-five-profile needs --enable-big-five")
+        if self.user_big_five_profile:
+            get_big_five(self.user_big_five_profile)  # a clear error now, not mid-run
+        super().model_post_init(_)
+
+# %% ../../nbs/domain/04_episodes.ipynb #epc00004
+class RoleSamplingFields(Config):
+    "How each role samples: the temperature and the token cap of the director, the speakers and the simulated user."
+
     director_temperature: float = Field(
         0.0,
         description="sampling temperature of the director (0.0: the deployed, greedy director; stage 2 trains at its own temperature)",
@@ -71,8 +77,30 @@ class EpisodeConfig(EndpointConfig, JobConfig, RunConfig, DataConfig):
     director_max_tokens: int = Field(64, description="token cap of one directive")
     speaker_max_tokens: int = Field(80, description="token cap of one speaker turn")
     user_max_tokens: int = Field(64, description="token cap of one user turn")
+
+# %% ../../nbs/domain/04_episodes.ipynb #epc00007
+class BaselineFields(Config):
+    "The single-agent baselines' own settings: the few-shot examples and the self-consistency samples."
+
     few_shot_k: int = Field(2, description="worked examples in the few-shot baseline's prompt")
     self_consistency_k: int = Field(3, description="samples the self-consistency baseline votes over")
+
+# %% ../../nbs/domain/04_episodes.ipynb #ba3cac90
+class EpisodeConfig(
+    BaselineFields, RoleSamplingFields, ConversationFields, EndpointConfig, JobConfig, RunConfig, DataConfig
+):
+    """Flags of `mascot episode`: the shared settings (`JobConfig`, `RunConfig`, `DataConfig`), the endpoints, the conversation's course
+    (`ConversationFields`), each role's sampling (`RoleSamplingFields`), the baselines' settings (`BaselineFields`), and which system plays."""
+
+    dataset: str = "ESConv"
+    num_samples: int | None = 4
+    system: str = Field(
+        "mascot",
+        description="the system that plays the conversation: mascot, an ablation or a baseline (systems.SYSTEMS), or untrained (base models in every role; what a trained system becomes under --share-model, so its records never say it was trained)",
+    )
+    roster_path: str | None = Field(None, description="a roster YAML instead of the dataset's built-in roster")
+    output_dir: str = "outputs/episodes"
+    output_name: str | None = Field(None, description="the output file's stem; default: the system and the model")
     max_transcript_tokens: int = Field(768, description="QMSum: the transcript window (tokens) the group sees")
 
     def model_post_init(self, _):
@@ -81,12 +109,7 @@ class EpisodeConfig(EndpointConfig, JobConfig, RunConfig, DataConfig):
         if self.share_model and self.spec.trained_roles:
             # every role on --model-name: the records must not say a trained system spoke (the authors' code's debugging baseline)
             self.__dict__["system"] = UNTRAINED_SYSTEM
-        if not 0 <= self.user_response_probability <= 1:
-            raise ConfigError("--user-response-probability must be within [0, 1]")
-        if self.user_big_five_profile and not self.enable_big_five:
-            raise ConfigError("--user-big-five-profile needs --enable-big-five")
-        if self.user_big_five_profile:
-            get_big_five(self.user_big_five_profile)  # a clear error now, not mid-run
+        super().model_post_init(_)  # the conversation's checks (ConversationFields)
         self.check_models()
 
     def check_models(self):
@@ -169,21 +192,36 @@ def clean_reply(text: str, roster: Roster) -> str:
     cut = [text.find(f"\n{n}:") for n in names if f"\n{n}:" in text]
     return (text[: min(cut)] if cut else text).strip()
 
-# %% ../../nbs/domain/04_episodes.ipynb #f5e1ef66
-class EpisodeRunner:
-    "One conversation's steps on a client: the director's directive, the speaker's reply, the user's reply, and `step`, a round of them; counts the run's failures."
+# %% ../../nbs/domain/04_episodes.ipynb #epr00002
+class FailureCounter:
+    "The run's counters (`COUNTERS`; its `RunDir`'s when there is one): a counted failure adds one, and under `--strict` stops the run."
 
-    def __init__(self, cfg: EpisodeConfig, client: LLMClient, run: RunDir | None = None, roster: Roster | None = None):
-        self.cfg, self.client, self.run = cfg, client, run
-        self.system = cfg.spec
-        self.roster = roster or (load_roster(cfg.roster_path) if cfg.roster_path else roster_for_dataset(cfg.dataset))
-        self.counters = run.counters if run else {k: 0 for k in COUNTERS}
-        self._few_shot: list[Context] | None = None
+    def __init__(self, counters: dict[str, int] | None = None, strict: bool = False):
+        self.counters = {k: 0 for k in COUNTERS} if counters is None else counters
+        self.strict = strict
 
     def count(self, name: str, detail: str = ""):
         self.counters[name] += 1
-        if self.cfg.strict:
+        if self.strict:
             raise StrictModeError(f"--strict: {name} {detail}".strip())
+
+# %% ../../nbs/domain/04_episodes.ipynb #epr00006
+@dataclass
+class RoleTurn:
+    "What a role's turn works with: the episode's config, the client it asks, the roster that speaks and the run's failure counter."
+
+    cfg: EpisodeConfig
+    client: LLMClient
+    roster: Roster
+    failures: FailureCounter
+
+    @property
+    def system(self) -> System:
+        return self.cfg.spec
+
+# %% ../../nbs/domain/04_episodes.ipynb #epr00009
+class DirectorTurn(RoleTurn):
+    "The director's turn: a directive (who speaks, the action, the tone) for the next step, or a random speaker when there is none to ask."
 
     async def directive(self, state: EpisodeState) -> tuple[Directive, str | None, bool | None, bool | None]:
         """The director's directive, its raw text, whether that parsed and whether it was asked under the directive's output constraint
@@ -200,10 +238,14 @@ class EpisodeRunner:
         )
         d = parse_directive(r.text, self.roster)
         if d is None:
-            self.count("num_directive_parse_failures", f"raw director output: {r.text!r}")
-            self.counters["num_random_agent_fallbacks"] += 1
+            self.failures.count("num_directive_parse_failures", f"raw director output: {r.text!r}")
+            self.failures.counters["num_random_agent_fallbacks"] += 1
             return random_directive(state.rng_for("fallback"), self.roster), r.text, False, r.constrained
         return d, r.text, True, r.constrained
+
+# %% ../../nbs/domain/04_episodes.ipynb #epr00010
+class SpeakerTurn(RoleTurn):
+    "A persona speaker's turn: the directed persona answers in character, and the turn records the directive it followed."
 
     async def speak(
         self,
@@ -236,7 +278,7 @@ class EpisodeRunner:
             if text:
                 break
         if not text:
-            self.count("num_empty_responses", f"speaker {persona.name}")
+            self.failures.count("num_empty_responses", f"speaker {persona.name}")
         source = None if parsed is None else "director" if parsed else "fallback"
         return state.add(
             persona.name,
@@ -248,7 +290,11 @@ class EpisodeRunner:
             directive_constrained=constrained,
         )
 
-    async def user_reply(self, state: EpisodeState) -> Turn | None:
+# %% ../../nbs/domain/04_episodes.ipynb #epr00011
+class SimulatedUserTurn(RoleTurn):
+    "The simulated user's turn: it may answer the speaker, and on a support dataset it reports its emotion."
+
+    async def reply(self, state: EpisodeState) -> Turn | None:
         "The simulated user replies with probability p, reporting its emotion (support datasets)."
         if (
             not self.cfg.enable_user_simulation
@@ -270,12 +316,122 @@ class EpisodeRunner:
         )
         reply, emotion = parse_user_reply(r.text)
         if not reply.strip():
-            self.count("num_empty_responses", "simulated user")  # empty even after the client's retry
+            self.failures.count("num_empty_responses", "simulated user")  # empty even after the client's retry
         if self.roster.domain == "support":
             state.emotion_trajectory.append(
                 emotion or (state.emotion_trajectory[-1] if state.emotion_trajectory else "unknown")
             )
         return state.add(self.roster.user_label, reply, turn_type="user")
+
+# %% ../../nbs/domain/04_episodes.ipynb #84b605e0
+def _tokens(s: str) -> set[str]:
+    return set(re.findall(r"\w+", s.lower()))
+
+
+def most_agreed(candidates: list[str]) -> int:
+    "Index of the candidate with the highest mean word overlap (Jaccard) with the others: self-consistency without a judge."
+    if len(candidates) == 1:
+        return 0
+
+    def jac(a, b):
+        A, B = _tokens(a), _tokens(b)
+        return len(A & B) / max(1, len(A | B))
+
+    scores = [sum(jac(c, o) for j, o in enumerate(candidates) if j != i) for i, c in enumerate(candidates)]
+    return max(range(len(candidates)), key=lambda i: (scores[i], bool(candidates[i].strip())))
+
+# %% ../../nbs/domain/04_episodes.ipynb #03f6afd9
+@dataclass
+class BaselineTurn(RoleTurn):
+    "A single-agent baseline's turn: one supporter answers in the system's reply mode (`System.reply`)."
+
+    few_shot: list[Context] | None = field(default=None, init=False)  # the train split's examples, drawn once a run
+
+    def examples(self, state: EpisodeState) -> list[Context]:
+        "The few-shot examples for `state`'s context: drawn once from the train split, never the context itself."
+        cfg = self.cfg
+        if self.few_shot is None:
+            self.few_shot = few_shot_examples(
+                cfg.dataset, cfg.data_path, k=cfg.few_shot_k + 1, seed=cfg.seed, exclude_ids=()
+            )
+        return [e for e in self.few_shot if e.context_id != state.context.context_id][: cfg.few_shot_k]
+
+    async def reply(self, state: EpisodeState) -> Turn:
+        cfg, roster, sysname, reply = self.cfg, self.roster, self.cfg.system, self.system.reply
+
+        def chat(msgs, **kw):
+            asked = {
+                "temperature": cfg.speaker_temperature,
+                "max_tokens": cfg.speaker_max_tokens,
+                "seed": call_seed(state, "speaker"),
+            }
+            return self.client.chat("speaker", msgs, **{**asked, **kw})
+
+        examples = self.examples(state) if reply.startswith("few-shot") else []
+        if reply in ("zero-shot", "zero-shot-cot", "few-shot", "few-shot-cot"):
+            msgs = baseline_messages(reply, state.situation, state.turns, roster, examples)
+            cot = reply.endswith("cot")  # the reasoning comes before the reply: twice the tokens
+            text = extract_response((await chat(msgs, max_tokens=cfg.speaker_max_tokens * (2 if cot else 1))).text)
+        elif reply == "self-consistency":
+            msgs = baseline_messages("zero-shot", state.situation, state.turns, roster)
+            r = await chat(msgs, n=cfg.self_consistency_k, temperature=max(cfg.speaker_temperature, 0.7))
+            cands = [clean_reply(t, roster) for t in r.texts]
+            text = cands[most_agreed(cands)]
+        elif reply == "multiagent-esc":  # analysis -> strategy deliberation -> candidates -> selection
+            hist = render_history(state.turns, roster) or "(none)"
+            analysis = (await chat(esc_analysis_messages(state.situation, hist), temperature=0.0)).text
+            strat_text = (await chat(esc_strategy_messages(analysis, hist), temperature=0.0)).text
+            strategy = next((s for s in ESC_STRATEGIES if s.lower() in strat_text.lower()), "Reflection of feelings")
+            msgs = esc_reply_messages(state.situation, state.turns, roster, strategy, analysis)
+            r = await chat(msgs, n=cfg.self_consistency_k, temperature=max(cfg.speaker_temperature, 0.7))
+            cands = [clean_reply(t, roster) for t in r.texts]
+            text = cands[most_agreed(cands)]
+        else:
+            raise ValueError(f"system {sysname!r}: reply mode {reply!r} is not a single-agent baseline")
+        text = clean_reply(text, roster)
+        if not text:
+            self.failures.count("num_empty_responses", f"baseline {sysname}")
+        return state.add(baseline_name(roster), text, directive=None, directive_output=None)
+
+# %% ../../nbs/domain/04_episodes.ipynb #f5e1ef66
+class EpisodeRunner:
+    """One conversation's turn taking on a client: `step` is a round (director -> speaker, or a baseline's reply; then the user may
+    answer). Each role's turn is a collaborator (`DirectorTurn`, `SpeakerTurn`, ...); all count into the run's `FailureCounter`."""
+
+    def __init__(self, cfg: EpisodeConfig, client: LLMClient, run: RunDir | None = None, roster: Roster | None = None):
+        self.cfg, self.client, self.run, self.system = cfg, client, run, cfg.spec
+        self.roster = roster or (load_roster(cfg.roster_path) if cfg.roster_path else roster_for_dataset(cfg.dataset))
+        self.failures = FailureCounter(run.counters if run else None, cfg.strict)
+        parts = (cfg, client, self.roster, self.failures)
+        self.director_turn, self.speaker_turn = DirectorTurn(*parts), SpeakerTurn(*parts)
+        self.user_turn, self.baseline_turn = SimulatedUserTurn(*parts), BaselineTurn(*parts)
+
+    @property
+    def counters(self) -> dict[str, int]:
+        return self.failures.counters
+
+    @counters.setter
+    def counters(self, counters: dict[str, int]):  # another runner's: both count into one (stage 2's group data)
+        self.failures.counters = counters
+
+    def count(self, name: str, detail: str = ""):
+        self.failures.count(name, detail)
+
+    async def directive(self, state: EpisodeState) -> tuple[Directive, str | None, bool | None, bool | None]:
+        "The director's directive, its raw text, whether it parsed and whether it was constrained (`DirectorTurn.directive`)."
+        return await self.director_turn.directive(state)
+
+    async def speak(self, state: EpisodeState, directive: Directive, *args, **kw) -> Turn:
+        "The chosen speaker's turn (`SpeakerTurn.speak`: then the directive's raw output, whether it parsed, whether it was constrained)."
+        return await self.speaker_turn.speak(state, directive, *args, **kw)
+
+    async def user_reply(self, state: EpisodeState) -> Turn | None:
+        "The simulated user's turn, when it answers (`SimulatedUserTurn.reply`)."
+        return await self.user_turn.reply(state)
+
+    async def baseline_reply(self, state: EpisodeState) -> Turn:
+        "A single-agent baseline's turn (`BaselineTurn.reply`)."
+        return await self.baseline_turn.reply(state)
 
     async def step(
         self,
@@ -297,79 +453,6 @@ class EpisodeRunner:
             await self.baseline_reply(state)
         await self.user_reply(state)
         state.round_id += 1
-
-# %% ../../nbs/domain/04_episodes.ipynb #84b605e0
-def _tokens(s: str) -> set[str]:
-    return set(re.findall(r"\w+", s.lower()))
-
-
-def most_agreed(candidates: list[str]) -> int:
-    "Index of the candidate with the highest mean word overlap (Jaccard) with the others: self-consistency without a judge."
-    if len(candidates) == 1:
-        return 0
-
-    def jac(a, b):
-        A, B = _tokens(a), _tokens(b)
-        return len(A & B) / max(1, len(A | B))
-
-    scores = [sum(jac(c, o) for j, o in enumerate(candidates) if j != i) for i, c in enumerate(candidates)]
-    return max(range(len(candidates)), key=lambda i: (scores[i], bool(candidates[i].strip())))
-
-# %% ../../nbs/domain/04_episodes.ipynb #03f6afd9
-async def _baseline_reply(self: EpisodeRunner, state: EpisodeState) -> Turn:
-    cfg, roster, sysname, reply = self.cfg, self.roster, self.cfg.system, self.system.reply
-    chat = lambda msgs, **kw: self.client.chat(
-        "speaker",
-        msgs,
-        **{
-            "temperature": cfg.speaker_temperature,
-            "max_tokens": cfg.speaker_max_tokens,
-            "seed": call_seed(state, "speaker"),
-            **kw,
-        },
-    )
-    examples = []
-    if reply.startswith("few-shot"):
-        if self._few_shot is None:
-            self._few_shot = few_shot_examples(
-                cfg.dataset, cfg.data_path, k=cfg.few_shot_k + 1, seed=cfg.seed, exclude_ids=()
-            )
-        examples = [e for e in self._few_shot if e.context_id != state.context.context_id][: cfg.few_shot_k]
-    if reply in ("zero-shot", "zero-shot-cot", "few-shot", "few-shot-cot"):
-        text = extract_response(
-            (
-                await chat(
-                    baseline_messages(reply, state.situation, state.turns, roster, examples),
-                    max_tokens=cfg.speaker_max_tokens * (2 if reply.endswith("cot") else 1),
-                )
-            ).text
-        )
-    elif reply == "self-consistency":
-        r = await chat(
-            baseline_messages("zero-shot", state.situation, state.turns, roster),
-            n=cfg.self_consistency_k,
-            temperature=max(cfg.speaker_temperature, 0.7),
-        )
-        cands = [clean_reply(t, roster) for t in r.texts]
-        text = cands[most_agreed(cands)]
-    elif reply == "multiagent-esc":  # analysis -> strategy deliberation -> candidates -> selection
-        hist = render_history(state.turns, roster) or "(none)"
-        analysis = (await chat(esc_analysis_messages(state.situation, hist), temperature=0.0)).text
-        strat_text = (await chat(esc_strategy_messages(analysis, hist), temperature=0.0)).text
-        strategy = next((s for s in ESC_STRATEGIES if s.lower() in strat_text.lower()), "Reflection of feelings")
-        msgs = esc_reply_messages(state.situation, state.turns, roster, strategy, analysis)
-        r = await chat(msgs, n=cfg.self_consistency_k, temperature=max(cfg.speaker_temperature, 0.7))
-        cands = [clean_reply(t, roster) for t in r.texts]
-        text = cands[most_agreed(cands)]
-    else:
-        raise ValueError(f"system {sysname!r}: reply mode {reply!r} is not a single-agent baseline")
-    text = clean_reply(text, roster)
-    if not text:
-        self.count("num_empty_responses", f"baseline {sysname}")
-    return state.add(baseline_name(roster), text, directive=None, directive_output=None)
-
-
-EpisodeRunner.baseline_reply = _baseline_reply
 
 # %% ../../nbs/domain/04_episodes.ipynb #22bfc41c
 def _big_five(cfg: EpisodeConfig, rng: random.Random) -> BigFiveProfile | None:
