@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 # %% auto #0
-__all__ = ['PREFIX_CACHE_MIN_TOKENS', 'MAX_SKIPS', 'shared_prefix_len', 'prefix_groups', 'canonical_key', 'BatchScheduler']
+__all__ = ['PREFIX_CACHE_MIN_TOKENS', 'MAX_SKIPS', 'shared_prefix_len', 'prefix_groups', 'canonical_key', 'settle_wave',
+           'choose_batch', 'answer_batch', 'BatchScheduler']
 
 # %% ../../nbs/llm/02a_batching.ipynb #4cd3558b
 PREFIX_CACHE_MIN_TOKENS = 64  # shorter shared prefixes (the chat template's header) are not worth a separate forward
@@ -76,11 +77,74 @@ def canonical_key(p: _Pending) -> str:
         p.key = json.dumps(fields, sort_keys=True, default=str)
     return p.key
 
+# %% ../../nbs/llm/02a_batching.ipynb #53a45f01
+async def settle_wave(queue: list[_Pending], max_rows: int, quiet_ticks: int = 3, max_ticks: int = 100):
+    "Yield to the other tasks until `quiet_ticks` ticks in a row add no request to `queue` (or it holds `max_rows` rows)."
+    # an answered caller needs a few ticks to issue its next request (its future's callback, its task, a gather's callback),
+    # so one quiet tick is not the end of a wave; a tick costs microseconds against a batch's seconds
+    n, quiet = len(queue), 0
+    for _ in range(max_ticks):
+        if quiet >= quiet_ticks or sum(p.req.n for p in queue) >= max_rows:
+            return
+        await asyncio.sleep(0)
+        quiet = quiet + 1 if len(queue) == n else 0
+        n = len(queue)
+
+# %% ../../nbs/llm/02a_batching.ipynb #53a45f21
+def choose_batch(
+    waiting: list[_Pending], max_rows: int, tokenize: Callable[[ChatRequest], list[int]]
+) -> list[_Pending]:
+    """Requests for the next batch of at most `max_rows` rows: all when they fit; else whole shared-prefix groups, overdue ones first,
+    then the largest. `tokenize` gives a request's prompt tokens, asked only when the batch must choose; those passed over count it."""
+    if sum(p.req.n for p in waiting) <= max_rows:
+        return waiting
+    for p in waiting:
+        if p.ids is None:
+            p.ids = tokenize(p.req)
+    groups = prefix_groups([p.ids for p in waiting])
+
+    def rank(group):
+        members, prefix = group
+        overdue = any(waiting[i].skipped >= MAX_SKIPS for i in members)
+        # overdue groups in arrival order (members index `waiting`, which is in arrival order), then the largest group
+        return (not overdue, members[0] if overdue else -(len(members) if prefix else 1), members[0])
+
+    batch, rows = [], 0
+    for members, _ in sorted(groups, key=rank):
+        for i in members:
+            if rows + waiting[i].req.n <= max_rows or not batch:
+                batch.append(waiting[i])
+                rows += waiting[i].req.n
+    chosen = {id(p) for p in batch}
+    for p in waiting:
+        if id(p) not in chosen:
+            p.skipped += 1
+    return batch
+
+# %% ../../nbs/llm/02a_batching.ipynb #53a45f31
+async def answer_batch(
+    run_batch: Callable[[list[ChatRequest], list[str | None]], list[ChatResponse]], batch: list[_Pending]
+) -> bool:
+    """Run `batch` in a thread (the event loop keeps collecting the next batch meanwhile) and hand each caller its reply, its latency
+    counted from when it queued; a failed batch fails each of its callers. Whether the batch was answered."""
+    try:
+        results = await asyncio.to_thread(run_batch, [p.req for p in batch], [p.adapter for p in batch])
+    except Exception as e:
+        for p in batch:
+            if not p.future.done():
+                p.future.set_exception(e)
+        return False
+    for p, r in zip(batch, results):
+        r.latency_s = time.perf_counter() - p.t0
+        if not p.future.done():
+            p.future.set_result(r)
+    return True
+
 # %% ../../nbs/llm/02a_batching.ipynb #53a45f02
 class BatchScheduler:
-    """Concurrent requests run as batches of at most `max_batch_size` rows. `run_batch(requests, adapters)` answers one batch (it runs in
-    a thread and returns a `ChatResponse` per request); `tokenize(request)` gives a request's prompt tokens, asked only when more wait
-    than a batch holds and the batch must choose among them."""
+    """Concurrent requests run as batches of at most `max_batch_size` rows: a queue and the worker that drains it, a wave at a time
+    (`settle_wave`), a batch chosen among what can share one call (`choose_batch`) and answered by `run_batch(requests, adapters)`
+    in a thread (`answer_batch`). `tokenize(request)` gives a request's prompt tokens when the batch must choose."""
 
     def __init__(
         self,
@@ -93,52 +157,18 @@ class BatchScheduler:
         self.run_batch, self.tokenize = run_batch, tokenize
         self.max_batch_size, self.mixed_adapters = max_batch_size, mixed_adapters
         # None: on unless MASCOT_EMBEDDED_CANONICAL_ORDER=0 (arrival order, the switch a benchmark compares with)
-        self.canonical_order = (
-            os.environ.get("MASCOT_EMBEDDED_CANONICAL_ORDER", "1") != "0"
-            if canonical_order is None
-            else canonical_order
-        )
+        env_order = os.environ.get("MASCOT_EMBEDDED_CANONICAL_ORDER", "1") != "0"
+        self.canonical_order = env_order if canonical_order is None else canonical_order
         self.queue: list[_Pending] = []
         self._worker: asyncio.Task | None = None
 
     async def settle(self, quiet_ticks: int = 3, max_ticks: int = 100):
-        "Yield to the other tasks until `quiet_ticks` ticks in a row add no request to the queue (or it holds a full batch)."
-        # an answered caller needs a few ticks to issue its next request (its future's callback, its task, a gather's callback),
-        # so one quiet tick is not the end of a wave; a tick costs microseconds against a batch's seconds
-        n, quiet = len(self.queue), 0
-        for _ in range(max_ticks):
-            if quiet >= quiet_ticks or sum(p.req.n for p in self.queue) >= self.max_batch_size:
-                return
-            await asyncio.sleep(0)
-            quiet = quiet + 1 if len(self.queue) == n else 0
-            n = len(self.queue)
+        "Wait for the wave of callers now queueing (`settle_wave`), at most a full batch."
+        await settle_wave(self.queue, self.max_batch_size, quiet_ticks, max_ticks)
 
     def pick_batch(self, waiting: list[_Pending]) -> list[_Pending]:
-        "Requests for the next batch: all when they fit; else whole shared-prefix groups, overdue ones first, then the largest."
-        if sum(p.req.n for p in waiting) <= self.max_batch_size:
-            return waiting
-        for p in waiting:
-            if p.ids is None:
-                p.ids = self.tokenize(p.req)
-        groups = prefix_groups([p.ids for p in waiting])
-
-        def rank(group):
-            members, prefix = group
-            overdue = any(waiting[i].skipped >= MAX_SKIPS for i in members)
-            # overdue groups in arrival order (members index `waiting`, which is in arrival order), then the largest group
-            return (not overdue, members[0] if overdue else -(len(members) if prefix else 1), members[0])
-
-        batch, rows = [], 0
-        for members, _ in sorted(groups, key=rank):
-            for i in members:
-                if rows + waiting[i].req.n <= self.max_batch_size or not batch:
-                    batch.append(waiting[i])
-                    rows += waiting[i].req.n
-        chosen = {id(p) for p in batch}
-        for p in waiting:
-            if id(p) not in chosen:
-                p.skipped += 1
-        return batch
+        "Requests for the next batch (`choose_batch`)."
+        return choose_batch(waiting, self.max_batch_size, self.tokenize)
 
     async def submit(self, req: ChatRequest, adapter: str | None = None) -> ChatResponse:
         "Queue `req` (on `adapter`, or the base) and wait for its reply; a worker is started on this event loop when none runs."
@@ -162,16 +192,6 @@ class BatchScheduler:
             batch = self.pick_batch([p for p in self.queue if _group_key(p, self.mixed_adapters) == key])
             for p in batch:
                 self.queue.remove(p)
-            try:
-                results = await asyncio.to_thread(self.run_batch, [p.req for p in batch], [p.adapter for p in batch])
-            except Exception as e:
-                for p in batch:
-                    if not p.future.done():
-                        p.future.set_exception(e)
-                continue
-            for p, r in zip(batch, results):
-                r.latency_s = time.perf_counter() - p.t0
-                if not p.future.done():
-                    p.future.set_result(r)
             # let the callers just answered (an episode's next role, its speakers' gather) queue their next calls before the next batch forms
-            await self.settle()
+            if await answer_batch(self.run_batch, batch):
+                await self.settle()

@@ -14,11 +14,13 @@ from .embedded_backend import *
 from .routing import *
 from .adapters import *
 import dataclasses
+from typing import Callable
 import asyncio, contextlib, json
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['embedded_backend', 'LLMClient']
+__all__ = ['embedded_backend', 'RoleBackends', 'served_identity', 'RoleRouting', 'chat_request', 'ReplyChecks', 'CallTrace',
+           'LLMClient']
 
 # %% ../../nbs/llm/06_client.ipynb #8c9a319b
 def embedded_backend(
@@ -28,54 +30,40 @@ def embedded_backend(
     `--max-concurrency` lets be in flight (on 2 AVX2 cores, fp32, 48 rows decoded 1.4-1.6x faster as one batch than as three of 16)."""
     return EmbeddedBackend(model or cfg.model_name, adapters=adapters, max_batch_size=cfg.max_concurrency)
 
-# %% ../../nbs/llm/06_client.ipynb #28f8ee1d
-class LLMClient:
-    "Role-aware chat: `await client.chat('speaker', messages, temperature=0.7)`."
+# %% ../../nbs/llm/06_client.ipynb #rb000002
+class RoleBackends:
+    """The backend of each role in `routes`, built on first use and kept: one HTTP client per server and key, one embedded model
+    (`embedded`, or one built from `cfg`) shared by every role served in this process, serving the run's `adapters` (alias -> folder)."""
 
     def __init__(
         self,
-        cfg: EndpointConfig | None = None,
-        run: RunDir | None = None,
-        trace_path: str | Path | None = None,
+        cfg: EndpointConfig,
+        routes: dict[str, RoleRoute],
+        adapters: dict[str, str],
         embedded: EmbeddedBackend | None = None,
     ):
-        self.cfg = cfg or EndpointConfig()
-        self.routes = route_roles(self.cfg)
-        self.run = run
-        self.trace_path = (
-            Path(trace_path)
-            if trace_path
-            else (run.path / "role_call_trace.jsonl" if run and self.cfg.trace_role_calls else None)
-        )
-        self._backends: dict[str, ChatBackend] = {}
-        self._embedded = embedded
-        self._checked: dict[str, str] = {}
-        self.identities: dict[str, dict] = {}  # role -> model, base, adapter, adapter_path, backend (filled by check)
-        self.system = getattr(self.cfg, "system", None)  # the episode system whose calls these are, for the trace
-        self.adapters = parse_lora_modules(self.cfg.lora_modules)
-        self.num_reasoning_stripped = 0  # replies that came with a <think> block (removed), also in the run summary
-        self.num_constraint_violations = (
-            0  # replies that broke their request's output constraint, also in the run summary
-        )
+        self.cfg, self.routes, self.adapters, self.embedded = cfg, routes, adapters, embedded
+        self.served: dict[tuple, ChatBackend] = {}  # (url, key variable) -> its HTTP client
         # before any work: a corrupt or foreign adapter is one line, not a failure per item; its base is checked where this process
         # loads it (a server loads its own, and `check` compares the folder it loaded with this run's)
-        in_process = embedded is not None or any(r.backend == "embedded" for r in self.routes.values())
-        base = (getattr(embedded, "model_id", None) or self.cfg.model_name) if in_process else None
-        for alias, path in self.adapters.items():
+        in_process = embedded is not None or any(r.backend == "embedded" for r in routes.values())
+        base = (getattr(embedded, "model_id", None) or cfg.model_name) if in_process else None
+        for alias, path in adapters.items():
             require_adapter(path, base, alias)
         if embedded is not None:  # a shared embedded model: make sure it serves this run's adapters too
-            for alias, path in self.adapters.items():
+            for alias, path in adapters.items():
                 if alias not in embedded.adapters and alias not in embedded._pending_adapters:
                     embedded.load_adapter(alias, path)
 
-    def backend(self, role: str) -> ChatBackend:
+    def get(self, role: str) -> ChatBackend:
+        "The backend that answers `role` (a judge not chosen has none: `NO_JUDGE`)."
         route = self.routes[role]
         if route.backend == "unset":
             raise ConfigError(NO_JUDGE)
         if route.backend == "openai":
-            key = (route.url, route.key_env)  # one HTTP client per server and key
-            if key not in self._backends:
-                self._backends[key] = openai_backend(
+            key = (route.url, route.key_env)
+            if key not in self.served:
+                self.served[key] = openai_backend(
                     route.url,
                     max_concurrency=self.cfg.max_concurrency,
                     timeout=self.cfg.request_timeout,
@@ -83,14 +71,58 @@ class LLMClient:
                     key_env=route.key_env,
                     reconnect_s=getattr(self.cfg, "reconnect_wait", 0.0),
                 )
-            return self._backends[key]
-        if self._embedded is None:
-            self._embedded = embedded_backend(self.cfg, adapters=self.adapters)
-        return self._embedded
+            return self.served[key]
+        if self.embedded is None:
+            self.embedded = embedded_backend(self.cfg, adapters=self.adapters)
+        return self.embedded
 
     async def aclose(self):
-        for b in self._backends.values():
+        "Close the HTTP clients (the embedded model stays, for whoever shares it)."
+        for b in self.served.values():
             await b.aclose()
+
+# %% ../../nbs/llm/06_client.ipynb #si000002
+def served_identity(route: RoleRoute, ident: dict, adapters: dict[str, str]) -> dict:
+    """The identity of `route`'s model (`ident`: a backend's `describe_model`, or the local flags') with the backend that serves it; a
+    served alias is checked against the local adapter folder this run was given for it (`adapters`: alias -> folder)."""
+    local = adapters.get(ident["model"])
+    if (
+        route.backend == "openai"
+        and local
+        and ident["adapter_path"]
+        and Path(ident["adapter_path"]).is_absolute()
+        and Path(ident["adapter_path"]).resolve() != Path(local).expanduser().resolve()
+    ):
+        raise ModelNotFound(
+            f"role {route.role}: {public_url(route.url)} serves {ident['model']!r} from {ident['adapter_path']}, but this run was given {local}"
+        )
+    if route.backend == "openai" and local and not ident["adapter"]:
+        ident = {
+            **ident,
+            "adapter": ident["model"],
+            "adapter_path": local,
+        }  # a server that does not list parents (not vLLM)
+    return {**ident, "backend": f"openai:{public_url(route.url)}" if route.backend == "openai" else route.backend}
+
+# %% ../../nbs/llm/06_client.ipynb #rr000002
+class RoleRouting:
+    """Which backend serves each role of a config and which model answers it: the routes (`route_roles`), their backends built once
+    (`RoleBackends`), and each role's model resolved by `check`, with the base and adapter behind it (`identity`, `describe`)."""
+
+    def __init__(self, cfg: EndpointConfig | None = None, embedded: EmbeddedBackend | None = None):
+        self.cfg = cfg or EndpointConfig()
+        self.routes = route_roles(self.cfg)
+        self.adapters = parse_lora_modules(self.cfg.lora_modules)
+        self.backends = RoleBackends(self.cfg, self.routes, self.adapters, embedded)
+        self._checked: dict[str, str] = {}  # role -> the model id its backend resolved (filled by check)
+        self.identities: dict[str, dict] = {}  # role -> model, base, adapter, adapter_path, backend (filled by check)
+
+    def backend(self, role: str) -> ChatBackend:
+        "The backend that answers `role` (`RoleBackends.get`)."
+        return self.backends.get(role)
+
+    async def aclose(self):
+        await self.backends.aclose()
 
     async def check(self) -> dict[str, str]:
         "Resolve every role's model now, so a wrong name stops the run before any work; learn the base and adapter behind each."
@@ -102,31 +134,10 @@ class LLMClient:
                 self._checked[role] = await backend.check_model(route.model)
             except ModelNotFound as e:
                 raise ModelNotFound(f"role {role}: {e}") from None
-            self.identities[role] = self._identity_of(role, await backend.describe_model(self._checked[role]))
-        if self.run:
-            self.run.extra["routes"] = self.describe()
-        return dict(self._checked)
-
-    def _identity_of(self, role: str, ident: dict) -> dict:
-        "A served alias's identity, checked against the local adapter folder this run was given for it."
-        route, local = self.routes[role], self.adapters.get(ident["model"])
-        if (
-            route.backend == "openai"
-            and local
-            and ident["adapter_path"]
-            and Path(ident["adapter_path"]).is_absolute()
-            and Path(ident["adapter_path"]).resolve() != Path(local).expanduser().resolve()
-        ):
-            raise ModelNotFound(
-                f"role {role}: {public_url(route.url)} serves {ident['model']!r} from {ident['adapter_path']}, but this run was given {local}"
+            self.identities[role] = served_identity(
+                route, await backend.describe_model(self._checked[role]), self.adapters
             )
-        if route.backend == "openai" and local and not ident["adapter"]:
-            ident = {
-                **ident,
-                "adapter": ident["model"],
-                "adapter_path": local,
-            }  # a server that does not list parents (not vLLM)
-        return {**ident, "backend": f"openai:{public_url(route.url)}" if route.backend == "openai" else route.backend}
+        return dict(self._checked)
 
     def identity(self, role: str) -> dict:
         "Model, base, adapter, adapter folder and backend of `role` (known exactly after `check`; else from the local flags)."
@@ -134,7 +145,9 @@ class LLMClient:
             return self.identities[role]
         route = self.routes[role]
         path = self.adapters.get(route.model)
-        return self._identity_of(role, _identity(route.model, self.cfg.model_name if path else None, path))
+        return served_identity(
+            route, _identity(route.model, self.cfg.model_name if path else None, path), self.adapters
+        )
 
     def describe(self) -> dict:
         "The routing table as recorded in run_config.json and the run summary."
@@ -148,86 +161,13 @@ class LLMClient:
             for r, x in self.routes.items()
         }
 
-    def _without_reasoning(self, resp: ChatResponse) -> ChatResponse:
-        "`resp` with every `<think>` block removed from its texts (and its logprobs), each one counted (`num_reasoning_stripped`)."
-        stripped = [strip_reasoning(t) for t in resp.texts]
-        hits = sum(hit for _, hit in stripped)
-        if not hits:
-            return resp
-        self.num_reasoning_stripped += hits
-        if self.run:
-            self.run.count("num_reasoning_stripped", hits)
-        lps = resp.logprobs
-        if lps is not None:
-            lps = [_answer_logprobs(lp) if hit else lp for (_, hit), lp in zip(stripped, lps)]
-        return dataclasses.replace(resp, texts=[t for t, _ in stripped], logprobs=lps)
-
-    def _checked_constraint(self, req: ChatRequest, resp: ChatResponse) -> ChatResponse:
-        """`resp` with each text checked against the request's constraint (`violations`): a server may ignore it silently, so a reply
-        that breaks it is counted (`num_constraint_violations`) and left to its caller's parser, which falls back or fails as without one."""
-        if req.constraint is None:
-            return resp
-        resp.violations = [req.constraint.violation(t) for t in resp.texts]
-        bad = sum(v is not None for v in resp.violations)
-        if bad:
-            self.num_constraint_violations += bad
-            if self.run:
-                self.run.count("num_constraint_violations", bad)
-        return resp
-
-    async def _chat_once(self, role: str, req: ChatRequest, on_text=None) -> ChatResponse:
-        backend = self.backend(role)
-        streamed = on_text is not None and req.n == 1 and not req.logprobs and hasattr(backend, "chat_stream")
-        resp = self._without_reasoning(await (backend.chat_stream(req, on_text) if streamed else backend.chat(req)))
-        if self.run:
-            self.run.add_usage(role, resp.prompt_tokens, resp.completion_tokens, resp.latency_s)
-        if self.trace_path:
-            ident = self.identity(role)
-            with open(self.trace_path, "a") as f:
-                f.write(
-                    json.dumps(
-                        {
-                            "system": self.system,
-                            "role": role,
-                            "model": resp.model,
-                            "adapter": ident["adapter"],
-                            "base": ident["base"],
-                            "backend": strip_credentials(resp.backend),
-                            "prompt_tokens": resp.prompt_tokens,
-                            "completion_tokens": resp.completion_tokens,
-                            "latency_s": round(resp.latency_s, 4),
-                        }
-                    )
-                    + "\n"
-                )
-        return resp
-
-    async def chat(self, role: str, messages: list[dict], on_text=None, **params) -> ChatResponse:
-        """`role`'s reply to `messages` (`params`: `ChatRequest`'s fields). `on_text` (or the role's listener, `streaming`) gets each piece
-        of the reply as the backend writes it, where the backend streams and the request asks for one sample without logprobs."""
-        on_text = on_text or getattr(self, "_listeners", {}).get(role)
-        if role not in self.routes:
-            raise ValueError(f"unknown role {role!r}; roles are {ROLES}")
-        route = self.routes[role]
-        params.setdefault("enable_thinking", getattr(self.cfg, "enable_thinking", False))
-        if not getattr(self.cfg, "constrained_decoding", True):
-            params.pop("constraint", None)  # --no-constrained-decoding: free text, as the reference asks it
-        req = ChatRequest(messages, model=self._checked.get(role, route.model), **params)
-        resp = await self._chat_once(role, req, on_text)
-        empty = [i for i, t in enumerate(resp.texts) if not t.strip()]
-        if empty:  # an empty reply is asked for once more (another seed); one still empty is the caller's to count
-            again = await self._chat_once(
-                role,
-                ChatRequest(**{**req.__dict__, "n": len(empty), "seed": None if req.seed is None else req.seed + 7919}),
-                on_text,
-            )
-            resp = _fill_empty(resp, empty, again)
-        return self._checked_constraint(req, resp)
-
-    def streaming(self, role: str, on_text):
-        """Within `with client.streaming(role, on_text):`, every `chat` of `role` streams its reply to `on_text`, as `chat(..., on_text=)`
-        does: for a caller that does not make the calls itself (an episode runner's speaker)."""
-        return _listening(self, role, on_text)
+# %% ../../nbs/llm/06_client.ipynb #cr000002
+def chat_request(cfg: EndpointConfig, model: str, messages: list[dict], **params) -> ChatRequest:
+    "The request of one call to `model` (`params`: `ChatRequest`'s fields), with the config's thinking and output-constraint choices."
+    params.setdefault("enable_thinking", getattr(cfg, "enable_thinking", False))
+    if not getattr(cfg, "constrained_decoding", True):
+        params.pop("constraint", None)  # --no-constrained-decoding: free text, as the reference asks it
+    return ChatRequest(messages, model=model, **params)
 
 # %% ../../nbs/llm/06_client.ipynb #e3aaecc2
 def _answer_logprobs(lps: list[TokenLogprob]) -> list[TokenLogprob]:
@@ -238,6 +178,128 @@ def _answer_logprobs(lps: list[TokenLogprob]) -> list[TokenLogprob]:
         if "</think>" in seen.lower():
             return lps[i + 1 :]
     return []
+
+# %% ../../nbs/llm/06_client.ipynb #rc000001
+class ReplyChecks:
+    """What every reply goes through before a caller sees it: its `<think>` blocks removed (`num_reasoning_stripped`) and its texts
+    checked against the request's output constraint (`num_constraint_violations`), each counted here and in `run`'s summary."""
+
+    def __init__(self, run: RunDir | None = None):
+        self.run = run
+        self.num_reasoning_stripped = 0  # replies that came with a <think> block (removed)
+        self.num_constraint_violations = 0  # replies that broke their request's output constraint
+
+    def _count(self, name: str, n: int):
+        "Add `n` to the counter `name`, here and in the run's summary, which counts it under the same name."
+        setattr(self, name, getattr(self, name) + n)
+        if self.run:
+            self.run.count(name, n)
+
+    def without_reasoning(self, resp: ChatResponse) -> ChatResponse:
+        "`resp` with every `<think>` block removed from its texts (and its logprobs), each one counted."
+        stripped = [strip_reasoning(t) for t in resp.texts]
+        hits = sum(hit for _, hit in stripped)
+        if not hits:
+            return resp
+        self._count("num_reasoning_stripped", hits)
+        lps = resp.logprobs
+        if lps is not None:
+            lps = [_answer_logprobs(lp) if hit else lp for (_, hit), lp in zip(stripped, lps)]
+        return dataclasses.replace(resp, texts=[t for t, _ in stripped], logprobs=lps)
+
+    def checked(self, req: ChatRequest, resp: ChatResponse) -> ChatResponse:
+        """`resp` with each text checked against the request's constraint (`violations`): a server may ignore it silently, so a reply
+        that breaks it is counted and left to its caller's parser, which falls back or fails as without one."""
+        if req.constraint is None:
+            return resp
+        resp.violations = [req.constraint.violation(t) for t in resp.texts]
+        bad = sum(v is not None for v in resp.violations)
+        if bad:
+            self._count("num_constraint_violations", bad)
+        return resp
+
+# %% ../../nbs/llm/06_client.ipynb #ct000002
+class CallTrace:
+    "The record of each call: its usage for its role in `run`, and a line in the trace at `path` (None: no trace) naming who answered."
+
+    def __init__(self, run: RunDir | None = None, path: str | Path | None = None, system: str | None = None):
+        self.run, self.path = run, Path(path) if path else None
+        self.system = system  # the episode system whose calls these are
+
+    def record(self, role: str, resp: ChatResponse, identity: Callable[[str], dict]):
+        "Count `resp` for `role`; trace it with `identity(role)` (its adapter and base), asked only when tracing."
+        if self.run:
+            self.run.add_usage(role, resp.prompt_tokens, resp.completion_tokens, resp.latency_s)
+        if not self.path:
+            return
+        ident = identity(role)
+        line = {
+            "system": self.system,
+            "role": role,
+            "model": resp.model,
+            "adapter": ident["adapter"],
+            "base": ident["base"],
+            "backend": strip_credentials(resp.backend),
+            "prompt_tokens": resp.prompt_tokens,
+            "completion_tokens": resp.completion_tokens,
+            "latency_s": round(resp.latency_s, 4),
+        }
+        with open(self.path, "a") as f:
+            f.write(json.dumps(line) + "\n")
+
+# %% ../../nbs/llm/06_client.ipynb #28f8ee1d
+class LLMClient(RoleRouting):
+    """Role-aware chat: `await client.chat('speaker', messages, temperature=0.7)`. Its roles routed (`RoleRouting`), each reply without
+    reasoning and checked (`replies`: `ReplyChecks`), counted and traced (`trace`: `CallTrace`), an empty one asked for once more."""
+
+    def __init__(
+        self,
+        cfg: EndpointConfig | None = None,
+        run: RunDir | None = None,
+        trace_path: str | Path | None = None,
+        embedded: EmbeddedBackend | None = None,
+    ):
+        super().__init__(cfg, embedded)
+        self.run = run
+        traced = run.path / "role_call_trace.jsonl" if run and self.cfg.trace_role_calls else None
+        self.trace = CallTrace(run, trace_path or traced, getattr(self.cfg, "system", None))
+        self.replies = ReplyChecks(run)
+
+    async def check(self) -> dict[str, str]:
+        "Resolve every role's model now (`RoleRouting.check`); the run records the routes found."
+        checked = await super().check()
+        if self.run:
+            self.run.extra["routes"] = self.describe()
+        return checked
+
+    async def _chat_once(self, role: str, req: ChatRequest, on_text=None) -> ChatResponse:
+        backend = self.backend(role)
+        streamed = on_text is not None and req.n == 1 and not req.logprobs and hasattr(backend, "chat_stream")
+        resp = self.replies.without_reasoning(
+            await (backend.chat_stream(req, on_text) if streamed else backend.chat(req))
+        )
+        self.trace.record(role, resp, self.identity)
+        return resp
+
+    async def chat(self, role: str, messages: list[dict], on_text=None, **params) -> ChatResponse:
+        """`role`'s reply to `messages` (`params`: `ChatRequest`'s fields). `on_text` (or the role's listener, `streaming`) gets each piece
+        of the reply as the backend writes it, where the backend streams and the request asks for one sample without logprobs."""
+        on_text = on_text or getattr(self, "_listeners", {}).get(role)
+        if role not in self.routes:
+            raise ValueError(f"unknown role {role!r}; roles are {ROLES}")
+        req = chat_request(self.cfg, self._checked.get(role, self.routes[role].model), messages, **params)
+        resp = await self._chat_once(role, req, on_text)
+        empty = [i for i, t in enumerate(resp.texts) if not t.strip()]
+        if empty:  # an empty reply is asked for once more (another seed); one still empty is the caller's to count
+            seed = None if req.seed is None else req.seed + 7919
+            again = await self._chat_once(role, ChatRequest(**{**req.__dict__, "n": len(empty), "seed": seed}), on_text)
+            resp = _fill_empty(resp, empty, again)
+        return self.replies.checked(req, resp)
+
+    def streaming(self, role: str, on_text):
+        """Within `with client.streaming(role, on_text):`, every `chat` of `role` streams its reply to `on_text`, as `chat(..., on_text=)`
+        does: for a caller that does not make the calls itself (an episode runner's speaker)."""
+        return _listening(self, role, on_text)
 
 # %% ../../nbs/llm/06_client.ipynb #4520b0d8
 def _fill_empty(resp: ChatResponse, empty: list[int], again: ChatResponse) -> ChatResponse:
