@@ -400,7 +400,7 @@ class EpisodeRunner:
 
     def __init__(self, cfg: EpisodeConfig, client: LLMClient, run: RunDir | None = None, roster: Roster | None = None):
         self.cfg, self.client, self.run, self.system = cfg, client, run, cfg.spec
-        self.roster = roster or (load_roster(cfg.roster_path) if cfg.roster_path else roster_for_dataset(cfg.dataset))
+        self.roster = roster or stage_roster(cfg.dataset, cfg.roster_path)
         self.failures = FailureCounter(run.counters if run else None, cfg.strict)
         parts = (cfg, client, self.roster, self.failures)
         self.director_turn, self.speaker_turn = DirectorTurn(*parts), SpeakerTurn(*parts)
