@@ -324,7 +324,9 @@ def _png_notes(table: pd.DataFrame, hollow: bool) -> list[str]:
     ] * hollow
 
 # %% ../../nbs/evaluation/33_compare.ipynb #c0a9d001
-PNG_COLUMNS = 4  # panels per row of the comparison PNG: a 40-judge panel wraps into rows instead of one strip metres wide
+PNG_COLUMNS = (
+    4  # panels per row of the comparison PNG: a 40-judge panel wraps into rows instead of one strip metres wide
+)
 
 
 def _draw_delta_panel(ax, g: pd.DataFrame, systems: list[str], metrics: list[str]) -> bool:

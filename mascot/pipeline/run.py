@@ -67,7 +67,9 @@ class PipelineConfig(DatasetConfig):
         description="the machine a layout is written for: `--plan` checks against it where nvidia-smi does not answer",
     )
     _from_env: dict[str, str] = PrivateAttr(default_factory=dict)  # ${VAR}s the file used -> their values
-    _unset_env: list[str] = PrivateAttr(default_factory=list)  # ${VAR}s the file uses that were unset, left as written (`--plan`)
+    _unset_env: list[str] = PrivateAttr(
+        default_factory=list
+    )  # ${VAR}s the file uses that were unset, left as written (`--plan`)
     _config_batches: dict[str, dict] = PrivateAttr(
         default_factory=dict
     )  # a trainer the layout resizes -> the config's effective batch
