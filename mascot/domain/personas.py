@@ -5,7 +5,7 @@
 # %% ../../nbs/domain/01_personas.ipynb #7f1fce5b
 from __future__ import annotations
 import difflib, re, unicodedata
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 import yaml
@@ -13,9 +13,9 @@ from ..core.records import Persona
 from ..core.config import ConfigError
 
 # %% auto #0
-__all__ = ['DOMAINS', 'SUPPORT_ROSTER', 'MEETING_ROSTER', 'ROSTERS', 'PERSONA_SETS', 'BIG_FIVE_TRAITS', 'BIG_FIVE_PROFILES',
-           'RosterError', 'Roster', 'roster_for_dataset', 'load_roster', 'stage_roster', 'BigFiveProfile',
-           'get_big_five']
+__all__ = ['DOMAINS', 'ESCONV_STRATEGY_PERSONAS', 'SUPPORT_ROSTER', 'MEETING_ROSTER', 'ROSTERS', 'PERSONA_SETS',
+           'BIG_FIVE_TRAITS', 'BIG_FIVE_PROFILES', 'RosterError', 'Roster', 'checked_strategy_personas',
+           'roster_for_dataset', 'load_roster', 'stage_roster', 'BigFiveProfile', 'get_big_five']
 
 # %% ../../nbs/domain/01_personas.ipynb #706f8fe4
 DOMAINS = ("support", "meeting")
@@ -43,6 +43,8 @@ class Roster:
     domain: Literal["support", "meeting"]
     personas: list[Persona]
     user_label: str = "User"
+    # ESConv supporter strategy -> the persona that plays it (None: no persona does); what director SFT on human supporters maps by
+    strategy_personas: dict[str, str | None] = field(default_factory=dict)
 
     def __post_init__(self):
         if self.domain not in DOMAINS:
@@ -59,6 +61,8 @@ class Roster:
                     f"roster {self.name!r}: personas[{i}] name {p.name!r} clashes with personas[{seen[key]}] {self.personas[seen[key]].name!r}"
                 )
             seen[key] = i
+        if self.strategy_personas:  # checked below
+            self.strategy_personas = checked_strategy_personas(self)
 
     @property
     def names(self) -> list[str]:
@@ -88,7 +92,44 @@ class Roster:
             "domain": self.domain,
             "user_label": self.user_label,
             "personas": [p.to_dict() for p in self.personas],
+            **({"strategy_personas": dict(self.strategy_personas)} if self.strategy_personas else {}),
         }
+
+# %% ../../nbs/domain/01_personas.ipynb #stratp01
+def checked_strategy_personas(roster: Roster) -> dict[str, str | None]:
+    "`roster.strategy_personas` with each persona named exactly as the roster names it; a key that is no text or a name no persona fits is a `RosterError`."
+    out: dict[str, str | None] = {}
+    if not isinstance(roster.strategy_personas, dict):
+        raise RosterError(
+            f"roster {roster.name!r}: strategy_personas should be a mapping of strategy -> persona name or null"
+        )
+    for strategy, name in roster.strategy_personas.items():
+        if not isinstance(strategy, str) or not strategy.strip():
+            raise RosterError(
+                f"roster {roster.name!r}: strategy_personas: a strategy should be a non-empty string, got {strategy!r}"
+            )
+        persona = None if name is None else roster.find(str(name))
+        if name is not None and persona is None:
+            raise RosterError(
+                f"roster {roster.name!r}: strategy_personas[{strategy!r}] names {name!r}, which is none of its personas "
+                f"({', '.join(roster.names)})"
+            )
+        out[strategy.strip()] = persona.name if persona else None
+    return out
+
+# %% ../../nbs/domain/01_personas.ipynb #stratp03
+ESCONV_STRATEGY_PERSONAS: dict[str, str | None] = {  # both spellings: ESConv.json's and the authors' strategy files'
+    "Reflection of feelings": "The Anchor",
+    "Restatement or Paraphrasing": "The Anchor",
+    "Question": "The Catalyst",
+    "Questions": "The Catalyst",
+    "Providing Suggestions": "The Catalyst",
+    "Information": "The Catalyst",
+    "Affirmation and Reassurance": "The Beacon",
+    "Self-disclosure": None,
+    "Others": None,
+    "Other": None,
+}
 
 # %% ../../nbs/domain/01_personas.ipynb #e7483f3d
 SUPPORT_ROSTER = Roster(
@@ -139,6 +180,7 @@ SUPPORT_ROSTER = Roster(
         ),
     ],
     user_label="User",
+    strategy_personas=ESCONV_STRATEGY_PERSONAS,
 )
 
 # %% ../../nbs/domain/01_personas.ipynb #80c78059
@@ -253,7 +295,8 @@ def _persona_from_dict(d, where: str) -> Persona:
 
 
 def load_roster(path: str | Path) -> Roster:
-    "Read and validate a roster YAML: `name`, `domain` (support | meeting), optional `user_label`, and a non-empty `personas` list."
+    """Read and validate a roster YAML: `name`, `domain` (support | meeting), optional `user_label`, a non-empty `personas` list, and an
+    optional `strategy_personas` mapping (ESConv supporter strategy -> persona name or null)."""
     path = Path(path)
     if not path.exists():
         raise RosterError(f"{path}: roster file does not exist")
@@ -263,7 +306,7 @@ def load_roster(path: str | Path) -> Roster:
         raise RosterError(f"{path}: not valid YAML ({e})") from None
     if not isinstance(d, dict):
         raise RosterError(f"{path}: should be a mapping with name, domain and personas")
-    _check_keys(d, ("name", "domain", "user_label", "personas"), str(path))
+    _check_keys(d, ("name", "domain", "user_label", "personas", "strategy_personas"), str(path))
     for k in ("name", "domain", "personas"):
         if k not in d:
             raise RosterError(f"{path}: missing field {k!r}")
@@ -271,7 +314,9 @@ def load_roster(path: str | Path) -> Roster:
         raise RosterError(f"{path}: field 'personas' should be a non-empty list")
     personas = [_persona_from_dict(p, f"{path}: personas[{i}]") for i, p in enumerate(d["personas"])]
     try:
-        return Roster(str(d["name"]), d["domain"], personas, str(d.get("user_label") or "User"))
+        return Roster(
+            str(d["name"]), d["domain"], personas, str(d.get("user_label") or "User"), d.get("strategy_personas") or {}
+        )
     except RosterError as e:
         raise RosterError(f"{path}: {e}") from None
 
