@@ -234,7 +234,7 @@ class DirectorTurn(RoleTurn):
             temperature=self.cfg.director_temperature,
             max_tokens=self.cfg.director_max_tokens,
             seed=call_seed(state, "director"),
-            constraint=directive_constraint(self.roster),  # dropped by the client under --no-constrained-decoding
+            expect=directive_reply(self.roster),  # constrained or not, as the client decides
         )
         d = parse_directive(r.text, self.roster)
         if d is None:

@@ -6,14 +6,14 @@
 from __future__ import annotations
 import ast, json, re
 from ..core.records import Directive, Persona, Turn
-from ..llm.types import OutputConstraint
+from ..llm.types import ExpectedReply, OutputConstraint
 from .personas import *
 
 # %% auto #0
 __all__ = ['DIRECTIVE_FIELDS', 'DIRECTIVE_MAX_CHARS', 'DEFAULT_ACTION', 'ESC_STRATEGIES', 'GROUP_RM_INSTRUCTIONS',
            'render_history', 'speaker_messages', 'directive_constraint', 'spoken_line', 'director_messages',
-           'random_directive', 'parse_directive', 'user_messages', 'parse_user_reply', 'baseline_name',
-           'baseline_messages', 'extract_response', 'esc_analysis_messages', 'esc_strategy_messages',
+           'random_directive', 'parse_directive', 'directive_reply', 'user_messages', 'parse_user_reply',
+           'baseline_name', 'baseline_messages', 'extract_response', 'esc_analysis_messages', 'esc_strategy_messages',
            'esc_reply_messages', 'group_rm_instruction']
 
 # %% ../../nbs/domain/01a_prompts.ipynb #f14a8b44
@@ -218,6 +218,12 @@ def parse_directive(text: str, roster: Roster) -> Directive | None:
     # Plain prose: accept it when it mentions exactly one member ("The Beacon should speak next.").
     persona = roster.find(text)
     return Directive(persona.name, DEFAULT_ACTION, persona.tone) if persona else None
+
+# %% ../../nbs/domain/01a_prompts.ipynb #5d1c0e03
+def directive_reply(roster: Roster) -> ExpectedReply:
+    """The director's reply as its caller asks for it: a directive for `roster`. The client decides whether its output constraint
+    (`directive_constraint`) is built and sent."""
+    return ExpectedReply(directive_constraint, roster)
 
 # %% ../../nbs/domain/01a_prompts.ipynb #03eb41bb
 def user_messages(

@@ -61,8 +61,8 @@ async def judge_call(
 ) -> Judgement:
     "One judgement from the `judge` role (or `cache`, when it holds this judge's reply to these messages); probability-weighted when there are logprobs."
     kw = dict(temperature=0.0, max_tokens=max_tokens)
-    # the rubric's lines as an output constraint, unless the run turned constrained decoding off
-    constraint = judgement_constraint(rubric) if getattr(client.cfg, "constrained_decoding", True) else None
+    # the rubric's lines, under the constraint the client decides (none when the run turned it off), which the cache key names
+    constraint = reply_constraint(client.cfg, "judge", judgement_reply(rubric))
     ident = judge_identity(client) if cache is not None else None
     if ident is None:
         text, lps = await _judge_reply_text(client, messages, kw, top_logprobs, constraint)

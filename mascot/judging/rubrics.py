@@ -14,7 +14,7 @@ from typing import Literal
 # %% auto #0
 __all__ = ['RUBRICS', 'JUDGE_LINE', 'SCORE_RANGE', 'JUDGE_REASON_MAX_CHARS', 'CONTEXT_LABEL', 'JUDGE_EXAMPLES', 'Criterion',
            'Rubric', 'get_rubric', 'line_regexes', 'judge_line', 'judgement_constraint', 'format_instruction',
-           'describe_persona', 'JudgeExample', 'judge_messages']
+           'judgement_reply', 'describe_persona', 'JudgeExample', 'judge_messages']
 
 # %% ../../nbs/judging/00_rubrics.ipynb #d21658e8
 @dataclass(frozen=True)
@@ -154,6 +154,12 @@ def format_instruction(rubric: Rubric) -> str:
         f"Answer only with {len(rubric.criteria)} lines, one per criterion, in this order and format, each reason at most five words:\n{lines}\n"
         f"Each score is a whole number from {lo} (very poor) to {hi} (excellent)."
     )
+
+# %% ../../nbs/judging/00_rubrics.ipynb #rb7e0001
+def judgement_reply(rubric: Rubric) -> ExpectedReply:
+    """The judge's reply as its caller asks for it: the lines of `rubric`. The client decides whether its output constraint
+    (`judgement_constraint`) is built and sent."""
+    return ExpectedReply(judgement_constraint, rubric)
 
 # %% ../../nbs/judging/00_rubrics.ipynb #a2c0a41f
 _JUDGED = {

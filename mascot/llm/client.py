@@ -19,8 +19,8 @@ import asyncio, contextlib, json
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['embedded_backend', 'RoleBackends', 'served_identity', 'RoleRouting', 'chat_request', 'ReplyChecks', 'CallTrace',
-           'LLMClient']
+__all__ = ['CONSTRAINED_ROLES', 'embedded_backend', 'RoleBackends', 'served_identity', 'RoleRouting', 'reply_constraint',
+           'chat_request', 'ReplyChecks', 'CallTrace', 'LLMClient']
 
 # %% ../../nbs/llm/06_client.ipynb #8c9a319b
 def embedded_backend(
@@ -162,12 +162,33 @@ class RoleRouting:
         }
 
 # %% ../../nbs/llm/06_client.ipynb #cr000002
-def chat_request(cfg: EndpointConfig, model: str, messages: list[dict], **params) -> ChatRequest:
-    "The request of one call to `model` (`params`: `ChatRequest`'s fields), with the config's thinking and output-constraint choices."
-    params.setdefault("enable_thinking", getattr(cfg, "enable_thinking", False))
+# the roles whose replies a parser reads as structure: a directive, a judgement's lines
+CONSTRAINED_ROLES = ("director", "judge")
+
+
+def reply_constraint(
+    cfg: EndpointConfig, role: str, expect: ExpectedReply | OutputConstraint | None
+) -> OutputConstraint | None:
+    """The output constraint `role`'s reply is asked under: `expect`'s (an `ExpectedReply`, built only now, or a constraint already
+    built) while the run keeps `constrained_decoding` on; None (free text) when it is off or nothing is expected. Only a role of
+    `CONSTRAINED_ROLES` may expect a kind of reply."""
+    if expect is None:
+        return None
+    if role not in CONSTRAINED_ROLES:
+        raise ValueError(f"the {role} answers in free text; only {CONSTRAINED_ROLES} are asked for a kind of reply")
     if not getattr(cfg, "constrained_decoding", True):
-        params.pop("constraint", None)  # --no-constrained-decoding: free text, as the reference asks it
-    return ChatRequest(messages, model=model, **params)
+        return None  # --no-constrained-decoding: free text, as the reference asks it
+    return expect if isinstance(expect, OutputConstraint) else expect.constraint()
+
+
+def chat_request(
+    cfg: EndpointConfig, role: str, model: str, messages: list[dict], expect: ExpectedReply | None = None, **params
+) -> ChatRequest:
+    """The request of one call of `role` to `model` (`params`: `ChatRequest`'s fields), with the config's thinking choice and the
+    constraint `reply_constraint` decides for `expect` (or for a `constraint` given already built)."""
+    params.setdefault("enable_thinking", getattr(cfg, "enable_thinking", False))
+    expect = expect if expect is not None else params.pop("constraint", None)
+    return ChatRequest(messages, model=model, constraint=reply_constraint(cfg, role, expect), **params)
 
 # %% ../../nbs/llm/06_client.ipynb #e3aaecc2
 def _answer_logprobs(lps: list[TokenLogprob]) -> list[TokenLogprob]:
@@ -281,13 +302,14 @@ class LLMClient(RoleRouting):
         self.trace.record(role, resp, self.identity)
         return resp
 
-    async def chat(self, role: str, messages: list[dict], on_text=None, **params) -> ChatResponse:
-        """`role`'s reply to `messages` (`params`: `ChatRequest`'s fields). `on_text` (or the role's listener, `streaming`) gets each piece
-        of the reply as the backend writes it, where the backend streams and the request asks for one sample without logprobs."""
+    async def chat(self, role: str, messages: list[dict], on_text=None, expect=None, **params) -> ChatResponse:
+        """`role`'s reply to `messages` (`params`: `ChatRequest`'s fields), of the kind `expect` (`ExpectedReply`) asks for, under the
+        constraint `chat_request` decides. `on_text` (or the role's listener, `streaming`) gets each piece of the reply as the backend
+        writes it, where the backend streams and the request asks for one sample without logprobs."""
         on_text = on_text or getattr(self, "_listeners", {}).get(role)
         if role not in self.routes:
             raise ValueError(f"unknown role {role!r}; roles are {ROLES}")
-        req = chat_request(self.cfg, self._checked.get(role, self.routes[role].model), messages, **params)
+        req = chat_request(self.cfg, role, self._checked.get(role, self.routes[role].model), messages, expect, **params)
         resp = await self._chat_once(role, req, on_text)
         empty = [i for i, t in enumerate(resp.texts) if not t.strip()]
         if empty:  # an empty reply is asked for once more (another seed); one still empty is the caller's to count

@@ -8,11 +8,12 @@ from ..core.runtime import *
 from ..core.jobs import FatalError
 import functools, json, re
 from dataclasses import dataclass, field
+from typing import Any, Callable
 
 # %% auto #0
-__all__ = ['OutputConstraint', 'ChatRequest', 'TokenLogprob', 'ChatResponse', 'LLMError', 'BackendUnavailable', 'ModelNotFound',
-           'EndpointRefused', 'BadRequestError', 'MalformedResponse', 'ChatBackend', 'strip_reasoning', 'public_url',
-           'strip_credentials']
+__all__ = ['OutputConstraint', 'ExpectedReply', 'ChatRequest', 'TokenLogprob', 'ChatResponse', 'LLMError', 'BackendUnavailable',
+           'ModelNotFound', 'EndpointRefused', 'BadRequestError', 'MalformedResponse', 'ChatBackend', 'strip_reasoning',
+           'public_url', 'strip_credentials']
 
 # %% ../../nbs/llm/00_types.ipynb #0c5a7e11
 @dataclass(frozen=True)
@@ -59,6 +60,20 @@ def _schema_validator(schema: str):
 
     return jsonschema.Draft202012Validator(json.loads(schema))
 
+# %% ../../nbs/llm/00_types.ipynb #ex9e0001
+@dataclass(frozen=True)
+class ExpectedReply:
+    """The kind of reply a call asks for, in its caller's terms: `form` (the caller's builder, the definition its parser reads) applied
+    to `of` (a roster, a rubric) gives the reply's output constraint. A caller hands this to `LLMClient.chat`, and the client alone
+    decides, by role and `constrained_decoding`, whether the constraint is built and sent (`reply_constraint`)."""
+
+    form: Callable[[Any], OutputConstraint]
+    of: Any
+
+    def constraint(self) -> OutputConstraint:
+        "The reply's output constraint, built now."
+        return self.form(self.of)
+
 # %% ../../nbs/llm/00_types.ipynb #b15fcbfb
 @dataclass
 class ChatRequest:
@@ -76,7 +91,8 @@ class ChatRequest:
     top_logprobs: int = 0
     # Qwen3-style chat templates reason in a <think> block unless told not to; the roles' short token caps leave no room for it
     enable_thinking: bool = False
-    # the form the reply must take (a directive's JSON, a judgement's lines): enforced where the backend can, checked by the client
+    # the form the reply must take (a directive's JSON, a judgement's lines), as the client decided it (`reply_constraint`): enforced
+    # where the backend can, checked by the client
     constraint: OutputConstraint | None = None
 
     def __post_init__(self):
