@@ -7,6 +7,7 @@ from __future__ import annotations
 from ..core.config import *
 from mascot.pipeline.serve import (
     ServeConfig,
+    ServerRestarts,
     ServerFailed,
     vllm_command,
     vllm_python,
@@ -23,14 +24,14 @@ from pydantic import Field
 from typing import Callable, Literal
 
 # %% auto #0
-__all__ = ['MANAGED_KEYS', 'STAGE_ALIASES', 'ALIAS_FIELDS', 'ServeSection', 'merge_layout', 'managed_urls', 'use_managed_server',
+__all__ = ['merge_layout', 'MANAGED_KEYS', 'STAGE_ALIASES', 'ALIAS_FIELDS', 'ServeSection', 'managed_urls', 'use_managed_server',
            'gpu_env', 'serve_config', 'ServeRecord', 'AdapterServer', 'vllm_here', 'replica_commands',
            'ReplicaProcesses', 'ReplicaWatcher', 'ManagedServer', 'model_billions', 'training_gib', 'gpus_here',
            'server_gpus', 'serve_plan']
 
 # %% ../../nbs/pipeline/01_managed_vllm.ipynb #578b8d06
-class ServeSection(Config):
-    "`serve:` of a pipeline config: the vLLM server `mascot run` starts (through `mascot serve`), points the roles at, loads adapters into and stops."
+class ServeSection(ServerRestarts):
+    "`serve:` of a pipeline config: the vLLM server `mascot run` starts (through `mascot serve`), points the roles at, loads adapters into, watches and restarts (`ServerRestarts`), and stops."
 
     model: str | None = Field(None, description="the base model it serves (default: the config's model_name)")
     gpus: list[int] | None = Field(
@@ -62,26 +63,13 @@ class ServeSection(Config):
     )
     ready_timeout: float = Field(900.0, description="seconds to wait for /v1/models before the run stops")
     stop_grace: float = Field(30.0, description="seconds between SIGTERM and SIGKILL of the server's process group")
-    max_restarts: int = Field(
-        3, description="times a server that exits or stops answering during the run is restarted before the stage fails"
-    )
     restart_backoff: float = Field(
-        10.0, description="seconds before a server's first restart; each later one waits twice as long"
-    )
-    health_interval: float = Field(
-        5.0, description="seconds between checks that each server is alive and answers /v1/models"
-    )
-    hang_timeout: float = Field(
-        120.0, description="seconds a running server may leave /v1/models unanswered before it is killed and restarted"
+        10.0, description="seconds before a server's first restart during a run; each later one waits twice as long"
     )
 
 # %% ../../nbs/pipeline/01_managed_vllm.ipynb #3ea4a93a
-def merge_layout(base: dict, layout: dict) -> dict:
-    "`base` with `layout` laid over it: mappings merge key by key (a stage's entry too), any other value replaces."
-    out = dict(base)
-    for k, v in layout.items():
-        out[k] = merge_layout(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
-    return out
+# a GPU layout file is laid over a config as a config file over its `extends:` base: mappings merge key by key
+merge_layout = merge_over
 
 
 MANAGED_KEYS = ("vllm_server_url", "judge_server_url", "judge", "judge_provider")
@@ -170,10 +158,7 @@ def serve_config(s: ServeSection) -> ServeConfig:
         runtime_lora=True,
         replicas=max(1, len(ids) // s.tensor_parallel),
         ready_timeout=s.ready_timeout,
-        max_restarts=s.max_restarts,
-        restart_backoff=s.restart_backoff,
-        health_interval=s.health_interval,
-        hang_timeout=s.hang_timeout,
+        **s.model_dump(include=set(ServerRestarts.model_fields)),
     )
 
 # %% ../../nbs/pipeline/01_managed_vllm.ipynb #mvs0cd01

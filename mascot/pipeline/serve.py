@@ -13,9 +13,9 @@ from typing import Literal
 from pydantic import Field
 
 # %% auto #0
-__all__ = ['VLLM_LORA_RANKS', 'ServedModelFlags', 'ServeConfig', 'parse_gpus', 'adapter_rank', 'serve_device', 'vllm_python',
-           'vllm_command', 'ServerFailed', 'log_tail', 'wait_ready', 'load_lora_adapter', 'stop_group', 'answers',
-           'Replica', 'serve', 'main', 'MergeConfig', 'adapter_base', 'merge_lora', 'merge_main']
+__all__ = ['VLLM_LORA_RANKS', 'ServedModelFlags', 'ServerRestarts', 'ServeConfig', 'parse_gpus', 'adapter_rank', 'serve_device',
+           'vllm_python', 'vllm_command', 'ServerFailed', 'log_tail', 'wait_ready', 'load_lora_adapter', 'stop_group',
+           'answers', 'Replica', 'serve', 'main', 'MergeConfig', 'adapter_base', 'merge_lora', 'merge_main']
 
 # %% ../../nbs/pipeline/00_serve.ipynb #d3f9e78d
 class ServedModelFlags(Config):
@@ -52,8 +52,26 @@ class ServedModelFlags(Config):
         "list them comma-separated as the role URL",
     )
 
+# %% ../../nbs/pipeline/00_serve.ipynb #b7e1c3a1
+class ServerRestarts(Config):
+    "How a vLLM server is watched and restarted: the health checks, the wait before a restart, and how many restarts it gets."
+
+    max_restarts: int = Field(
+        3,
+        description="times a server that exits or stops answering is restarted (each after restart_backoff, doubling) before it counts as failed",
+    )
+    restart_backoff: float = Field(
+        5.0, description="seconds before a server's first restart; each later one waits twice as long"
+    )
+    health_interval: float = Field(
+        5.0, description="seconds between checks that each server is alive and answers /v1/models"
+    )
+    hang_timeout: float = Field(
+        120.0, description="seconds a running server may leave /v1/models unanswered before it is killed and restarted"
+    )
+
 # %% ../../nbs/pipeline/00_serve.ipynb #80febff6
-class ServeConfig(ServedModelFlags):
+class ServeConfig(ServerRestarts, ServedModelFlags):
     "Flags of `mascot serve`."
 
     max_loras: int = Field(
@@ -69,19 +87,6 @@ class ServeConfig(ServedModelFlags):
         False,
         description="let adapters be loaded into the running server by POST /v1/load_lora_adapter "
         "(VLLM_ALLOW_RUNTIME_LORA_UPDATING=True; needs --max-loras or --lora-modules)",
-    )
-    max_restarts: int = Field(
-        3,
-        description="times a server that exits or stops answering is restarted (each after restart_backoff, doubling) before it counts as failed",
-    )
-    restart_backoff: float = Field(
-        5.0, description="seconds before a server's first restart; each later one waits twice as long"
-    )
-    health_interval: float = Field(
-        5.0, description="seconds between checks that each server is alive and answers /v1/models"
-    )
-    hang_timeout: float = Field(
-        120.0, description="seconds a running server may leave /v1/models unanswered before it is killed and restarted"
     )
 
 # %% ../../nbs/pipeline/00_serve.ipynb #d3e72b89
