@@ -75,84 +75,81 @@ class System(Config):
         return out
 
 # %% ../../nbs/domain/03_systems.ipynb #4d053041
+def _directed(name: str, label: str, director: str, speaker: str, description: str, **flags) -> System:
+    "A system whose director picks the speaker, action and tone each step."
+    return System(
+        name=name, label=label, director=director, speaker=speaker, reply="directed", description=description, **flags
+    )
+
+
+def _undirected(name: str, label: str, description: str, reply: str | None = None, speaker: str = "base") -> System:
+    "A system without a director: the roster in random order, or one supporter prompted by the baseline `reply` (default: its name)."
+    return System(name=name, label=label, director=None, speaker=speaker, reply=reply or name, description=description)
+
+
 SYSTEM_REGISTRY: dict[str, System] = {
     s.name: s
     for s in [
-        System(
-            name="mascot",
-            label="MASCOT",
-            director="trained",
-            speaker="trained",
-            reply="directed",
-            description="the trained director (stage 2) directs the trained persona speakers (stage 1)",
+        _directed(
+            "mascot",
+            "MASCOT",
+            "trained",
+            "trained",
+            "the trained director (stage 2) directs the trained persona speakers (stage 1)",
         ),
-        System(
-            name="mascot-g",
-            label="MASCOT-G",
-            director="trained",
-            speaker="base",
-            reply="directed",
-            description="group stage only: the trained director with base speakers",
+        _directed(
+            "mascot-g", "MASCOT-G", "trained", "base", "group stage only: the trained director with base speakers"
         ),
-        System(
-            name="mascot-i",
-            label="MASCOT-I",
-            director="base",
-            speaker="trained",
-            reply="directed",
-            description="individual stage only: the trained speakers under the untrained (base) director",
+        _directed(
+            "mascot-i",
+            "MASCOT-I",
+            "base",
+            "trained",
+            "individual stage only: the trained speakers under the untrained (base) director",
         ),
-        System(
-            name="mascot-p",
-            label="MASCOT-P",
-            director="base",
-            speaker="base",
-            reply="directed",
-            persona_prompting=False,
-            description="ablation: no persona-specific prompting (base director and speakers)",
-        ),
-        System(
-            name="mascot-c",
-            label="MASCOT-C",
-            director=None,
-            speaker="base",
+        _undirected(
+            "mascot-c",
+            "MASCOT-C",
+            "ablation: a random persona speaks each step instead of the director's choice",
             reply="random-order",
-            description="ablation: a random persona speaks each step instead of the director's choice",
+        ),
+        _directed(
+            "mascot-p",
+            "MASCOT-P",
+            "base",
+            "base",
+            "ablation: no persona-specific prompting (base director and speakers)",
+            persona_prompting=False,
         ),
     ]
 }
 
 # %% ../../nbs/domain/03_systems.ipynb #5c70add4
-def _single(name: str, label: str, description: str, reply: str | None = None, speaker: str = "base") -> System:
-    return System(name=name, label=label, director=None, speaker=speaker, reply=reply or name, description=description)
-
-
 SYSTEM_REGISTRY |= {
     s.name: s
     for s in [
-        _single("zero-shot", "Zero-Shot", "one supporter, prompted zero-shot"),
-        _single("zero-shot-cot", "Zero-Shot CoT", "one supporter that reasons briefly, then answers"),
-        _single("few-shot", "Few-Shot", "one supporter with worked examples from the train split"),
-        _single("few-shot-cot", "Few-Shot + CoT", "few-shot examples and brief reasoning"),
-        _single("self-consistency", "Self-Consistency", "k sampled replies, the most agreed one is kept"),
-        _single(
+        _undirected("zero-shot", "Zero-Shot", "one supporter, prompted zero-shot"),
+        _undirected("zero-shot-cot", "Zero-Shot CoT", "one supporter that reasons briefly, then answers"),
+        _undirected("few-shot", "Few-Shot", "one supporter with worked examples from the train split"),
+        _undirected("few-shot-cot", "Few-Shot + CoT", "few-shot examples and brief reasoning"),
+        _undirected("self-consistency", "Self-Consistency", "k sampled replies, the most agreed one is kept"),
+        _undirected(
             "multiagent-esc", "MultiAgentESC", "analysis, strategy deliberation, candidates, selection (training-free)"
         ),
-        _single(
+        _undirected(
             "sft",
             "SFT",
             "one supporter fine-tuned on the best stage-1 candidates, prompted zero-shot",
             reply="zero-shot",
             speaker="sft",
         ),
-        System(
-            name="untrained",
-            label="Untrained",
-            director="base",
-            speaker="base",
-            reply="directed",
+        _directed(
+            "untrained",
+            "Untrained",
+            "base",
+            "base",
+            "the authors' code's debugging baseline: the MASCOT loop on the base model in every role (--share-model)",
             in_tables=False,
-            description="the authors' code's debugging baseline: the MASCOT loop on the base model in every role (--share-model)",
         ),
     ]
 }

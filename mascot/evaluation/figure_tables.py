@@ -7,6 +7,7 @@ from __future__ import annotations
 from ..core.config import *
 from ..judging.rubrics import RUBRICS
 from ..domain.personas import ROSTERS, BIG_FIVE_PROFILES
+from ..domain.systems import SYSTEMS
 from .compare import EMBEDDED_NOTE
 from .intervals import fmt_ci
 from .judged_scores import PAPER_METRICS, is_embedded_small
@@ -15,9 +16,9 @@ from pathlib import Path
 import pandas as pd
 
 # %% auto #0
-__all__ = ['SCORES_FILE', 'SCORE_COLUMNS', 'SYSTEMS', 'GROUPS', 'AUTO_METRICS', 'CI_COLUMNS', 'load_scores', 'criteria_order',
-           'ordered', 'order_for', 'fmt_cell', 'sort_long', 'mean_std_table', 'load_auto_metrics', 'check_csv',
-           'ci_table', 'judge_footer', 'check_ci_csv']
+__all__ = ['SCORES_FILE', 'SCORE_COLUMNS', 'GROUPS', 'AUTO_METRICS', 'CI_COLUMNS', 'load_scores', 'criteria_order', 'ordered',
+           'order_for', 'fmt_cell', 'sort_long', 'mean_std_table', 'load_auto_metrics', 'check_csv', 'ci_table',
+           'judge_footer', 'check_ci_csv', 'SYSTEMS']
 
 # %% ../../nbs/evaluation/50a_figure_tables.ipynb #04ff3327
 SCORES_FILE = "judge_scores.csv"
@@ -36,21 +37,7 @@ SCORE_COLUMNS = (
     "score",
     "judge",
 )
-# the paper tables' row order; the same names as the system registry (checked below)
-SYSTEMS = (
-    "mascot",
-    "mascot-g",
-    "mascot-i",
-    "mascot-c",
-    "mascot-p",
-    "zero-shot",
-    "zero-shot-cot",
-    "few-shot",
-    "few-shot-cot",
-    "self-consistency",
-    "multiagent-esc",
-    "sft",
-)
+_all_ = ["SYSTEMS"]  # the paper tables' row order is the system registry's, here for the figure notebooks
 GROUPS = ("positive", "negative", "neutral", "Academic", "Committee", "Product")  # ED valence, QMSum domain
 
 
