@@ -28,7 +28,7 @@ def main():
     a = ap.parse_args()
     import torch
     from learning import held_split
-    from mascot.stage2.director_grpo import DirectorGRPOConfig
+    from mascot.stage2.director_grpo_config import DirectorGRPOConfig
     from mascot.stage2.group_data import state_from_dict
     from mascot.domain.prompts import director_messages
     from mascot.domain.personas import roster_for_dataset

@@ -344,12 +344,9 @@ def train_grpo(states, out: Path, recipe: dict, seed: int) -> Path:
     from trl import GRPOTrainer
     from mascot.domain.personas import SUPPORT_ROSTER as roster
     from mascot.domain.prompts import directive_constraint, parse_directive
-    from mascot.stage2.director_grpo import (
-        DirectorGRPOConfig,
-        director_policy,
-        make_directive_format_reward,
-        constrain_generation,
-    )
+    from mascot.stage2.director_grpo import director_policy, constrain_generation
+    from mascot.stage2.director_grpo_config import DirectorGRPOConfig
+    from mascot.stage2.director_rewards import make_directive_format_reward
     from mascot.training.configs import grpo_config, lora_config
     from mascot.training.provenance import save_trained, training_run, record_training
 

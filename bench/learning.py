@@ -330,7 +330,7 @@ def section_director_states(a, work: Path, embedded) -> dict:
 
 def held_split(states_path: str, a):
     "The held-out contexts train_director_grpo will use (split_by_context with the same fraction and --director-seed)."
-    from mascot.stage2.director_grpo import director_prompts
+    from mascot.stage2.director_rollouts import director_prompts
     from mascot.training.heldout import split_by_context
 
     train, held, held_ids = split_by_context(director_prompts(states_path), a.holdout_fraction, a.director_seed)
@@ -434,16 +434,6 @@ def mcnemar_p_at_best(before: float, after: float, n: int) -> float:
     return float(mcnemar([[lo, 0], [hi - lo, n - hi]], exact=True).pvalue)
 
 
-class _ProgrammaticAsGroupRM:
-    "Stands in for GroupRewardModel in train_director_grpo: `load` returns the programmatic reward (the known-preference judge of this check)."
-
-    reward = None
-
-    @classmethod
-    def load(cls, path):
-        return cls.reward
-
-
 def director_format_sft(a, work: Path, states_path: str, embedded, name: str, balanced: bool = False) -> dict:
     """A format-only start for the GRPO director (--director-init sft): the base director's own directives on the *training* states, sampled
     at temperature 1, those that parse, rewritten as the JSON the prompt asks for, as SFT targets (TRL SFTTrainer, LoRA). No reward is
@@ -528,12 +518,9 @@ def director_format_sft(a, work: Path, states_path: str, embedded, name: str, ba
 
 
 def section_director(a, work: Path, states_path: str, reward, name: str = "director", embedded=None) -> dict:
-    import mascot.stage2.director_grpo as dg
+    from mascot.stage2.director_grpo import train_director_grpo
+    from mascot.stage2.director_grpo_config import DirectorGRPOConfig
 
-    dg.GroupRewardModel = (
-        _ProgrammaticAsGroupRM  # this check trains against the programmatic reward, not a learnt group RM
-    )
-    _ProgrammaticAsGroupRM.reward = reward
     ep = {
         k: v
         for k, v in DIRECTOR_EPISODE.items()
@@ -545,8 +532,8 @@ def section_director(a, work: Path, states_path: str, reward, name: str = "direc
         else None
     )
     t = time.time()
-    out = dg.train_director_grpo(
-        dg.DirectorGRPOConfig(
+    out = train_director_grpo(
+        DirectorGRPOConfig(
             dataset="ESConv",
             episode_dataset_path=states_path,
             group_reward_model_path="programmatic",
@@ -574,7 +561,8 @@ def section_director(a, work: Path, states_path: str, reward, name: str = "direc
             lora_r=8,
             init_adapter_path=start["path"] if start else None,
             **ep,
-        )
+        ),
+        reward=reward,  # the programmatic judge (the known preference of this check) in the group RM's place
     )
     m = json.loads((out / "mascot_metadata.json").read_text())
     r, u = m["paired_diff_vs_random"], m["paired_diff_vs_untrained"]
@@ -612,12 +600,9 @@ def section_dpo_director(a, work: Path, states_path: str, embedded, reward, name
     from mascot.training.pairs import preference_pairs, save_pairs
     from mascot.core.runtime import run_sync
     from mascot.stage2.director_dpo import DirectorDPOConfig, train_director_dpo
-    from mascot.stage2.director_grpo import (
-        DirectorGRPOConfig,
-        rollout_states,
-        heldout_directors,
-        heldout_director_backend,
-    )
+    from mascot.stage2.director_grpo_config import DirectorGRPOConfig
+    from mascot.stage2.director_rollouts import rollout_states
+    from mascot.stage2.director_heldout import heldout_directors, heldout_director_backend
     from mascot.stage2.group_data import state_from_dict
     from mascot.llm.types import ChatRequest
     from mascot.domain.prompts import director_messages, parse_directive

@@ -16,7 +16,10 @@ from mascot.llm.embedded_backend import EmbeddedBackend
 from mascot.stage2.group_data import GroupDataConfig, generate_group_async
 from mascot.stage2.group_reward_model import GroupRewardModelConfig, train_group_reward_model
 from mascot.training.reward_scorer import GroupRewardModel
-from mascot.stage2.director_grpo import DirectorGRPOConfig, train_director_grpo, director_group_reward, director_prompts
+from mascot.stage2.director_grpo import train_director_grpo
+from mascot.stage2.director_grpo_config import DirectorGRPOConfig
+from mascot.stage2.director_rollouts import director_prompts
+from mascot.stage2.director_heldout import director_group_reward
 from mascot.stage2.director_dpo import DirectorDPOConfig, train_director_dpo
 from mascot.training.heldout import split_by_context
 from mascot.domain.episodes import EpisodeRunner

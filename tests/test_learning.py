@@ -220,7 +220,8 @@ def test_constrained_director_grpo_learns_a_choice_that_needs_the_conversation(t
     from mascot.domain.personas import SUPPORT_ROSTER
     from mascot.domain.prompts import directive_constraint
     from mascot.llm.embedded_weights import tiny_model
-    from mascot.stage2.director_grpo import DirectorGRPOConfig, constrain_generation
+    from mascot.stage2.director_grpo import constrain_generation
+    from mascot.stage2.director_grpo_config import DirectorGRPOConfig
     from mascot.training.configs import grpo_config, lora_config
     from mascot.training.heldout import paired_summary
 

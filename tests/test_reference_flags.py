@@ -171,7 +171,7 @@ def test_quick_start_resolves_to_the_papers_models(tmp_path, monkeypatch):
     from mascot.stage1.sft import SFTStageConfig
     from mascot.stage2.group_data import GroupDataConfig, group_dir
     from mascot.stage2.group_reward_model import GroupRewardModelConfig
-    from mascot.stage2.director_grpo import DirectorGRPOConfig
+    from mascot.stage2.director_grpo_config import DirectorGRPOConfig
     from mascot.stage2.director_dpo import DirectorDPOConfig
     from mascot.evaluation.conversations import EvalConfig, system_config
     from mascot.evaluation.auto_metrics import MetricsConfig

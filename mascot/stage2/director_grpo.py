@@ -4,423 +4,29 @@
 
 # %% ../../nbs/stage2/22_director_grpo.ipynb #efd2dcb9
 from __future__ import annotations
-from typing import Literal
-from ..core.defaults import *
-from ..core.store import *
-from ..core.config import *
 from ..core.runtime import *
-from ..llm.types import *
 from ..llm.embedded_weights import *
 from ..llm.embedded_backend import *
 from ..llm.decoding import *
-from ..llm.routing import *
 from ..llm.client import *
 from ..domain.personas import *
 from ..domain.prompts import *
-from ..domain.episodes import EpisodeConfig, EpisodeRunner, EpisodeState
-from ..domain.rollouts import state_from_dict, roll_forward
-from ..training.reward_scorer import GroupRewardModel
+from ..domain.episodes import EpisodeRunner
 from ..training.pairs import model_slug
-from ..training.heldout import split_by_context, paired_summary
+from ..training.heldout import split_by_context
 from ..training.provenance import data_hash, save_trained, record_training, training_run, process_rank
-from ..training.configs import lora_config, grpo_config, GRPOTrainingConfig
-from ..training.director_objective import CollapseWatchConfig, attach_watch, strict_directive, watch_fields
-from ..training.rewards import completion_text
+from ..training.configs import lora_config, grpo_config
+from ..training.director_objective import attach_watch, watch_fields
 from ..training.models import load_causal_lm, trainable_snapshot, weights_changed
-import asyncio, json, statistics, sys
-from pydantic import Field
+from .director_grpo_config import DirectorGRPOConfig
+from .director_rollouts import director_prompts
+from .director_rewards import director_rewards
+from .director_heldout import director_scorer, heldout_report
+import json, sys
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['DirectorSampling', 'DirectorGRPOInputs', 'RolloutFields', 'DirectorGRPOConfig', 'make_directive_format_reward',
-           'make_speaker_diversity_reward', 'rollout_states', 'make_rollout_reward', 'load_served_adapter',
-           'heldout_director_backend', 'director_group_reward', 'director_prompts', 'heldout_directors',
-           'director_policy', 'director_rewards', 'constrain_generation', 'heldout_report', 'director_record',
-           'train_director_grpo', 'main']
-
-# %% ../../nbs/stage2/22_director_grpo.ipynb #dgs0cf01
-class DirectorSampling(CollapseWatchConfig):
-    "How director GRPO samples and checks its directives, with defaults that do not collapse on a biased prior; and the collapse watch."
-
-    temperature: float = Field(
-        1.0,
-        description="sampling temperature of the policy's directives (TRL's temperature): 1.0 samples the policy as it is, so a prior "
-        "biased towards one persona still puts the others in a group and its rewards can tell them apart",
-    )
-    num_generations: int = Field(
-        8,
-        description="directives sampled per state (TRL's num_generations): 8 makes a group with more than one persona likely even when "
-        "the prior gives one persona most of its mass",
-    )
-    format_reward: Literal["strict", "parse", "none"] = Field(
-        "strict",
-        description="the second reward: strict pays 1 for exactly one complete JSON directive naming a roster persona with an action and a "
-        "tone that are not persona names (strict_directive), parse for anything the episodes can read (parse_directive), none leaves it out",
-    )
-    reward_weights: list[float] = [1.0, 0.5]
-    mask_truncated_completions: bool = False
-
-# %% ../../nbs/stage2/22_director_grpo.ipynb #ac38dd7a
-class DirectorGRPOInputs(Config):
-    """What director GRPO reads: the branching folder whose director states are its prompts, and the group reward model that scores its
-    rollouts; a folder left out is named from --dataset and the models (`DirectorGRPOConfig.PATH_DEFAULTS`)."""
-
-    episode_dataset_path: str | None = Field(
-        None,
-        description="the branching folder whose director states are the prompts; default: data/rl/branching_{dataset}_{model}",
-    )
-    group_reward_model_path: str | None = Field(
-        None,
-        description="the group reward model that scores rollouts; default: outputs/reward_model/group_reward_{dataset}_{reward_model}",
-    )
-    group_reward_model_name: str | None = Field(
-        None,
-        description="the group reward model's base model, naming its default folder (train-group --mode train-reward-model names it so); default: --model-name",
-    )  # names the default group RM folder, as train-reward-model names it
-
-# %% ../../nbs/stage2/22_director_grpo.ipynb #dgro0cf1
-class RolloutFields(Config):
-    "How a sampled directive is played forward before the group RM scores it: the rollouts' server, horizon and length, the simulated user, the token caps."
-
-    rollout_server_url: str | None = Field(
-        None,
-        description="an OpenAI-compatible server (vLLM) for the rollouts' calls: the speakers, the user and the base director of later steps (a role with its own server keeps it); unset: the run's routes",
-    )
-    horizon: int = Field(1, description="steps each sampled directive is rolled forward before the group RM scores it")
-    num_turns: int = Field(
-        GROUP_NUM_TURNS, description="length of a rollout conversation in director steps (the episode it continues)"
-    )
-    enable_user_simulation: bool = Field(True, description="let the simulated user take turns in the rollouts")
-    user_response_probability: float = Field(
-        USER_RESPONSE_PROBABILITY,
-        description="chance that the simulated user answers after a speaker turn in a rollout",
-    )
-    speaker_max_tokens: int = Field(48, description="token cap of a speaker turn in a rollout")
-    user_max_tokens: int = Field(32, description="token cap of a user turn in a rollout")
-
-# %% ../../nbs/stage2/22_director_grpo.ipynb #dgc0cls1
-class DirectorGRPOConfig(RolloutFields, DirectorGRPOInputs, DirectorSampling, EndpointConfig, GRPOTrainingConfig):
-    "Flags of `mascot train-group --mode train-director-grpo`."
-
-    # the base classes hold its inputs, sampling and rollouts; its own fields are the reward of a directive that does not parse,
-    # the adapter it starts from and the held-out check, and `episode_config` turns the rollout fields into the episodes' settings
-
-    holdout_fraction: float = Field(
-        0.25, description="share of the contexts held out for the random/untrained/trained comparison"
-    )
-    max_steps: int = 10
-    unparsed_directive_reward: float | Literal["group_mean"] | None = Field(
-        -5.0,
-        description="reward of a directive that does not parse (not rolled out); group_mean: the mean reward of its group's parsed directives (zero rollout advantage); None rolls it out with a random speaker",
-    )
-    speaker_diversity_weight: float = Field(
-        0.0,
-        description="weight of a third reward, the within-group speaker-diversity bonus (make_speaker_diversity_reward); 0 leaves it out",
-    )
-    init_adapter_path: str | None = Field(
-        None,
-        description="a LoRA adapter folder (PEFT) to start from and train further, e.g. the director's SFT (mascot.stage2.director_sft) or DPO; the held-out check then also compares with it (paired_diff_vs_start); unset: a fresh LoRA on the base",
-    )
-    eval_samples_per_state: int = Field(
-        4, description="directives sampled per held-out state, for every director compared"
-    )
-    director_temperature: float = Field(
-        0.0,
-        description="the deployed director's temperature (episodes' --director-temperature): the director of the rollouts' later steps, "
-        "and the held-out check's second setting beside the training temperature (--temperature)",
-    )
-    roster_path: str | None = Field(None, description="a roster YAML instead of the dataset's built-in roster")
-
-    def episode_config(self) -> EpisodeConfig:
-        "The episode settings the rollouts use: every role without a server of its own on the rollout server, when one is given."
-        keep = self.fields_for(EndpointConfig)
-        if self.rollout_server_url:
-            for role in ("director", "speaker", "user"):
-                if not keep.get(f"{role}_server_url") and not (role == "director" and keep.get("vllm_server_url")):
-                    keep[f"{role}_server_url"] = self.rollout_server_url
-        return EpisodeConfig(
-            **keep,
-            dataset=self.dataset,
-            num_turns=self.num_turns,
-            enable_user_simulation=self.enable_user_simulation,
-            user_response_probability=self.user_response_probability,
-            speaker_max_tokens=self.speaker_max_tokens,
-            user_max_tokens=self.user_max_tokens,
-            roster_path=self.roster_path,
-            seed=self.seed,
-            director_temperature=self.director_temperature,
-            progress=False,
-        )
-
-# %% ../../nbs/stage2/22_director_grpo.ipynb #dgc0pd01
-DirectorGRPOConfig.PATH_DEFAULTS = {
-    "episode_dataset_path": "data/rl/branching_{dataset}_{model}",
-    "group_reward_model_path": "outputs/reward_model/group_reward_{dataset}_{reward_model}",
-}
-
-# %% ../../nbs/stage2/22_director_grpo.ipynb #395142d1
-describe(
-    DirectorGRPOConfig,
-    use_vllm="TRL's vLLM generation of the policy's GRPO samples (TRL's use_vllm, with --vllm-mode server or colocate); it is not the rollout server (--rollout-server-url), which plays the sampled directives forward",
-)
-
-# %% ../../nbs/stage2/22_director_grpo.ipynb #41730534
-def make_directive_format_reward(roster: Roster, strict: bool = True):
-    "1 for a completion that is one complete directive (`strict_directive`; `strict=False`: one `parse_directive` reads), else 0."
-    check = strict_directive if strict else parse_directive
-
-    def directive_format_reward(completions, **kwargs) -> list[float]:
-        return [1.0 if check(completion_text(c), roster) else 0.0 for c in completions]
-
-    return directive_format_reward
-
-# %% ../../nbs/stage2/22_director_grpo.ipynb #417305s1
-def make_speaker_diversity_reward(roster: Roster, num_generations: int):
-    """An exploration bonus within each group of `num_generations` completions of one prompt (TRL puts them side by side): a parsed directive
-    scores 1 - (its group-mates naming the same persona) / (group size - 1), an unparsed one 0. It keeps a group's samples on several names,
-    so the rollout reward can still tell them apart; it says nothing about which name is right."""
-
-    def speaker_diversity_reward(completions, **kwargs) -> list[float]:
-        names = [getattr(parse_directive(completion_text(c), roster), "agent_name", None) for c in completions]
-        out = []
-        for i, name in enumerate(names):
-            start = i - i % num_generations
-            group = names[start : start + num_generations]
-            same = sum(n == name for n in group) - 1
-            out.append(0.0 if name is None else 1.0 - same / max(len(group) - 1, 1))
-        return out
-
-    return speaker_diversity_reward
-
-# %% ../../nbs/stage2/22_director_grpo.ipynb #417305s2
-async def rollout_states(
-    runner: EpisodeRunner, states: list[EpisodeState], texts: list[str], horizon: int, num_turns: int
-) -> list[EpisodeState]:
-    "Play each directive text from its state; unparseable ones fall back to a random speaker."
-
-    async def one(st, text):
-        d = parse_directive(text, runner.roster)
-        parsed = d is not None
-        if (
-            d is None
-        ):  # drawn from the state's seed, not from the text: the same fallback for every unparsed text of a group
-            d = random_directive(st.rng_for("fallback"), runner.roster)
-        return (await roll_forward(runner, st, d, text, horizon, num_turns, parsed))[1]
-
-    return list(await asyncio.gather(*[one(s, t) for s, t in zip(states, texts)]))
-
-
-def make_rollout_reward(
-    runner: EpisodeRunner,
-    grm: GroupRewardModel,
-    horizon: int,
-    num_turns: int,
-    seed: int = 0,
-    num_generations: int = 1,
-    unparsed_reward: float | str | None = -5.0,
-):
-    """The group-RM reward of each sampled directive's rollout. An unparseable directive is not played (a fixed `unparsed_reward`); the
-    rollouts of one call share one group seed (`seed`, the call's number), and with the context and turn of each state it seeds every draw, so
-    the completions of one prompt (a group) share their random numbers and the directive is what differs.
-    `unparsed_reward="group_mean"` gives an unparseable directive the mean reward of its group's parsed ones (0.0 if none parsed), so its
-    rollout advantage is zero and only the choices among parsed directives teach; `None` rolls unparseable directives out with a random speaker."""
-    calls = {"n": 0}
-
-    async def group_rm_reward(prompts, completions, state, **kwargs) -> list[float]:
-        calls["n"] += 1
-        texts = [completion_text(c) for c in completions]
-        parsed = [unparsed_reward is None or parse_directive(t, runner.roster) is not None for t in texts]
-        keep = [i for i, ok in enumerate(parsed) if ok]
-        # the group seed: the same for every completion of a prompt; never the directive's text, nor its place in the batch
-        sts = [state_from_dict(json.loads(state[i]), runner.roster, seed=f"{seed}:{calls['n']}") for i in keep]
-        ends = await rollout_states(runner, sts, [texts[i] for i in keep], horizon, num_turns)
-        scores = (
-            dict(zip(keep, grm.score_states([e.situation for e in ends], [e.turns for e in ends], runner.roster)))
-            if keep
-            else {}
-        )
-        if unparsed_reward != "group_mean":
-            return [scores.get(i, unparsed_reward) for i in range(len(texts))]
-        groups = {}
-        for i, s in scores.items():
-            groups.setdefault(i // num_generations, []).append(s)
-        return [
-            scores[i] if i in scores else statistics.fmean(groups.get(i // num_generations, [0.0]))
-            for i in range(len(texts))
-        ]
-
-    return group_rm_reward
-
-# %% ../../nbs/stage2/22_director_grpo.ipynb #f206e703
-async def load_served_adapter(backend: ChatBackend, alias: str, path: str | Path) -> None:
-    """Load the LoRA adapter at `path` into a running OpenAI-compatible server under `alias` (vLLM's `/v1/load_lora_adapter`; the server
-    must run with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True and --enable-lora). One line naming the server when it cannot."""
-    if hasattr(backend, "backends"):  # several servers of one model (balanced): each must serve the alias
-        for b in backend.backends:
-            await load_served_adapter(b, alias, path)
-        return
-    if hasattr(backend, "load_adapter") and not isinstance(backend, EmbeddedBackend):
-        return await backend.load_adapter(alias, str(path))
-    import httpx
-
-    key = getattr(getattr(backend, "client", None), "api_key", None)
-    headers = {"Authorization": f"Bearer {key}"} if key and key != "EMPTY" else {}
-    try:
-        async with httpx.AsyncClient(timeout=120) as http:
-            r = await http.post(
-                f"{backend.base_url}/load_lora_adapter",
-                json={"lora_name": alias, "lora_path": str(Path(path).resolve())},
-                headers=headers,
-            )
-    except httpx.HTTPError as e:
-        raise BackendUnavailable(
-            f"{getattr(backend, 'name', '?')}: could not load adapter {alias!r} ({e.__class__.__name__})"
-        ) from None
-    if r.status_code >= 400 and "already" not in r.text:
-        raise LLMError(
-            f"{getattr(backend, 'name', '?')} refused to load adapter {alias!r} from {path} (HTTP {r.status_code}): start vLLM with "
-            "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True --enable-lora, or give the director no server"
-        )
-    if hasattr(backend, "_models"):
-        backend._models = None  # the served list changed
-
-
-async def heldout_director_backend(client: LLMClient, adapters: dict[str, str | Path]) -> tuple[ChatBackend, str]:
-    """Where the held-out check runs the base and the trained directors, and the base's model id there: the run's director backend, with
-    `adapters` (alias -> folder) loaded into it — the embedded model in process, or, when the director is served, the server itself (its
-    base model, and each adapter loaded at run time under its alias). A served model is never copied into this process."""
-    backend, route = client.backend("director"), client.routes["director"]
-    base = await backend.check_model(route.model)
-    for alias, path in adapters.items():
-        if route.backend == "embedded":
-            backend.load_adapter(alias, path)
-        else:
-            await load_served_adapter(backend, alias, path)
-    return backend, base
-
-# %% ../../nbs/stage2/22_director_grpo.ipynb #f206e7s1
-async def director_group_reward(
-    runner: EpisodeRunner,
-    grm: GroupRewardModel,
-    states: list[dict],
-    director: str | None,
-    horizon: int,
-    num_turns: int,
-    max_tokens: int = 48,
-    seed: int = 0,
-    temperature: float = 0.0,
-    top_p: float = 1.0,
-    backend: ChatBackend | None = None,
-    base: str | None = None,
-) -> dict:
-    """Mean group-RM score of rollouts directed by `director` (a model id or adapter alias on `backend`, None = `base`, or 'random'). The
-    director's request for state i and the rollout from it are seeded by (`seed`, i) alone, the same for every director compared."""
-    sts = [state_from_dict(s, runner.roster, seed=f"eval:{seed}:{i}") for i, s in enumerate(states)]
-    if director == "random":
-        texts = [json.dumps(random_directive(st.rng_for("random-director"), runner.roster).to_dict()) for st in sts]
-    else:
-        emb = backend or runner.client.backend("director")
-        rs = await asyncio.gather(
-            *[
-                emb.chat(
-                    ChatRequest(
-                        director_messages(st.situation, st.turns, runner.roster),
-                        model=director if director is not None else base,
-                        max_tokens=max_tokens,
-                        temperature=temperature,
-                        top_p=top_p,
-                        seed=seed * 100_003 + i,
-                        # as the director is trained and deployed: under the directive's constraint unless the run turned it off
-                        constraint=directive_constraint(runner.roster) if runner.cfg.constrained_decoding else None,
-                    )
-                )
-                for i, st in enumerate(sts)
-            ]
-        )
-        texts = [r.text for r in rs]
-    parsed = sum(parse_directive(t, runner.roster) is not None for t in texts)
-    ends = await rollout_states(runner, sts, texts, horizon, num_turns)
-    scores = grm.score_states([e.situation for e in ends], [e.turns for e in ends], runner.roster)
-    import statistics
-
-    return {
-        "director": director or "base",
-        "temperature": None if director == "random" else temperature,
-        "mean_group_reward": statistics.fmean(scores),
-        "std": statistics.pstdev(scores),
-        "parse_rate": parsed / len(texts),
-        "n": len(texts),
-        "scores": scores,
-    }
-
-# %% ../../nbs/stage2/22_director_grpo.ipynb #ca37a85e
-def director_prompts(path: str | Path):
-    import datasets
-
-    p = Path(path) / "states.jsonl"
-    if not p.exists():
-        raise FileNotFoundError(
-            f"{path}: no states.jsonl (make it with `mascot generate --mode group --generation-mode branching`)"
-        )
-    rows = [
-        {"prompt": s["prompt"], "state": json.dumps(s["state"]), "context_id": s["context_id"]} for s in read_jsonl(p)
-    ]
-    if not rows:
-        raise ValueError(f"{p} holds no director states")
-    return datasets.Dataset.from_list(rows)
-
-# %% ../../nbs/stage2/22_director_grpo.ipynb #ca37a8s1
-async def heldout_directors(
-    runner: EpisodeRunner,
-    grm: GroupRewardModel,
-    states: list[dict],
-    directors: list,
-    cfg: DirectorGRPOConfig,
-    backend: ChatBackend | None = None,
-    base: str | None = None,
-    temperature: float | None = None,
-) -> list[dict]:
-    """Each director on the same states, `eval_samples_per_state` sampled directives each at `temperature` (default: the training one); sample j
-    uses the same director and rollout seeds for every director (common random numbers)."""
-    temperature = cfg.temperature if temperature is None else temperature
-    # every director and sample at once, so the backend batches their directives and rollouts together
-    jobs = [(d, j) for j in range(cfg.eval_samples_per_state) for d in directors]
-    results = await asyncio.gather(
-        *[
-            director_group_reward(
-                runner,
-                grm,
-                states,
-                d,
-                cfg.horizon,
-                cfg.num_turns,
-                cfg.max_completion_length,
-                cfg.seed * 1000 + j,
-                temperature,
-                cfg.top_p,
-                backend=backend,
-                base=base,
-            )
-            for d, j in jobs
-        ]
-    )
-    res = {d: [r for (dj, _), r in zip(jobs, results) if dj == d] for d in directors}
-    out = []
-    for d in directors:
-        runs = res[d]
-        per_state = [statistics.fmean(r["scores"][i] for r in runs) for i in range(len(states))]
-        out.append(
-            {
-                "director": runs[0]["director"],
-                "temperature": runs[0]["temperature"],
-                "mean_group_reward": statistics.fmean(per_state),
-                "per_state": per_state,
-                "parse_rate": statistics.fmean(r["parse_rate"] for r in runs),
-                "n_states": len(states),
-                "samples_per_state": len(runs),
-            }
-        )
-    return out
+__all__ = ['director_policy', 'constrain_generation', 'director_record', 'train_director_grpo', 'main']
 
 # %% ../../nbs/stage2/22_director_grpo.ipynb #0aeaee9b
 def director_policy(cfg: DirectorGRPOConfig):
@@ -431,23 +37,6 @@ def director_policy(cfg: DirectorGRPOConfig):
 
         model = PeftModel.from_pretrained(model, cfg.init_adapter_path, is_trainable=True)
     return model, tok
-
-
-def director_rewards(cfg: DirectorGRPOConfig, runner: EpisodeRunner, grm: GroupRewardModel) -> tuple[list, list[float]]:
-    "The director's reward functions and their weights: the rollouts' group reward, the directive's format and, when weighted, speaker diversity."
-    rewards = [
-        make_rollout_reward(
-            runner, grm, cfg.horizon, cfg.num_turns, cfg.seed, cfg.num_generations, cfg.unparsed_directive_reward
-        ),
-    ]
-    weights = list(cfg.reward_weights)[:1]
-    if cfg.format_reward != "none":
-        rewards.append(make_directive_format_reward(runner.roster, strict=cfg.format_reward == "strict"))
-        weights += list(cfg.reward_weights)[1:2]
-    if cfg.speaker_diversity_weight:
-        rewards.append(make_speaker_diversity_reward(runner.roster, cfg.num_generations))
-        weights.append(cfg.speaker_diversity_weight)
-    return rewards, weights
 
 # %% ../../nbs/stage2/22_director_grpo.ipynb #6c0e0a01
 def constrain_generation(model, tok, constraint: OutputConstraint) -> None:
@@ -475,65 +64,6 @@ def constrain_generation(model, tok, constraint: OutputConstraint) -> None:
 
     model.generate = constrained_generate
 
-# %% ../../nbs/stage2/22_director_grpo.ipynb #0ae08f1f
-def heldout_report(
-    cfg: DirectorGRPOConfig,
-    client: LLMClient,
-    runner: EpisodeRunner,
-    grm: GroupRewardModel,
-    held_states: list[dict],
-    out: Path,
-) -> dict:
-    """The metadata's held-out fields: random order, untrained and trained director (and the start adapter) on the same held-out states
-    with the same seeds, at the training temperature and at the deployed one, on the run's director backend (a served director: its
-    server, the adapters loaded into it)."""
-    adapters = {
-        "trained-director": out,
-        **({"start-director": cfg.init_adapter_path} if cfg.init_adapter_path else {}),
-    }
-    directors = ["random", None, *adapters]
-
-    async def check():
-        backend, base = await heldout_director_backend(client, adapters)
-        at_training = await heldout_directors(runner, grm, held_states, directors, cfg, backend, base)
-        at_deployed = (
-            [
-                at_training[0],
-                *await heldout_directors(
-                    runner, grm, held_states, directors[1:], cfg, backend, base, cfg.director_temperature
-                ),
-            ]
-            if cfg.director_temperature != cfg.temperature
-            else at_training
-        )  # the random order ignores the temperature: its rollouts are the same
-        return at_training, at_deployed
-
-    (random_, untrained, trained, *start), (_, untrained_d, trained_d, *_) = run_sync(check())
-    return {
-        "heldout_untrained": untrained,
-        "heldout_trained": trained,
-        "heldout_random": random_,
-        "paired_diff_vs_untrained": paired_summary(untrained["per_state"], trained["per_state"]),
-        "paired_diff_vs_random": paired_summary(random_["per_state"], trained["per_state"]),
-        # the numbers above sample the directors at the training temperature; these at the deployed one (episodes' default 0.0)
-        "heldout_temperatures": {"training": cfg.temperature, "deployed": cfg.director_temperature},
-        "heldout_deployed": {
-            "untrained": untrained_d,
-            "trained": trained_d,
-            "paired_diff_vs_untrained": paired_summary(untrained_d["per_state"], trained_d["per_state"]),
-            "paired_diff_vs_random": paired_summary(random_["per_state"], trained_d["per_state"]),
-        },
-        **(
-            {
-                "init_adapter_path": cfg.init_adapter_path,
-                "heldout_start": start[0],
-                "paired_diff_vs_start": paired_summary(start[0]["per_state"], trained["per_state"]),
-            }
-            if start
-            else {}
-        ),
-    }
-
 # %% ../../nbs/stage2/22_director_grpo.ipynb #dgrec001
 def director_record(
     cfg: DirectorGRPOConfig, runner: EpisodeRunner, report: dict, n_train: int, n_held: int, held_ids
@@ -559,8 +89,9 @@ def director_record(
     )
 
 # %% ../../nbs/stage2/22_director_grpo.ipynb #62ea681b
-def train_director_grpo(cfg: DirectorGRPOConfig, embedded: EmbeddedBackend | None = None) -> Path:
-    "Director GRPO with online rollouts: train on the branching states, check on the held-out ones, record what was learnt."
+def train_director_grpo(cfg: DirectorGRPOConfig, embedded: EmbeddedBackend | None = None, reward=None) -> Path:
+    """Director GRPO with online rollouts: train on the branching states, check on the held-out ones, record what was learnt. `reward`: the
+    judge in the group RM's place (`director_scorer`: TRL reward functions, or a scorer of conversations); None: the trained group RM."""
     from transformers import set_seed
     from trl import GRPOTrainer
 
@@ -570,7 +101,7 @@ def train_director_grpo(cfg: DirectorGRPOConfig, embedded: EmbeddedBackend | Non
         )
     prompts = director_prompts(cfg.episode_dataset_path)
     train, held, held_ids = split_by_context(prompts, cfg.holdout_fraction, cfg.seed)
-    grm = GroupRewardModel.load(cfg.group_reward_model_path)
+    grm, own_rewards = director_scorer(cfg, reward)
     ecfg = cfg.episode_config()
     out = Path(cfg.output_dir) / (cfg.run_name or f"grpo_Director_{cfg.dataset}_{model_slug(cfg.model_name)}")
     with training_run(out, cfg) as run:
@@ -579,7 +110,7 @@ def train_director_grpo(cfg: DirectorGRPOConfig, embedded: EmbeddedBackend | Non
         run.extra["routes"] = client.describe()
         set_seed(cfg.seed)
         model, tok = director_policy(cfg)
-        rewards, weights = director_rewards(cfg, runner, grm)
+        rewards, weights = director_rewards(cfg, runner, grm, own_rewards)
         trainer = GRPOTrainer(
             model=model,
             reward_funcs=rewards,
