@@ -13,8 +13,8 @@ import numpy as np
 import pandas as pd
 
 # %% auto #0
-__all__ = ['HUMAN_COLUMNS', 'PPI_COLUMNS', 'VOTE_COLUMNS', 'read_human', 'ppi_mean', 'human_calibrated', 'human_markdown',
-           'read_votes', 'votes_calibrated', 'votes_markdown']
+__all__ = ['HUMAN_COLUMNS', 'PPI_COLUMNS', 'KEY_COLUMNS', 'VOTE_COLUMNS', 'read_human', 'ppi_mean', 'human_calibrated',
+           'human_markdown', 'read_votes', 'votes_calibrated', 'votes_markdown']
 
 # %% ../../nbs/evaluation/33b_human_calibration.ipynb #95ed3cde
 HUMAN_COLUMNS = (
@@ -65,6 +65,21 @@ def ppi_mean(y: np.ndarray, yhat: np.ndarray, yhat_unlabeled: np.ndarray) -> dic
     f = lambda v: float(np.ravel(v)[0])
     return dict(n=len(y), mean=f(m), lo=f(lo), hi=f(hi), human_lo=f(hlo), human_hi=f(hhi), r=r)
 
+# %% ../../nbs/evaluation/33b_human_calibration.ipynb #c41b7e11
+KEY_COLUMNS = ["judge", "dataset", "group", "metric", "system"]  # a calibrated row's keys, before its estimates
+
+
+def _shared_scores(items: pd.DataFrame):
+    "Per judge × dataset × metric: the row keys so far, and the judge's conversation scores on the contexts every system shares."
+    for (judge, dataset, metric), g in conversation_scores(items).groupby(["judge", "dataset", "metric"], sort=False):
+        shared = g.pivot_table(index="context", columns="system", values="score").dropna()
+        yield dict(judge=judge, dataset=dataset, group="", metric=metric), shared
+
+
+def _estimate(m: dict, people_mean: float, columns: list[str]) -> dict:
+    "A `ppi_mean` result under `columns`: n, judge–people r, people's mean and interval, then the PPI++ mean and interval."
+    return dict(zip(columns, (m["n"], m["r"], people_mean, m["human_lo"], m["human_hi"], m["mean"], m["lo"], m["hi"])))
+
 # %% ../../nbs/evaluation/33b_human_calibration.ipynb #6fcf340d
 def _human_wide(human: pd.DataFrame, dataset: str, metric: str) -> pd.DataFrame:
     "Human scores of one dataset and metric, contexts × systems."
@@ -75,13 +90,11 @@ def _human_wide(human: pd.DataFrame, dataset: str, metric: str) -> pd.DataFrame:
 def human_calibrated(items: pd.DataFrame, human: pd.DataFrame, reference: str) -> pd.DataFrame:
     """Per judge × dataset × metric × system, on the contexts every system shares: the PPI++ mean and Δ vs `reference` (`ppi_mean` over
     the human-rated contexts and the judge's scores on the rest), the human-only interval and the judge–human correlation."""
-    conv = conversation_scores(items).assign(group="")
     rows = []
-    for (judge, dataset, metric), g in conv.groupby(["judge", "dataset", "metric"], sort=False):
-        hw = _human_wide(human, dataset, metric)
+    for key, shared in _shared_scores(items):
+        hw = _human_wide(human, key["dataset"], key["metric"])
         if hw.empty:
             continue
-        shared = g.pivot_table(index="context", columns="system", values="score").dropna()
         for system in shared.columns:
             lab = shared.index.intersection(hw.index[hw[system].notna()] if system in hw else [])
             m = ppi_mean(hw.loc[lab, system], shared.loc[lab, system], shared.loc[shared.index.difference(lab), system])
@@ -93,21 +106,13 @@ def human_calibrated(items: pd.DataFrame, human: pd.DataFrame, reference: str) -
                 d = ppi_mean(people, jd[both], jd[shared.index.difference(both)])
                 hd = float(people.mean()) if len(both) else math.nan
             rows.append(
-                dict(
-                    judge=judge,
-                    dataset=dataset,
-                    group="",
-                    metric=metric,
-                    system=system,
-                    human_n=m["n"],
-                    judge_human_r=m["r"],
-                )
-                | dict(human_mean=float(hw.loc[lab, system].mean()) if len(lab) else math.nan, human_lo=m["human_lo"])
-                | dict(human_hi=m["human_hi"], ppi_mean=m["mean"], ppi_lo=m["lo"], ppi_hi=m["hi"])
+                key
+                | dict(system=system)
+                | _estimate(m, float(hw.loc[lab, system].mean()) if len(lab) else math.nan, PPI_COLUMNS)
                 | dict(ppi_delta=d["mean"], ppi_delta_lo=d["lo"], ppi_delta_hi=d["hi"])
                 | dict(human_delta=hd, human_delta_lo=d["human_lo"], human_delta_hi=d["human_hi"])
             )
-    return pd.DataFrame(rows, columns=["judge", "dataset", "group", "metric", "system"] + PPI_COLUMNS)
+    return pd.DataFrame(rows, columns=KEY_COLUMNS + PPI_COLUMNS)
 
 # %% ../../nbs/evaluation/33b_human_calibration.ipynb #0378523f
 def human_markdown(table: pd.DataFrame) -> str:
@@ -156,10 +161,8 @@ def read_votes(path: str | Path) -> pd.DataFrame:
 def votes_calibrated(items: pd.DataFrame, votes: pd.DataFrame, reference: str) -> pd.DataFrame:
     """Per judge × dataset × metric × system against `reference`: the share of people preferring the system (a tie counts half), PPI++
     corrected with the judge's preference on that metric (higher score wins) on every shared context; beside it, votes alone."""
-    conv = conversation_scores(items).assign(group="")
     rows = []
-    for (judge, dataset, metric), g in conv.groupby(["judge", "dataset", "metric"], sort=False):
-        shared = g.pivot_table(index="context", columns="system", values="score").dropna()
+    for key, shared in _shared_scores(items):
         for system in [s for s in shared.columns if s != reference and reference in shared.columns]:
             mine = votes[votes["systems"] == tuple(sorted((system, reference)))]
             y = (mine["winner"].eq(system) + 0.5 * mine["winner"].eq("tie")).groupby(mine["context"]).mean()
@@ -168,24 +171,8 @@ def votes_calibrated(items: pd.DataFrame, votes: pd.DataFrame, reference: str) -
                 continue
             pref = np.sign(shared[system] - shared[reference]) / 2 + 0.5  # 1: the judge prefers the system, 0.5: a tie
             m = ppi_mean(y[lab], pref[lab], pref[shared.index.difference(lab)])
-            rows.append(
-                dict(
-                    judge=judge,
-                    dataset=dataset,
-                    group="",
-                    metric=metric,
-                    system=system,
-                    vote_n=m["n"],
-                    judge_vote_r=m["r"],
-                )
-                | dict(
-                    vote_win=float(y[lab].mean()) if len(lab) else math.nan,
-                    vote_win_lo=m["human_lo"],
-                    vote_win_hi=m["human_hi"],
-                )
-                | dict(ppi_win=m["mean"], ppi_win_lo=m["lo"], ppi_win_hi=m["hi"])
-            )
-    return pd.DataFrame(rows, columns=["judge", "dataset", "group", "metric", "system"] + VOTE_COLUMNS)
+            rows.append(key | dict(system=system) | _estimate(m, float(y[lab].mean()), VOTE_COLUMNS))
+    return pd.DataFrame(rows, columns=KEY_COLUMNS + VOTE_COLUMNS)
 
 # %% ../../nbs/evaluation/33b_human_calibration.ipynb #d5e43c25
 def votes_markdown(table: pd.DataFrame) -> str:
