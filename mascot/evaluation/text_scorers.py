@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Sequence
 
 # %% auto #0
-__all__ = ['DEFAULT_NLI_MODEL', 'minilm_path', 'resolve_device', 'contradiction_index', 'NliScorer', 'self_bleu_scores',
-           'SentenceEmbedder']
+__all__ = ['DEFAULT_NLI_MODEL', 'minilm_path', 'resolve_device', 'tokenize_batch', 'contradiction_index', 'NliScorer',
+           'self_bleu_scores', 'SentenceEmbedder']
 
 # %% ../../nbs/evaluation/32a_text_scorers.ipynb #78fecd5c
 DEFAULT_NLI_MODEL = "FacebookAI/roberta-large-mnli"  # the authors' code's NLI model
@@ -29,6 +29,13 @@ def resolve_device(device: str = "auto") -> str:
     import torch
 
     return ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
+
+
+def tokenize_batch(tokenizer, *texts: Sequence[str], max_length: int, device: str):
+    "One batch as tensors on `device`: `texts` (or premises and hypotheses, as pairs), padded to the longest and cut at `max_length`."
+    return tokenizer(
+        *(list(t) for t in texts), truncation=True, padding=True, max_length=max_length, return_tensors="pt"
+    ).to(device)
 
 
 def contradiction_index(id2label: dict, model_name: str = "model") -> int:
@@ -75,14 +82,13 @@ class NliScorer:
             range(0, len(order), self.batch_size), desc="NLI", disable=not self.progress, file=sys.stderr
         ):
             idx = order[start : start + self.batch_size]
-            enc = self.tokenizer(
+            enc = tokenize_batch(
+                self.tokenizer,
                 [premises[i] for i in idx],
                 [hypotheses[i] for i in idx],
-                truncation=True,
-                padding=True,
                 max_length=self.max_length,
-                return_tensors="pt",
-            ).to(self.device)
+                device=self.device,
+            )
             with torch.inference_mode():
                 p = self.model(**enc).logits.float().softmax(-1)[:, self.index]
             for i, v in zip(idx, p.tolist()):
@@ -120,13 +126,8 @@ class SentenceEmbedder:
 
         out = []
         for start in range(0, len(texts), self.batch_size):
-            enc = self.tokenizer(
-                list(texts[start : start + self.batch_size]),
-                truncation=True,
-                padding=True,
-                max_length=self.max_length,
-                return_tensors="pt",
-            ).to(self.device)
+            batch = texts[start : start + self.batch_size]
+            enc = tokenize_batch(self.tokenizer, batch, max_length=self.max_length, device=self.device)
             with torch.inference_mode():
                 hidden = self.model(**enc).last_hidden_state
             mask = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)
