@@ -122,24 +122,29 @@ def score_lines(rec, base):
     return persona, collective
 
 # %% ../nbs/testing.ipynb #799e974c
+def _demo_adapter(run: Path, stage_name: str, folder: str, **metadata) -> Path:
+    "A finished training stage of the demo run: its speaker adapter's folder with `mascot_metadata.json` (the 135M base and `metadata`)."
+    out = run / stage_name / "out" / folder
+    out.mkdir(parents=True)
+    meta = {"kind": "speaker", "base_model": "smollm2-135m-instruct"} | metadata
+    (out / "mascot_metadata.json").write_text(json.dumps(meta))
+    stage(run, stage_name, {"path": str(out)})
+    return out
+
+
 def _demo_training(run: Path) -> None:
     "The two trained stages of the demo run: a speaker GRPO adapter with its log, and an SFT adapter."
-    spk = run / "12_speaker_grpo" / "out" / "speaker"
-    spk.mkdir(parents=True)
-    (spk / "mascot_metadata.json").write_text(
-        json.dumps(
-            {
-                "kind": "speaker",
-                "algorithm": "grpo",
-                "base_model": "smollm2-135m-instruct",
-                "steps": 3,
-                "base_mean_rm": 0.12,
-                "trained_mean_rm": 0.31,
-                "trained_mean_rm_se": 0.04,
-                "max_weight_change": 0.002,
-                "config": {"lr": 1e-4},
-            }
-        )
+    spk = _demo_adapter(
+        run,
+        "12_speaker_grpo",
+        "speaker",
+        algorithm="grpo",
+        steps=3,
+        base_mean_rm=0.12,
+        trained_mean_rm=0.31,
+        trained_mean_rm_se=0.04,
+        max_weight_change=0.002,
+        config={"lr": 1e-4},
     )
     (spk / "log_history.json").write_text(
         json.dumps(
@@ -159,21 +164,7 @@ def _demo_training(run: Path) -> None:
             ]
         )
     )
-    stage(run, "12_speaker_grpo", {"path": str(spk)})
-    sft = run / "13_sft" / "out" / "sft"
-    sft.mkdir(parents=True)
-    (sft / "mascot_metadata.json").write_text(
-        json.dumps(
-            {
-                "kind": "speaker",
-                "algorithm": "sft",
-                "base_model": "smollm2-135m-instruct",
-                "steps": 1,
-                "train_loss": 2.5,
-            }
-        )
-    )
-    stage(run, "13_sft", {"path": str(sft)})
+    _demo_adapter(run, "13_sft", "sft", algorithm="sft", steps=1, train_loss=2.5)
 
 # %% ../nbs/testing.ipynb #799e97s1
 def _demo_evaluation(run: Path) -> dict[str, Path]:
