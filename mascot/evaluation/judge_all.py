@@ -62,21 +62,16 @@ class JudgeStageConfig(JudgePanelConfig, JobConfig):
 
     input_dir: str = Field(description="the evaluation folder: every *.jsonl of conversations in it is judged")
     output_dir: str = Field("outputs/judge", description="where the score tables and the summary go")
-    dataset: str | None = Field(
-        None,
-        description="ED, ESConv or QMSum (the authors' code's flag); must agree with each record's metadata.dataset; unset: read from the records",
-    )
+    # what it hands `mascot judge` for every file, declared once by `JudgeConfig`
+    dataset: str | None = JudgeConfig.model_fields["dataset"]
+    rubric: Literal["auto", "persona", "collective"] = JudgeConfig.model_fields["rubric"]
+    judge_max_tokens: int = JudgeConfig.model_fields["judge_max_tokens"]
+    judge_examples: int = JudgeConfig.model_fields["judge_examples"]
     seed: int = Field(0, description="the bootstrap seed of comparison.csv's intervals")
     reference: str | None = Field(
         None,
         description="the system comparison.csv compares the others with (default: mascot if judged, else the first system)",
     )
-    rubric: Literal["auto", "persona", "collective"] = Field(
-        "auto",
-        description="auto: both the persona rubric (each agent turn) and the collective rubric (the whole conversation); or only one of them",
-    )
-    judge_max_tokens: int = Field(160, description="the cap on one judgement's tokens")
-    judge_examples: int = Field(2, description="worked examples (0-2) shown in the judge prompt")
 
 
 describe(
