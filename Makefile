@@ -72,11 +72,13 @@ chromium:
 	  || echo "chromium or chromedriver is missing: apt-get install chromium chromium-driver (the browser tests need them)"
 
 # the notebooks' examples as nbdev_test runs them, keeping the executed copies for the documentation pages (mascot site), then pytest
+# (tests marked `slow`, which check what a benchmark or a rarer path needs, wait for `make test-slow`)
 test: setup vllm chromium
 	$(BIN)/python scripts/test_notebooks.py --n-workers 2 --flags real_model --save-executed _docs/executed
-	$(BIN)/python -m pytest -q --durations=12 tests
+	$(BIN)/python -m pytest -q --durations=12 -m "not slow" tests
 
-test-slow: setup
+# everything: the notebooks' slow cells too, and every test including those marked `slow`
+test-slow: setup vllm chromium
 	$(BIN)/nbdev_test --n_workers 1 --flags "slow real_model"
 	$(BIN)/python -m pytest -q --durations=12 tests
 

@@ -536,7 +536,6 @@ def test_compare_never_crashes_on_degenerate_judgements(
     compare_never_crashes(d, capsys)
 
 
-@pytest.mark.slow  # a 41-panel PNG: about 12 s of CPU; the property test above runs the same code on small inputs
 def test_forty_tied_judges_write_the_png(tmp_path, capsys):
     "12 contexts × 40 judges whose paired scores tie except one step on 15% of criteria: every output, finite bounds."
     rng = np.random.default_rng(1)
