@@ -37,22 +37,12 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-MAPPING = {
-    "Reflection of feelings": "The Anchor",
-    "Restatement or Paraphrasing": "The Anchor",
-    "Questions": "The Catalyst",
-    "Question": "The Catalyst",
-    "Providing Suggestions": "The Catalyst",
-    "Information": "The Catalyst",
-    "Affirmation and Reassurance": "The Beacon",
-    "Self-disclosure": None,
-    "Other": None,
-    "Others": None,
-}
+from mascot.domain.personas import SUPPORT_ROSTER
+from mascot.stage2.director_sft import SUPPORTER_LABEL as SUPPORTER, UNSTATED_SITUATION as SITUATION
+
+MAPPING = SUPPORT_ROSTER.strategy_personas  # the support roster's strategy families (mascot/domain/personas.py)
 NAMES = ["The Anchor", "The Catalyst", "The Beacon"]
 SPLIT_SEED = 52
-SITUATION = "Not given; only the conversation below."
-SUPPORTER = "Supporter"
 REFERENCES = ["constant_anchor", "constant_catalyst", "constant_beacon", "random", "position", "tfidf", "probe"]
 TRAINED = ["sft", "grpo", "dpo"]
 METHODS = REFERENCES + ["untrained"] + TRAINED
@@ -60,62 +50,23 @@ METHODS = REFERENCES + ["untrained"] + TRAINED
 
 # ---- the file ----
 def read_states(path: Path) -> list[dict]:
-    "Every labelled state of a strategy file, with its conversation (a new one where the last turn index does not grow)."
-    out, conv, last = [], -1, None
-    for ln, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        segs = []
-        for seg in line.split(" EOS "):
-            parts = seg.strip().split(" ", 3)
-            if len(parts) < 3 or parts[1] not in ("0", "1") or not parts[2].isdigit():
-                raise ValueError(
-                    f"{path}:{ln}: a segment is not '<float> <speaker 0|1> <turn index> <text>': {seg[:60]!r}"
-                )
-            segs.append((parts[1], int(parts[2]), parts[3].strip() if len(parts) > 3 else ""))
-        sp, idx, text = segs[-1]
-        if sp != "1" or not text.startswith("[") or "]" not in text:
-            raise ValueError(f"{path}:{ln}: the last segment is not a supporter turn starting with its [strategy]")
-        strategy = text[1 : text.index("]")]
-        if strategy not in MAPPING:
-            raise ValueError(f"{path}:{ln}: unknown strategy [{strategy}] (known: {', '.join(MAPPING)})")
-        if last is None or idx <= last:
-            conv += 1
-        last = idx
-        hist = [
-            (s, t.split("]", 1)[1].strip() if s == "1" and t.startswith("[") and "]" in t else t)
-            for s, _, t in segs[:-1]
-        ]
-        if MAPPING[strategy] is None:
-            continue
-        seeker = [t for s, t in hist if s == "0"]
-        supporter = [t for s, t in hist if s == "1"]
-        out.append(
-            {
-                "id": f"{Path(path).name}:{ln}",
-                "conversation": f"{Path(path).name}#{conv}",
-                "turn_index": idx,
-                "strategy": strategy,
-                "label": MAPPING[strategy],
-                "history": hist,
-                "text": f"{seeker[-1] if seeker else ''} || {supporter[-1] if supporter else ''}",
-            }
-        )
-    if not out:
-        raise ValueError(f"{path}: no labelled state (is it an ESConv strategy file?)")
+    """Every labelled state of a strategy file (the package's `strategy_states_tsv` with the support roster's mapping: a new conversation
+    where the last turn index does not grow), with the text the tf-idf reference reads."""
+    from mascot.stage2.director_sft import strategy_states_tsv
+
+    out = strategy_states_tsv(path, MAPPING)
+    for s in out:
+        seeker = [t for w, t in s["history"] if w == "0"]
+        supporter = [t for w, t in s["history"] if w == "1"]
+        s["text"] = f"{seeker[-1] if seeker else ''} || {supporter[-1] if supporter else ''}"
     return out
 
 
 def prompt_of(state: dict) -> list[dict]:
-    from mascot.core.records import Turn
-    from mascot.domain.personas import SUPPORT_ROSTER as roster
-    from mascot.domain.prompts import director_messages
+    "The director's prompt at the state (`state_messages`): no situation, every supporter turn under 'Supporter' (no cue in 'Already spoke')."
+    from mascot.stage2.director_sft import state_messages
 
-    turns = [
-        Turn(i, 0, roster.user_label if s == "0" else SUPPORTER, t, turn_type="user" if s == "0" else "agent")
-        for i, (s, t) in enumerate(state["history"])
-    ]
-    return director_messages(SITUATION, turns, roster)
+    return state_messages(state, SUPPORT_ROSTER, credit=False)
 
 
 def directive_text(name: str) -> str:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 # %% auto #0
-__all__ = ['GEN', 'STAGES', 'STAGE_BY_KEY', 'STAGE_DOCS', 'Stage', 'config_class', 'calls_server', 'stage_table',
+__all__ = ['GEN', 'STAGES', 'STAGE_BY_KEY', 'STAGE_DOCS', 'Stage', 'config_class', 'calls_server', 'stage_skip', 'stage_table',
            'absolute_paths', 'run_dir_of', 'stage_params', 'check_stage', 'stages_to_run', 'existing_run_problem',
            'completed_outputs', 'checked_stage_params']
 
@@ -27,6 +27,9 @@ class Stage:
     inputs: dict[str, tuple[str, str]] = field(default_factory=dict)  # config field -> (stage key, output name)
     fixed: dict[str, Any] = field(default_factory=dict)
     output: str | None = None  # where the stage writes, relative to the run folder (default <dir>/out)
+    skip: str | None = (
+        None  # "module:function": given the stage's config, why it has nothing to do (skipped with that line), or None
+    )
 
 # %% ../nbs/stages.ipynb #78f11309
 GEN = ("dataset", "seed", "data_path", "model_name", "endpoints")
@@ -87,12 +90,24 @@ STAGES += [
         {"data_path": ("group_data", "data_path")},
     ),
     Stage(
+        "director_sft",
+        "24_director_sft",
+        "stage2/24_director_sft.ipynb",
+        "mascot.stage2.director_sft:DirectorSFTConfig",
+        ("dataset", "seed", "model_name"),
+        skip="mascot.stage2.director_sft:skip_reason",
+    ),
+    Stage(
         "director_grpo",
         "22_director_grpo",
         "stage2/22_director_grpo.ipynb",
         "mascot.stage2.director_grpo:DirectorGRPOConfig",
         ("dataset", "seed", "model_name", "endpoints"),
-        {"episode_dataset_path": ("branching", "data_path"), "group_reward_model_path": ("group_reward_model", "path")},
+        {
+            "episode_dataset_path": ("branching", "data_path"),
+            "group_reward_model_path": ("group_reward_model", "path"),
+            "init_adapter_path": ("director_sft", "path"),  # the warm start from human supporters, when that stage ran
+        },
     ),
     Stage(
         "director_dpo",
@@ -156,6 +171,14 @@ def calls_server(stage: Stage) -> bool:
     "Whether a stage calls the managed server (it takes the endpoints, or its director's rollouts go there)."
     return "endpoints" in stage.common or "rollout_server_url" in config_class(stage).model_fields
 
+
+def stage_skip(stage: Stage, params: dict) -> str | None:
+    "Why a stage has nothing to do with `params` (its `skip` function asked with the stage's config), or None: it runs."
+    if not stage.skip:
+        return None
+    mod, fn = stage.skip.split(":")
+    return getattr(importlib.import_module(mod), fn)(config_class(stage).from_params(params))
+
 # %% ../nbs/stages.ipynb #5159e978
 STAGE_DOCS: dict[
     str, tuple[str | None, str]
@@ -184,6 +207,10 @@ STAGE_DOCS: dict[
     "group_reward_model": (
         "mascot train-group --mode train-reward-model",
         "`group_reward_<D>_<M>/`: the group reward model (adapter with score head), metadata",
+    ),
+    "director_sft": (
+        None,
+        "`sft_Director_<D>_<M>/`: the director's warm start from human supporters' ESConv strategies (optional; skipped for a roster without `strategy_personas`; alone: `python -m mascot.stage2.director_sft`): adapter, metadata (chosen step, validation curve, choice shares), log, curves",
     ),
     "director_grpo": (
         "mascot train-group --mode train-director-grpo",
@@ -295,8 +322,8 @@ def check_stage(cfg: PipelineConfig, stage: Stage, params: dict, source: str, pe
             src = stage.inputs[fld][0]
             if src in cfg.stages:
                 continue  # produced by an earlier stage of this run
-            if fld in ("sft_adapter", "director_adapter", "speaker_adapter"):
-                continue  # only needed by the systems that use it
+            if fld in ("sft_adapter", "director_adapter", "speaker_adapter", "init_adapter_path"):
+                continue  # only needed by the systems that use it; a director trained from the base model
             raise ConfigError(
                 f"{source}: stage {stage.key} needs {fld} (from stage {src}, which is not in this config): give stages.{stage.key}.{fld}"
             )
@@ -342,8 +369,10 @@ def checked_stage_params(
             params[fld] = f"<{src}.{name}>"
             pending.add(fld)
     missing = [
-        (f, src) for f, (src, _) in stage.inputs.items() if f not in params and src in cfg.stages and src not in todo
-    ]
+        (f, src)
+        for f, (src, _) in stage.inputs.items()
+        if f not in params and src in cfg.stages and src not in todo and "skipped" not in outputs.get(src, {})
+    ]  # a stage that was skipped made nothing to read
     if missing:
         raise ConfigError(
             f"{source}: stage {stage.key} needs {missing[0][0]} from stage {missing[0][1]}, which has not completed in {run_dir} (run it first, or drop --from/--only)"

@@ -391,7 +391,12 @@ def _run_server(cfg: PipelineConfig, run_dir: Path, outputs: dict, log=print):
 def _execute_watched(
     cfg: PipelineConfig, st: Stage, sdir: Path, params: dict, run: RunDir, meta: dict, server, log=print
 ) -> None:
-    "`execute_stage`; a stage the server watcher stopped (its server gone past serve.max_restarts) fails with `ServerFailed`."
+    """`execute_stage`; a stage the server watcher stopped (its server gone past serve.max_restarts) fails with `ServerFailed`. A stage
+    with nothing to do (`stage_skip`) starts no kernel: one line says why, and its outputs.json says it was skipped."""
+    if why := stage_skip(st, params):
+        write_stage_outputs(sdir, skipped=why)
+        log(f"[{st.key}] skipped: {why}")
+        return
     try:
         execute_stage(cfg, st, sdir, params, run, meta, log)
     except KeyboardInterrupt:
