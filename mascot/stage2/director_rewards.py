@@ -4,7 +4,7 @@
 
 # %% ../../nbs/stage2/22c_director_rewards.ipynb #dgrw0i01
 from __future__ import annotations
-import json, statistics
+import json, re, statistics
 from collections import Counter
 from ..domain.personas import *
 from ..domain.prompts import *
@@ -17,8 +17,8 @@ from .director_grpo_config import DirectorGRPOConfig
 from .director_rollouts import rollout_states
 
 # %% auto #0
-__all__ = ['make_directive_format_reward', 'make_speaker_diversity_reward', 'make_rollout_reward', 'make_label_reward',
-           'director_rewards']
+__all__ = ['make_directive_format_reward', 'make_speaker_diversity_reward', 'make_rollout_reward', 'directive_opening_name',
+           'make_label_reward', 'director_rewards']
 
 # %% ../../nbs/stage2/22c_director_rewards.ipynb #41730534
 def make_directive_format_reward(roster: Roster, strict: bool = True):
@@ -91,16 +91,25 @@ def make_rollout_reward(
     return group_rm_reward
 
 # %% ../../nbs/stage2/22c_director_rewards.ipynb #dgrw0l01
+def directive_opening_name(text: str, roster: Roster) -> str | None:
+    'The roster name a directive opens with (`{"agent_name": "..."`, the rest may be cut off), else the one `parse_directive` reads, else None.'
+    m = re.match(r'\s*\{\s*"agent_name"\s*:\s*"([^"]*)"', text)
+    if m and m.group(1) in roster.names:
+        return m.group(1)
+    return getattr(parse_directive(text, roster), "agent_name", None)
+
+
 def make_label_reward(labels: dict[str, str], roster: Roster, class_weights: dict[str, float] | None = None):
     """The reward of a labelled state's directive: the class weight of the persona `labels` names for its context (the prompts'
     `context_id` column) when the directive names that persona, else 0. `class_weights` default: balanced, contexts / (personas x the
-    persona's count), so each persona's states pay as much in all and a skewed label set does not pay most for naming its majority."""
+    persona's count), so each persona's states pay as much in all and a skewed label set does not pay most for naming its majority. The
+    name is read where the directive opens with it (`directive_opening_name`), so a directive cut at the token cap after its name counts."""
     if class_weights is None:
         counts = Counter(labels.values())
         class_weights = {name: len(labels) / (len(counts) * n) for name, n in counts.items()}
 
     def label_reward(completions, context_id, **kwargs) -> list[float]:
-        names = [getattr(parse_directive(completion_text(c), roster), "agent_name", None) for c in completions]
+        names = [directive_opening_name(completion_text(c), roster) for c in completions]
         return [
             class_weights.get(name, 1.0) if name is not None and name == labels.get(k) else 0.0
             for name, k in zip(names, context_id)
