@@ -260,7 +260,11 @@ def early_stopping_record(trainer, watch=None) -> dict:
         "stopped_early": st.global_step < st.max_steps,
         "validation_curve": curve,
     }
-    if watch is not None:  # the adapter saved is the best step's: what it chooses on the probe states
+    if watch is not None and watch.probes and watch.probes[-1]["step"] == st.best_global_step:
+        rec["choice_at_best"] = {
+            k: v for k, v in watch.probes[-1].items() if k != "step"
+        }  # the watch's last probe saw it
+    elif watch is not None:  # the adapter saved is the best step's: what it chooses on the probe states
         ll = choice_logprobs(trainer.model, watch.tok, watch.prompts, watch.names, watch.template_kwargs)
         rec["choice_at_best"] = {k: round(v, 4) for k, v in choice_stats(ll, watch.names).items()}
     return {"early_stopping": rec}
