@@ -31,6 +31,7 @@ STAGES = {
     "stage2.group_reward_model",
     "stage2.director_grpo",
     "stage2.director_dpo",
+    "stage2.director_sft",
     "evaluation.conversations",
     "evaluation.judge_all",
     "evaluation.auto_metrics",
