@@ -8,7 +8,9 @@ the majority persona more often and stays lower. The model is the embedded SmolL
 steps): the 2-layer random-weight model (MASCOT_TINY_MODEL=1) stays at chance on this rule whatever the recipe (0.33 balanced accuracy after 40
 steps at learning rates 2e-3 to 1e-1, LoRA alpha up to 512: its last position barely depends on the message), so this test clears that
 variable. The personas are single-token names (Ann, Ben, Cat) and the choice is the name's likelihood after the directive's opening.
-GRPO is not trained here: a GRPO pass samples and scores completions every step, which is beyond this test's budget (<= 120 s on 2 cores).
+Director GRPO on the same states (`train_director_grpo` with `reward=make_label_reward(...)`, the class-weighted label reward in the
+group RM's place) is a measured negative result, kept as a strict expected failure: it samples and scores completions every step, so it
+runs some 4 minutes on 2 shared cores (past the 120 s budget), and in 16 steps it stays at chance.
 """
 
 import json, random
@@ -107,3 +109,90 @@ def test_plain_recipe_stays_at_chance(embedded, tmp_path):
     acc, got = train_and_score(tmp_path, **PLAIN)
     print(f"plain recipe: balanced accuracy {acc:.3f}, picks {dict(got['picks'])}")
     assert acc < 0.5, (acc, got["picks"])
+
+
+def grpo_rows(n: int, seed: int, weights) -> list[tuple[dict, str]]:
+    """`states` as `train_director_grpo` reads a branching folder's states.jsonl: each row the short prompt (the director's own prompt is
+    some 15 times longer, past this test's budget), the state whose opening is the prompt's user message, and its context."""
+    from mascot.domain.datasets import Context
+
+    out = []
+    for i, (prompt, name) in enumerate(states(n, seed, weights)):
+        msg = prompt[0]["content"].split("\n")[0].removeprefix("User: ")
+        ctx = Context("ESConv", f"{seed}-{i}", "train", opening=[msg])
+        state = {"context": ctx.to_dict(), "turns": [], "round_id": 0, "emotion_trajectory": [], "big_five": None}
+        out.append(({"prompt": prompt, "state": state, "context_id": ctx.context_id}, name))
+    return out
+
+
+GRPO = dict(
+    max_steps=16,
+    learning_rate=1e-3,
+    num_generations=6,
+    per_device_train_batch_size=12,
+    temperature=2.0,
+    speaker_diversity_weight=1.0,
+)
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="a measured negative result: 16 GRPO steps (temperature 2, the diversity bonus at 1.0, learning rate 1e-3) leave the held-out "
+    "balanced accuracy at 0.34 (picks Ben 23, Cat 7 of 30); at 5e-3 the samples of every group name one persona by step 3 and the "
+    "groups stop teaching; strict, so a recipe that learns the rule turns this into a failure to be removed",
+)
+def test_director_grpo_learns_who_speaks_from_content(embedded, tmp_path):
+    """Director GRPO as the package runs it (`train_director_grpo`, every sample under the directive's output constraint), its reward the
+    class-weighted label reward (`reward=make_label_reward(...)`, in the group RM's place) on the skewed training states: the held-out
+    balanced accuracy of the persona's likelihood (as the SFT test scores it) reaches 0.55 (chance: 0.33)."""
+    import yaml
+    from collections import Counter
+    from peft import PeftModel
+    from mascot.domain.personas import load_roster
+    from mascot.stage2.director_grpo import train_director_grpo
+    from mascot.stage2.director_grpo_config import DirectorGRPOConfig
+    from mascot.stage2.director_rewards import make_label_reward
+    from mascot.training.director_objective import choice_logprobs
+    from mascot.training.models import load_causal_lm
+
+    roster_path = tmp_path / "roster.yaml"
+    personas = [
+        {"name": n, "role": "r", "contribution": f"answers {fam[0]}", "tone": "calm"} for n, fam in FAMILIES.items()
+    ]
+    roster_path.write_text(yaml.safe_dump({"name": "synthetic", "domain": "support", "personas": personas}))
+    train, held = grpo_rows(24, 0, [2, 6, 1]), grpo_rows(30, 1, [1, 1, 1])
+    data = tmp_path / "branching"
+    data.mkdir()
+    (data / "states.jsonl").write_text("".join(json.dumps(r) + "\n" for r, _ in train))
+    cfg = DirectorGRPOConfig(
+        dataset="ESConv",
+        episode_dataset_path=str(data),
+        group_reward_model_path="none: the label reward judges",
+        roster_path=str(roster_path),
+        output_dir=str(tmp_path),
+        run_name="grpo",
+        gradient_accumulation_steps=1,
+        max_completion_length=12,  # the directive's opening up to and past the name: the label reward reads no further
+        beta=0.0,
+        lora_r=8,
+        lora_target_modules="all-linear",
+        format_reward="none",
+        holdout_fraction=0.1,
+        eval_samples_per_state=1,
+        collapse_probe_states=4,
+        **GRPO,
+    )
+    labels = {r["context_id"]: n for r, n in train}
+    out = train_director_grpo(cfg, reward=make_label_reward(labels, load_roster(roster_path)))
+    model, tok = load_causal_lm(cfg.model_name)
+    model = PeftModel.from_pretrained(model, out)
+    names = list(FAMILIES)
+    rows = choice_logprobs(model, tok, [r["prompt"] for r, _ in held], names)
+    picks = [names[max(range(3), key=row.__getitem__)] for row in rows]
+    acc = balanced_accuracy(list(zip(picks, [n for _, n in held])))
+    meta = json.loads((out / "mascot_metadata.json").read_text())
+    print(f"director GRPO: balanced accuracy {acc:.3f}, picks {dict(Counter(picks))}, steps {meta['steps']}")
+    assert acc >= 0.55, (acc, Counter(picks))
