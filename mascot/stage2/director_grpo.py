@@ -142,8 +142,7 @@ def train_director_grpo(cfg: DirectorGRPOConfig, embedded: EmbeddedBackend | Non
             algorithm="grpo",
             change=change,
             **director_record(cfg, runner, report, len(train), len(held), held_ids),
-            # what judged the directives: the reward functions given, else the scorer's kind (GroupRewardModel by default)
-            directive_judge=[getattr(f, "__name__", repr(f)) for f in own_rewards] if own_rewards else type(grm).__name__,
+            directive_judge=[getattr(f, "__name__", "?") for f in own_rewards] if own_rewards else type(grm).__name__,
             **watch_fields(watch),
         )
     return out
