@@ -141,7 +141,7 @@ GRPO = dict(
     strict=True,
     raises=AssertionError,
     reason="a measured negative result: 16 GRPO steps (temperature 2, the diversity bonus at 1.0, learning rate 1e-3) leave the held-out "
-    "balanced accuracy at 0.34 (picks Ben 23, Cat 7 of 30); at 5e-3 the samples of every group name one persona by step 3 and the "
+    "balanced accuracy at 0.34 (picks Ben 23, Cat 7 of 30), at 2e-3 at 0.33 (Ben 28, Cat 2); at 5e-3 the samples of every group name one persona by step 3 and the "
     "groups stop teaching; strict, so a recipe that learns the rule turns this into a failure to be removed",
 )
 def test_director_grpo_learns_who_speaks_from_content(embedded, tmp_path):
