@@ -94,7 +94,9 @@ async def _judge_reply_text(
     client: LLMClient, messages: list[dict], kw: dict, top_logprobs: int, constraint: OutputConstraint | None = None
 ) -> tuple[str, list[TokenLogprob] | None]:
     "The judge's reply text and its tokens' logprobs (asked for unless its server refused them), under `constraint` when given."
-    kw = {**kw, "constraint": constraint} if constraint else kw
+    kw = (
+        {**kw, "expect": constraint} if constraint else kw
+    )  # already decided by reply_constraint, which passes it through
     if top_logprobs > 0 and client not in _NO_LOGPROBS:
         try:
             resp = await client.chat("judge", messages, logprobs=True, top_logprobs=top_logprobs, **kw)

@@ -182,12 +182,18 @@ def reply_constraint(
 
 
 def chat_request(
-    cfg: EndpointConfig, role: str, model: str, messages: list[dict], expect: ExpectedReply | None = None, **params
+    cfg: EndpointConfig,
+    role: str,
+    model: str,
+    messages: list[dict],
+    expect: ExpectedReply | OutputConstraint | None = None,
+    **params,
 ) -> ChatRequest:
     """The request of one call of `role` to `model` (`params`: `ChatRequest`'s fields), with the config's thinking choice and the
-    constraint `reply_constraint` decides for `expect` (or for a `constraint` given already built)."""
+    constraint `reply_constraint` decides for `expect`; a caller never sets the request's constraint past that decision."""
+    if "constraint" in params:
+        raise TypeError("chat_request: ask for a kind of reply (expect=), not for a constraint")
     params.setdefault("enable_thinking", getattr(cfg, "enable_thinking", False))
-    expect = expect if expect is not None else params.pop("constraint", None)
     return ChatRequest(messages, model=model, constraint=reply_constraint(cfg, role, expect), **params)
 
 # %% ../../nbs/llm/06_client.ipynb #e3aaecc2

@@ -119,10 +119,9 @@ def train_director_grpo(cfg: DirectorGRPOConfig, embedded: EmbeddedBackend | Non
             processing_class=tok,
             peft_config=None if cfg.init_adapter_path else lora_config(cfg, "CAUSAL_LM"),
         )
-        if (
-            ecfg.constrained_decoding
-        ):  # the policy samples its directives under the constraint; the loss scores them as sampled
-            constrain_generation(trainer.model, tok, directive_constraint(runner.roster))
+        # the policy samples its directives under the constraint the client would send the director; the loss scores them as sampled
+        if (constraint := reply_constraint(ecfg, "director", directive_reply(runner.roster))) is not None:
+            constrain_generation(trainer.model, tok, constraint)
         watch = attach_watch(trainer, tok, train["prompt"], runner.roster.names, cfg, cfg.chat_template_kwargs())
         before = trainable_snapshot(trainer.model)
         result = trainer.train()

@@ -127,7 +127,7 @@ async def director_group_reward(
                         top_p=top_p,
                         seed=seed * 100_003 + i,
                         # as the director is trained and deployed: under the directive's constraint unless the run turned it off
-                        constraint=directive_constraint(runner.roster) if runner.cfg.constrained_decoding else None,
+                        constraint=reply_constraint(runner.cfg, "director", directive_reply(runner.roster)),
                     )
                 )
                 for i, st in enumerate(sts)

@@ -170,7 +170,7 @@ async def branching_context(runner: EpisodeRunner, cfg: GroupDataConfig, ctx: Co
             # seeded as every sampled request is (row k of the K draws: this seed and k), by a key of its own: the rollouts'
             # director at this point uses call_seed(st, "director"), and candidate 0 would otherwise repeat its draw
             seed=call_seed(st, "branching-director"),
-            constraint=directive_constraint(
+            expect=directive_reply(
                 runner.roster
             ),  # the candidates DPO and GRPO learn from, as the director is deployed
         )
