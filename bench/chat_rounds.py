@@ -8,8 +8,8 @@ of the reply (the first `text` event), read from the server-sent events as they 
     python bench/chat_rounds.py [--messages 3] [--round-timeout 300] [--out bench/results/chat_rounds.json]
 
 Writes bench/results/chat_rounds.json: the machine, commit, date and 1-minute load average before and after, the settings, the models
-the chat answered with (its header lines), per-round figures, the medians, and issue 62's goals (median round <= 12 s, first words
-<= 3 s after posting, both on an idle machine) with whether they were met. Prints one summary line; exits 1 if no round completed.
+the chat answered with (its header lines), per-round figures, the medians, and the goals for a human study (median round <= 12 s, first
+words <= 3 s after posting, both on an idle machine) with whether they were met. Prints one summary line; exits 1 if no round completed.
 The server is stopped by SIGTERM to its PID; its conversation is saved in a temporary folder and deleted with it.
 """
 
@@ -237,7 +237,7 @@ def main():
         "goals": {
             "median_round_s": GOAL_MEDIAN_ROUND_S,
             "first_words_s": GOAL_FIRST_WORDS_S,
-            "condition": "idle machine (issue 62)",
+            "condition": "idle machine",
             "median_round_met": median_round is not None and median_round <= GOAL_MEDIAN_ROUND_S,
             "first_words_met": median_first is not None and median_first <= GOAL_FIRST_WORDS_S,
             "idle": load_before <= 0.5 and prov["load_average_1min_after"] <= 0.5,
