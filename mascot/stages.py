@@ -329,6 +329,11 @@ def check_stage(cfg: PipelineConfig, stage: Stage, params: dict, source: str, pe
             )
         if not Path(v).exists():
             raise ConfigError(f"{source}: stage {stage.key}: input path {fld}={v} does not exist")
+    sp = params.get("strategy_path")  # the warm start's human data: a file of the user's, not an earlier stage's output
+    if sp and not (str(sp).startswith("demo:") or Path(sp).exists()):
+        raise ConfigError(
+            f"{source}: stage {stage.key}: strategy_path {sp} does not exist (ESConv.json or the strategy TSV)"
+        )
 
 # %% ../nbs/stages.ipynb #st0fold2
 def stages_to_run(

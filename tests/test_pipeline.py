@@ -66,6 +66,13 @@ def test_missing_input_path_stops_before_any_work(tmp_path):
     assert r.returncode != 0 and "no-such-pairs does not exist" in r.stderr and not (tmp_path / "runs").exists()
 
 
+def test_missing_strategy_file_stops_before_any_work(tmp_path):
+    "The director warm start's human data is the user's file: a path that does not exist stops the run before its first stage."
+    cfg = {**TINY, "stages": {"director_sft": {"strategy_path": str(tmp_path / "no-such-ESConv.json")}}}
+    r = mascot(str(write_cfg(tmp_path, cfg)), "--runs-dir", str(tmp_path / "runs"))
+    assert r.returncode != 0 and "no-such-ESConv.json does not exist" in r.stderr and not (tmp_path / "runs").exists()
+
+
 @pytest.mark.integration
 def test_interrupt_then_resume_skips_completed_stages(tmp_path):
     cfg = write_cfg(tmp_path, TINY)

@@ -447,7 +447,7 @@ def warm_start_rows(s) -> int:
 
         return len(strategy_rows(s.strategy_path, s.roster(), s.strategy_split, s.credit_supporter_turns))
     except (OSError, ValueError, TypeError, ConfigError):
-        return 0  # the plan names a strategy_path that does not exist as a problem (_stage_parts)
+        return 0  # a strategy_path that does not exist stops the run before any stage (check_stage)
 
 # %% ../../nbs/pipeline/02_plan.ipynb #gh4work
 class StageWork(NamedTuple):
@@ -662,10 +662,6 @@ def _stage_parts(
         parts.append(f"data {data}")
         if why:
             problems.append(f"stage {k}: {why}")
-    if (sp := got("strategy_path")) and not (str(sp).startswith("demo:") or Path(sp).exists()):
-        problems.append(
-            f"stage {k}: strategy_path {sp} does not exist: point it at ESConv.json or the authors' strategy TSV"
-        )
     sizes = {f: got(f) for f in SIZE_FIELDS if got(f) not in (None, -1)}
     parts.append(" ".join(f"{f}={v}" for f, v in sizes.items()))
     if cfg.serve and calls_server(st):
