@@ -30,9 +30,9 @@ from pydantic import BaseModel, Field
 
 # %% auto #0
 __all__ = ['HELP', 'FALLBACK_MARK', 'CHAT_HTML', 'MAX_MESSAGE_CHARS', 'log', 'SERVER_STOPPING', 'is_fallback', 'ChatEpisode',
-           'PublishedView', 'GroupRound', 'taken_back_on_failure', 'ChatSession', 'turn_view', 'session_view',
-           'describe_speaker', 'format_turn', 'chat_header', 'chat_terminal', 'ChatMessage', 'chat_app', 'serve_chat',
-           'main']
+           'preload_models', 'preload_in_background', 'PublishedView', 'GroupRound', 'taken_back_on_failure',
+           'ChatSession', 'turn_view', 'session_view', 'describe_speaker', 'format_turn', 'chat_header',
+           'chat_terminal', 'ChatMessage', 'chat_app', 'serve_chat', 'main']
 
 # %% ../../nbs/studies/01_chat.ipynb #fa7c0170
 def _atomic_write(path: Path, text: str) -> None:
@@ -104,6 +104,27 @@ class ChatEpisode:
 
     async def aclose(self):
         await self.client.aclose()
+
+# %% ../../nbs/studies/01_chat.ipynb #f0d6e92a
+def preload_models(ep: ChatEpisode) -> list[str]:
+    """Load the in-process model the session's roles share (its weights, then its adapters) now, so that the first round waits only
+    for its own decoding; the roles it serves (none when every role is answered by a server). Idempotent: a round that starts during
+    the load waits for it."""
+    roles = [r for r, route in ep.client.routes.items() if route.backend == "embedded"]
+    loaded = set()
+    for role in roles:
+        b = ep.client.backend(role)
+        if hasattr(b, "load") and id(b) not in loaded:
+            b.load()
+            loaded.add(id(b))
+    return roles if loaded else []
+
+
+def preload_in_background(ep: ChatEpisode):
+    "`preload_models` in a worker thread of the running loop; a load that fails says so in the first round, which loads again."
+    done = asyncio.get_running_loop().run_in_executor(None, preload_models, ep)
+    done.add_done_callback(lambda f: f.cancelled() or f.exception())
+    return done
 
 # %% ../../nbs/studies/01_chat.ipynb #f30a5b40
 class PublishedView:
@@ -410,6 +431,7 @@ async def chat_terminal(session: ChatSession, stdin=None, out=None) -> Path:
     lines: asyncio.Queue = asyncio.Queue()
     threading.Thread(target=_read_lines, args=(stdin, asyncio.get_running_loop(), lines), daemon=True).start()
     say = lambda s: print(s, file=out, flush=True)
+    preload_in_background(session)
     roster = session.roster
     for line in chat_header(session) + [HELP]:
         say(line)
@@ -724,6 +746,7 @@ def serve_chat(session: ChatSession) -> Path:
 
     async def go():
         server.loop = asyncio.get_running_loop()
+        preload_in_background(session)
         try:
             await server.serve()
         finally:
