@@ -291,17 +291,26 @@ def director_sft_trainer(cfg: DirectorSFTConfig, model, tok, roster: Roster, tra
     )
 
 # %% ../../nbs/stage2/24_director_sft.ipynb #531128c8
-def train_director_sft(cfg: DirectorSFTConfig, rows: list[dict], out: str | Path | None = None, **meta) -> Path:
-    """LoRA SFT of the director on `rows` (prompt, completion): validation conversations carved off (`validation_fraction`), rows balanced by
-    the persona their directive names (`class_balance`), the name's tokens weighted (`decision_weight`), the best validation step kept,
-    the collapse watch on the rows' prompts; saved with its log and metadata in `out`."""
+def train_director_sft(
+    cfg: DirectorSFTConfig, rows: list[dict], out: str | Path | None = None, eval_rows: list[dict] | None = None, **meta
+) -> Path:
+    """LoRA SFT of the director on `rows` (prompt, completion): validation conversations carved off (`validation_fraction`), or `eval_rows`
+    (rows of the caller's own validation conversations, all of `rows` then trained on), rows balanced by the persona their directive names
+    (`class_balance`), the name's tokens weighted (`decision_weight`), the best validation step kept, the collapse watch on the rows'
+    prompts; saved with its log and metadata in `out`."""
     from transformers import set_seed
 
     if not rows:
         raise ValueError("no training rows for the director's SFT")
     roster = cfg.roster()
     label = lambda r: directive_name(r["completion"][-1]["content"], roster)
-    fit_rows, val_rows = validation_split(rows, cfg.validation_fraction, cfg.seed)
+    if eval_rows and cfg.validation_fraction > 0:
+        raise ConfigError(
+            f"validation rows given (eval_rows, {len(eval_rows)}) and --validation-fraction {cfg.validation_fraction}: give one of the two"
+        )
+    fit_rows, val_rows = (
+        (list(rows), list(eval_rows)) if eval_rows else validation_split(rows, cfg.validation_fraction, cfg.seed)
+    )
     balance = lambda rs: balanced_rows(rs, label, cfg.seed) if cfg.class_balance else list(rs)
     train_rows, eval_rows = balance(fit_rows), balance(val_rows)
     out = Path(
