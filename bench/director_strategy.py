@@ -7,29 +7,45 @@ turns under the name "Supporter" (no persona is credited with them, so the promp
 
 Choice. The package's director prompt (`director_messages`, support roster), its answer prefilled up to the name (`{"agent_name": "`, as the
 directive's output constraint begins) and the three names scored by their log-likelihood: the choice is restricted to the roster and needs
-no generation. Score: 1 when the chosen persona is the state's family.
+no generation. The prompt prefix every state shares is computed once per model.
 
-Metric. Balanced accuracy (mean recall over the three personas) on the test states, with a 95% percentile bootstrap over test conversations
-(all seeds' predictions of a conversation move together; differences are paired on the same resamples).
+Split. The training file's conversations are shuffled once (SPLIT_SEED 52); without --test-path the first --test-fraction (30%) is the test
+split, then --val-fraction (15%) of the rest is validation, the rest training (dev.tsv: 1,342 training, 239 validation, 611 test states).
+Every validation and test state is scored (--val/--test-states-per-conversation 0). Test states are scored once per (method, seed) and choose
+nothing: every choice is made on the validation states, or fixed before any score.
 
-References (not targets): each constant, random (drawn per seed), position (the most frequent family at the turn's index in training, the
-overall one where the index is unseen), tfidf (logistic regression on the last seeker message and the previous supporter turn), probe
-(logistic regression on the frozen base model's last hidden state at the point it names the persona). Their regularisation (C) is chosen on
-the validation conversations. Methods: untrained (the base director), sft (the package's `train_sft_on_rows` on the label's directive),
-grpo (TRL's GRPOTrainer as `train_director_grpo` builds it: the package's policy, GRPO config, LoRA, format reward and the directive's
-constrained sampling, with the reward 1 when the sampled directive names the state's family in place of the rollout's group reward), dpo
-(the package's `train_director_dpo` on pairs: the family's directive over another persona's, with TRL's rpo_alpha adding the chosen NLL).
+Metrics, per (method, seed): balanced accuracy (mean recall over the three personas), macro-F1 (sklearn's f1_score, average="macro"), the
+per-persona pick counts, on the test states (and on the validation states). Summary per method: the mean over seeds with a 95% percentile
+bootstrap over test conversations (4,000 resamples; all seeds' predictions of a conversation move together; differences are paired on the
+same resamples).
 
-Protocol. The training file's conversations are shuffled once (SPLIT_SEED); without --test-path the first --test-fraction is the test split,
-then --val-fraction of the rest is validation. Trained methods see class-balanced training subsets drawn per seed. Test states are scored
-once per seed. Every (method, seed) record is kept in --work-dir, so a stopped run resumes; the JSON is rewritten after each record.
+References (not targets). constant_* (one persona always), random (drawn per seed), position (the most frequent family at the turn's index
+in training, the overall one where the index is unseen), tfidf (logistic regression, balanced class weights, on three TF-IDF fields: the last
+seeker turn, the last supporter turn and the whole window, word 1-2-grams, and the last speaker), probe (the ceiling of what the frozen base
+model's states carry: StandardScaler and logistic regression with balanced class weights on the mean over the state's own tokens of layer
+18's hidden state concatenated with layer 24's at the last token, where the persona is named; fitted on every training state). Their C is
+chosen by validation balanced accuracy. The base pass (the untrained choices and the probe's features of every training, validation and
+test state) runs once and is cached in --work-dir, shared by all seeds.
 
-    python bench/director_strategy.py --train-path ../shared/data/esconv_strategy/dev.tsv [--test-path FILE] [--seeds 0 1 2 3 4]
+Methods. untrained (the base director). sft: `train_director_sft` (LoRA; the directive of the state's strategy as the target,
+`strategy_directive`; the speaker name's tokens weighted by decision_weight 5, the personas balanced by oversampling), on every training
+state, its step chosen by early stopping on validation loss (a class-balanced draw of --eval-per-persona validation states per persona,
+fixed by SPLIT_SEED, evaluated every --sft-eval-steps, patience --sft-patience; the best step's adapter kept). grpo: `train_director_grpo`
+from the same seed's SFT adapter, its reward `make_label_reward` (class-weighted: the persona's weight when the sampled directive names the
+state's family, else 0), no format reward, on every training state (one is held out for the trainer's own check). dpo: `train_director_dpo`
+(decision-weighted, class-balanced by the chosen persona) on pairs: each training state's directive over the same directive naming each
+other persona. GRPO and DPO have no validation loss in the package: their recipe is fixed (RECIPE; the sizes set by the budget below).
+
+Budget. One seed of every method within 60 minutes on 2 idle cores: the recipe's step counts, batch and evaluation sizes are set from
+per-step costs measured on small runs (`timing` in the JSON: the base pass and, per method, training and scoring seconds). Every
+(method, seed) record, a failure too, is kept in --work-dir, so a stopped run resumes; the JSON is rewritten after each record.
+
+    python bench/director_strategy.py --train-path ../shared/data/esconv_strategy/dev.tsv [--test-path FILE] [--seeds 0 1 2]
 
 A test file from conversations in the authors' original ESConv.json format: bench/esconv_strategy_file.py writes them in this format.
 """
 
-import argparse, copy, datetime, hashlib, json, os, platform, random, re, subprocess, sys, tempfile, time
+import argparse, copy, datetime, hashlib, json, os, platform, random, subprocess, sys, tempfile, time
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 from pathlib import Path
@@ -43,22 +59,29 @@ from mascot.stage2.director_sft import SUPPORTER_LABEL as SUPPORTER, UNSTATED_SI
 MAPPING = SUPPORT_ROSTER.strategy_personas  # the support roster's strategy families (mascot/domain/personas.py)
 NAMES = ["The Anchor", "The Catalyst", "The Beacon"]
 SPLIT_SEED = 52
+PROBE_LAYERS = {
+    "mean": 18,
+    "last": 24,
+}  # hidden_states index (0: the embeddings): the mean over the state's tokens, the last token
 REFERENCES = ["constant_anchor", "constant_catalyst", "constant_beacon", "random", "position", "tfidf", "probe"]
 TRAINED = ["sft", "grpo", "dpo"]
 METHODS = REFERENCES + ["untrained"] + TRAINED
+C_GRID = (0.001, 0.01, 0.1, 1.0, 10.0)
+TFIDF_FIELDS = ("seeker", "supporter", "window")
 
 
 # ---- the file ----
 def read_states(path: Path) -> list[dict]:
     """Every labelled state of a strategy file (the package's `strategy_states_tsv` with the support roster's mapping: a new conversation
-    where the last turn index does not grow), with the text the tf-idf reference reads."""
+    where the last turn index does not grow), with the fields the tf-idf reference reads: the last seeker turn, the last supporter turn,
+    the window, and who spoke last ("0" seeker, "1" supporter)."""
     from mascot.stage2.director_sft import strategy_states_tsv
 
     out = strategy_states_tsv(path, MAPPING)
     for s in out:
-        seeker = [t for w, t in s["history"] if w == "0"]
-        supporter = [t for w, t in s["history"] if w == "1"]
-        s["text"] = f"{seeker[-1] if seeker else ''} || {supporter[-1] if supporter else ''}"
+        last = lambda who: next((t for w, t in reversed(s["history"]) if w == who), "")
+        s["fields"] = {"seeker": last("0"), "supporter": last("1"), "window": " ".join(t for _, t in s["history"])}
+        s["last_speaker"] = s["history"][-1][0] if s["history"] else ""
     return out
 
 
@@ -67,14 +90,6 @@ def prompt_of(state: dict) -> list[dict]:
     from mascot.stage2.director_sft import state_messages
 
     return state_messages(state, SUPPORT_ROSTER, credit=False)
-
-
-def directive_text(name: str) -> str:
-    from mascot.domain.personas import SUPPORT_ROSTER as roster
-    from mascot.domain.prompts import DEFAULT_ACTION
-
-    tone = {p.name: p.tone for p in roster.personas}[name]
-    return json.dumps({"agent_name": name, "action": DEFAULT_ACTION, "tone": tone})
 
 
 def split(train_states, test_states, test_fraction, val_fraction):
@@ -93,7 +108,7 @@ def split(train_states, test_states, test_fraction, val_fraction):
 
 
 def cap_per_conversation(states, k, seed):
-    "At most k states per conversation, drawn once with `seed` (the CPU budget's size; every conversation kept)."
+    "At most k states per conversation, drawn once with `seed`; k 0: every state."
     if not k:
         return states
     by = {}
@@ -104,24 +119,32 @@ def cap_per_conversation(states, k, seed):
     return [s for s in states if id(s) in keep]
 
 
-def balanced_subset(states, n, seed):
-    "n states, as equal a number per family as the states allow, drawn with `seed`."
+def per_persona(states, k, seed):
+    "Up to k states of each family, drawn once with `seed`, in the states' order (the early-stopping evaluation set)."
     rng = random.Random(seed)
-    by = {m: [s for s in states if s["label"] == m] for m in NAMES}
-    for v in by.values():
-        rng.shuffle(v)
-    out = [v[i] for i in range(n) for v in by.values() if i < len(v)][:n]
-    rng.shuffle(out)
-    return out
+    keep = set()
+    for m in NAMES:
+        ids = [s["id"] for s in states if s["label"] == m]
+        keep |= set(rng.sample(ids, min(k, len(ids))))
+    return [s for s in states if s["id"] in keep]
 
 
-# ---- the metric ----
-def balanced_accuracy(labels, preds) -> dict:
+# ---- the metrics ----
+def scores(labels, preds) -> dict:
+    "Balanced accuracy, per-persona recall, macro-F1 (sklearn) and the pick counts."
+    from sklearn.metrics import f1_score
+
     rec = {m: float(np.mean([p == m for l, p in zip(labels, preds) if l == m])) for m in NAMES if m in labels}
     return {
         "balanced_accuracy": round(float(np.mean(list(rec.values()))), 4),
+        "macro_f1": round(float(f1_score(labels, preds, average="macro", zero_division=0)), 4),
         "recall": {k: round(v, 4) for k, v in rec.items()},
+        "picks": {n: list(preds).count(n) for n in NAMES},
     }
+
+
+def balanced_accuracy(labels, preds) -> dict:
+    return {k: v for k, v in scores(labels, preds).items() if k in ("balanced_accuracy", "recall")}
 
 
 class Bootstrap:
@@ -133,22 +156,29 @@ class Bootstrap:
         self.conv = np.array([ci[s["conversation"]] for s in states])
         self.lab = np.array([NAMES.index(s["label"]) for s in states])
         rng = np.random.default_rng(seed)
-        self.w = rng.multinomial(len(self.convs), [1 / len(self.convs)] * len(self.convs), size=n_boot).astype(float)
-        self.total = self._per_conv(np.ones(len(states)))
+        w = rng.multinomial(len(self.convs), [1 / len(self.convs)] * len(self.convs), size=n_boot).astype(float)
+        self.w = np.vstack([w, np.ones(len(self.convs))])  # the last row: the sample itself
 
-    def _per_conv(self, v):
-        m = np.zeros((len(self.convs), 3))
-        np.add.at(m, (self.conv, self.lab), v)
-        return m
+    def confusion(self, preds) -> np.ndarray:
+        "Per resample (and the sample, last), the 3x3 confusion counts (true, predicted)."
+        p = np.array([NAMES.index(x) for x in preds])
+        m = np.zeros((len(self.convs), 9))
+        np.add.at(m, (self.conv, self.lab * 3 + p), 1.0)
+        return (self.w @ m).reshape(-1, 3, 3)
 
-    def curve(self, preds_by_seed: list[list[str]]) -> np.ndarray:
-        "Balanced accuracy on each resample, averaged over the seeds' predictions; and on the sample itself (last entry)."
+    def curve(self, preds_by_seed: list[list[str]], metric: str = "balanced_accuracy") -> np.ndarray:
+        "`metric` (balanced_accuracy, macro_f1) on each resample, averaged over the seeds' predictions; the sample itself last."
         out = []
         for preds in preds_by_seed:
-            hit = self._per_conv(np.array([p == NAMES[l] for p, l in zip(preds, self.lab)], dtype=float))
-            w = np.vstack([self.w, np.ones(len(self.convs))])
-            with np.errstate(invalid="ignore"):
-                out.append(np.nanmean((w @ hit) / (w @ self.total), axis=1))
+            c = self.confusion(preds)
+            tp, true, pred = np.diagonal(c, axis1=1, axis2=2), c.sum(2), c.sum(1)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                if metric == "balanced_accuracy":  # recall over the personas present in the resample
+                    v = np.nanmean(np.where(true > 0, tp / true, np.nan), axis=1)
+                else:  # F1 over the personas present in the labels or the predictions (sklearn's labels), 0 where it has no true positive
+                    f1 = np.where(true + pred > 0, 2 * tp / (true + pred), np.nan)
+                    v = np.nanmean(f1, axis=1)
+            out.append(v)
         return np.mean(out, axis=0)
 
 
@@ -160,7 +190,7 @@ def summary_of(vals: np.ndarray) -> dict:
     }
 
 
-# ---- the base model's choice and its last hidden state ----
+# ---- the model's choice and the probe's features ----
 class Chooser:
     'The director\'s name choice by log-likelihood after the prefilled `{"agent_name": "`, the shared prompt prefix computed once.'
 
@@ -182,21 +212,25 @@ class Chooser:
         text = self.tok.apply_chat_template(prompt_of(state), tokenize=False, add_generation_prompt=True)
         return self.tok(text + '{"agent_name": "' + name + '"', add_special_tokens=False).input_ids
 
-    def choose(self, states: list[dict], hidden: bool = False):
-        "Per state: the chosen name, the three log-likelihoods, and (hidden) the last hidden state before the names differ."
+    def choose(self, states: list[dict], features: bool = False):
+        """Per state: the chosen name, the three log-likelihoods, and (`features`) the probe's features: the mean over the state's own
+        tokens (after the shared prefix, up to where the names differ) of hidden state PROBE_LAYERS["mean"], then the last token's
+        hidden state PROBE_LAYERS["last"]."""
         torch = self.torch
-        ids = [[self._ids(s, n) for n in NAMES] for s in states]
         if (
             self.prefix is None
         ):  # the prefix every state shares: the system prompt and the user's turn up to its history
-            a, b = (self._ids({"history": [(sp, "x")]}, NAMES[0]) for sp in "01")
+            a, b = (
+                self._ids({"history": [(sp, "x")], "strategies": [None], "situation": None}, NAMES[0]) for sp in "01"
+            )
             k = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
             with torch.no_grad():
                 out = self.model(torch.tensor([a[:k]]), use_cache=True)
             self.prefix = (a[:k], out.past_key_values)
         pre, cache = self.prefix
         res = []
-        for row in ids:
+        for s in states:
+            row = [self._ids(s, n) for n in NAMES]
             assert all(x[: len(pre)] == pre for x in row)
             common = len(pre)
             while all(common < len(x) for x in row) and len({x[common] for x in row}) == 1:
@@ -207,7 +241,7 @@ class Chooser:
                     torch.tensor([row[0][len(pre) : common]]),
                     past_key_values=c,
                     use_cache=True,
-                    output_hidden_states=hidden,
+                    output_hidden_states=features,
                 )
                 first_lp = torch.log_softmax(out.logits[0, -1].float(), -1)
                 lls = []
@@ -220,137 +254,42 @@ class Chooser:
                         ll += float(sum(lp[i, t] for i, t in enumerate(rest[1:])))
                     lls.append(ll)
             r = {"choice": NAMES[int(np.argmax(lls))], "loglik": [round(v, 4) for v in lls]}
-            if hidden:
-                r["hidden"] = out.hidden_states[-1][0, -1].float().numpy()
+            if features:
+                h = out.hidden_states
+                r["features"] = np.concatenate(
+                    [h[PROBE_LAYERS["mean"]][0].float().mean(0).numpy(), h[PROBE_LAYERS["last"]][0, -1].float().numpy()]
+                )
             res.append(r)
         return res
 
 
-# ---- trainers ----
-def train_sft(states, out: Path, recipe: dict, seed: int) -> Path:
-    from mascot.stage1.sft import SFTStageConfig, train_sft_on_rows
+def base_pass(work: Path, splits: dict[str, list[dict]]) -> dict:
+    """The untrained director's choices and the probe's features of every state of `splits`, cached per split in `work` (base_<split>.npz,
+    keyed by the states' ids, the model and the layers), so every seed and a resumed run share them."""
+    from mascot.core.defaults import CPU_MODEL
 
-    rows = [
-        {"prompt": prompt_of(s), "completion": [{"role": "assistant", "content": directive_text(s["label"])}]}
-        for s in states
-    ]
-    cfg = SFTStageConfig(
-        dataset="ESConv",
-        data_path=str(out),
-        output_dir=str(out.parent),
-        run_name=out.name,
-        seed=seed,
-        num_train_epochs=recipe["sft_epochs"],
-        learning_rate=recipe["sft_lr"],
-        per_device_train_batch_size=recipe["batch"],
-    )
-    return train_sft_on_rows(
-        cfg, rows, out, kind="director", data="esconv strategy states (bench/director_strategy.py)"
-    )
-
-
-def train_dpo(states, out: Path, recipe: dict, seed: int) -> Path:
-    from mascot.training.pairs import save_pairs
-    from mascot.stage2.director_dpo import DirectorDPOConfig, train_director_dpo
-
-    rng = random.Random(seed)
-    rows = []
-    for s in states:
-        other = rng.choice([n for n in NAMES if n != s["label"]])
-        rows.append(
-            {
-                "prompt": prompt_of(s),
-                "chosen": [{"role": "assistant", "content": directive_text(s["label"])}],
-                "rejected": [{"role": "assistant", "content": directive_text(other)}],
-                "score_chosen": 1.0,
-                "score_rejected": 0.0,
-                "persona": "director",
-                "context_id": s["conversation"],
-                "query_id": f"{s['id']}>{other}",
-            }
-        )
-    pairs = out.parent / f"{out.name}_pairs"
-    pairs.mkdir(parents=True, exist_ok=True)
-    save_pairs(rows, pairs)
-    return train_director_dpo(
-        DirectorDPOConfig(
-            dataset="ESConv",
-            episode_dataset_path=str(pairs),
-            output_dir=str(out.parent),
-            run_name=out.name,
-            seed=seed,
-            num_train_epochs=recipe["dpo_epochs"],
-            learning_rate=recipe["dpo_lr"],
-            per_device_train_batch_size=recipe["batch"],
-            # RPO: DPO's loss plus rpo_alpha x the chosen directive's NLL (TRL's loss types sigmoid + sft)
-            trl={"loss_type": ["sigmoid", "sft"], "loss_weights": [1.0, recipe["rpo_alpha"]]},
-        )
-    )
-
-
-def train_grpo(states, out: Path, recipe: dict, seed: int) -> Path:
-    "TRL's GRPOTrainer as train_director_grpo builds it (policy, config, LoRA, format reward, constrained sampling); the reward: the family."
-    import datasets
-    from transformers import set_seed
-    from trl import GRPOTrainer
-    from mascot.domain.personas import SUPPORT_ROSTER as roster
-    from mascot.domain.prompts import directive_constraint, parse_directive
-    from mascot.stage2.director_grpo import director_policy, constrain_generation
-    from mascot.stage2.director_grpo_config import DirectorGRPOConfig
-    from mascot.stage2.director_rewards import make_directive_format_reward
-    from mascot.training.configs import grpo_config, lora_config
-    from mascot.training.provenance import save_trained, training_run, record_training
-
-    cfg = DirectorGRPOConfig(
-        dataset="ESConv",
-        episode_dataset_path=str(out),
-        group_reward_model_path="the state's strategy family",
-        output_dir=str(out.parent),
-        run_name=out.name,
-        seed=seed,
-        max_steps=recipe["grpo_steps"],
-        learning_rate=recipe["grpo_lr"],
-        num_generations=recipe["grpo_generations"],
-        per_device_train_batch_size=recipe["grpo_generations"],
-        gradient_accumulation_steps=recipe["grpo_accum"],
-        max_completion_length=recipe["grpo_max_completion"],
-    )
-
-    def named(text: str) -> str | None:
-        "The persona a sampled directive names; past the cap the JSON may be cut after the name, which still names it."
-        d = parse_directive(text, roster)
-        m = re.match(r'\s*\{\s*"agent_name"\s*:\s*"(The \w+)"', text)
-        return d.agent_name if d else (m.group(1) if m and m.group(1) in NAMES else None)
-
-    def family_reward(completions, family, **kw) -> list[float]:
-        return [float(named(c[-1]["content"]) == f) for c, f in zip(completions, family)]
-
-    ds = datasets.Dataset.from_list([{"prompt": prompt_of(s), "family": s["label"]} for s in states])
-    with training_run(out, cfg) as run:
-        set_seed(seed)
-        model, tok = director_policy(cfg)
-        trainer = GRPOTrainer(
-            model=model,
-            reward_funcs=[family_reward, make_directive_format_reward(roster)],
-            args=grpo_config(cfg.model_copy(update={"reward_weights": list(cfg.reward_weights)}), str(out / "trainer")),
-            train_dataset=ds,
-            processing_class=tok,
-            peft_config=lora_config(cfg, "CAUSAL_LM"),
-        )
-        constrain_generation(trainer.model, tok, directive_constraint(roster))
-        result = trainer.train()
-        saved = save_trained(trainer, tok, out)
-        record_training(
-            out,
-            run,
-            cfg,
-            result,
-            saved,
-            kind="director",
-            algorithm="grpo",
-            reward="1 if the directive names the state's family",
-        )
-    return out
+    got, ch = {}, None
+    for k, ss in splits.items():
+        key = hashlib.sha1(json.dumps([CPU_MODEL, PROBE_LAYERS, [s["id"] for s in ss]]).encode()).hexdigest()
+        p = work / f"base_{k}.npz"
+        if p.exists() and str(np.load(p)["key"]) == key:
+            got[k] = dict(np.load(p))
+            continue
+        t = time.time()
+        ch = ch or Chooser()
+        rs = ch.choose(ss, features=True)
+        got[k] = {
+            "features": np.stack([r["features"] for r in rs]),
+            "choice": np.array([r["choice"] for r in rs]),
+            "loglik": np.array([r["loglik"] for r in rs]),
+            "seconds": np.array(time.time() - t),
+            "key": np.array(key),
+        }
+        tmp = work / f"base_{k}.tmp{os.getpid()}.npz"
+        np.savez(tmp, **got[k])
+        os.replace(tmp, p)
+        print(f"base pass, {k}: {len(ss)} states, {time.time() - t:.0f} s", flush=True)
+    return got
 
 
 # ---- references ----
@@ -364,19 +303,198 @@ def position_rule(train, states):
     return [by[s["turn_index"]].most_common(1)[0][0] if s["turn_index"] in by else overall for s in states]
 
 
-def fit_lr(Xtr, ytr, Xval, yval, grid=(0.01, 0.1, 1.0, 10.0)):
-    "Logistic regression (balanced class weights), its C chosen by validation balanced accuracy."
+def fit_lr(Xtr, ytr, Xval, yval, scale=False, grid=C_GRID):
+    "Logistic regression (balanced class weights; `scale`: after a StandardScaler), C chosen by validation balanced accuracy (ties: smaller C)."
     from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
 
-    best = None
+    best, curve = None, {}
     for C in grid:
-        m = LogisticRegression(C=C, class_weight="balanced", max_iter=2000).fit(Xtr, ytr)
+        lr = LogisticRegression(C=C, class_weight="balanced", max_iter=5000)
+        m = (make_pipeline(StandardScaler(), lr) if scale else lr).fit(Xtr, ytr)
         ba = balanced_accuracy(yval, list(m.predict(Xval)))["balanced_accuracy"]
+        curve[str(C)] = ba
         if best is None or ba > best[0]:
             best = (ba, C, m)
-    return best
+    return best[2], best[1], curve
 
 
+def tfidf_features(train, *others):
+    "The tf-idf reference's features: each field's TF-IDF (word 1-2-grams, fitted on the training states) and the last speaker, side by side."
+    from scipy.sparse import csr_matrix, hstack
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    vecs = {
+        f: TfidfVectorizer(ngram_range=(1, 2), min_df=2, sublinear_tf=True).fit([s["fields"][f] for s in train])
+        for f in TFIDF_FIELDS
+    }
+    X = lambda ss: hstack(
+        [vecs[f].transform([s["fields"][f] for s in ss]) for f in TFIDF_FIELDS]
+        + [csr_matrix([[float(s["last_speaker"] == "0"), float(s["last_speaker"] == "1")] for s in ss])]
+    ).tocsr()
+    return [X(ss) for ss in (train, *others)]
+
+
+# ---- trainers ----
+def sft_rows(states):
+    from mascot.stage2.director_sft import director_sft_rows
+
+    return director_sft_rows(states, SUPPORT_ROSTER, credit=False)
+
+
+def lora(recipe):
+    return dict(lora_r=recipe["lora_r"], lora_alpha=2 * recipe["lora_r"], lora_target_modules=recipe["lora_targets"])
+
+
+def train_sft(train, val, out: Path, recipe: dict, seed: int) -> Path:
+    "`train_director_sft` on every training state; validation: the early-stopping set of the validation states."
+    from mascot.stage2.director_sft import DirectorSFTConfig, train_director_sft
+
+    cfg = DirectorSFTConfig(
+        dataset="ESConv",
+        output_dir=str(out.parent),
+        run_name=out.name,
+        seed=seed,
+        max_steps=recipe["sft_max_steps"],
+        learning_rate=recipe["sft_lr"],
+        per_device_train_batch_size=recipe["batch"],
+        trl={"gradient_accumulation_steps": recipe["grad_accum"], "per_device_eval_batch_size": recipe["batch"]},
+        eval_steps=recipe["sft_eval_steps"],
+        early_stopping_patience=recipe["sft_patience"],
+        collapse_probe_states=recipe["probe_states"],
+        collapse_probe_every=recipe["sft_eval_steps"],
+        **lora(recipe),
+    )
+    return train_director_sft(
+        cfg, sft_rows(train), out, eval_rows=sft_rows(val), data="esconv strategy states (bench/director_strategy.py)"
+    )
+
+
+def train_dpo(train, val, out: Path, recipe: dict, seed: int) -> Path:
+    "`train_director_dpo` on pairs: each training state's directive over the same directive naming each other persona."
+    from mascot.training.pairs import save_pairs
+    from mascot.stage2.director_dpo import DirectorDPOConfig, train_director_dpo
+    from mascot.stage2.director_sft import strategy_directive
+
+    rows = []
+    for s in train:
+        chosen = strategy_directive(s["strategy"], s["label"], SUPPORT_ROSTER)
+        for other in (n for n in NAMES if n != s["label"]):
+            rows.append(
+                {
+                    "prompt": prompt_of(s),
+                    "chosen": [{"role": "assistant", "content": chosen}],
+                    "rejected": [
+                        {"role": "assistant", "content": strategy_directive(s["strategy"], other, SUPPORT_ROSTER)}
+                    ],
+                    "score_chosen": 1.0,
+                    "score_rejected": 0.0,
+                    "persona": "director",
+                    "context_id": s["conversation"],
+                    "query_id": f"{s['id']}>{other}",
+                }
+            )
+    pairs = out.parent / f"{out.name}_pairs"
+    pairs.mkdir(parents=True, exist_ok=True)
+    save_pairs(rows, pairs)
+    return train_director_dpo(
+        DirectorDPOConfig(
+            dataset="ESConv",
+            episode_dataset_path=str(pairs),
+            output_dir=str(out.parent),
+            run_name=out.name,
+            seed=seed,
+            max_steps=recipe["dpo_max_steps"],
+            learning_rate=recipe["dpo_lr"],
+            per_device_train_batch_size=recipe["batch"],
+            trl={"gradient_accumulation_steps": recipe["grad_accum"]},
+            collapse_probe_states=recipe["probe_states"],
+            **lora(recipe),
+        )
+    )
+
+
+def episode_state(s: dict) -> dict:
+    "The state as a branching folder's states.jsonl holds it (the trainer's held-out check plays its directives from it)."
+    from mascot.core.records import Turn
+    from mascot.domain.datasets import Context
+
+    turns = [
+        Turn(i, 0, SUPPORT_ROSTER.user_label, t, turn_type="user") if w == "0" else Turn(i, 0, SUPPORTER, t)
+        for i, (w, t) in enumerate(s["history"])
+    ]
+    ctx = Context("ESConv", s["id"], "train", situation=SITUATION)
+    return {
+        "context": ctx.to_dict(),
+        "turns": [t.to_dict() for t in turns],
+        "round_id": 0,
+        "emotion_trajectory": [],
+        "big_five": None,
+    }
+
+
+def train_grpo(train, val, out: Path, recipe: dict, seed: int, start: Path) -> Path:
+    "`train_director_grpo` from the SFT adapter `start`, the class-weighted label reward in the group RM's place, no format reward."
+    from mascot.stage2.director_grpo import train_director_grpo
+    from mascot.stage2.director_grpo_config import DirectorGRPOConfig
+    from mascot.stage2.director_rewards import make_label_reward
+
+    if not (start / "adapter_config.json").exists():
+        raise FileNotFoundError(f"{start}: no SFT adapter of seed {seed} to start from (run the sft method first)")
+    data = out.parent / f"{out.name}_states"
+    data.mkdir(parents=True, exist_ok=True)
+    rows = [{"prompt": prompt_of(s), "state": episode_state(s), "context_id": s["id"]} for s in train]
+    (data / "states.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    g = recipe["grpo_generations"]
+    cfg = DirectorGRPOConfig(
+        dataset="ESConv",
+        episode_dataset_path=str(data),
+        group_reward_model_path="none: the label reward judges",
+        output_dir=str(out.parent),
+        run_name=out.name,
+        seed=seed,
+        init_adapter_path=str(start),
+        format_reward="none",
+        max_steps=recipe["grpo_max_steps"],
+        learning_rate=recipe["grpo_lr"],
+        num_generations=g,
+        per_device_train_batch_size=g * recipe["grpo_prompts_per_micro_step"],
+        gradient_accumulation_steps=recipe["grad_accum"],
+        max_completion_length=recipe["grpo_max_completion"],
+        temperature=1.0,
+        beta=0.0,
+        holdout_fraction=0.0,  # one state held out: the trainer's own check
+        eval_samples_per_state=1,
+        collapse_probe_states=recipe["probe_states"],
+        **lora(recipe),
+    )
+    labels = {s["id"]: s["label"] for s in train}
+    return train_director_grpo(cfg, reward=make_label_reward(labels, SUPPORT_ROSTER))
+
+
+def training_summary(d: Path) -> dict:
+    "What the trainer recorded that says how training went: steps, the kept step and validation curve, the collapse watch's last probe."
+    m = json.loads((d / "mascot_metadata.json").read_text()) if (d / "mascot_metadata.json").exists() else {}
+    hist = json.loads((d / "log_history.json").read_text()) if (d / "log_history.json").exists() else []
+    keys = ("loss", "rewards/label_reward/mean")
+    out = {
+        "steps": m.get("steps"),
+        "training_curve": [
+            {"step": h.get("step"), **{k: round(h[k], 4) for k in keys if k in h}}
+            for h in hist
+            if any(k in h for k in keys)
+        ],
+    }
+    if m.get("early_stopping"):
+        out["early_stopping"] = {k: v for k, v in m["early_stopping"].items() if k != "choice_at_best"}
+    probes = (m.get("collapse_watch") or {}).get("probes") or []
+    if probes:
+        out["collapse_watch_last"] = probes[-1]
+    return out
+
+
+# ---- the record ----
 def provenance() -> dict:
     import torch
 
@@ -391,6 +509,7 @@ def provenance() -> dict:
             "cores": os.cpu_count(),
             "torch_threads": torch.get_num_threads(),
             "torch": torch.__version__,
+            "load_average_at_write": [round(x, 2) for x in os.getloadavg()],
         },
         "commit": git("rev-parse", "--short", "HEAD"),
         "mascot_files_differing_from_commit": len(git("status", "--porcelain", "--", "mascot").splitlines()),
@@ -403,6 +522,27 @@ def sha256(p: Path) -> str:
 
 
 # ---- the run ----
+RECIPE = dict(
+    batch=4,
+    grad_accum=2,
+    lora_r=16,
+    lora_targets="all-linear",
+    probe_states=8,
+    eval_per_persona=16,
+    sft_max_steps=40,
+    sft_lr=1e-3,
+    sft_eval_steps=10,
+    sft_patience=2,
+    dpo_max_steps=12,
+    dpo_lr=5e-4,
+    grpo_max_steps=8,
+    grpo_lr=5e-4,
+    grpo_generations=4,
+    grpo_prompts_per_micro_step=1,
+    grpo_max_completion=10,
+)
+
+
 def args_parser():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     a = ap.add_argument
@@ -414,15 +554,15 @@ def args_parser():
     a(
         "--test-path",
         default=None,
-        help="a file in the same format scored once at the end; unset: a test split of --train-path",
+        help="a file in the same format scored once per (method, seed); unset: a test split of --train-path",
     )
     a("--output", default=str(ROOT / "bench/results/director_strategy.json"), help="the JSON written")
     a(
         "--work-dir",
         default=None,
-        help="per (method, seed) records and trained adapters, for resuming; default: a folder in the temp dir named after --output",
+        help="the base pass, per (method, seed) records and trained adapters, for resuming; default: a folder in the temp dir named after --output",
     )
-    a("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    a("--seeds", type=int, nargs="+", default=[0, 1, 2])
     a("--methods", nargs="+", default=METHODS, choices=METHODS)
     a(
         "--test-fraction",
@@ -434,60 +574,35 @@ def args_parser():
     a(
         "--test-states-per-conversation",
         type=int,
-        default=2,
+        default=0,
         help="test states scored per conversation (drawn once); 0: all",
     )
     a(
         "--val-states-per-conversation",
         type=int,
-        default=1,
+        default=0,
         help="validation states per conversation (drawn once); 0: all",
     )
     a(
-        "--probe-train-states",
+        "--train-states",
         type=int,
-        default=90,
-        help="training states the probe is fitted on (their hidden states cost a forward pass each)",
+        default=0,
+        help="at most this many training states (drawn once with SPLIT_SEED; a smoke run); 0: all",
     )
     a(
         "--validation-only",
         action="store_true",
-        help="score the validation states in place of the test states (choosing a recipe); never the test split",
+        help="score the validation states in place of the test states (a look at a recipe); never the test split",
     )
     a(
         "--score-validation",
-        action="store_true",
-        help="also score the trained directors on the validation states (reported, not used)",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also score the trained directors on every validation state (reported, chooses nothing)",
     )
     a("--threads", type=int, default=os.cpu_count() or 1, help="torch threads (default: every core)")
-    a("--batch", type=int, default=4, help="per-device batch of SFT and DPO")
-    a("--sft-states", type=int, default=36)
-    a("--sft-epochs", type=float, default=1.0)
-    a("--sft-lr", type=float, default=5e-4)
-    a("--dpo-states", type=int, default=24)
-    a("--dpo-epochs", type=float, default=1.0)
-    a("--dpo-lr", type=float, default=5e-4)
-    a(
-        "--rpo-alpha",
-        type=float,
-        default=1.0,
-        help="weight of the chosen directive's NLL beside DPO's loss (RPO's alpha)",
-    )
-    a("--grpo-steps", type=int, default=6)
-    a(
-        "--grpo-accum",
-        type=int,
-        default=2,
-        help="prompts per GRPO step (gradient accumulation; one prompt's group per micro-step)",
-    )
-    a("--grpo-generations", type=int, default=4)
-    a("--grpo-lr", type=float, default=5e-4)
-    a(
-        "--grpo-max-completion",
-        type=int,
-        default=12,
-        help="token cap of a sampled directive (the name is complete by then)",
-    )
+    for k, v in RECIPE.items():
+        a(f"--{k.replace('_', '-')}", type=type(v), default=v)
     return ap
 
 
@@ -507,6 +622,9 @@ def main(argv=None):
         sys.exit(str(e))
     part, val_convs, test_convs = split(train_all, test_all, a.test_fraction, a.val_fraction)
     train = part["train"]
+    if a.train_states and a.train_states < len(train):
+        keep = {s["id"] for s in random.Random(SPLIT_SEED).sample(train, a.train_states)}
+        train = [s for s in train if s["id"] in keep]
     val = cap_per_conversation(part["validation"], a.val_states_per_conversation, SPLIT_SEED)
     test = cap_per_conversation(part["test"], a.test_states_per_conversation, SPLIT_SEED)
     if a.validation_only:
@@ -515,6 +633,7 @@ def main(argv=None):
         sys.exit(
             f"{a.train_path}: too few conversations for training, validation and test ({len(train)}, {len(val)}, {len(test)} states)"
         )
+    es_val = per_persona(val, a.eval_per_persona, SPLIT_SEED)
     out = Path(a.output)
     work = Path(
         a.work_dir
@@ -523,8 +642,9 @@ def main(argv=None):
     )
     (work / "records").mkdir(parents=True, exist_ok=True)
     print(f"work dir {work}; {len(train)} training, {len(val)} validation, {len(test)} test states", flush=True)
-    recipe = {k: getattr(a, k) for k in vars(a) if k.split("_")[0] in ("sft", "dpo", "grpo", "rpo", "batch", "probe")}
+    recipe = {k: getattr(a, k) for k in RECIPE}
     files = {"train": a.train_path, **({"test": a.test_path} if a.test_path else {})}
+    labels = lambda ss: [s["label"] for s in ss]
     protocol = {
         "files": {k: {"path": str(p), "sha256": sha256(Path(p))} for k, p in files.items()},
         "mapping": MAPPING,
@@ -538,42 +658,35 @@ def main(argv=None):
         if not a.test_path
         else f"all {len({s['conversation'] for s in test})} of {a.test_path}",
         "validation_conversations": val_convs,
-        "states_scored": f"up to {a.test_states_per_conversation or 'all'} per test conversation and {a.val_states_per_conversation or 'all'} per validation conversation, drawn once with seed {SPLIT_SEED}",
+        "states_scored": f"{a.test_states_per_conversation or 'every'} state(s) per test conversation, {a.val_states_per_conversation or 'every'} per validation conversation",
         "n_states": {
             "train": len(train),
             "validation": len(val),
             "test": len(test),
-            "test_before_cap": len(part["test"]),
+            "early_stopping_validation": len(es_val),
         },
         "labels": {
-            k: {n: sum(s["label"] == n for s in v) for n in NAMES}
+            k: {n: labels(v).count(n) for n in NAMES}
             for k, v in (("train", train), ("validation", val), ("test", test))
         },
         "seeds": a.seeds,
         "recipe": recipe,
         "scored": "validation states only (--validation-only)" if a.validation_only else "test states",
-        "recipe_choice": "fixed before any score and not compared with another (the package's defaults but the sizes, set by the CPU budget, "
-        "and one learning rate for the three trainers); C of tfidf and probe chosen on validation; test scored once per seed",
-        "training_subsets": "class-balanced draws from the training states, per seed",
-        "metric": "balanced accuracy; 95% percentile bootstrap over test conversations (4,000 resamples, paired across methods, seeds averaged within a resample)",
+        "choices_on_validation": "C of tfidf and probe by validation balanced accuracy; the SFT step by early stopping on the validation "
+        f"loss (decision-weighted, class-balanced) of {len(es_val)} validation states ({a.eval_per_persona} per persona, drawn with seed "
+        f"{SPLIT_SEED}); GRPO and DPO: the fixed recipe, sized by the CPU budget before any score",
+        "probe": f"StandardScaler + LogisticRegression(class_weight='balanced') on hidden state {PROBE_LAYERS['mean']} averaged over the "
+        f"state's own tokens and hidden state {PROBE_LAYERS['last']} at the last token (the frozen base model), fitted on every training state",
+        "tfidf": f"LogisticRegression(class_weight='balanced') on TF-IDF of {', '.join(TFIDF_FIELDS)} (word 1-2-grams, min_df 2, sublinear) and the last speaker",
+        "trained": "sft: train_director_sft with eval_rows; grpo: train_director_grpo from the seed's SFT adapter with make_label_reward, no "
+        "format reward; dpo: train_director_dpo on each training state's directive over each other persona's; all on every training "
+        "state, class-balanced by the trainers, the speaker name's tokens weighted (SFT, DPO)",
+        "metric": "balanced accuracy and macro-F1; 95% percentile bootstrap over test conversations (4,000 resamples, paired across methods, seeds averaged within a resample)",
     }
 
-    base_path = work / "base.npz"
-    if not base_path.exists() and any(m in a.methods for m in ("untrained", "probe")):
-        t = time.time()
-        probe_train = random.Random(SPLIT_SEED).sample(train, min(a.probe_train_states, len(train)))
-        ch = Chooser()
-        got = {
-            k: ch.choose(v, hidden=True) for k, v in (("probe_train", probe_train), ("validation", val), ("test", test))
-        }
-        np.savez(
-            base_path,
-            **{f"{k}_hidden": np.stack([r["hidden"] for r in v]) for k, v in got.items()},
-            **{f"{k}_choice": np.array([r["choice"] for r in v]) for k, v in got.items()},
-            probe_train_ids=np.array([s["id"] for s in probe_train]),
-            seconds=time.time() - t,
-        )
-        print(f"base pass {time.time() - t:.0f} s", flush=True)
+    base = None
+    if any(m in a.methods for m in ("untrained", "probe")):
+        base = base_pass(work, {"train": train, "validation": val, "test": test})
 
     def rec_path(m, seed):
         return work / "records" / f"{m}_seed{seed}.json"
@@ -582,47 +695,64 @@ def main(argv=None):
         r = {
             "method": m,
             "seed": seed,
-            **balanced_accuracy([s["label"] for s in test], test_preds),
+            **scores(labels(test), test_preds),
             "n_states": len(test),
             "n_conversations": len({s["conversation"] for s in test}),
-            "chosen": {n: test_preds.count(n) for n in NAMES},
         }
         if val_preds is not None:
-            r["validation_balanced_accuracy"] = balanced_accuracy([s["label"] for s in val], val_preds)[
-                "balanced_accuracy"
-            ]
+            v = scores(labels(val), val_preds)
+            r["validation"] = {k: v[k] for k in ("balanced_accuracy", "macro_f1", "picks")}
         r.update(extra)
-        rec_path(m, seed).write_text(json.dumps({**r, "test_preds": test_preds}))
+        rec_path(m, seed).write_text(json.dumps({**r, "test_preds": list(test_preds)}))
         written_here.append(f"{m}_seed{seed}")
         write()
-        print({k: v for k, v in r.items() if k not in ("test_preds",)}, flush=True)
+        print({k: v for k, v in r.items() if k not in ("training",)}, flush=True)
 
     def write():
         recs = [json.loads(p.read_text()) for p in sorted((work / "records").glob("*.json"))]
+        recs = [r for r in recs if r["method"] in METHODS and r["seed"] in a.seeds]
         boot = Bootstrap(test)
         curves, summ = {}, {}
         for m in METHODS:
             ok = [r for r in recs if r["method"] == m and "test_preds" in r and not r.get("failed")]
+            failed = sum(r["method"] == m and bool(r.get("failed")) for r in recs)
             if ok:
-                curves[m] = boot.curve([r["test_preds"] for r in ok])
-                summ[m] = {
-                    **summary_of(curves[m]),
-                    "n_seeds": len(ok),
-                    "n_failed": sum(r["method"] == m and bool(r.get("failed")) for r in recs),
-                }
+                preds = [r["test_preds"] for r in ok]
+                curves[m] = {k: boot.curve(preds, k) for k in ("balanced_accuracy", "macro_f1")}
+                summ[m] = {k: summary_of(v) for k, v in curves[m].items()}
+                summ[m].update(n_seeds=len(ok), n_failed=failed)
+                if all("validation" in r for r in ok):
+                    summ[m]["validation_balanced_accuracy_mean"] = round(
+                        float(np.mean([r["validation"]["balanced_accuracy"] for r in ok])), 4
+                    )
+            elif failed:
+                summ[m] = {"n_seeds": 0, "n_failed": failed}
         consts = [m for m in REFERENCES if m.startswith("constant_") and m in curves]
         if consts:
-            best = max(consts, key=lambda m: (round(curves[m][-1], 6), m == "constant_catalyst"))
-            summ["best_constant"] = best
-        for m in TRAINED:
+            summ["best_constant"] = max(
+                consts, key=lambda m: (round(curves[m]["balanced_accuracy"][-1], 6), m == "constant_catalyst")
+            )
+        for m in TRAINED + ["untrained"]:
             if m in curves:
-                for ref in (summ.get("best_constant"), "position", "untrained"):
-                    if ref in curves:
-                        d = summary_of(curves[m] - curves[ref])
-                        summ[m][f"diff_vs_{'best_constant' if ref.startswith('constant_') else ref}"] = {
-                            **d,
-                            "excludes_0": d["ci95"][0] > 0 or d["ci95"][1] < 0,
-                        }
+                for ref in (summ.get("best_constant"), "position", "tfidf", "probe", "untrained"):
+                    if ref in curves and ref != m:
+                        name = "best_constant" if ref.startswith("constant_") else ref
+                        summ[m][f"diff_vs_{name}"] = {}
+                        for k in ("balanced_accuracy", "macro_f1"):
+                            d = summary_of(curves[m][k] - curves[ref][k])
+                            summ[m][f"diff_vs_{name}"][k] = {**d, "excludes_0": d["ci95"][0] > 0 or d["ci95"][1] < 0}
+        secs = lambda m, k: [r[k] for r in recs if r["method"] == m and r.get(k) is not None]
+        per_method = {
+            m: {
+                "train_seconds": secs(m, "train_seconds"),
+                "score_seconds": secs(m, "score_seconds"),
+                "seconds": secs(m, "seconds"),
+            }
+            for m in METHODS
+            if any(r["method"] == m for r in recs)
+        }
+        base_s = {k: round(float(v["seconds"]), 1) for k, v in (base or {}).items()}
+        one_seed = sum(base_s.values()) + sum(float(np.mean(v["seconds"])) for v in per_method.values() if v["seconds"])
         res = {
             "question": "does the director choose the persona whose ESConv strategy family a trained human supporter used next?",
             "protocol": protocol,
@@ -633,19 +763,17 @@ def main(argv=None):
             ),
             "summary": summ,
             "timing": {
-                "base_pass_seconds": round(float(base["seconds"]), 1) if base is not None else None,
-                "seconds_by_method": {
-                    m: [r.get("seconds") for r in recs if r["method"] == m]
-                    for m in TRAINED
-                    if any(r["method"] == m for r in recs)
-                },
+                "base_pass_seconds": base_s,
+                "per_method": per_method,
+                "one_seed_seconds": round(one_seed, 1),
                 "this_invocation": {
                     "seconds": round(time.time() - t0, 1),
                     "records_written": len(written_here),
                     "records_resumed": len(recs) - len(written_here),
                     "threads": a.threads,
                 },
-                "note": "wall times on the machine in provenance, load not controlled; a resumed run's total spans invocations",
+                "note": "wall times on the machine in provenance, load not controlled; one_seed_seconds: the base pass (computed once, "
+                "shared by the seeds) and each method's mean seconds per seed; a resumed run's total spans invocations",
             },
         }
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -654,84 +782,80 @@ def main(argv=None):
         os.replace(tmp, out)
 
     written_here = []
-    labels = lambda ss: [s["label"] for s in ss]
-    base = np.load(base_path) if base_path.exists() else None
     for seed in a.seeds:
-        for m in a.methods:
+        for m in [m for m in METHODS if m in a.methods]:
             if rec_path(m, seed).exists():
                 continue
             t = time.time()
             try:
                 if m.startswith("constant_"):
                     n = "The " + m.split("_")[1].title()
-                    record(m, seed, [n] * len(test), [n] * len(val))
+                    record(m, seed, [n] * len(test), [n] * len(val), seconds=0.0)
                 elif m == "random":
                     rng = random.Random(seed)
-                    record(m, seed, [rng.choice(NAMES) for _ in test], [rng.choice(NAMES) for _ in val])
+                    record(m, seed, [rng.choice(NAMES) for _ in test], [rng.choice(NAMES) for _ in val], seconds=0.0)
                 elif m == "position":
-                    record(m, seed, position_rule(train, test), position_rule(train, val))
-                elif m == "tfidf":
-                    from sklearn.feature_extraction.text import TfidfVectorizer
-
-                    vec = TfidfVectorizer(ngram_range=(1, 2), min_df=2, sublinear_tf=True).fit(
-                        [s["text"] for s in train]
-                    )
-                    X = lambda ss: vec.transform([s["text"] for s in ss])
-                    ba, C, lr = fit_lr(X(train), labels(train), X(val), labels(val))
                     record(
                         m,
                         seed,
-                        list(lr.predict(X(test))),
-                        list(lr.predict(X(val))),
+                        position_rule(train, test),
+                        position_rule(train, val),
+                        seconds=round(time.time() - t, 1),
+                    )
+                elif m == "tfidf":
+                    Xtr, Xval, Xte = tfidf_features(train, val, test)
+                    lr, C, curve = fit_lr(Xtr, labels(train), Xval, labels(val))
+                    record(
+                        m,
+                        seed,
+                        list(lr.predict(Xte)),
+                        list(lr.predict(Xval)),
                         C_chosen_on_validation=C,
-                        features="last seeker message and previous supporter turn, word 1-2-grams",
+                        validation_curve=curve,
+                        seconds=round(time.time() - t, 1),
                     )
                 elif m == "probe":
-                    from sklearn.pipeline import make_pipeline
-                    from sklearn.preprocessing import StandardScaler
-                    from sklearn.linear_model import LogisticRegression
-
-                    ids = {s["id"]: s for s in train}
-                    ytr = [ids[i]["label"] for i in base["probe_train_ids"]]
-                    best = None
-                    for C in (0.001, 0.01, 0.1, 1.0):
-                        p = make_pipeline(
-                            StandardScaler(), LogisticRegression(C=C, class_weight="balanced", max_iter=3000)
-                        ).fit(base["probe_train_hidden"], ytr)
-                        ba = balanced_accuracy(labels(val), list(p.predict(base["validation_hidden"])))[
-                            "balanced_accuracy"
-                        ]
-                        best = best if best and best[0] >= ba else (ba, C, p)
+                    f = lambda k: base[k]["features"]
+                    lr, C, curve = fit_lr(f("train"), labels(train), f("validation"), labels(val), scale=True)
                     record(
                         m,
                         seed,
-                        list(best[2].predict(base["test_hidden"])),
-                        list(best[2].predict(base["validation_hidden"])),
-                        C_chosen_on_validation=best[1],
-                        n_train=len(ytr),
+                        list(lr.predict(f("test"))),
+                        list(lr.predict(f("validation"))),
+                        C_chosen_on_validation=C,
+                        validation_curve=curve,
+                        n_train=len(train),
+                        seconds=round(time.time() - t, 1),
                     )
                 elif m == "untrained":
-                    record(m, seed, [str(x) for x in base["test_choice"]], [str(x) for x in base["validation_choice"]])
+                    record(
+                        m,
+                        seed,
+                        [str(x) for x in base["test"]["choice"]],
+                        [str(x) for x in base["validation"]["choice"]],
+                        seconds=0.0,
+                        note="the base pass's choices (its seconds under timing.base_pass_seconds)",
+                    )
                 else:
-                    sub = {"sft": a.sft_states, "dpo": a.dpo_states, "grpo": a.grpo_steps * a.grpo_accum}[m]
-                    states = balanced_subset(train, sub, 1000 + seed)
                     d = work / "adapters" / f"{m}_seed{seed}"
-                    {"sft": train_sft, "dpo": train_dpo, "grpo": train_grpo}[m](states, d, recipe, seed)
+                    if m == "grpo":
+                        train_grpo(train, es_val, d, recipe, seed, work / "adapters" / f"sft_seed{seed}")
+                    else:
+                        {"sft": train_sft, "dpo": train_dpo}[m](train, es_val, d, recipe, seed)
                     train_s = time.time() - t
                     ch = Chooser(str(d))
                     tp = [r["choice"] for r in ch.choose(test)]
                     vp = [r["choice"] for r in ch.choose(val)] if a.score_validation else None
-                    hist = json.loads((d / "log_history.json").read_text()) if (d / "log_history.json").exists() else []
-                    curve = [round(h[k], 4) for h in hist for k in h if k in ("loss", "rewards/family_reward/mean")]
                     record(
                         m,
                         seed,
                         tp,
                         vp,
-                        n_train_states=len(states),
+                        n_train_states=len(train),
                         train_seconds=round(train_s, 1),
+                        score_seconds=round(time.time() - t - train_s, 1),
                         seconds=round(time.time() - t, 1),
-                        training_curve=curve,
+                        training=training_summary(d),
                     )
             except Exception as e:  # a failed (method, seed) is an outcome too
                 rec_path(m, seed).write_text(
