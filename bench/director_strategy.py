@@ -212,10 +212,10 @@ class Chooser:
         text = self.tok.apply_chat_template(prompt_of(state), tokenize=False, add_generation_prompt=True)
         return self.tok(text + '{"agent_name": "' + name + '"', add_special_tokens=False).input_ids
 
-    def choose(self, states: list[dict], features: bool = False):
+    def choose(self, states: list[dict], features: bool = False, batch: int = 8):
         """Per state: the chosen name, the three log-likelihoods, and (`features`) the probe's features: the mean over the state's own
         tokens (after the shared prefix, up to where the names differ) of hidden state PROBE_LAYERS["mean"], then the last token's
-        hidden state PROBE_LAYERS["last"]."""
+        hidden state PROBE_LAYERS["last"]. `batch` states go through the model at once (right-padded after the shared prefix)."""
         torch = self.torch
         if (
             self.prefix is None
@@ -227,37 +227,66 @@ class Chooser:
             with torch.no_grad():
                 out = self.model(torch.tensor([a[:k]]), use_cache=True)
             self.prefix = (a[:k], out.past_key_values)
+        # states of similar length together (less padding), the results in the states' order
+        order = sorted(range(len(states)), key=lambda i: len(self._ids(states[i], NAMES[0])))
+        res = [None] * len(states)
+        for i in range(0, len(order), batch):
+            for j, r in zip(order[i : i + batch], self._choose([states[j] for j in order[i : i + batch]], features)):
+                res[j] = r
+        return res
+
+    def _choose(self, states, features):
+        torch = self.torch
         pre, cache = self.prefix
-        res = []
+        P, pad = len(pre), self.tok.pad_token_id or 0
+        rows, suf = [], []
         for s in states:
             row = [self._ids(s, n) for n in NAMES]
-            assert all(x[: len(pre)] == pre for x in row)
-            common = len(pre)
+            assert all(x[:P] == pre for x in row)
+            common = P
             while all(common < len(x) for x in row) and len({x[common] for x in row}) == 1:
                 common += 1
-            with torch.no_grad():
-                c = copy.deepcopy(cache)
-                out = self.model(
-                    torch.tensor([row[0][len(pre) : common]]),
-                    past_key_values=c,
-                    use_cache=True,
-                    output_hidden_states=features,
+            rows.append([x[common:] for x in row])  # each name's own tokens
+            suf.append(row[0][P:common])  # the state's tokens up to where the names differ
+        B, L = len(states), max(map(len, suf))
+        ids, mask = torch.full((B, L), pad), torch.zeros((B, P + L), dtype=torch.long)
+        mask[:, :P] = 1
+        for j, x in enumerate(suf):
+            ids[j, : len(x)] = torch.tensor(x)
+            mask[j, P : P + len(x)] = 1
+        n = torch.tensor([len(x) for x in suf])
+        with torch.no_grad():
+            c = copy.deepcopy(cache)
+            c.batch_repeat_interleave(B)
+            out = self.model(ids, attention_mask=mask, past_key_values=c, use_cache=True, output_hidden_states=features)
+            first = torch.log_softmax(out.logits[torch.arange(B), n - 1].float(), -1)
+            lls = [[float(first[j, r[k][0]]) for k in range(len(NAMES))] for j, r in enumerate(rows)]
+            for k in range(len(NAMES)):  # the name's later tokens, after its first, in one more pass per name
+                M = max(len(r[k]) for r in rows) - 1
+                if M <= 0:
+                    continue
+                feed = torch.full((B, M), pad)
+                m2 = torch.cat([mask, torch.zeros((B, M), dtype=torch.long)], 1)
+                for j, r in enumerate(rows):
+                    feed[j, : len(r[k]) - 1] = torch.tensor(r[k][:-1])
+                    m2[j, P + L : P + L + len(r[k]) - 1] = 1
+                pos = (P + n)[:, None] + torch.arange(M)[None]
+                o2 = self.model(
+                    feed, attention_mask=m2, position_ids=pos, past_key_values=copy.deepcopy(c), use_cache=True
                 )
-                first_lp = torch.log_softmax(out.logits[0, -1].float(), -1)
-                lls = []
-                for x in row:
-                    rest = x[common:]
-                    ll = float(first_lp[rest[0]])
-                    if len(rest) > 1:
-                        o2 = self.model(torch.tensor([rest[:-1]]), past_key_values=copy.deepcopy(c), use_cache=True)
-                        lp = torch.log_softmax(o2.logits[0].float(), -1)
-                        ll += float(sum(lp[i, t] for i, t in enumerate(rest[1:])))
-                    lls.append(ll)
-            r = {"choice": NAMES[int(np.argmax(lls))], "loglik": [round(v, 4) for v in lls]}
+                lp = torch.log_softmax(o2.logits.float(), -1)
+                for j, r in enumerate(rows):
+                    lls[j][k] += float(sum(lp[j, t, tok] for t, tok in enumerate(r[k][1:])))
+        res = []
+        for j, ll in enumerate(lls):
+            r = {"choice": NAMES[int(np.argmax(ll))], "loglik": [round(v, 4) for v in ll]}
             if features:
                 h = out.hidden_states
                 r["features"] = np.concatenate(
-                    [h[PROBE_LAYERS["mean"]][0].float().mean(0).numpy(), h[PROBE_LAYERS["last"]][0, -1].float().numpy()]
+                    [
+                        h[PROBE_LAYERS["mean"]][j, : n[j]].float().mean(0).numpy(),
+                        h[PROBE_LAYERS["last"]][j, n[j] - 1].float().numpy(),
+                    ]
                 )
             res.append(r)
         return res
