@@ -71,10 +71,12 @@ chromium:
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null); } \
 	  || echo "chromium or chromedriver is missing: apt-get install chromium chromium-driver (the browser tests need them)"
 
-# the notebooks' examples as nbdev_test runs them, keeping the executed copies for the documentation pages (mascot site), then pytest
-# (tests marked `slow`, which check what a benchmark or a rarer path needs, wait for `make test-slow`)
+# the notebooks' examples as nbdev_test runs them, on the tiny random model as in test-fast but for the cells flagged `real_model`, which
+# get the embedded model (the pipeline run of the integration tests exercises every stage on it), keeping the executed copies for the
+# documentation pages (mascot site); then pytest (tests marked `slow`, which check what a benchmark or a rarer path needs, wait for
+# `make test-slow`, which also runs every notebook on the embedded model)
 test: setup vllm chromium
-	$(BIN)/python scripts/test_notebooks.py --n-workers 2 --flags real_model --save-executed _docs/executed
+	$(BIN)/python scripts/test_notebooks.py --n-workers 2 --flags real_model --tiny-model-except real_model --save-executed _docs/executed
 	$(BIN)/python -m pytest -q --durations=12 -m "not slow" tests
 
 # everything: the notebooks' slow cells too, and every test including those marked `slow`

@@ -237,11 +237,17 @@ def demo_run(run: Path) -> Path:
 
 # %% ../nbs/testing.ipynb #fb4bbbe0
 def run_notebook(
-    fn: Path, skip_flags: set, save_to: Path | None = None, root: Path | None = None
+    fn: Path,
+    skip_flags: set,
+    save_to: Path | None = None,
+    root: Path | None = None,
+    real_model_flags: set | None = None,
 ) -> tuple[bool, float]:
     """Run a notebook's examples as nbdev's `test_nb` does (cells flagged with one of `skip_flags` or `#| eval: false` skipped, the first
     error stops it and is printed); when it passes and `save_to` is set, keep the executed copy, outputs included, at `save_to /
-    fn.relative_to(root)` with the hash of the notebook it ran (`mascot site` shows a copy only while that hash still holds)."""
+    fn.relative_to(root)` with the hash of the notebook it ran (`mascot site` shows a copy only while that hash still holds).
+    `real_model_flags`: the tiny random model stands in for the embedded one (`MASCOT_TINY_MODEL=1`, as in `make test-fast`) in every
+    cell but those carrying one of these flags, which get the real model; None: the model the environment names, in every cell."""
     import os, sys, time
     from execnb.nbio import read_nb, write_nb
     from execnb.shell import CaptureShell
@@ -249,6 +255,7 @@ def run_notebook(
     from fastcore.xtras import working_directory
     from nbdev.frontmatter import FrontmatterProc
     from nbdev.process import NBProcessor, nb_lang
+    from mascot.llm.embedded_weights import TINY_MODEL_ENV
     from mascot.site.notebook_pages import notebook_source_hash
 
     os.environ["IN_TEST"] = "1"
@@ -263,7 +270,12 @@ def run_notebook(
         directives = getattr(cell, "directives_", {}) or {}
         if directives.get("eval:", [""])[0].lower() == "false":
             return True
-        return skip_flags & directives.keys()
+        if skip_flags & directives.keys():
+            return True
+        if real_model_flags is not None:  # set just before the cell runs: a model is resolved when it loads
+            real = bool(real_model_flags & directives.keys())
+            os.environ.pop(TINY_MODEL_ENV, None) if real else os.environ.__setitem__(TINY_MODEL_ENV, "1")
+        return False
 
     start, shell, passed = time.time(), CaptureShell(fn), True
     try:
@@ -281,6 +293,14 @@ def run_notebook(
         copy.metadata["mascot_executed"] = {
             "source_sha256": notebook_source_hash(fn),
             "date": time.strftime("%Y-%m-%d"),
+            "model": "the embedded model"
+            if real_model_flags is None and os.environ.get(TINY_MODEL_ENV) != "1"
+            else "the tiny random model"
+            + (
+                f" (cells flagged {', '.join(sorted(real_model_flags))}: the embedded model)"
+                if real_model_flags
+                else ""
+            ),
         }
         dest = Path(save_to) / fn.relative_to(Path(root or fn.parent).absolute())
         dest.parent.mkdir(parents=True, exist_ok=True)

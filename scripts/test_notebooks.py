@@ -25,6 +25,12 @@ def main(argv=None) -> int:
         default="",
         help="space-separated flags of cells to run that are skipped by default (settings.ini tst_flags)",
     )
+    ap.add_argument(
+        "--tiny-model-except",
+        default=None,
+        help="space-separated flags: the tiny random model (MASCOT_TINY_MODEL=1) in every cell but those carrying one of them, "
+        "which get the embedded model (default: the model the environment names, everywhere)",
+    )
     ap.add_argument("--n-workers", type=int, default=2, help="notebooks run at once")
     ap.add_argument(
         "--save-executed", default=None, help="folder for the executed copies, mirroring nbs/ (none kept when omitted)"
@@ -46,6 +52,7 @@ def main(argv=None) -> int:
             skip_flags=skip,
             save_to=save_to,
             root=nbs,
+            real_model_flags=set(a.tiny_model_except.split()) if a.tiny_model_except is not None else None,
             n_workers=a.n_workers if len(files) > 1 else 0,
             pause=0.01,
         )

@@ -558,7 +558,8 @@ def build_docs(nbs: Path, site: Path, jobs: list, executed: dict[str, str] | Non
         copy = executed_copy(nb, nbs)
         jobs.append((copy or nb, pages[-1]))
         run_page = (executed or {}).get(nb.stem)
-        extra = " (with outputs)" if copy else ""
+        ran_on = json.loads(copy.read_text())["metadata"]["mascot_executed"].get("model") if copy else None
+        extra = f" (with outputs{', from ' + esc(ran_on) if ran_on else ''})" if copy else ""
         extra += f" (<a href='{esc(run_page)}'>executed in the newest run</a>)" if run_page else ""
         groups.setdefault(pkg, []).append(f"<li><a href='{pages[-1].name}'>{esc(rel.stem)}</a>{extra}</li>")
     out.mkdir(parents=True, exist_ok=True)
@@ -567,7 +568,8 @@ def build_docs(nbs: Path, site: Path, jobs: list, executed: dict[str, str] | Non
         page(
             "Documentation",
             "<p>The notebooks the package is written in, one folder per subpackage. A page shows its examples' outputs when "
-            "<code>make test</code> has run the notebook since it last changed (its copies are in <code>_docs/executed/</code>); "
+            "<code>make test</code> has run the notebook since it last changed (its copies are in <code>_docs/executed/</code>; "
+            "the tiny random model stands in for the embedded one there, but in cells flagged <code>real_model</code>); "
             f"each stage's executed copy in the newest run shows that run's outputs.</p>{lists}",
             depth=1,
         )
