@@ -11,6 +11,10 @@ from mascot.domain.personas import SUPPORT_ROSTER, MEETING_ROSTER
 # the smoke config's token caps (the CLI's defaults are 64/80/64; a test's own flags, given after these, win): what these tests assert
 # (record shape, rounds, Big Five, exactly-once after a kill) does not depend on reply length, and decoding is most of their time
 SHORT = ("--director-max-tokens", "40", "--speaker-max-tokens", "32", "--user-max-tokens", "24")
+# nor on what the model says: the tiny random model (with the real tokenizer) stands in for the embedded one, as in test-fast; every
+# role still goes through the embedded backend, the prompts, the output constraint and the records (the smoke run in test_served and
+# test_site runs every stage on the embedded model itself)
+TINY_ENV = {**os.environ, "MASCOT_TINY_MODEL": "1"}
 
 
 def run_cli(*args, **kw):
@@ -18,6 +22,7 @@ def run_cli(*args, **kw):
         [sys.executable, "-m", "mascot.domain.episodes", *SHORT, *args, "--no-progress"],
         capture_output=True,
         text=True,
+        env=TINY_ENV,
         **kw,
     )
 
@@ -152,6 +157,7 @@ def test_sigkill_then_resume_writes_each_conversation_once(data_dir, tmp_path):
         [sys.executable, "-m", "mascot.domain.episodes", *SHORT, *args, "--no-progress"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        env=TINY_ENV,
     )
     deadline = time.time() + 300
     while time.time() < deadline and not (out.exists() and out.read_text().count("\n") >= 2):

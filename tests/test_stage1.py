@@ -1,12 +1,16 @@
 "Stage 1 from the command line on the demo ESConv contexts: candidates -> pairs -> reward model; serve's vLLM command."
 
-import json, subprocess, sys
+import json, os, subprocess, sys
 from pathlib import Path
 import pytest
 
 
 def cli(*args, timeout=900):
-    return subprocess.run([sys.executable, "-m", "mascot.cli", *args], capture_output=True, text=True, timeout=timeout)
+    "The CLI on the tiny random model (as in test-fast): these tests are about the files and flags, not what the model learns."
+    env = {**os.environ, "MASCOT_TINY_MODEL": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "mascot.cli", *args], capture_output=True, text=True, timeout=timeout, env=env
+    )
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +65,8 @@ def test_pairs_respect_k_and_margin(stage1):
     assert summary["status"] == "completed" and summary["num_pairs"] == len(pairs) <= summary["max_pairs"] == 9 * 6
 
 
-def test_reward_trainer_accepts_the_pairs(stage1, tmp_path):
+def test_reward_trainer_accepts_the_pairs(stage1, tmp_path, monkeypatch):
+    monkeypatch.setenv("MASCOT_TINY_MODEL", "1")  # the reward model below loads on the base the CLI trained it on
     from mascot.stage1.candidates import pairs_from_records
     from mascot.training.pairs import load_pairs, save_pairs
     from mascot.core.store import read_jsonl
