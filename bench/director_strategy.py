@@ -11,13 +11,13 @@ no generation. The prompt prefix every state shares is computed once per model.
 
 Split. The training file's conversations are shuffled once (SPLIT_SEED 52); without --test-path the first --test-fraction (30%) is the test
 split, then --val-fraction (15%) of the rest is validation, the rest training (dev.tsv: 1,342 training, 239 validation, 611 test states).
-Every validation and test state is scored (--val/--test-states-per-conversation 0). Test states are scored once per (method, seed) and choose
-nothing: every choice is made on the validation states, or fixed before any score.
+Every test state is scored and every validation state takes part (--val/--test-states-per-conversation 0). Test states are scored once per
+(method, seed) and choose nothing: every choice is made on the validation states, or fixed before any score.
 
 Metrics, per (method, seed): balanced accuracy (mean recall over the three personas), macro-F1 (sklearn's f1_score, average="macro"), the
-per-persona pick counts, on the test states (and on the validation states). Summary per method: the mean over seeds with a 95% percentile
-bootstrap over test conversations (4,000 resamples; all seeds' predictions of a conversation move together; differences are paired on the
-same resamples).
+per-persona pick counts, on the test states (and on the validation states: every reference, the untrained director, and the trained
+ones with --score-validation). Summary per method: the mean over seeds with a 95% percentile bootstrap over test conversations (4,000
+resamples; all seeds' predictions of a conversation move together; differences are paired on the same resamples).
 
 References (not targets). constant_* (one persona always), random (drawn per seed), position (the most frequent family at the turn's index
 in training, the overall one where the index is unseen), tfidf (logistic regression, balanced class weights, on three TF-IDF fields: the last
@@ -34,11 +34,22 @@ fixed by SPLIT_SEED, evaluated every --sft-eval-steps, patience --sft-patience; 
 from the same seed's SFT adapter, its reward `make_label_reward` (class-weighted: the persona's weight when the sampled directive names the
 state's family, else 0), no format reward, on every training state (one is held out for the trainer's own check). dpo: `train_director_dpo`
 (decision-weighted, class-balanced by the chosen persona) on pairs: each training state's directive over the same directive naming each
-other persona. GRPO and DPO have no validation loss in the package: their recipe is fixed (RECIPE; the sizes set by the budget below).
+other persona. GRPO and DPO have no validation loss in the package: their recipe is fixed before any score.
 
-Budget. One seed of every method within 60 minutes on 2 idle cores: the recipe's step counts, batch and evaluation sizes are set from
-per-step costs measured on small runs (`timing` in the JSON: the base pass and, per method, training and scoring seconds). Every
-(method, seed) record, a failure too, is kept in --work-dir, so a stopped run resumes; the JSON is rewritten after each record.
+Recipe (RECIPE, each a flag): LoRA rank 16 on every linear layer, batch 4. sft: 16 steps at learning rate 1e-3 (the package's
+learnability recipe, tests/test_director_learning.py), evaluated every 4 steps on 12 validation states per persona, patience 2. grpo: 6 steps
+of 2 prompts x 4 sampled directives (temperature 1, at most 10 tokens: the name is complete by then, and the label reward reads the name at
+the directive's opening), learning rate 1e-4 (a tenth of SFT's, as it continues the SFT adapter), no KL term. dpo: 8 steps of 4 pairs at
+5e-4, beta 0.1. The collapse watch probes 8 states. The trained directors score the test states; --score-validation adds the validation
+states.
+
+Budget. One seed of every method within 60 minutes on 2 cores. Measured on this machine's 2 cores under a light load (others' jobs at load
+1-2), 2 torch threads: the scoring pass 0.44 s a state (8 states at a time, the shared prefix cached), so the base pass (2,192 states)
+about 16 minutes and a trained director's 611 test states about 4.5; an SFT step of 4 rows about 24 s and its evaluation 1.3 s a row;
+a GRPO prompt (4 directives, generation and loss) about 19 s; a DPO pair about 11 s (about twice an SFT row, measured under load). One
+seed: base pass 16, references 2, sft 10 + 4.5, grpo 4.5 + 4.5, dpo 6.5 + 4.5, loading and saving 1.5: about 54 minutes. The JSON's
+`timing` has the base pass and, per method, training and scoring seconds (wall and the process's CPU time). Every (method, seed) record,
+a failure too, is kept in --work-dir, so a stopped run resumes; the JSON is rewritten after each record.
 
     python bench/director_strategy.py --train-path ../shared/data/esconv_strategy/dev.tsv [--test-path FILE] [--seeds 0 1 2]
 
@@ -304,7 +315,7 @@ def base_pass(work: Path, splits: dict[str, list[dict]]) -> dict:
         if p.exists() and str(np.load(p)["key"]) == key:
             got[k] = dict(np.load(p))
             continue
-        t = time.time()
+        t, cpu = time.time(), time.process_time()
         ch = ch or Chooser()
         rs = ch.choose(ss, features=True)
         got[k] = {
@@ -312,6 +323,7 @@ def base_pass(work: Path, splits: dict[str, list[dict]]) -> dict:
             "choice": np.array([r["choice"] for r in rs]),
             "loglik": np.array([r["loglik"] for r in rs]),
             "seconds": np.array(time.time() - t),
+            "cpu_seconds": np.array(time.process_time() - cpu),
             "key": np.array(key),
         }
         tmp = work / f"base_{k}.tmp{os.getpid()}.npz"
@@ -388,7 +400,11 @@ def train_sft(train, val, out: Path, recipe: dict, seed: int) -> Path:
         max_steps=recipe["sft_max_steps"],
         learning_rate=recipe["sft_lr"],
         per_device_train_batch_size=recipe["batch"],
-        trl={"gradient_accumulation_steps": recipe["grad_accum"], "per_device_eval_batch_size": recipe["batch"]},
+        trl={
+            "gradient_accumulation_steps": recipe["grad_accum"],
+            "per_device_eval_batch_size": recipe["batch"],
+            "train_sampling_strategy": "group_by_length",
+        },
         eval_steps=recipe["sft_eval_steps"],
         early_stopping_patience=recipe["sft_patience"],
         collapse_probe_states=recipe["probe_states"],
@@ -551,23 +567,23 @@ def sha256(p: Path) -> str:
 
 
 # ---- the run ----
-RECIPE = dict(
+RECIPE = dict(  # sized so that one seed of every method runs within 60 minutes on 2 cores (the docstring's Budget)
     batch=4,
-    grad_accum=2,
+    grad_accum=1,
     lora_r=16,
     lora_targets="all-linear",
     probe_states=8,
-    eval_per_persona=16,
-    sft_max_steps=40,
+    eval_per_persona=12,
+    sft_max_steps=16,
     sft_lr=1e-3,
-    sft_eval_steps=10,
+    sft_eval_steps=4,
     sft_patience=2,
-    dpo_max_steps=12,
+    dpo_max_steps=8,
     dpo_lr=5e-4,
-    grpo_max_steps=8,
-    grpo_lr=5e-4,
+    grpo_max_steps=6,
+    grpo_lr=1e-4,
     grpo_generations=4,
-    grpo_prompts_per_micro_step=1,
+    grpo_prompts_per_micro_step=2,
     grpo_max_completion=10,
 )
 
@@ -625,9 +641,8 @@ def args_parser():
     )
     a(
         "--score-validation",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="also score the trained directors on every validation state (reported, chooses nothing)",
+        action="store_true",
+        help="also score the trained directors on every validation state (reported, chooses nothing; about 5 minutes a seed)",
     )
     a("--threads", type=int, default=os.cpu_count() or 1, help="torch threads (default: every core)")
     for k, v in RECIPE.items():
@@ -776,11 +791,14 @@ def main(argv=None):
                 "train_seconds": secs(m, "train_seconds"),
                 "score_seconds": secs(m, "score_seconds"),
                 "seconds": secs(m, "seconds"),
+                "train_cpu_seconds": secs(m, "train_cpu_seconds"),
+                "score_cpu_seconds": secs(m, "score_cpu_seconds"),
             }
             for m in METHODS
             if any(r["method"] == m for r in recs)
         }
         base_s = {k: round(float(v["seconds"]), 1) for k, v in (base or {}).items()}
+        base_cpu = {k: round(float(v["cpu_seconds"]), 1) for k, v in (base or {}).items() if "cpu_seconds" in v}
         one_seed = sum(base_s.values()) + sum(float(np.mean(v["seconds"])) for v in per_method.values() if v["seconds"])
         res = {
             "question": "does the director choose the persona whose ESConv strategy family a trained human supporter used next?",
@@ -793,6 +811,7 @@ def main(argv=None):
             "summary": summ,
             "timing": {
                 "base_pass_seconds": base_s,
+                "base_pass_cpu_seconds": base_cpu,
                 "per_method": per_method,
                 "one_seed_seconds": round(one_seed, 1),
                 "this_invocation": {
@@ -801,8 +820,9 @@ def main(argv=None):
                     "records_resumed": len(recs) - len(written_here),
                     "threads": a.threads,
                 },
-                "note": "wall times on the machine in provenance, load not controlled; one_seed_seconds: the base pass (computed once, "
-                "shared by the seeds) and each method's mean seconds per seed; a resumed run's total spans invocations",
+                "note": "wall times on the machine in provenance, load not controlled; cpu_seconds: the process's CPU time (all its "
+                "threads), which load changes less; one_seed_seconds: the base pass (computed once, shared by the seeds) and each "
+                "method's mean seconds per seed; a resumed run's total spans invocations",
             },
         }
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -815,7 +835,7 @@ def main(argv=None):
         for m in [m for m in METHODS if m in a.methods]:
             if rec_path(m, seed).exists():
                 continue
-            t = time.time()
+            t, cpu = time.time(), time.process_time()
             try:
                 if m.startswith("constant_"):
                     n = "The " + m.split("_")[1].title()
@@ -871,7 +891,7 @@ def main(argv=None):
                         train_grpo(train, es_val, d, recipe, seed, work / "adapters" / f"sft_seed{seed}")
                     else:
                         {"sft": train_sft, "dpo": train_dpo}[m](train, es_val, d, recipe, seed)
-                    train_s = time.time() - t
+                    train_s, train_cpu = time.time() - t, time.process_time() - cpu
                     ch = Chooser(str(d))
                     tp = [r["choice"] for r in ch.choose(test)]
                     vp = [r["choice"] for r in ch.choose(val)] if a.score_validation else None
@@ -884,6 +904,8 @@ def main(argv=None):
                         train_seconds=round(train_s, 1),
                         score_seconds=round(time.time() - t - train_s, 1),
                         seconds=round(time.time() - t, 1),
+                        train_cpu_seconds=round(train_cpu, 1),
+                        score_cpu_seconds=round(time.process_time() - cpu - train_cpu, 1),
                         training=training_summary(d),
                     )
             except Exception as e:  # a failed (method, seed) is an outcome too
