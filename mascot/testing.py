@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 # %% auto #0
-__all__ = ['DEGRADATIONS', 'GROUP_REWARD_PARTS', 'stage', 'conversation', 'score_lines', 'demo_run', 'run_notebook',
-           'tiny_nli_model', 'known_label_pairs', 'ProgrammaticGroupReward', 'judged_lines', 'judged_folder']
+__all__ = ['DEGRADATIONS', 'GROUP_REWARD_PARTS', 'stage', 'conversation', 'score_lines', 'demo_run', 'save_executed',
+           'run_notebook', 'tiny_nli_model', 'known_label_pairs', 'ProgrammaticGroupReward', 'judged_lines',
+           'judged_folder']
 
 # %% ../nbs/testing.ipynb #c80766s1
 def stage(run, name, outputs, meta=None):
@@ -235,6 +236,27 @@ def demo_run(run: Path) -> Path:
     _demo_figure(run)
     return run
 
+# %% ../nbs/testing.ipynb #53673f71
+def save_executed(fn: Path, ran, dest: Path, model: str) -> Path:
+    """The notebook `fn` as written with the outputs of its executed copy `ran` (nbdev's processing turned its title cell into front
+    matter, so outputs go back onto the original), stamped with the hash of the notebook it ran and the model that produced them."""
+    import time
+    from execnb.nbio import read_nb, write_nb
+    from mascot.site.notebook_pages import notebook_source_hash
+
+    copy = read_nb(fn)
+    for cell, done in zip(copy.cells, ran.cells):
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = done.get("outputs", []), done.get("execution_count")
+    copy.metadata["mascot_executed"] = {
+        "source_sha256": notebook_source_hash(fn),
+        "date": time.strftime("%Y-%m-%d"),
+        "model": model,
+    }
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    write_nb(copy, dest)
+    return dest
+
 # %% ../nbs/testing.ipynb #fb4bbbe0
 def run_notebook(
     fn: Path,
@@ -249,14 +271,12 @@ def run_notebook(
     `real_model_flags`: the tiny random model stands in for the embedded one (`MASCOT_TINY_MODEL=1`, as in `make test-fast`) in every
     cell but those carrying one of these flags, which get the real model; None: the model the environment names, in every cell."""
     import os, sys, time
-    from execnb.nbio import read_nb, write_nb
     from execnb.shell import CaptureShell
     from fastcore.basics import str2bool
     from fastcore.xtras import working_directory
     from nbdev.frontmatter import FrontmatterProc
     from nbdev.process import NBProcessor, nb_lang
     from mascot.llm.embedded_weights import TINY_MODEL_ENV
-    from mascot.site.notebook_pages import notebook_source_hash
 
     os.environ["IN_TEST"] = "1"
     fn = Path(fn).absolute()
@@ -285,26 +305,13 @@ def run_notebook(
         sys.stderr.write(shell.prettytb(fname=fn) + "\n")
         passed = False
     if passed and save_to is not None:
-        # the outputs go onto the notebook as written (nbdev's processing turned its title cell into front matter)
-        copy = read_nb(fn)
-        for cell, ran in zip(copy.cells, nb.cells):
-            if cell.cell_type == "code":
-                cell.outputs, cell.execution_count = ran.get("outputs", []), ran.get("execution_count")
-        copy.metadata["mascot_executed"] = {
-            "source_sha256": notebook_source_hash(fn),
-            "date": time.strftime("%Y-%m-%d"),
-            "model": "the embedded model"
-            if real_model_flags is None and os.environ.get(TINY_MODEL_ENV) != "1"
-            else "the tiny random model"
-            + (
-                f" (cells flagged {', '.join(sorted(real_model_flags))}: the embedded model)"
-                if real_model_flags
-                else ""
-            ),
-        }
         dest = Path(save_to) / fn.relative_to(Path(root or fn.parent).absolute())
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        write_nb(copy, dest)
+        if real_model_flags is None and os.environ.get(TINY_MODEL_ENV) != "1":
+            model = "the embedded model"
+        else:
+            flags = ", ".join(sorted(real_model_flags or []))
+            model = "the tiny random model" + (f" (cells flagged {flags}: the embedded model)" if flags else "")
+        save_executed(fn, nb, dest, model)
     return passed, time.time() - start
 
 # %% ../nbs/testing.ipynb #3802bab1

@@ -57,7 +57,8 @@ def main(argv=None) -> int:
             pause=0.01,
         )
     failed = [str(f.relative_to(nbs)) for f, (ok, _) in zip(files, results) if not ok]
-    slowest = sorted(zip(files, results), key=lambda x: -x[1][1])[:12]  # where the time goes, as pytest's --durations says it
+    # where the time goes, as pytest's --durations says it
+    slowest = sorted(zip(files, results), key=lambda x: -x[1][1])[:12]
     print("slowest notebooks: " + ", ".join(f"{f.relative_to(nbs)} {s:.0f} s" for f, (_, s) in slowest), flush=True)
     if failed:
         sys.stderr.write("test_notebooks: notebooks failed:\n\t" + "\n\t".join(failed) + "\n")
