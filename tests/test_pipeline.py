@@ -79,12 +79,15 @@ def test_interrupt_then_resume_skips_completed_stages(tmp_path):
     runs = (
         tmp_path / "runs"
     )  # given as the relative "runs", as `make demo` does: every stage must still write inside it
+    # the tiny random model, as make test-fast runs it: what is asserted is which stages are kept, redone and where they write
+    tiny = {**os.environ, "MASCOT_TINY_MODEL": "1"}
     p = subprocess.Popen(
         [sys.executable, "-m", "mascot.pipeline.run", str(cfg), "--runs-dir", "runs"],
         cwd=tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         start_new_session=True,
+        env=tiny,
     )
     rm_summary, deadline = runs / "tiny" / "11_reward_model" / "run_summary.json", time.time() + 900
     while time.time() < deadline and not rm_summary.exists() and p.poll() is None:
@@ -99,7 +102,7 @@ def test_interrupt_then_resume_skips_completed_stages(tmp_path):
     assert json.loads((cand / "run_summary.json").read_text())["status"] == "completed"
     assert json.loads(rm_summary.read_text())["status"] == "running"  # killed mid-stage
     before = (cand / "executed.ipynb").stat().st_mtime_ns
-    r = mascot(str(cfg), "--runs-dir", "runs", "--resume", timeout=900, cwd=tmp_path)
+    r = mascot(str(cfg), "--runs-dir", "runs", "--resume", timeout=900, cwd=tmp_path, env=tiny)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "[candidates] completed earlier: skipped" in r.stdout
     assert (cand / "executed.ipynb").stat().st_mtime_ns == before  # not redone
@@ -110,7 +113,7 @@ def test_interrupt_then_resume_skips_completed_stages(tmp_path):
         "path"
     ]  # not nested under the stage's working dir
     # a run folder with stages is not clobbered without --resume
-    r = mascot(str(cfg), "--runs-dir", str(runs))
+    r = mascot(str(cfg), "--runs-dir", str(runs), env=tiny)
     assert r.returncode != 0 and "--resume" in r.stderr
 
 

@@ -20,8 +20,9 @@ EXPECTED = {
     "zero-shot": {"speaker": BASE, "user": BASE},
 }
 
-# conversations per system (the server runs on one core, where each costs about a minute)
-EVAL_SAMPLES = 2
+# one conversation per system: every role of each still calls its model on the server (the user simulator answers every turn), and the
+# server runs on one core, where each conversation costs about a minute
+EVAL_SAMPLES = 1
 
 pytestmark = pytest.mark.skipif(
     vllm_python() is None, reason="the served-path suite needs vLLM: .venv-vllm is absent (run `make vllm`)"
