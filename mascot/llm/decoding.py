@@ -17,6 +17,32 @@ def _row_seed(seed: int | None, sample: int) -> int:
         return int.from_bytes(os.urandom(8), "little") >> 1
     return int.from_bytes(hashlib.sha256(f"{seed}:{sample}".encode()).digest()[:8], "little") >> 1
 
+# %% ../../nbs/llm/02b_decoding.ipynb #7f3a9c21
+def _top_p_kept(scores, top_p, k: int = 1024):
+    """The tokens each row keeps under top-p (`top_p`: one per row, a column), as transformers' TopPLogitsWarper keeps them: all but the
+    low tail whose mass is at most 1 - top_p, and at least the best token. A row at top-p 1 keeps every token. The others are read off
+    their `k` most probable tokens, which hold the kept ones whenever their mass reaches top_p (a sort of the whole vocabulary then
+    costs ten times more on a CPU); a flatter row is sorted whole."""
+    import torch
+
+    keep = torch.ones_like(scores, dtype=torch.bool)
+    rows = (top_p < 1).squeeze(1).nonzero().squeeze(1)
+    if len(rows) == 0:
+        return keep
+    s, p = scores[rows], top_p[rows]
+    top, idx = s.softmax(-1).topk(min(k, s.shape[1]), dim=-1)
+    kept = (top.cumsum(-1) - top) < p  # a token is in the tail when the mass above it is top_p or more
+    kept[:, 0] = True
+    sub = torch.zeros_like(s, dtype=torch.bool).scatter_(1, idx, kept)
+    flat = (top.sum(-1) < p.squeeze(1)).nonzero().squeeze(1)
+    if len(flat):  # the tail reaches into the k best: the whole row sorted, as TopPLogitsWarper does
+        ordered, order = torch.sort(s[flat], descending=False)
+        tail = ordered.softmax(-1).cumsum(-1) <= (1 - p[flat])
+        tail[:, -1] = False
+        sub[flat] = ~tail.scatter(1, order, tail)
+    keep[rows] = sub
+    return keep
+
 # %% ../../nbs/llm/02b_decoding.ipynb #e9bc493d
 class _RowSampling:
     """Each row's own temperature and top-p; a greedy row (temperature 0) keeps only its argmax. With `seeds` (one per row; None for a
@@ -36,11 +62,7 @@ class _RowSampling:
         import torch
 
         scores = scores / self.temperature.to(scores.device, scores.dtype)
-        # top-p as transformers' TopPLogitsWarper: drop the low tail whose mass is at most 1 - top_p, keeping at least one token
-        ordered, order = torch.sort(scores, descending=False)
-        tail = ordered.softmax(-1).cumsum(-1) <= (1 - self.top_p.to(scores.device, scores.dtype))
-        tail[:, -1] = False
-        scores = scores.masked_fill(tail.scatter(1, order, tail), -float("inf"))
+        scores = scores.masked_fill(~_top_p_kept(scores, self.top_p.to(scores.device, scores.dtype)), -float("inf"))
         best = scores.argmax(-1, keepdim=True)
         if self.seeds is not None:  # each sampled row's own draw replaces its argmax
             if self.generators is None:
