@@ -418,6 +418,18 @@ def _forward_cache_name(model_class: type) -> str:
     return "cache" if "cache" in inspect.signature(model_class.forward).parameters else "past_key_values"
 
 
+def _last_logits_only(model) -> dict:
+    """The `forward` argument that computes the logits of the last position only, for a forward that only fills the cache: the vocabulary
+    head is a fifth of the 135M model's multiply-adds per token, and the full logits of a 16-row, 600-token chunk are 1.9 GB in fp32."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return {"logits_to_keep": 1} if _takes_logits_to_keep(type(base)) else {}
+
+
+@functools.cache
+def _takes_logits_to_keep(model_class: type) -> bool:
+    return "logits_to_keep" in inspect.signature(model_class.forward).parameters
+
+
 def _adapter_weights(model, adapter: str | None):
     "For one generate: the model as it is when it holds no adapter, else its base weights (adapters disabled) or the named adapter."
     if not getattr(model, "peft_config", None):
@@ -456,6 +468,7 @@ def _prefill_prefixes(model, cache, b: dict, adapter_names: list[str] | None = N
         position_ids=positions,
         use_cache=True,
         **{_cache_argument(model): shared},
+        **_last_logits_only(model),
         **({"adapter_names": [adapter_names[h] for h in heads]} if adapter_names else {}),
     )
     by_row = torch.tensor(b["row_group"], device=b["input_ids"].device)
@@ -495,6 +508,7 @@ def _prefill_chunk(
         position_ids=positions,
         use_cache=True,
         **{_cache_argument(model): step},
+        **_last_logits_only(model),
         **({"adapter_names": [adapter_names[i] for i in chunk]} if adapter_names else {}),
     )
     for slot, layer in zip(cache.layers, step.layers):
