@@ -187,7 +187,7 @@ def choice_logprobs(model, tokenizer, prompts: list[list[dict]], names: list[str
             )
             head = tokenizer(text + NAME_PREFIX, add_special_tokens=False)["input_ids"] + ids_of[names[0]][:common]
             with torch.no_grad():
-                o = model(torch.tensor([head], device=dev), use_cache=True)
+                o = model(torch.tensor([head], device=dev), use_cache=True, logits_to_keep=1)  # the next token's only
                 first = torch.log_softmax(o.logits[0, -1].float(), -1)
                 row = []
                 for n in names:
