@@ -147,6 +147,24 @@ def plot(prof: dict, out: Path):
     plt.close(fig)
 
 
+def provenance(run_dir: Path) -> dict:
+    "The machine this runs on (the run's, when it is profiled where it ran), and the commit and end of the run, from its stages' meta.json."
+    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    cpu = next((l.split(":", 1)[1].strip() for l in info.splitlines() if l.startswith("model name")), "not recorded")
+    flags = next((l for l in info.splitlines() if l.startswith("flags")), "")
+    metas = [json.loads(m.read_text()) for m in sorted(Path(run_dir).glob("*/meta.json"))]
+    return {
+        "machine": {
+            "cpu": cpu,
+            "cores": os.cpu_count(),
+            "avx512f": " avx512f" in flags,
+            "avx512_bf16": "avx512_bf16" in flags,
+        },
+        "commit": next((m["git_commit"][:7] for m in metas if m.get("git_commit")), None),
+        "date": max((m["end"] for m in metas if m.get("end")), default=None),
+    }
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--run-dir", help="a finished run folder (runs/<run>)")
@@ -183,7 +201,7 @@ def main():
         run_dir = next(p for p in runs.iterdir() if p.is_dir())
     else:
         run_dir = Path(a.run_dir)
-    prof = profile_run(run_dir)
+    prof = {"provenance": provenance(run_dir), **profile_run(run_dir)}
     prof["pipeline_wall_s"] = wall
     prof["dtype"] = env.get("MASCOT_EMBEDDED_DTYPE", "auto")
     prof["isa"] = {k: env[k] for k in AVX2_ENV if k in env} or "native"
