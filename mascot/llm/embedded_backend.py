@@ -409,25 +409,24 @@ class EmbeddedBackend(EmbeddedWeights, ChatBackend):
 # %% ../../nbs/llm/03_embedded_backend.ipynb #90b1491f
 def _cache_argument(model) -> str:
     "The name under which `forward` and `generate` take a cache: transformers 5.2x says `cache`, earlier 5.x `past_key_values`."
+    return "cache" if "cache" in _forward_parameters(model) else "past_key_values"
+
+
+def _forward_parameters(model) -> frozenset:
+    "The names `forward` takes, of the model's own class (under a PEFT wrapper, the base model's)."
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return _forward_cache_name(type(base))
+    return _class_forward_parameters(type(base))
 
 
 @functools.cache  # the model's class decides it: looked up once, not on every generate
-def _forward_cache_name(model_class: type) -> str:
-    return "cache" if "cache" in inspect.signature(model_class.forward).parameters else "past_key_values"
+def _class_forward_parameters(model_class: type) -> frozenset:
+    return frozenset(inspect.signature(model_class.forward).parameters)
 
 
 def _last_logits_only(model) -> dict:
     """The `forward` argument that computes the logits of the last position only, for a forward that only fills the cache: the vocabulary
     head is a fifth of the 135M model's multiply-adds per token, and the full logits of a 16-row, 600-token chunk are 1.9 GB in fp32."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return {"logits_to_keep": 1} if _takes_logits_to_keep(type(base)) else {}
-
-
-@functools.cache
-def _takes_logits_to_keep(model_class: type) -> bool:
-    return "logits_to_keep" in inspect.signature(model_class.forward).parameters
+    return {"logits_to_keep": 1} if "logits_to_keep" in _forward_parameters(model) else {}
 
 
 def _adapter_weights(model, adapter: str | None):
